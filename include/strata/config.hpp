@@ -1,0 +1,39 @@
+#pragma once
+/// \file strata/config.hpp
+/// The one place where the backends are chosen (Thrust systems, OpenMP, BLAS, CUDA).
+///
+/// - Host work runs on Thrust's OpenMP system when the translation unit is compiled with
+///   OpenMP (`-fopenmp`), otherwise on Thrust's serial C++ system.
+/// - CUDA (`place::Cuda`) exists only in translation units that nvcc compiles (`__CUDACC__`).
+/// - The host BLAS is reached through CBLAS. `STRATA_BLAS_OPENBLAS` (set by the Meson build when
+///   the BLAS is OpenBLAS) lets strata set OpenBLAS's thread count; any CBLAS works without it.
+
+#if defined(__CUDACC__)
+#define STRATA_HD __host__ __device__
+#define STRATA_HAS_CUDA 1
+#else
+#define STRATA_HD
+#define STRATA_HAS_CUDA 0
+// Thrust needs a device system even when only its host systems are used; outside nvcc the
+// CUDA system cannot compile, so the serial C++ system stands in (strata never uses it as a
+// device: every op names its system explicitly through the place's execution policy).
+#if !defined(THRUST_DEVICE_SYSTEM)
+#define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CPP
+#endif
+#endif
+
+#if defined(_OPENMP)
+#define STRATA_HAS_OPENMP 1
+#else
+#define STRATA_HAS_OPENMP 0
+#endif
+
+#if defined(__GNUC__)
+#define STRATA_INLINE inline __attribute__((always_inline))
+#else
+#define STRATA_INLINE inline
+#endif
+
+#define STRATA_VERSION_MAJOR 0
+#define STRATA_VERSION_MINOR 1
+#define STRATA_VERSION_PATCH 0

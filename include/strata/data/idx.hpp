@@ -1,0 +1,535 @@
+#pragma once
+/// \file strata/data/idx.hpp
+/// The IDX file format (the one MNIST ships in) and MNIST loaders.
+///
+/// An IDX file, as specified on Yann LeCun's MNIST page, is:
+///
+/// | bytes          | content                                                              |
+/// |----------------|----------------------------------------------------------------------|
+/// | 0, 1           | zero                                                                 |
+/// | 2              | element type: 0x08 ubyte, 0x09 sbyte, 0x0B i16, 0x0C i32, 0x0D f32, 0x0E f64 |
+/// | 3              | rank r (number of dimensions)                                        |
+/// | 4 .. 4+4r      | r dimensions, each a big-endian unsigned 32-bit integer              |
+/// | 4+4r ..        | the elements, row-major (last index fastest), each big-endian        |
+///
+/// Every malformed file is refused with a strata::IoError saying what was expected and what was
+/// found. gzip-compressed files (`*.gz`, as LeCun's site served them) are *not* read: the error
+/// says so and how to decompress them (`gzip -dk FILE.gz`), and `scripts/fetch-mnist DIR` puts the
+/// four uncompressed MNIST files in place.
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "strata/core/error.hpp"
+
+namespace strata::data {
+
+/// The element type stored in an IDX file, with the numeric value of its type byte.
+enum class IdxType : std::uint8_t {
+    UInt8 = 0x08,    ///< unsigned byte
+    Int8 = 0x09,     ///< signed byte
+    Int16 = 0x0B,    ///< big-endian 16-bit signed integer
+    Int32 = 0x0C,    ///< big-endian 32-bit signed integer
+    Float32 = 0x0D,  ///< big-endian IEEE-754 single
+    Float64 = 0x0E,  ///< big-endian IEEE-754 double
+};
+
+/// The name of an IDX type as LeCun's spec spells it ("ubyte", "sbyte", "short", "int", "float",
+/// "double"); "unknown" for a value outside the enum.
+constexpr const char* idx_type_name(IdxType t) noexcept {
+    switch (t) {
+        case IdxType::UInt8: return "ubyte";
+        case IdxType::Int8: return "sbyte";
+        case IdxType::Int16: return "short";
+        case IdxType::Int32: return "int";
+        case IdxType::Float32: return "float";
+        case IdxType::Float64: return "double";
+    }
+    return "unknown";
+}
+
+/// Bytes per element of an IDX type (1, 1, 2, 4, 4 or 8); 0 for a value outside the enum.
+constexpr std::size_t idx_type_size(IdxType t) noexcept {
+    switch (t) {
+        case IdxType::UInt8:
+        case IdxType::Int8: return 1;
+        case IdxType::Int16: return 2;
+        case IdxType::Int32:
+        case IdxType::Float32: return 4;
+        case IdxType::Float64: return 8;
+    }
+    return 0;
+}
+
+/// The C++ types an IDX file can store, one per IdxType.
+template <class T>
+concept IdxElement = std::same_as<T, std::uint8_t> || std::same_as<T, std::int8_t> ||
+                     std::same_as<T, std::int16_t> || std::same_as<T, std::int32_t> ||
+                     std::same_as<T, float> || std::same_as<T, double>;
+
+/// The IdxType that stores T: `idx_type_of<float> == IdxType::Float32`.
+template <IdxElement T>
+inline constexpr IdxType idx_type_of = std::same_as<T, std::uint8_t>  ? IdxType::UInt8
+                                       : std::same_as<T, std::int8_t> ? IdxType::Int8
+                                       : std::same_as<T, std::int16_t> ? IdxType::Int16
+                                       : std::same_as<T, std::int32_t> ? IdxType::Int32
+                                       : std::same_as<T, float>        ? IdxType::Float32
+                                                                       : IdxType::Float64;
+
+/// What the header of an IDX file says: the stored element type and the dimensions.
+///
+/// Ensures (when returned by read_idx_header): the file's size is exactly `data_offset +
+/// element_count() * idx_type_size(type)`.
+struct IdxHeader {
+    IdxType type = IdxType::UInt8;      ///< element type stored in the file
+    std::vector<std::size_t> dims;      ///< dimensions, outermost first (MNIST images: N, 28, 28)
+    std::size_t data_offset = 0;        ///< byte offset of the first element (4 + 4 * rank)
+
+    /// Product of the dimensions (1 for rank 0).
+    std::size_t element_count() const noexcept {
+        std::size_t n = 1;
+        for (auto d : dims) n *= d;
+        return n;
+    }
+};
+
+/// An array read from (or to be written to) an IDX file: dimensions plus row-major elements.
+///
+/// Invariant kept by read_idx and required by write_idx: `data.size()` is the product of `dims`.
+///
+/// \code
+///   auto labels = strata::data::read_idx<std::int32_t>("train-labels-idx1-ubyte");
+///   // labels.dims == {60000}, labels.stored_type == IdxType::UInt8, labels.data[0] == 5
+/// \endcode
+template <class T>
+struct IdxArray {
+    std::vector<std::size_t> dims;             ///< dimensions, outermost first
+    std::vector<T> data;                       ///< elements, last index fastest
+    IdxType stored_type = idx_type_of<std::conditional_t<IdxElement<T>, T, double>>;  ///< type in the file
+
+    /// Number of dimensions.
+    std::size_t rank() const noexcept { return dims.size(); }
+    /// Extent of the first dimension (the number of examples for MNIST files); 1 for rank 0.
+    std::size_t count() const noexcept { return dims.empty() ? 1 : dims.front(); }
+    /// Elements per entry of the first dimension (784 for MNIST images); 1 for rank <= 1.
+    std::size_t row_size() const noexcept {
+        std::size_t n = 1;
+        for (std::size_t i = 1; i < dims.size(); ++i) n *= dims[i];
+        return n;
+    }
+};
+
+namespace detail::idx {
+
+struct FileCloser {
+    void operator()(std::FILE* f) const noexcept { std::fclose(f); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+inline std::string in_quotes(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+
+inline std::string dims_text(const std::vector<std::size_t>& dims) {
+    if (dims.empty()) return "(scalar)";
+    std::string s;
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+        if (i) s += " x ";
+        s += std::to_string(dims[i]);
+    }
+    return s;
+}
+
+inline std::string hex_bytes(const unsigned char* b, std::size_t n) {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string s;
+    for (std::size_t i = 0; i < n; ++i) {
+        if (i) s += ' ';
+        s += digits[b[i] >> 4];
+        s += digits[b[i] & 15];
+    }
+    return s;
+}
+
+inline bool known_type(std::uint8_t code) {
+    return code == 0x08 || code == 0x09 || code == 0x0B || code == 0x0C || code == 0x0D || code == 0x0E;
+}
+
+// Opens for reading, with an error that says why and hints at a sibling .gz file.
+inline File open_for_reading(const std::filesystem::path& path, const char* who) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        throw_error<IoError>(who, ": ", in_quotes(path), " is a directory, not an IDX file");
+    File f(std::fopen(path.c_str(), "rb"));
+    if (!f) {
+        const int err = errno;
+        std::string hint;
+        std::filesystem::path gz = path;
+        gz += ".gz";
+        if (err == ENOENT && std::filesystem::exists(gz, ec))
+            hint = "; " + in_quotes(gz) +
+                   " exists, but gzip-compressed IDX files are not supported: decompress it with "
+                   "`gzip -dk " + gz.string() + "`";
+        throw_error<IoError>(who, ": cannot open ", in_quotes(path), ": ", std::strerror(err), hint);
+    }
+    return f;
+}
+
+inline std::uint64_t file_size_of(std::FILE* f, const std::filesystem::path& path, const char* who) {
+    if (std::fseek(f, 0, SEEK_END) != 0) throw_error<IoError>(who, ": cannot seek in ", in_quotes(path), ": ", std::strerror(errno));
+    const long end = std::ftell(f);
+    if (end < 0) throw_error<IoError>(who, ": cannot tell the size of ", in_quotes(path), ": ", std::strerror(errno));
+    if (std::fseek(f, 0, SEEK_SET) != 0) throw_error<IoError>(who, ": cannot seek in ", in_quotes(path), ": ", std::strerror(errno));
+    return static_cast<std::uint64_t>(end);
+}
+
+inline void read_exact(std::FILE* f, void* dst, std::size_t n, const std::filesystem::path& path,
+                       std::uint64_t at, const char* who) {
+    if (n == 0) return;
+    if (std::fread(dst, 1, n, f) != n) {
+        if (std::ferror(f))
+            throw_error<IoError>(who, ": read error in ", in_quotes(path), " at byte ", at, ": ", std::strerror(errno));
+        throw_error<IoError>(who, ": ", in_quotes(path), " ended early: expected ", n, " more bytes at byte ", at,
+                             " (was the file truncated while being read?)");
+    }
+}
+
+// Parses and validates the header; leaves `f` positioned at the first element.
+inline IdxHeader parse_header(std::FILE* f, const std::filesystem::path& path, const char* who) {
+    const std::uint64_t size = file_size_of(f, path, who);
+    if (size < 4)
+        throw_error<IoError>(who, ": ", in_quotes(path), " is truncated: an IDX file starts with a 4-byte magic number "
+                             "(00 00 type rank), but the file has ", size, " bytes");
+    unsigned char magic[4];
+    read_exact(f, magic, 4, path, 0, who);
+    if (magic[0] != 0 || magic[1] != 0 || !known_type(magic[2])) {
+        std::string why;
+        if (magic[0] == 0x1f && magic[1] == 0x8b)
+            why = " (this is a gzip file: gzip-compressed IDX files are not supported; decompress it with `gzip -dk`)";
+        if (magic[0] != 0 || magic[1] != 0)
+            throw_error<IoError>(who, ": ", in_quotes(path), " is not an IDX file: expected magic bytes 00 00 <type> <rank>, found ",
+                                 hex_bytes(magic, 4), why);
+        throw_error<IoError>(who, ": ", in_quotes(path), ": unknown IDX type code 0x", hex_bytes(magic + 2, 1),
+                             " in byte 2 (magic ", hex_bytes(magic, 4), "); expected one of 0x08 (ubyte), 0x09 (sbyte), "
+                             "0x0b (short), 0x0c (int), 0x0d (float), 0x0e (double)");
+    }
+    IdxHeader h;
+    h.type = static_cast<IdxType>(magic[2]);
+    const std::size_t rank = magic[3];
+    h.data_offset = 4 + 4 * rank;
+    if (size < h.data_offset)
+        throw_error<IoError>(who, ": ", in_quotes(path), " is truncated in its header: rank ", rank, " needs a ",
+                             h.data_offset, "-byte header, but the file has ", size, " bytes");
+    unsigned char raw[4 * 255];
+    read_exact(f, raw, 4 * rank, path, 4, who);
+    h.dims.resize(rank);
+    std::uint64_t count = 1;
+    bool overflow = false;
+    for (std::size_t i = 0; i < rank; ++i) {
+        const unsigned char* b = raw + 4 * i;
+        h.dims[i] = (std::size_t(b[0]) << 24) | (std::size_t(b[1]) << 16) | (std::size_t(b[2]) << 8) | std::size_t(b[3]);
+        if (h.dims[i] != 0 && count > std::numeric_limits<std::uint64_t>::max() / h.dims[i]) overflow = true;
+        else count *= h.dims[i];
+    }
+    const std::uint64_t esize = idx_type_size(h.type);
+    if (overflow || count > (std::numeric_limits<std::uint64_t>::max() - h.data_offset) / esize)
+        throw_error<IoError>(who, ": ", in_quotes(path), ": dims ", dims_text(h.dims), " of ", idx_type_name(h.type),
+                             " describe more bytes than any file can hold (corrupt header?); the file has ", size, " bytes");
+    const std::uint64_t expected = count * esize;
+    const std::uint64_t found = size - h.data_offset;
+    if (found != expected)
+        throw_error<IoError>(who, ": ", in_quotes(path), found < expected ? " is truncated" : " has trailing bytes",
+                             ": dims ", dims_text(h.dims), " of ", idx_type_name(h.type), " (", esize,
+                             " bytes each) need ", expected, " data bytes after the ", h.data_offset,
+                             "-byte header (file size ", h.data_offset + expected, "), found ", found,
+                             " data bytes (file size ", size, ")");
+    return h;
+}
+
+template <class S>
+S decode_be(const unsigned char* b) noexcept {
+    if constexpr (sizeof(S) == 1) {
+        return std::bit_cast<S>(b[0]);
+    } else {
+        using U = std::conditional_t<sizeof(S) == 2, std::uint16_t,
+                                     std::conditional_t<sizeof(S) == 4, std::uint32_t, std::uint64_t>>;
+        U u = 0;
+        for (std::size_t i = 0; i < sizeof(S); ++i) u = U(U(u << 8) | U(b[i]));
+        return std::bit_cast<S>(u);
+    }
+}
+
+template <class S>
+void encode_be(S v, unsigned char* b) noexcept {
+    if constexpr (sizeof(S) == 1) {
+        b[0] = std::bit_cast<unsigned char>(v);
+    } else {
+        using U = std::conditional_t<sizeof(S) == 2, std::uint16_t,
+                                     std::conditional_t<sizeof(S) == 4, std::uint32_t, std::uint64_t>>;
+        U u = std::bit_cast<U>(v);
+        for (std::size_t i = sizeof(S); i-- > 0;) {
+            b[i] = static_cast<unsigned char>(u & 0xFF);
+            u = U(u >> 8);
+        }
+    }
+}
+
+// Streams the elements (stored type S) into `out` converted to T, in chunks, so a 47 MB file
+// never needs a second 47 MB staging buffer.
+template <class S, class T>
+void read_elements(std::FILE* f, const IdxHeader& h, std::vector<T>& out, const std::filesystem::path& path,
+                   const char* who) {
+    const std::size_t n = h.element_count();
+    out.resize(n);
+    constexpr std::size_t chunk = (std::size_t(1) << 20) / sizeof(S);
+    std::vector<unsigned char> buf(std::min(n, chunk) * sizeof(S));
+    std::size_t done = 0;
+    while (done < n) {
+        const std::size_t m = std::min(chunk, n - done);
+        read_exact(f, buf.data(), m * sizeof(S), path, h.data_offset + done * sizeof(S), who);
+        for (std::size_t i = 0; i < m; ++i) {
+            const S v = decode_be<S>(buf.data() + i * sizeof(S));
+            if constexpr (std::is_integral_v<T> && !std::same_as<S, T>) {
+                if (!std::in_range<T>(v))
+                    throw_error<ValueError>(who, ": ", in_quotes(path), ": element ", done + i, " = ", +v,
+                                            " does not fit the requested integer type (range ",
+                                            +std::numeric_limits<T>::min(), " .. ", +std::numeric_limits<T>::max(), ")");
+            }
+            out[done + i] = static_cast<T>(v);
+        }
+        done += m;
+    }
+}
+
+}  // namespace detail::idx
+
+/// Reads and validates the header of an IDX file without reading its elements.
+///
+/// Ensures: the file exists, has a valid magic number and type code, and its size matches the
+/// dimensions exactly. Throws IoError otherwise, naming the file and expected vs found values.
+inline IdxHeader read_idx_header(const std::filesystem::path& path) {
+    auto f = detail::idx::open_for_reading(path, "read_idx_header");
+    return detail::idx::parse_header(f.get(), path, "read_idx_header");
+}
+
+/// Reads a whole IDX file, converting its elements to T.
+///
+/// Requires: T is a floating-point type or a signed/unsigned integer type (not bool or a
+///   character type). Integer T can be read from integer files only (every value
+///   is checked to fit T; ValueError otherwise); floating-point T can be read from any file
+///   (f64 -> float rounds).
+/// Ensures: `dims` as in the header, `data.size() == product(dims)`, `stored_type` as in the file.
+/// Throws IoError for a missing, truncated or malformed file (see read_idx_header).
+///
+/// \code
+///   auto a = strata::data::read_idx<float>("t10k-images-idx3-ubyte");   // dims {10000, 28, 28}
+/// \endcode
+template <class T>
+    requires std::floating_point<T> || (std::integral<T> && !std::same_as<T, bool> && !std::same_as<T, char> &&
+                                        !std::same_as<T, wchar_t> && !std::same_as<T, char8_t> &&
+                                        !std::same_as<T, char16_t> && !std::same_as<T, char32_t>)
+IdxArray<T> read_idx(const std::filesystem::path& path) {
+    constexpr const char* who = "read_idx";
+    auto f = detail::idx::open_for_reading(path, who);
+    const IdxHeader h = detail::idx::parse_header(f.get(), path, who);
+    IdxArray<T> a;
+    a.dims = h.dims;
+    a.stored_type = h.type;
+    using namespace detail::idx;
+    if constexpr (std::is_integral_v<T>) {
+        if (h.type == IdxType::Float32 || h.type == IdxType::Float64)
+            throw_error<IoError>(who, ": ", in_quotes(path), " stores ", idx_type_name(h.type),
+                                 " elements, which cannot be read as an integer type; read it as float or double");
+    }
+    switch (h.type) {
+        case IdxType::UInt8: read_elements<std::uint8_t>(f.get(), h, a.data, path, who); break;
+        case IdxType::Int8: read_elements<std::int8_t>(f.get(), h, a.data, path, who); break;
+        case IdxType::Int16: read_elements<std::int16_t>(f.get(), h, a.data, path, who); break;
+        case IdxType::Int32: read_elements<std::int32_t>(f.get(), h, a.data, path, who); break;
+        case IdxType::Float32:
+            if constexpr (std::is_floating_point_v<T>) read_elements<float>(f.get(), h, a.data, path, who);
+            break;
+        case IdxType::Float64:
+            if constexpr (std::is_floating_point_v<T>) read_elements<double>(f.get(), h, a.data, path, who);
+            break;
+    }
+    return a;
+}
+
+/// Writes `data` with dimensions `dims` as an IDX file of T's type (big-endian), replacing `path`.
+///
+/// Requires: `data.size()` == product of `dims` (ShapeError otherwise), at most 255 dimensions and
+///   each < 2^32 (ValueError otherwise).
+/// Ensures: read_idx<T>(path) returns the same dims and data. Throws IoError (with the OS's
+///   reason) when the file cannot be written; a partly written file is removed.
+///
+/// \code
+///   std::vector<std::uint8_t> labels{3, 1, 4};
+///   strata::data::write_idx<std::uint8_t>("labels-idx1-ubyte", {3}, labels);
+/// \endcode
+template <IdxElement T>
+void write_idx(const std::filesystem::path& path, const std::vector<std::size_t>& dims, std::span<const T> data) {
+    using namespace detail::idx;
+    STRATA_CHECK(dims.size() <= 255, ValueError, "write_idx: ", in_quotes(path), ": IDX files hold at most 255 dimensions, got ",
+                 dims.size());
+    std::size_t count = 1;
+    for (auto d : dims) {
+        STRATA_CHECK(d <= 0xFFFFFFFFull, ValueError, "write_idx: ", in_quotes(path), ": dimension ", d,
+                     " does not fit the 32-bit size field of an IDX file");
+        count *= d;
+    }
+    STRATA_CHECK(count == data.size(), ShapeError, "write_idx: ", in_quotes(path), ": dims ", dims_text(dims), " hold ", count,
+                 " elements, but the data has ", data.size());
+
+    File f(std::fopen(path.c_str(), "wb"));
+    if (!f) throw_error<IoError>("write_idx: cannot create ", in_quotes(path), ": ", std::strerror(errno));
+    auto fail = [&](const char* what) {
+        const int err = errno;
+        f.reset();
+        std::error_code ec;
+        std::filesystem::remove(path, ec);
+        throw_error<IoError>("write_idx: ", what, " ", in_quotes(path), ": ", std::strerror(err));
+    };
+    std::vector<unsigned char> buf;
+    buf.reserve(4 + 4 * dims.size());
+    buf.insert(buf.end(), {0, 0, static_cast<unsigned char>(idx_type_of<T>), static_cast<unsigned char>(dims.size())});
+    for (auto d : dims) {
+        unsigned char b[4];
+        encode_be<std::uint32_t>(static_cast<std::uint32_t>(d), b);
+        buf.insert(buf.end(), b, b + 4);
+    }
+    if (std::fwrite(buf.data(), 1, buf.size(), f.get()) != buf.size()) fail("cannot write");
+    constexpr std::size_t chunk = (std::size_t(1) << 20) / sizeof(T);
+    buf.resize(std::min(data.size(), chunk) * sizeof(T));
+    for (std::size_t done = 0; done < data.size();) {
+        const std::size_t m = std::min(chunk, data.size() - done);
+        for (std::size_t i = 0; i < m; ++i) encode_be<T>(data[done + i], buf.data() + i * sizeof(T));
+        if (std::fwrite(buf.data(), 1, m * sizeof(T), f.get()) != m * sizeof(T)) fail("cannot write");
+        done += m;
+    }
+    if (std::fflush(f.get()) != 0) fail("cannot write");
+    if (std::fclose(f.release()) != 0) {
+        const int err = errno;
+        std::error_code ec;
+        std::filesystem::remove(path, ec);
+        throw_error<IoError>("write_idx: cannot close ", in_quotes(path), ": ", std::strerror(err));
+    }
+}
+
+/// write_idx for a std::vector (so T is deduced): `write_idx(p, {2, 2}, std::vector<float>{...})`.
+template <IdxElement T>
+void write_idx(const std::filesystem::path& path, const std::vector<std::size_t>& dims, const std::vector<T>& data) {
+    write_idx<T>(path, dims, std::span<const T>(data));
+}
+
+/// write_idx for an IdxArray (its `stored_type` is ignored: T decides the file's type).
+template <IdxElement T>
+void write_idx(const std::filesystem::path& path, const IdxArray<T>& a) {
+    write_idx<T>(path, a.dims, std::span<const T>(a.data));
+}
+
+/// Reads an MNIST-style image file (rank 3, ubyte: N x rows x cols) as floats scaled to [0, 1]
+/// (pixel / 255), with dims {N, rows, cols, 1}: one channel, channels last, ready for a
+/// `Input<28, 28, 1>` model.
+///
+/// Throws IoError for a malformed file or one that is not rank-3 ubyte.
+///
+/// \code
+///   auto x = strata::data::load_mnist_images("data/mnist/train-images-idx3-ubyte");
+///   // x.dims == {60000, 28, 28, 1}, x.data.size() == 47040000
+/// \endcode
+inline IdxArray<float> load_mnist_images(const std::filesystem::path& path) {
+    const IdxHeader h = read_idx_header(path);
+    if (h.type != IdxType::UInt8 || h.dims.size() != 3)
+        throw_error<IoError>("load_mnist_images: ", detail::idx::in_quotes(path),
+                             ": expected an image file of rank 3 (N x rows x cols) with ubyte pixels, found rank ",
+                             h.dims.size(), " (", detail::idx::dims_text(h.dims), ") of ", idx_type_name(h.type));
+    IdxArray<float> a = read_idx<float>(path);
+    for (float& v : a.data) v /= 255.0f;
+    a.dims.push_back(1);
+    return a;
+}
+
+/// Reads an MNIST-style label file (rank 1, ubyte: N) as int32 class ids, dims {N}.
+///
+/// Throws IoError for a malformed file or one that is not rank-1 ubyte.
+inline IdxArray<std::int32_t> load_mnist_labels(const std::filesystem::path& path) {
+    const IdxHeader h = read_idx_header(path);
+    if (h.type != IdxType::UInt8 || h.dims.size() != 1)
+        throw_error<IoError>("load_mnist_labels: ", detail::idx::in_quotes(path),
+                             ": expected a label file of rank 1 (N) with ubyte labels, found rank ", h.dims.size(),
+                             " (", detail::idx::dims_text(h.dims), ") of ", idx_type_name(h.type));
+    return read_idx<std::int32_t>(path);
+}
+
+/// Images and labels of one MNIST split. Invariant: `images.count() == labels.count()`.
+struct MnistSplit {
+    IdxArray<float> images;         ///< dims {N, 28, 28, 1}, values in [0, 1]
+    IdxArray<std::int32_t> labels;  ///< dims {N}, values 0..9 for MNIST
+
+    /// Number of examples.
+    std::size_t size() const noexcept { return labels.count(); }
+};
+
+/// Loads an image file and its label file and checks that they hold the same number of examples
+/// (IoError naming both files and both counts otherwise).
+inline MnistSplit load_mnist_split(const std::filesystem::path& images_path, const std::filesystem::path& labels_path) {
+    MnistSplit s{load_mnist_images(images_path), load_mnist_labels(labels_path)};
+    if (s.images.count() != s.labels.count())
+        throw_error<IoError>("load_mnist_split: ", detail::idx::in_quotes(images_path), " has ", s.images.count(),
+                             " images but ", detail::idx::in_quotes(labels_path), " has ", s.labels.count(),
+                             " labels; expected the same count");
+    return s;
+}
+
+/// Both MNIST splits: 60000 training and 10000 test examples for the original files.
+struct Mnist {
+    MnistSplit train;  ///< from train-images-idx3-ubyte and train-labels-idx1-ubyte
+    MnistSplit test;   ///< from t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte
+};
+
+/// Loads the four standard, uncompressed MNIST files from `dir`:
+/// `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`,
+/// `t10k-labels-idx1-ubyte` (what `scripts/fetch-mnist DIR` puts there).
+///
+/// Throws IoError when a file is missing (the message says to run `scripts/fetch-mnist DIR`, or
+/// to decompress when only the `.gz` is there), malformed, or when images and labels disagree.
+///
+/// \code
+///   auto mnist = strata::data::load_mnist("data/mnist");
+///   // mnist.train.size() == 60000, mnist.test.size() == 10000
+/// \endcode
+inline Mnist load_mnist(const std::filesystem::path& dir) {
+    static constexpr const char* names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                             "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+    std::error_code ec;
+    for (const char* name : names) {
+        const auto p = dir / name;
+        if (std::filesystem::exists(p, ec)) continue;
+        auto gz = p;
+        gz += ".gz";
+        if (std::filesystem::exists(gz, ec))
+            throw_error<IoError>("load_mnist: ", detail::idx::in_quotes(p), " is missing but ", detail::idx::in_quotes(gz),
+                                 " exists; gzip-compressed files are not supported: run `gzip -dk ", gz.string(),
+                                 "` (or `scripts/fetch-mnist ", dir.string(), "`)");
+        throw_error<IoError>("load_mnist: ", detail::idx::in_quotes(p), " does not exist; expected the four MNIST files "
+                             "(train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
+                             "t10k-labels-idx1-ubyte) in ", detail::idx::in_quotes(dir), ": run `scripts/fetch-mnist ",
+                             dir.string(), "`");
+    }
+    return Mnist{load_mnist_split(dir / names[0], dir / names[1]), load_mnist_split(dir / names[2], dir / names[3])};
+}
+
+}  // namespace strata::data

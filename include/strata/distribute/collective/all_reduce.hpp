@@ -1,0 +1,298 @@
+#pragma once
+/// \file strata/distribute/collective/all_reduce.hpp
+/// Collectives among the replicas (threads) of one process: all_reduce, broadcast, barrier,
+/// with a timeout and an abort so that a failing or missing replica is an error on every
+/// replica, never a hang.
+///
+/// \code
+///   #include <strata/distribute/collective/all_reduce.hpp>
+///   namespace coll = strata::distribute::collective;
+///   coll::ReplicaGroup group(4);                      // 4 replicas, 60 s timeout
+///   // in replica thread r, with its own std::vector<float> grad of the same length:
+///   group.all_reduce(r, std::span<float>(grad), coll::ReduceOp::Mean);
+/// \endcode
+
+#include <strata/core/error.hpp>
+#include <strata/distribute/collective/common.hpp>
+#include <strata/distribute/collective/direct.hpp>
+#include <strata/distribute/collective/naive_ring.hpp>
+#include <strata/distribute/collective/ring.hpp>
+#include <strata/distribute/rendezvous.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace strata::distribute::collective {
+
+class AsyncAllReduce;
+
+/// Options of a ReplicaGroup.
+struct GroupOptions {
+    /// How long a replica waits at any step of a collective for the others before the group
+    /// fails with a DistributedError naming the missing replicas.
+    std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+};
+
+/// A communicator for N replicas of one process that share memory (host threads, logical
+/// devices of one host).
+///
+/// Represents: N ranks 0..N-1, each driven by one thread that owns its own buffers. A
+/// collective is called by all N ranks, each with its own buffer of the same length; the
+/// calls pair up in program order (the k-th collective call of every rank is one collective).
+///
+/// Requires: every rank makes the same sequence of collective calls with the same arguments
+/// (length, element type, op, algorithm, root); buffers of different ranks do not overlap;
+/// a buffer is not touched by anyone else while its rank is inside a call.
+///
+/// Ensures:
+/// - arguments that differ between ranks are detected on every rank, which all throw the same
+///   error (ShapeError for lengths, naming both; DistributedError for the rest) and leave the
+///   group usable;
+/// - a rank that does not arrive within options.timeout makes the others throw
+///   DistributedError naming it; a rank that calls abort() makes the others throw
+///   DistributedError `replica R failed: <what>`. Either way the group stays aborted (every
+///   call throws at once) until reset();
+/// - results are bitwise reproducible run to run and bitwise identical on all ranks.
+///
+/// The usual replica thread body:
+/// \code
+///   try { step(rank); group.all_reduce(rank, grads, ReduceOp::Mean); }
+///   catch (...) { group.abort(rank, std::current_exception()); throw; }
+/// \endcode
+class ReplicaGroup {
+public:
+    /// Requires replicas >= 1 and options.timeout > 0 (ValueError otherwise).
+    explicit ReplicaGroup(int replicas, GroupOptions options = {})
+        : n_(checked_size(replicas)),
+          rv_(n_, options.timeout),
+          slots_(2 * static_cast<std::size_t>(n_)),
+          calls_(static_cast<std::size_t>(n_)) {}
+    ReplicaGroup(const ReplicaGroup&) = delete;
+    ReplicaGroup& operator=(const ReplicaGroup&) = delete;
+
+    /// Number of replicas N.
+    [[nodiscard]] int size() const noexcept { return n_; }
+    [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return rv_.timeout(); }
+
+    /// The algorithm `a` stands for in this group: Auto is Direct. In shared memory there is
+    /// no link whose bandwidth a ring would spread the traffic over; every rank reads the
+    /// other buffers directly. Direct then moves each byte the fewest times and needs 2
+    /// barriers where the ring needs 2(N-1), each of which costs a thread wake-up.
+    [[nodiscard]] static constexpr Algorithm resolve(Algorithm a) noexcept {
+        return a == Algorithm::Auto ? Algorithm::Direct : a;
+    }
+
+    /// Reduces `data` element-wise across all ranks, in place: afterwards every rank's `data`
+    /// holds sum_q data_q (ReduceOp::Sum) or that sum divided by N (ReduceOp::Mean).
+    ///
+    /// Requires: called by every rank with the same data.size(), T, op and algorithm.
+    /// Throws: ShapeError when the lengths differ (on every rank, naming both lengths);
+    /// DistributedError on a timeout, an abort, or other arguments that differ; ValueError for
+    /// a rank outside [0, N). N = 1 returns at once.
+    /// Example: `group.all_reduce(rank, std::span<double>(g), ReduceOp::Sum, Algorithm::Ring);`
+    template <Reducible T>
+    void all_reduce(int rank, std::span<T> data, ReduceOp op = ReduceOp::Sum,
+                    Algorithm algorithm = Algorithm::Auto) {
+        all_reduce_impl(rank, data, op, algorithm, -1);
+    }
+
+    /// Copies rank `root`'s `data` into every other rank's `data`.
+    /// Requires: every rank passes the same length and root; 0 <= root < N.
+    /// Throws as all_reduce (a root out of range is a DistributedError on every rank).
+    /// Example: `group.broadcast(rank, std::span<float>(weights), 0);`
+    template <Reducible T>
+    void broadcast(int rank, std::span<T> data, int root = 0) {
+        const SyncPoint at{"broadcast", {}, 0, 1};
+        check_rank(rank, at);
+        if (n_ == 1) {
+            STRATA_CHECK(root == 0, DistributedError, at.str(), ": root ", root,
+                         " is outside [0, 1)");
+            rv_.throw_if_aborted(at);
+            return;
+        }
+        detail::Slot mine;
+        mine.data = data.data();
+        mine.length = data.size();
+        mine.root = root;
+        mine.kind = detail::Slot::Kind::Broadcast;
+        mine.type = detail::type_of<T>;
+        const detail::Slot* all = enter(rank, mine, at);
+        if (rank != root)
+            detail::copy(data.data(), static_cast<const T*>(all[root].data), data.size());
+        rv_.arrive_and_wait(rank, SyncPoint{"broadcast", {}, 1, 1});
+    }
+
+    /// Waits until every rank called barrier(). Throws as all_reduce.
+    void barrier(int rank) {
+        const SyncPoint at{"barrier"};
+        check_rank(rank, at);
+        if (n_ == 1) {
+            rv_.throw_if_aborted(at);
+            return;
+        }
+        detail::Slot mine;
+        mine.kind = detail::Slot::Kind::Barrier;
+        enter(rank, mine, at);
+    }
+
+    /// Marks the group failed because replica `rank` threw `error`: every rank waiting now or
+    /// calling later throws DistributedError `... replica <rank> failed: <error.what()>`.
+    /// The first failure wins. Never throws; call it from the replica's catch block.
+    void abort(int rank, std::exception_ptr error) noexcept { rv_.abort(rank, std::move(error)); }
+    /// As abort(rank, exception_ptr), with a message.
+    void abort(int rank, std::string_view message) noexcept { rv_.abort(rank, message); }
+
+    /// Makes an aborted (or timed-out) group usable again.
+    /// Requires: no rank is inside a call of this group (join the replica threads first).
+    void reset() {
+        rv_.reset();
+        for (auto& c : calls_) c.value = 0;
+    }
+
+    /// True between an abort or a timeout and reset().
+    [[nodiscard]] bool aborted() const { return rv_.aborted(); }
+    /// The exception given to the first abort() (or the timeout error); null if none.
+    [[nodiscard]] std::exception_ptr failure() const { return rv_.failure(); }
+    /// The barrier every collective of this group synchronises through.
+    [[nodiscard]] Rendezvous& rendezvous() noexcept { return rv_; }
+
+private:
+    friend class AsyncAllReduce;
+    using Slot = detail::Slot;
+
+    struct alignas(64) CallCount {
+        std::uint64_t value = 0;
+    };
+
+    static int checked_size(int replicas) {
+        STRATA_CHECK(replicas >= 1, ValueError, "ReplicaGroup: replicas must be >= 1, got ",
+                     replicas);
+        return replicas;
+    }
+
+    void check_rank(int rank, const SyncPoint& at) const {
+        if (rank < 0 || rank >= n_)
+            throw_error<ValueError>(at.str(), ": rank ", rank, " is outside [0, ", n_, ")");
+    }
+
+    static constexpr int steps_of(Algorithm a, int n) noexcept {
+        return a == Algorithm::Direct ? 2 : 2 * (n - 1);
+    }
+
+    template <Reducible T>
+    void all_reduce_impl(int rank, std::span<T> data, ReduceOp op, Algorithm algorithm,
+                         std::int64_t bucket) {
+        const Algorithm alg = resolve(algorithm);
+        const SyncPoint at{"all_reduce", to_string(alg), 0, steps_of(alg, n_), bucket};
+        check_rank(rank, at);
+        if (n_ == 1) {
+            rv_.throw_if_aborted(at);
+            return;
+        }
+        Slot mine;
+        mine.data = data.data();
+        mine.length = data.size();
+        mine.bucket = bucket;
+        mine.kind = Slot::Kind::AllReduce;
+        mine.type = detail::type_of<T>;
+        mine.op = op;
+        mine.algorithm = alg;
+        const Slot* all = enter(rank, mine, at);
+        const Exchange<T> ex(all, n_, rank, data.size(), rv_, at);
+        switch (alg) {
+            case Algorithm::Ring: ring_all_reduce(ex, op); break;
+            case Algorithm::NaiveRing: naive_ring_all_reduce(ex, op); break;
+            default: direct_all_reduce(ex, op); break;
+        }
+    }
+
+    // Publishes this rank's arguments, meets the others, and checks that all agree.
+    // The slots are double-buffered by call parity: a rank may publish call k+1 while a
+    // slower rank still validates call k, but not call k+2, which needs that rank's arrival
+    // at call k+1. Returns the N slots of this call, indexed by rank.
+    const Slot* enter(int rank, const Slot& args, const SyncPoint& at) {
+        Slot mine = args;
+        mine.call = calls_[static_cast<std::size_t>(rank)].value++;
+        Slot* set = slots_.data() + static_cast<std::size_t>(mine.call & 1U) *
+                                        static_cast<std::size_t>(n_);
+        set[rank] = mine;
+        rv_.arrive_and_wait(rank, at);
+        validate(set, at);
+        return set;
+    }
+
+    static const char* kind_name(Slot::Kind k) noexcept {
+        switch (k) {
+            case Slot::Kind::AllReduce: return "all_reduce";
+            case Slot::Kind::Broadcast: return "broadcast";
+            case Slot::Kind::Barrier: return "barrier";
+        }
+        return "?";
+    }
+
+    // Every rank runs this on the same slots and so throws the same error, or none.
+    void validate(const Slot* s, const SyncPoint& at) const {
+        const Slot& a = s[0];
+        for (int q = 1; q < n_; ++q) {
+            const Slot& b = s[q];
+            if (b.call != a.call || b.kind != a.kind)
+                throw_error<DistributedError>(
+                    at.str(), ": replica ", q, " is at its collective call #", b.call, " (",
+                    kind_name(b.kind), ") but replica 0 at #", a.call, " (", kind_name(a.kind),
+                    "); every replica must call the same collectives in the same order");
+            if (b.kind == Slot::Kind::Barrier) continue;
+            if (b.type != a.type)
+                throw_error<DistributedError>(
+                    at.str(), ": replica ", q, " passed ",
+                    b.type == Slot::Type::Float ? "float" : "double", " but replica 0 passed ",
+                    a.type == Slot::Type::Float ? "float" : "double",
+                    "; every replica must pass the same element type");
+            if (b.length != a.length)
+                throw_error<ShapeError>(at.str(), ": replica ", q, " passed ", b.length,
+                                        " elements but replica 0 passed ", a.length,
+                                        "; every replica must pass the same length");
+            if (b.bucket != a.bucket)
+                throw_error<DistributedError>(
+                    at.str(), ": replica ", q, " submitted bucket ", b.bucket,
+                    " but replica 0 bucket ", a.bucket,
+                    "; every replica must submit its buckets in the same order");
+            if (b.kind == Slot::Kind::AllReduce && (b.op != a.op || b.algorithm != a.algorithm))
+                throw_error<DistributedError>(
+                    at.str(), ": replica ", q, " asked for ", to_string(b.op), " with ",
+                    to_string(b.algorithm), " but replica 0 for ", to_string(a.op), " with ",
+                    to_string(a.algorithm), "; every replica must pass the same op and algorithm");
+            if (b.kind == Slot::Kind::Broadcast && b.root != a.root)
+                throw_error<DistributedError>(at.str(), ": replica ", q, " passed root ", b.root,
+                                              " but replica 0 root ", a.root,
+                                              "; every replica must pass the same root");
+        }
+        if (a.kind == Slot::Kind::Barrier) return;
+        if (a.kind == Slot::Kind::Broadcast && (a.root < 0 || a.root >= n_))
+            throw_error<DistributedError>(at.str(), ": root ", a.root, " is outside [0, ", n_,
+                                          ")");
+        if (a.length == 0) return;
+        const std::size_t bytes = a.length * (a.type == Slot::Type::Float ? 4 : 8);
+        for (int p = 0; p < n_; ++p)
+            for (int q = p + 1; q < n_; ++q) {
+                const auto bp = reinterpret_cast<std::uintptr_t>(s[p].data);
+                const auto bq = reinterpret_cast<std::uintptr_t>(s[q].data);
+                if (bp < bq + bytes && bq < bp + bytes)
+                    throw_error<DistributedError>(
+                        at.str(), ": replicas ", p, " and ", q,
+                        " passed overlapping buffers; each replica needs its own buffer");
+            }
+    }
+
+    int n_;
+    Rendezvous rv_;
+    std::vector<Slot> slots_;       // [parity][rank]
+    std::vector<CallCount> calls_;  // per rank, written only by that rank's thread
+};
+
+}  // namespace strata::distribute::collective

@@ -1,0 +1,291 @@
+#pragma once
+/// \file strata/distribute/rendezvous.hpp
+/// A reusable barrier for the replicas (threads) of one process, with a timeout and an abort
+/// that releases everyone. Every shared-memory collective in strata synchronises through it, so
+/// a replica that dies or never comes turns into a DistributedError on every other replica
+/// (naming who failed or who is missing) instead of a hang.
+
+#include <strata/core/error.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strata::distribute {
+
+/// Where in a collective a replica is waiting; used only to build error messages, so a
+/// SyncPoint costs nothing unless something fails (it holds views of string literals).
+///
+/// Formats as `collective (algorithm, bucket B, step S of T)`, leaving out the parts that are
+/// not set; step 0 of T > 0 reads `start`. Example:
+/// `SyncPoint{"all_reduce", "ring", 3, 6}.str() == "all_reduce (ring, step 3 of 6)"`.
+struct SyncPoint {
+    std::string_view collective = "barrier";
+    std::string_view algorithm{};
+    int step = 0;               ///< 1-based step; 0 with steps > 0 means the entry rendezvous
+    int steps = 0;              ///< steps of the algorithm; 0 when it has no steps
+    std::int64_t bucket = -1;   ///< gradient bucket index, or -1 when not a bucket
+
+    [[nodiscard]] std::string str() const {
+        std::string s(collective);
+        bool open = false;
+        auto part = [&](const std::string& p) {
+            s += open ? ", " : " (";
+            open = true;
+            s += p;
+        };
+        if (!algorithm.empty()) part(std::string(algorithm));
+        if (bucket >= 0) part("bucket " + std::to_string(bucket));
+        if (steps > 0)
+            part(step == 0 ? std::string("start")
+                           : "step " + std::to_string(step) + " of " + std::to_string(steps));
+        if (open) s += ')';
+        return s;
+    }
+};
+
+/// A generation-counted barrier for `participants` ranks with a timeout and an abort.
+///
+/// Represents: the meeting point of N replicas (threads) of one process. Each call of
+/// arrive_and_wait() by all N ranks forms one generation; the barrier is reusable at once.
+///
+/// Requires: each rank in [0, N) is driven by one thread at a time, and every rank calls
+/// arrive_and_wait() the same number of times (as a collective algorithm does).
+///
+/// Ensures:
+/// - when all N ranks arrive, all return; the returning threads see every write that any rank
+///   made before arriving (the mutex gives the happens-before edge);
+/// - when a rank waits longer than the timeout, it throws DistributedError naming the point
+///   and exactly the missing ranks (`all_reduce (ring, step 3 of 6): replicas 2, 3 of 4 did not
+///   arrive within 5000 ms`) and the group becomes aborted, which releases everybody else;
+/// - after abort(rank, error), every rank waiting now or arriving later throws
+///   DistributedError `... : replica 2 failed: <what>` at once, until reset().
+///
+/// Example:
+/// \code
+///   strata::distribute::Rendezvous rv(2, std::chrono::milliseconds(1000));
+///   // in thread r:  try { work(r); rv.arrive_and_wait(r, {"step"}); }
+///   //               catch (...) { rv.abort(r, std::current_exception()); throw; }
+/// \endcode
+class Rendezvous {
+public:
+    using clock = std::chrono::steady_clock;
+
+    /// Requires participants >= 1 and timeout > 0 (ValueError otherwise).
+    Rendezvous(int participants, std::chrono::milliseconds timeout)
+        : n_(participants), timeout_(timeout) {
+        STRATA_CHECK(participants >= 1, ValueError,
+                     "Rendezvous: participants must be >= 1, got ", participants);
+        STRATA_CHECK(timeout.count() > 0, ValueError,
+                     "Rendezvous: timeout must be > 0 ms, got ", timeout.count(), " ms");
+        arrived_.assign(static_cast<std::size_t>(n_), 0);
+    }
+    Rendezvous(const Rendezvous&) = delete;
+    Rendezvous& operator=(const Rendezvous&) = delete;
+
+    [[nodiscard]] int participants() const noexcept { return n_; }
+    [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+
+    /// Blocks until all participants arrived at this generation (see the class contract).
+    /// Throws ValueError for a rank outside [0, N) and DistributedError on timeout or abort.
+    void arrive_and_wait(int rank, const SyncPoint& at) {
+        check_rank(rank, at);
+        std::unique_lock lock(mutex_);
+        if (aborted_) throw DistributedError(failure_message_locked(at));
+        if (arrived_[static_cast<std::size_t>(rank)] != 0) {
+            // Two threads claim the same rank: some other rank will never be matched.
+            std::string msg = fail_locked(rank,
+                                          "replica " + std::to_string(rank) +
+                                              " arrived twice in one generation; each rank "
+                                              "must be driven by exactly one thread",
+                                          at);
+            lock.unlock();
+            cv_.notify_all();
+            throw DistributedError(msg);
+        }
+        if (n_ == 1) return;
+
+        const std::uint64_t generation = generation_;
+        const std::uint64_t epoch = epoch_;
+        arrived_[static_cast<std::size_t>(rank)] = 1;
+        if (++count_ == n_) {
+            count_ = 0;
+            std::fill(arrived_.begin(), arrived_.end(), char{0});
+            ++generation_;
+            lock.unlock();
+            cv_.notify_all();
+            return;
+        }
+
+        auto done = [&] { return generation_ != generation || aborted_ || epoch_ != epoch; };
+        const auto now = clock::now();
+        if (timeout_ >= std::chrono::duration_cast<std::chrono::milliseconds>(
+                            clock::time_point::max() - now)) {
+            cv_.wait(lock, done);
+        } else {
+            cv_.wait_until(lock, now + timeout_, done);
+        }
+
+        if (epoch_ != epoch)
+            throw DistributedError(at.str() + ": the group was reset while replica " +
+                                   std::to_string(rank) + " was waiting in it");
+        if (generation_ != generation) return;  // completed, even if an abort came after
+        if (aborted_) throw DistributedError(failure_message_locked(at));
+
+        std::string missing;
+        int missing_count = 0;
+        for (int q = 0; q < n_; ++q) {
+            if (arrived_[static_cast<std::size_t>(q)] != 0) continue;
+            if (missing_count++ > 0) missing += ", ";
+            missing += std::to_string(q);
+        }
+        std::string msg = fail_locked(
+            -1,
+            (missing_count == 1 ? "replica " : "replicas ") + missing + " of " +
+                std::to_string(n_) + " did not arrive within " +
+                std::to_string(timeout_.count()) + " ms",
+            at);
+        lock.unlock();
+        cv_.notify_all();
+        throw DistributedError(msg);
+    }
+
+    /// Convenience overload for a plain named barrier: `rv.arrive_and_wait(r, "epoch end")`.
+    /// (The name is copied into the error only if one is thrown.)
+    void arrive_and_wait(int rank, std::string_view what) {
+        arrive_and_wait(rank, SyncPoint{what});
+    }
+
+    /// Marks the group failed because replica `rank` threw `error`; releases every waiter.
+    /// The first failure wins (later aborts, often echoes of the first, are ignored).
+    /// Ensures: waiters and later arrivals throw DistributedError `<point>: replica R failed:
+    /// <what()>` until reset(). Never throws.
+    void abort(int rank, std::exception_ptr error) noexcept {
+        std::string what = "unknown exception";
+        try {
+            if (error) std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+            try { what = e.what(); } catch (...) {}
+        } catch (...) {
+        }
+        abort_with(rank, what, std::move(error));
+    }
+
+    /// As abort(rank, exception_ptr), with a message instead of an exception.
+    void abort(int rank, std::string_view message) noexcept {
+        std::exception_ptr e;
+        try {
+            e = std::make_exception_ptr(DistributedError(std::string(message)));
+        } catch (...) {
+        }
+        abort_with(rank, message, std::move(e));
+    }
+
+    /// Clears an abort or a timeout so the group can be used again.
+    /// Requires: no participant is inside arrive_and_wait() (join or quiesce them first).
+    void reset() {
+        {
+            std::lock_guard lock(mutex_);
+            aborted_ = false;
+            failed_rank_ = -1;
+            reason_.clear();
+            origin_.clear();
+            failure_ = nullptr;
+            count_ = 0;
+            std::fill(arrived_.begin(), arrived_.end(), char{0});
+            ++epoch_;
+        }
+        cv_.notify_all();
+    }
+
+    /// True between an abort (or timeout) and the next reset().
+    [[nodiscard]] bool aborted() const {
+        std::lock_guard lock(mutex_);
+        return aborted_;
+    }
+
+    /// The rank that aborted the group, or -1 (none, or a timeout).
+    [[nodiscard]] int failed_rank() const {
+        std::lock_guard lock(mutex_);
+        return failed_rank_;
+    }
+
+    /// The original exception given to abort() (or the timeout error); null when not aborted.
+    /// Lets a driver rethrow the root cause instead of the echoes on the other replicas.
+    [[nodiscard]] std::exception_ptr failure() const {
+        std::lock_guard lock(mutex_);
+        return failure_;
+    }
+
+    /// Throws the DistributedError a waiter would get if the group is aborted; else nothing.
+    void throw_if_aborted(const SyncPoint& at) const {
+        std::lock_guard lock(mutex_);
+        if (aborted_) throw DistributedError(failure_message_locked(at));
+    }
+
+private:
+    void check_rank(int rank, const SyncPoint& at) const {
+        if (rank < 0 || rank >= n_)
+            throw_error<ValueError>(at.str(), ": rank ", rank, " is outside [0, ", n_, ")");
+    }
+
+    void abort_with(int rank, std::string_view what, std::exception_ptr error) noexcept {
+        try {
+            std::lock_guard lock(mutex_);
+            if (!aborted_) {
+                aborted_ = true;
+                failed_rank_ = rank;
+                reason_ = "replica " + std::to_string(rank) + " failed: " + std::string(what);
+                origin_.clear();
+                failure_ = std::move(error);
+            }
+        } catch (...) {
+            // Out of memory while building the message: still mark the group aborted.
+            std::lock_guard lock(mutex_);
+            aborted_ = true;
+            failed_rank_ = rank;
+        }
+        cv_.notify_all();
+    }
+
+    // Aborts the group for a failure detected at `at` (a timeout, a duplicate rank) and
+    // returns the full message; requires !aborted_ (checked by the callers on entry).
+    std::string fail_locked(int rank, std::string reason, const SyncPoint& at) {
+        aborted_ = true;
+        failed_rank_ = rank;
+        origin_ = at.str();
+        reason_ = std::move(reason);
+        std::string msg = origin_ + ": " + reason_;
+        failure_ = std::make_exception_ptr(DistributedError(msg));
+        return msg;
+    }
+
+    std::string failure_message_locked(const SyncPoint& at) const {
+        std::string here = at.str();
+        std::string msg = here + ": " + (reason_.empty() ? "the group was aborted" : reason_);
+        if (!origin_.empty() && origin_ != here) msg += " (detected at " + origin_ + ")";
+        return msg;
+    }
+
+    const int n_;
+    const std::chrono::milliseconds timeout_;
+    mutable std::mutex mutex_;
+    std::condition_variable cv_;
+    std::vector<char> arrived_;      // who arrived in the current generation
+    int count_ = 0;
+    std::uint64_t generation_ = 0;
+    std::uint64_t epoch_ = 0;        // bumped by reset(), to expose a reset during a wait
+    bool aborted_ = false;
+    int failed_rank_ = -1;
+    std::string reason_;             // "replica 2 failed: boom" / "replica 2 of 3 did not ..."
+    std::string origin_;             // the point where a timeout happened (empty for abort())
+    std::exception_ptr failure_;
+};
+
+}  // namespace strata::distribute

@@ -1,0 +1,114 @@
+#pragma once
+/// \file strata/place/place.hpp
+/// Device placement policies. A place says where a tensor's memory lives and which Thrust
+/// system runs the ops on it: `Host` (Thrust's OpenMP system, or its serial C++ system when the
+/// translation unit has no OpenMP) and `Cuda` (Thrust's CUDA system on the current stream; only
+/// in translation units that nvcc compiles).
+
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+#include <type_traits>
+
+#include "strata/config.hpp"
+#include "strata/core/error.hpp"
+#include "strata/detail/dependent_false.hpp"
+
+#include <thrust/system/cpp/execution_policy.h>
+#if STRATA_HAS_OPENMP
+#include <omp.h>
+#include <thrust/system/omp/execution_policy.h>
+#endif
+#if STRATA_HAS_CUDA
+#include <cuda_runtime.h>
+#include <thrust/system/cuda/execution_policy.h>
+#endif
+
+namespace strata::place {
+
+/// Host memory; ops run on Thrust's OpenMP system (all threads of the calling thread's OpenMP
+/// team size, see strata::set_num_threads), or serially without OpenMP.
+struct Host {
+    using place_tag = Host;
+    static constexpr const char* name = "Host";
+    static constexpr bool host_accessible = true;
+
+    /// The Thrust execution policy every op on this place runs with.
+    static auto policy() {
+#if STRATA_HAS_OPENMP
+        return thrust::omp::par;
+#else
+        return thrust::cpp::par;
+#endif
+    }
+    static void* allocate(std::size_t bytes) {
+        if (bytes == 0) return nullptr;
+        // 64-byte alignment: a cache line, and what AVX-512 loads like.
+        const std::size_t rounded = (bytes + 63) / 64 * 64;
+        void* p = std::aligned_alloc(64, rounded);
+        if (!p) throw_error<DeviceError>("Host: out of memory allocating ", bytes, " bytes");
+        return p;
+    }
+    static void deallocate(void* p, std::size_t) noexcept { std::free(p); }
+    /// Host work is synchronous: nothing to wait for.
+    static void synchronize() {}
+};
+
+#if STRATA_HAS_CUDA
+namespace detail {
+inline cudaStream_t& current_stream_ref() {
+    thread_local cudaStream_t stream = nullptr;
+    return stream;
+}
+}  // namespace detail
+
+/// Throws DeviceError naming the call when a CUDA runtime call fails.
+inline void cuda_check(cudaError_t status, const char* what) {
+    if (status != cudaSuccess)
+        throw_error<DeviceError>("CUDA: ", what, " failed: ", cudaGetErrorString(status));
+}
+#endif
+
+/// GPU memory; ops run on Thrust's CUDA system on this thread's current stream.
+/// Only usable in translation units compiled by nvcc.
+struct Cuda {
+    using place_tag = Cuda;
+    static constexpr const char* name = "Cuda";
+    static constexpr bool host_accessible = false;
+
+#if STRATA_HAS_CUDA
+    /// The stream ops of this thread are queued on (a replica sets its own).
+    static cudaStream_t stream() { return detail::current_stream_ref(); }
+    static void set_stream(cudaStream_t s) { detail::current_stream_ref() = s; }
+    static auto policy() { return thrust::cuda::par.on(stream()); }
+    static void* allocate(std::size_t bytes) {
+        if (bytes == 0) return nullptr;
+        void* p = nullptr;
+        cuda_check(cudaMalloc(&p, bytes), "cudaMalloc");
+        return p;
+    }
+    static void deallocate(void* p, std::size_t) noexcept { cudaFree(p); }
+    static void synchronize() { cuda_check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize"); }
+#endif
+};
+
+/// Satisfied by the placement policies (`Host`, `Cuda`, and user places with a `place_tag`).
+template <class P>
+concept Place = requires { typename P::place_tag; } && std::is_same_v<typename P::place_tag, P>;
+
+/// Whether host code may read and write memory of place `P` directly.
+template <class P>
+inline constexpr bool host_accessible_v = P::host_accessible;
+
+/// Fails to compile, with a sentence, when `P` cannot be used in this translation unit.
+template <class P>
+constexpr void require_usable() {
+    static_assert(Place<P>, "strata: not a place; use strata::place::Host or strata::place::Cuda");
+    if constexpr (std::is_same_v<P, Cuda>) {
+        static_assert(STRATA_HAS_CUDA || strata::detail::dependent_false<P>,
+                      "strata::place::Cuda can only be used in a translation unit compiled by nvcc "
+                      "(a .cu file); use strata::place::Host in host-compiled code");
+    }
+}
+
+}  // namespace strata::place

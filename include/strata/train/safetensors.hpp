@@ -1,0 +1,1066 @@
+#pragma once
+/// \file strata/train/safetensors.hpp
+/// Checkpoints in the safetensors format, and the atomic file writer they are saved with.
+///
+/// A safetensors file (https://github.com/huggingface/safetensors) is:
+///
+/// | bytes            | content                                                                |
+/// |------------------|------------------------------------------------------------------------|
+/// | 0 .. 8           | N, the header length: unsigned 64-bit, little-endian                   |
+/// | 8 .. 8+N         | the header: UTF-8 JSON, possibly padded with trailing spaces           |
+/// | 8+N .. end       | the data buffer: every tensor's bytes, little-endian, row-major        |
+///
+/// The header is one JSON object. Each member but `__metadata__` describes a tensor:
+/// `"name": {"dtype": "F32", "shape": [784, 64], "data_offsets": [begin, end]}`, with the
+/// offsets relative to the start of the data buffer. `"__metadata__"` (optional) maps strings to
+/// strings. The tensors tile the data buffer exactly: no gaps, no overlaps, nothing left over.
+///
+/// SafetensorsWriter writes such files (tensors sorted by element size, then name, so each is
+/// aligned to its element size; the header padded to 8 bytes), atomically: see AtomicFileWriter.
+/// SafetensorsFile reads one and validates all of the above, throwing CheckpointError (a
+/// malformed file) or IoError (a file that cannot be read) with what was expected and found.
+///
+/// Written files open in Python with `safetensors.numpy.load_file(path)` or
+/// `safetensors.torch.load_file(path)`; `tests/check_safetensors.py` is a standard-library-only
+/// reader that documents the format by example.
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "strata/core/error.hpp"
+
+namespace strata::train {
+
+// ---------------------------------------------------------------------------------------------
+// Element types
+// ---------------------------------------------------------------------------------------------
+
+/// A safetensors element type. All of them can be read (as raw bytes); the ones with a C++
+/// counterpart (see SafetensorsScalar) can also be written and copied out typed.
+enum class Dtype : std::uint8_t {
+    BOOL, U8, I8, U16, I16, F16, BF16, U32, I32, F32, U64, I64, F64, F8_E4M3, F8_E5M2,
+};
+
+/// The dtype's name in a safetensors header: "F32", "I64", "BOOL", ...
+constexpr std::string_view dtype_name(Dtype d) noexcept {
+    switch (d) {
+        case Dtype::BOOL: return "BOOL";
+        case Dtype::U8: return "U8";
+        case Dtype::I8: return "I8";
+        case Dtype::U16: return "U16";
+        case Dtype::I16: return "I16";
+        case Dtype::F16: return "F16";
+        case Dtype::BF16: return "BF16";
+        case Dtype::U32: return "U32";
+        case Dtype::I32: return "I32";
+        case Dtype::F32: return "F32";
+        case Dtype::U64: return "U64";
+        case Dtype::I64: return "I64";
+        case Dtype::F64: return "F64";
+        case Dtype::F8_E4M3: return "F8_E4M3";
+        case Dtype::F8_E5M2: return "F8_E5M2";
+    }
+    return "?";
+}
+
+/// Bytes per element of a dtype.
+constexpr std::size_t dtype_size(Dtype d) noexcept {
+    switch (d) {
+        case Dtype::BOOL:
+        case Dtype::U8:
+        case Dtype::I8:
+        case Dtype::F8_E4M3:
+        case Dtype::F8_E5M2: return 1;
+        case Dtype::U16:
+        case Dtype::I16:
+        case Dtype::F16:
+        case Dtype::BF16: return 2;
+        case Dtype::U32:
+        case Dtype::I32:
+        case Dtype::F32: return 4;
+        case Dtype::U64:
+        case Dtype::I64:
+        case Dtype::F64: return 8;
+    }
+    return 0;
+}
+
+/// The dtype named `name` in a header, or nullopt for a name this reader does not know.
+constexpr std::optional<Dtype> parse_dtype(std::string_view name) noexcept {
+    for (int i = 0; i <= static_cast<int>(Dtype::F8_E5M2); ++i)
+        if (dtype_name(static_cast<Dtype>(i)) == name) return static_cast<Dtype>(i);
+    return std::nullopt;
+}
+
+/// C++ element types that map one-to-one onto a safetensors dtype.
+template <class T>
+concept SafetensorsScalar =
+    std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, std::int8_t> ||
+    std::same_as<T, std::int16_t> || std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t> ||
+    std::same_as<T, std::uint8_t> || std::same_as<T, std::uint16_t> || std::same_as<T, std::uint32_t> ||
+    std::same_as<T, std::uint64_t>;
+
+/// The dtype of T: `dtype_of<float> == Dtype::F32`, `dtype_of<std::int64_t> == Dtype::I64`.
+template <SafetensorsScalar T>
+inline constexpr Dtype dtype_of = std::same_as<T, float>           ? Dtype::F32
+                                  : std::same_as<T, double>        ? Dtype::F64
+                                  : std::same_as<T, std::int8_t>   ? Dtype::I8
+                                  : std::same_as<T, std::int16_t>  ? Dtype::I16
+                                  : std::same_as<T, std::int32_t>  ? Dtype::I32
+                                  : std::same_as<T, std::int64_t>  ? Dtype::I64
+                                  : std::same_as<T, std::uint8_t>  ? Dtype::U8
+                                  : std::same_as<T, std::uint16_t> ? Dtype::U16
+                                  : std::same_as<T, std::uint32_t> ? Dtype::U32
+                                                                   : Dtype::U64;
+
+/// "[784, 64]" (or "[]" for a scalar): how shapes are printed in messages.
+inline std::string shape_text(std::span<const std::size_t> shape) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        if (i) s += ", ";
+        s += std::to_string(shape[i]);
+    }
+    return s + "]";
+}
+
+namespace detail::st {
+
+inline std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+// Number of elements of `shape`, or nullopt when the product overflows 64 bits.
+inline std::optional<std::uint64_t> checked_numel(std::span<const std::size_t> shape) {
+    std::uint64_t n = 1;
+    for (auto d : shape) {
+        if (d != 0 && n > std::numeric_limits<std::uint64_t>::max() / d) return std::nullopt;
+        n *= d;
+    }
+    return n;
+}
+
+// Copies `count` elements of `size` bytes, reversing each element's bytes on big-endian hosts
+// (the file is little-endian).
+inline void copy_le(void* dst, const void* src, std::size_t count, std::size_t size) noexcept {
+    if (count == 0) return;
+    if constexpr (std::endian::native == std::endian::little) {
+        std::memcpy(dst, src, count * size);
+    } else {
+        auto* d = static_cast<unsigned char*>(dst);
+        const auto* s = static_cast<const unsigned char*>(src);
+        for (std::size_t i = 0; i < count; ++i)
+            for (std::size_t b = 0; b < size; ++b) d[i * size + b] = s[i * size + size - 1 - b];
+    }
+}
+
+// True when `s` is well-formed UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF).
+inline bool valid_utf8(std::string_view s) noexcept {
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    const std::size_t n = s.size();
+    std::size_t i = 0;
+    while (i < n) {
+        const unsigned c = p[i];
+        if (c < 0x80) { ++i; continue; }
+        std::size_t len;
+        unsigned lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else return false;
+        if (i + len > n) return false;
+        if (p[i + 1] < lo || p[i + 1] > hi) return false;
+        for (std::size_t k = 2; k < len; ++k)
+            if (p[i + k] < 0x80 || p[i + k] > 0xBF) return false;
+        i += len;
+    }
+    return true;
+}
+
+// ---- A small JSON reader and writer, enough for safetensors headers (RFC 8259 syntax). ----
+
+struct JsonValue {
+    enum class Kind { Null, Bool, Number, String, Array, Object };
+    Kind kind = Kind::Null;
+    bool boolean = false;
+    std::string text;  // String: the decoded text; Number: the literal as written
+    std::vector<JsonValue> items;
+    std::vector<std::pair<std::string, JsonValue>> members;  // in document order
+    std::size_t offset = 0;  // byte offset of the value in the document, for messages
+
+    static const char* kind_name(Kind k) noexcept {
+        switch (k) {
+            case Kind::Null: return "null";
+            case Kind::Bool: return "a boolean";
+            case Kind::Number: return "a number";
+            case Kind::String: return "a string";
+            case Kind::Array: return "an array";
+            case Kind::Object: return "an object";
+        }
+        return "?";
+    }
+    const char* kind_name() const noexcept { return kind_name(kind); }
+
+    // The value of an integer literal 0 .. 2^64-1 (no sign, fraction or exponent), else nullopt.
+    std::optional<std::uint64_t> as_u64() const noexcept {
+        if (kind != Kind::Number || text.empty() || (text.size() > 1 && text[0] == '0')) return std::nullopt;
+        std::uint64_t v = 0;
+        for (char c : text) {
+            if (c < '0' || c > '9') return std::nullopt;
+            const auto d = static_cast<std::uint64_t>(c - '0');
+            if (v > (std::numeric_limits<std::uint64_t>::max() - d) / 10) return std::nullopt;
+            v = v * 10 + d;
+        }
+        return v;
+    }
+};
+
+class JsonParser {
+public:
+    // `context` prefixes every message ("safetensors: 'w.st': header").
+    JsonParser(std::string_view doc, std::string context) : s_(doc), context_(std::move(context)) {}
+
+    // Parses one value that must be followed by nothing but whitespace.
+    JsonValue parse_document() {
+        skip_ws();
+        JsonValue v = parse_value(0);
+        skip_ws();
+        if (pos_ != s_.size()) fail("unexpected ", describe(), " after the end of the JSON value");
+        return v;
+    }
+
+private:
+    static constexpr int max_depth = 64;  // a header is 3 levels deep; deep nesting is an attack
+
+    std::string_view s_;
+    std::string context_;
+    std::size_t pos_ = 0;
+
+    template <class... Args>
+    [[noreturn]] void fail(Args&&... args) const {
+        throw_error<CheckpointError>(context_, ": invalid JSON at byte ", pos_, ": ", std::forward<Args>(args)...);
+    }
+    std::string describe() const {
+        if (pos_ >= s_.size()) return "end of header";
+        const auto c = static_cast<unsigned char>(s_[pos_]);
+        if (c >= 0x20 && c < 0x7F) return std::string("'") + s_[pos_] + "'";
+        static constexpr char digits[] = "0123456789abcdef";
+        return std::string("byte 0x") + digits[c >> 4] + digits[c & 15];
+    }
+    void skip_ws() noexcept {
+        while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
+    }
+    bool eat(char c) noexcept {
+        if (pos_ < s_.size() && s_[pos_] == c) { ++pos_; return true; }
+        return false;
+    }
+    void expect_word(std::string_view w) {
+        if (s_.substr(pos_, w.size()) != w) fail("expected '", w, "', found ", describe());
+        pos_ += w.size();
+    }
+
+    JsonValue parse_value(int depth) {
+        if (depth > max_depth) fail("nesting deeper than ", max_depth, " levels");
+        JsonValue v;
+        v.offset = pos_;
+        if (pos_ >= s_.size()) fail("expected a value, found end of header");
+        switch (s_[pos_]) {
+            case '{': parse_object(v, depth); break;
+            case '[': parse_array(v, depth); break;
+            case '"': v.kind = JsonValue::Kind::String; v.text = parse_string(); break;
+            case 't': expect_word("true"); v.kind = JsonValue::Kind::Bool; v.boolean = true; break;
+            case 'f': expect_word("false"); v.kind = JsonValue::Kind::Bool; break;
+            case 'n': expect_word("null"); break;
+            default:
+                if (s_[pos_] == '-' || (s_[pos_] >= '0' && s_[pos_] <= '9')) {
+                    v.kind = JsonValue::Kind::Number;
+                    v.text = parse_number();
+                } else {
+                    fail("expected a value, found ", describe());
+                }
+        }
+        return v;
+    }
+
+    void parse_object(JsonValue& v, int depth) {
+        v.kind = JsonValue::Kind::Object;
+        ++pos_;
+        skip_ws();
+        if (eat('}')) return;
+        for (;;) {
+            skip_ws();
+            if (pos_ >= s_.size() || s_[pos_] != '"') fail("expected a string key, found ", describe());
+            const std::size_t key_at = pos_;
+            std::string key = parse_string();
+            for (const auto& m : v.members)
+                if (m.first == key) {
+                    pos_ = key_at;
+                    fail("duplicate key \"", key, "\"");
+                }
+            skip_ws();
+            if (!eat(':')) fail("expected ':' after the key \"", key, "\", found ", describe());
+            skip_ws();
+            JsonValue member = parse_value(depth + 1);
+            v.members.emplace_back(std::move(key), std::move(member));
+            skip_ws();
+            if (eat(',')) continue;
+            if (eat('}')) return;
+            fail("expected ',' or '}' after an object member, found ", describe());
+        }
+    }
+
+    void parse_array(JsonValue& v, int depth) {
+        v.kind = JsonValue::Kind::Array;
+        ++pos_;
+        skip_ws();
+        if (eat(']')) return;
+        for (;;) {
+            skip_ws();
+            v.items.push_back(parse_value(depth + 1));
+            skip_ws();
+            if (eat(',')) continue;
+            if (eat(']')) return;
+            fail("expected ',' or ']' after an array element, found ", describe());
+        }
+    }
+
+    std::string parse_number() {
+        const std::size_t start = pos_;
+        eat('-');
+        if (eat('0')) {
+        } else if (pos_ < s_.size() && s_[pos_] >= '1' && s_[pos_] <= '9') {
+            while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+        } else {
+            fail("expected a digit, found ", describe());
+        }
+        if (eat('.')) {
+            if (pos_ >= s_.size() || s_[pos_] < '0' || s_[pos_] > '9') fail("expected a digit after '.', found ", describe());
+            while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+        }
+        if (eat('e') || eat('E')) {
+            if (!eat('+')) eat('-');
+            if (pos_ >= s_.size() || s_[pos_] < '0' || s_[pos_] > '9') fail("expected a digit in the exponent, found ", describe());
+            while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+        }
+        return std::string(s_.substr(start, pos_ - start));
+    }
+
+    unsigned parse_hex4() {
+        unsigned v = 0;
+        for (int i = 0; i < 4; ++i, ++pos_) {
+            if (pos_ >= s_.size()) fail("unterminated \\u escape");
+            const char c = s_[pos_];
+            v <<= 4;
+            if (c >= '0' && c <= '9') v |= unsigned(c - '0');
+            else if (c >= 'a' && c <= 'f') v |= unsigned(c - 'a' + 10);
+            else if (c >= 'A' && c <= 'F') v |= unsigned(c - 'A' + 10);
+            else fail("expected a hex digit in a \\u escape, found ", describe());
+        }
+        return v;
+    }
+
+    static void append_utf8(std::string& out, unsigned cp) {
+        if (cp < 0x80) {
+            out += static_cast<char>(cp);
+        } else if (cp < 0x800) {
+            out += static_cast<char>(0xC0 | (cp >> 6));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            out += static_cast<char>(0xE0 | (cp >> 12));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+        } else {
+            out += static_cast<char>(0xF0 | (cp >> 18));
+            out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+        }
+    }
+
+    std::string parse_string() {
+        ++pos_;  // the opening quote
+        std::string out;
+        for (;;) {
+            if (pos_ >= s_.size()) fail("unterminated string");
+            const char c = s_[pos_];
+            if (c == '"') { ++pos_; return out; }
+            if (static_cast<unsigned char>(c) < 0x20) fail("unescaped control character (", describe(), ") in a string");
+            if (c != '\\') { out += c; ++pos_; continue; }
+            ++pos_;
+            if (pos_ >= s_.size()) fail("unterminated escape");
+            const char e = s_[pos_++];
+            switch (e) {
+                case '"': out += '"'; break;
+                case '\\': out += '\\'; break;
+                case '/': out += '/'; break;
+                case 'b': out += '\b'; break;
+                case 'f': out += '\f'; break;
+                case 'n': out += '\n'; break;
+                case 'r': out += '\r'; break;
+                case 't': out += '\t'; break;
+                case 'u': {
+                    unsigned cp = parse_hex4();
+                    if (cp >= 0xD800 && cp <= 0xDBFF) {
+                        if (s_.substr(pos_, 2) != "\\u") fail("high surrogate \\u", cp, " not followed by a low surrogate");
+                        pos_ += 2;
+                        const unsigned lo = parse_hex4();
+                        if (lo < 0xDC00 || lo > 0xDFFF) fail("high surrogate not followed by a low surrogate");
+                        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                        fail("lone low surrogate in a \\u escape");
+                    }
+                    append_utf8(out, cp);
+                    break;
+                }
+                default: --pos_; fail("invalid escape '\\", e, "'");
+            }
+        }
+    }
+};
+
+// Appends `s` as a JSON string literal (quotes, backslashes and control characters escaped;
+// other UTF-8 passes through unchanged).
+inline void json_append_string(std::string& out, std::string_view s) {
+    static constexpr char digits[] = "0123456789abcdef";
+    out += '"';
+    for (char c : s) {
+        const auto u = static_cast<unsigned char>(c);
+        switch (c) {
+            case '"': out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\n': out += "\\n"; break;
+            case '\r': out += "\\r"; break;
+            case '\t': out += "\\t"; break;
+            case '\b': out += "\\b"; break;
+            case '\f': out += "\\f"; break;
+            default:
+                if (u < 0x20) {
+                    out += "\\u00";
+                    out += digits[u >> 4];
+                    out += digits[u & 15];
+                } else {
+                    out += c;
+                }
+        }
+    }
+    out += '"';
+}
+
+}  // namespace detail::st
+
+// ---------------------------------------------------------------------------------------------
+// Atomic file writing
+// ---------------------------------------------------------------------------------------------
+
+/// Writes a file so that readers see either the old content at the target path or the complete
+/// new one, never a half-written file, even when the process crashes or the disk fills up.
+///
+/// How: the bytes go to a fresh temporary file in the target's directory (named
+/// `.<target name>.tmp.<pid>.<n>`, created exclusively); commit() flushes it to disk (fsync),
+/// renames it over the target (atomic within one file system under POSIX) and fsyncs the
+/// directory so the rename itself survives a power cut. A writer destroyed without commit()
+/// (an exception unwinding through it) removes its temporary file and leaves the target alone.
+///
+/// Requires: a POSIX system. Throws IoError naming the path and the OS's reason on any failure
+/// (the temporary file is removed first).
+///
+/// \code
+///   strata::train::AtomicFileWriter out("ckpt/model.safetensors");
+///   out.write(header.data(), header.size());
+///   out.write(payload.data(), payload.size());
+///   out.commit();   // before this line, ckpt/model.safetensors is untouched
+/// \endcode
+class AtomicFileWriter {
+public:
+    explicit AtomicFileWriter(std::filesystem::path target) : target_(std::move(target)) {
+        STRATA_CHECK(!target_.empty() && target_.has_filename(), ValueError,
+                     "AtomicFileWriter: target path ", detail::st::in_quotes(target_.string()), " names no file");
+        std::filesystem::path dir = target_.parent_path();
+        if (dir.empty()) dir = ".";
+        std::string base = target_.filename().string();
+        if (base.size() > 200) base.resize(200);  // keep the temporary name under NAME_MAX
+        static std::atomic<std::uint64_t> counter{0};  // a process-local tie-breaker; O_EXCL settles the rest
+        for (int attempt = 0;; ++attempt) {
+            const std::uint64_t n = counter.fetch_add(1, std::memory_order_relaxed);
+            temp_ = dir / ("." + base + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(n));
+            fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+            if (fd_ >= 0) break;
+            if (errno != EEXIST || attempt >= 100)
+                throw_error<IoError>("cannot write ", detail::st::in_quotes(target_.string()),
+                                     ": cannot create the temporary file ", detail::st::in_quotes(temp_.string()), ": ",
+                                     std::strerror(errno));
+        }
+    }
+
+    AtomicFileWriter(const AtomicFileWriter&) = delete;
+    AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+    /// Removes the temporary file unless commit() succeeded.
+    ~AtomicFileWriter() { discard(); }
+
+    /// Appends `n` bytes. Throws IoError (after removing the temporary file) on failure, e.g.
+    /// "No space left on device".
+    void write(const void* data, std::size_t n) {
+        STRATA_CHECK(fd_ >= 0, ValueError, "AtomicFileWriter: write after commit or failure");
+        const auto* p = static_cast<const char*>(data);
+        while (n > 0) {
+            const ::ssize_t w = ::write(fd_, p, n);
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                fail("cannot write the temporary file");
+            }
+            p += w;
+            n -= static_cast<std::size_t>(w);
+        }
+    }
+
+    /// Makes the new content durable and visible at the target path (see the class comment).
+    /// Ensures: the target holds exactly the bytes written; no temporary file remains.
+    void commit() {
+        STRATA_CHECK(fd_ >= 0, ValueError, "AtomicFileWriter: commit twice or after a failure");
+        if (::fsync(fd_) != 0) fail("cannot flush the temporary file to disk (fsync)");
+        const int fd = fd_;
+        fd_ = -1;
+        if (::close(fd) != 0) {
+            const int err = errno;
+            remove_temp();
+            throw_error<IoError>("cannot write ", detail::st::in_quotes(target_.string()), ": cannot close the temporary file: ",
+                                 std::strerror(err));
+        }
+        if (std::rename(temp_.c_str(), target_.c_str()) != 0) {
+            const int err = errno;
+            remove_temp();
+            throw_error<IoError>("cannot write ", detail::st::in_quotes(target_.string()), ": cannot rename ",
+                                 detail::st::in_quotes(temp_.string()), " over it: ", std::strerror(err));
+        }
+        committed_ = true;
+        // Durability of the rename; best effort, since some file systems cannot fsync a directory.
+        std::filesystem::path dir = target_.parent_path();
+        if (dir.empty()) dir = ".";
+        const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            (void)::fsync(dfd);
+            ::close(dfd);
+        }
+    }
+
+    /// The temporary file's path (for tests and messages).
+    const std::filesystem::path& temp_path() const noexcept { return temp_; }
+    /// The target path.
+    const std::filesystem::path& target_path() const noexcept { return target_; }
+
+private:
+    std::filesystem::path target_;
+    std::filesystem::path temp_;
+    int fd_ = -1;
+    bool committed_ = false;
+
+    void remove_temp() noexcept { ::unlink(temp_.c_str()); }
+
+    void discard() noexcept {
+        if (committed_) return;
+        if (fd_ >= 0) {
+            ::close(fd_);
+            fd_ = -1;
+        }
+        if (!temp_.empty()) remove_temp();
+        temp_.clear();
+    }
+
+    [[noreturn]] void fail(const char* what) {
+        const int err = errno;
+        discard();
+        throw_error<IoError>("cannot write ", detail::st::in_quotes(target_.string()), ": ", what, ": ", std::strerror(err));
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------------------------
+
+/// Collects named tensors and string metadata, then writes them as one safetensors file.
+///
+/// Tensors are copied when added (the caller's buffers may change afterwards). In the file they
+/// are ordered by element size (largest first), then by name, which aligns every tensor to its
+/// element size; the header lists them in the same order after `__metadata__`.
+///
+/// \code
+///   strata::train::SafetensorsWriter w;
+///   w.add("dense/kernel", {784, 64}, kernel);            // std::vector<float> of 50176
+///   w.add("dense/bias", {64}, bias);
+///   w.add<std::int64_t>("optimizer/step", {}, std::span(&step, 1));
+///   w.set_metadata("format", "strata-1");
+///   w.save("model.safetensors");                          // atomic
+/// \endcode
+class SafetensorsWriter {
+public:
+    /// Adds tensor `name` of T's dtype with `shape` (row-major, `{}` for a scalar).
+    /// Requires: `name` non-empty, valid UTF-8, not `__metadata__`, not added before (ValueError);
+    ///   `data.size()` == product of `shape` (ShapeError naming the tensor, shape and size).
+    template <SafetensorsScalar T>
+    void add(std::string name, std::vector<std::size_t> shape, std::span<const T> data) {
+        const std::size_t n = check_new(name, shape, data.size());
+        Entry e{std::move(name), dtype_of<T>, std::move(shape), std::vector<std::byte>(n * sizeof(T))};
+        detail::st::copy_le(e.bytes.data(), data.data(), n, sizeof(T));
+        entries_.push_back(std::move(e));
+    }
+
+    /// add() for a std::vector (so T is deduced): `w.add("bias", {64}, bias)`.
+    template <SafetensorsScalar T>
+    void add(std::string name, std::vector<std::size_t> shape, const std::vector<T>& data) {
+        add<T>(std::move(name), std::move(shape), std::span<const T>(data));
+    }
+
+    /// Adds a tensor of any dtype from its little-endian bytes (e.g. F16 or BF16 data).
+    /// Requires: `bytes.size()` == product of `shape` × dtype_size(dtype) (ShapeError otherwise),
+    /// and the name rules of add().
+    void add_bytes(std::string name, Dtype dtype, std::vector<std::size_t> shape, std::span<const std::byte> bytes) {
+        const std::size_t es = dtype_size(dtype);
+        STRATA_CHECK(bytes.size() % es == 0, ShapeError, "SafetensorsWriter: tensor ", detail::st::in_quotes(name), ": ",
+                     bytes.size(), " bytes is not a whole number of ", dtype_name(dtype), " elements (", es, " bytes each)");
+        check_new(name, shape, bytes.size() / es);
+        entries_.push_back(Entry{std::move(name), dtype, std::move(shape), std::vector<std::byte>(bytes.begin(), bytes.end())});
+    }
+
+    /// Sets metadata `key` to `value` (replacing an earlier value). Both must be valid UTF-8.
+    void set_metadata(std::string key, std::string value) {
+        STRATA_CHECK(detail::st::valid_utf8(key) && detail::st::valid_utf8(value), ValueError,
+                     "SafetensorsWriter: metadata key and value must be valid UTF-8 (key ", detail::st::in_quotes(key), ")");
+        metadata_[std::move(key)] = std::move(value);
+    }
+
+    /// Number of tensors added so far.
+    std::size_t size() const noexcept { return entries_.size(); }
+
+    /// The header JSON, padded with spaces to a multiple of 8 bytes (without the length prefix).
+    std::string header() const {
+        std::string h = "{";
+        bool first = true;
+        if (!metadata_.empty()) {
+            h += "\"__metadata__\":{";
+            bool first_member = true;
+            for (const auto& [k, v] : metadata_) {
+                if (!first_member) h += ',';
+                first_member = false;
+                detail::st::json_append_string(h, k);
+                h += ':';
+                detail::st::json_append_string(h, v);
+            }
+            h += '}';
+            first = false;
+        }
+        std::uint64_t offset = 0;
+        for (const Entry* e : ordered()) {
+            if (!first) h += ',';
+            first = false;
+            detail::st::json_append_string(h, e->name);
+            h += ":{\"dtype\":\"";
+            h += dtype_name(e->dtype);
+            h += "\",\"shape\":[";
+            for (std::size_t i = 0; i < e->shape.size(); ++i) {
+                if (i) h += ',';
+                h += std::to_string(e->shape[i]);
+            }
+            h += "],\"data_offsets\":[" + std::to_string(offset) + ',';
+            offset += e->bytes.size();
+            h += std::to_string(offset) + "]}";
+        }
+        h += '}';
+        h.append((8 - h.size() % 8) % 8, ' ');
+        return h;
+    }
+
+    /// The complete file in memory: length prefix, header, data.
+    std::vector<std::byte> serialize() const {
+        const std::string h = header();
+        std::vector<std::byte> out(8 + h.size());
+        write_u64_le(out.data(), h.size());
+        std::memcpy(out.data() + 8, h.data(), h.size());
+        for (const Entry* e : ordered()) out.insert(out.end(), e->bytes.begin(), e->bytes.end());
+        return out;
+    }
+
+    /// Writes the file at `path` atomically (AtomicFileWriter): after a failure or a crash the
+    /// path holds its previous content, or nothing if it did not exist. Throws IoError.
+    void save(const std::filesystem::path& path) const {
+        const std::string h = header();
+        std::byte prefix[8];
+        write_u64_le(prefix, h.size());
+        AtomicFileWriter out(path);
+        out.write(prefix, 8);
+        out.write(h.data(), h.size());
+        for (const Entry* e : ordered()) out.write(e->bytes.data(), e->bytes.size());
+        out.commit();
+    }
+
+private:
+    struct Entry {
+        std::string name;
+        Dtype dtype;
+        std::vector<std::size_t> shape;
+        std::vector<std::byte> bytes;  // little-endian
+    };
+    std::vector<Entry> entries_;
+    std::map<std::string, std::string, std::less<>> metadata_;
+
+    static void write_u64_le(std::byte* dst, std::uint64_t v) noexcept {
+        for (int i = 0; i < 8; ++i) dst[i] = static_cast<std::byte>((v >> (8 * i)) & 0xFF);
+    }
+
+    std::size_t check_new(const std::string& name, const std::vector<std::size_t>& shape, std::size_t count) const {
+        using detail::st::in_quotes;
+        STRATA_CHECK(!name.empty(), ValueError, "SafetensorsWriter: a tensor name must not be empty");
+        STRATA_CHECK(name != "__metadata__", ValueError, "SafetensorsWriter: '__metadata__' is reserved and cannot name a tensor");
+        STRATA_CHECK(detail::st::valid_utf8(name), ValueError, "SafetensorsWriter: tensor name ", in_quotes(name),
+                     " is not valid UTF-8");
+        for (const auto& e : entries_)
+            STRATA_CHECK(e.name != name, ValueError, "SafetensorsWriter: tensor ", in_quotes(name), " was already added");
+        const auto n = detail::st::checked_numel(shape);
+        STRATA_CHECK(n && *n == count, ShapeError, "SafetensorsWriter: tensor ", in_quotes(name), ": shape ",
+                     shape_text(shape), " holds ", n ? std::to_string(*n) : std::string("too many"),
+                     " elements, but the data has ", count);
+        return count;
+    }
+
+    std::vector<const Entry*> ordered() const {
+        std::vector<const Entry*> v;
+        v.reserve(entries_.size());
+        for (const auto& e : entries_) v.push_back(&e);
+        std::sort(v.begin(), v.end(), [](const Entry* a, const Entry* b) {
+            const auto sa = dtype_size(a->dtype), sb = dtype_size(b->dtype);
+            return sa != sb ? sa > sb : a->name < b->name;
+        });
+        return v;
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+// ---------------------------------------------------------------------------------------------
+
+/// One tensor's entry in a safetensors header.
+struct TensorInfo {
+    std::string name;                ///< the tensor's name (a header key)
+    Dtype dtype = Dtype::F32;        ///< element type
+    std::vector<std::size_t> shape;  ///< extents, row-major; empty for a scalar
+    std::uint64_t begin = 0;         ///< first byte in the data buffer
+    std::uint64_t end = 0;           ///< one past the last byte in the data buffer
+
+    /// Number of elements (product of shape; 1 for a scalar).
+    std::size_t numel() const noexcept {
+        std::size_t n = 1;
+        for (auto d : shape) n *= d;
+        return n;
+    }
+    /// Number of bytes (end - begin).
+    std::size_t byte_size() const noexcept { return static_cast<std::size_t>(end - begin); }
+};
+
+/// A safetensors file read into memory and validated.
+///
+/// Ensures after load()/parse(): the header length fits the file; the header is UTF-8 JSON of
+/// the documented form; every dtype is known; every tensor's byte range has exactly
+/// dtype_size × numel bytes; the ranges tile the data buffer with no gap, overlap or excess.
+/// Anything else throws CheckpointError with the tensor's name and expected vs found values.
+///
+/// \code
+///   auto ckpt = strata::train::SafetensorsFile::load("model.safetensors");
+///   std::vector<float> kernel = ckpt.get<float>("dense/kernel", {784, 64});
+///   std::string epoch = ckpt.metadata("epoch");
+/// \endcode
+class SafetensorsFile {
+public:
+    /// Upper bound on the header length, as in the reference implementation (100 MB): a larger
+    /// value means a corrupt or hostile file.
+    static constexpr std::uint64_t max_header_size = 100'000'000;
+
+    /// Reads and validates the file at `path`. Throws IoError when it cannot be read,
+    /// CheckpointError when it is not a valid safetensors file.
+    static SafetensorsFile load(const std::filesystem::path& path) {
+        const std::string where = detail::st::in_quotes(path.string());
+        std::error_code ec;
+        if (std::filesystem::is_directory(path, ec))
+            throw_error<IoError>("safetensors: cannot read ", where, ": it is a directory");
+        std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+        if (!f) throw_error<IoError>("safetensors: cannot open ", where, ": ", std::strerror(errno));
+        if (std::fseek(f.get(), 0, SEEK_END) != 0) throw_error<IoError>("safetensors: cannot seek in ", where, ": ", std::strerror(errno));
+        const long size = std::ftell(f.get());
+        if (size < 0 || std::fseek(f.get(), 0, SEEK_SET) != 0)
+            throw_error<IoError>("safetensors: cannot tell the size of ", where, ": ", std::strerror(errno));
+        std::vector<std::byte> bytes(static_cast<std::size_t>(size));
+        if (!bytes.empty() && std::fread(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
+            throw_error<IoError>("safetensors: cannot read ", where, ": ",
+                                 std::ferror(f.get()) ? std::strerror(errno) : "the file shrank while being read");
+        return parse(std::move(bytes), path.string());
+    }
+
+    /// Validates an in-memory file (the bytes SafetensorsWriter::serialize() returns); `source`
+    /// names it in messages.
+    static SafetensorsFile parse(std::vector<std::byte> file, std::string source = "<memory>") {
+        SafetensorsFile r;
+        r.source_ = std::move(source);
+        r.parse_all(std::move(file));
+        return r;
+    }
+
+    /// Where the file came from (its path, or the name given to parse()).
+    const std::string& source() const noexcept { return source_; }
+    /// Number of tensors.
+    std::size_t size() const noexcept { return tensors_.size(); }
+    /// Every tensor, in data-buffer order.
+    const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }
+    /// The tensor names, in data-buffer order.
+    std::vector<std::string> names() const {
+        std::vector<std::string> v;
+        v.reserve(tensors_.size());
+        for (const auto& t : tensors_) v.push_back(t.name);
+        return v;
+    }
+    /// Whether a tensor is called `name`.
+    bool contains(std::string_view name) const { return index_.find(name) != index_.end(); }
+
+    /// The header entry of `name`. Throws CheckpointError listing the file's tensors if absent.
+    const TensorInfo& info(std::string_view name) const {
+        const auto it = index_.find(name);
+        if (it == index_.end()) {
+            std::string known;
+            for (std::size_t i = 0; i < tensors_.size() && i < 20; ++i) known += (i ? ", " : "") + tensors_[i].name;
+            if (tensors_.size() > 20) known += ", ... (" + std::to_string(tensors_.size()) + " in all)";
+            if (tensors_.empty()) known = "none";
+            throw_error<CheckpointError>("safetensors: ", detail::st::in_quotes(source_), " has no tensor ",
+                                         detail::st::in_quotes(name), "; its tensors are: ", known);
+        }
+        return tensors_[it->second];
+    }
+    /// The dtype of `name`.
+    Dtype dtype(std::string_view name) const { return info(name).dtype; }
+    /// The shape of `name`.
+    const std::vector<std::size_t>& shape(std::string_view name) const { return info(name).shape; }
+    /// The raw little-endian bytes of `name` (valid as long as this object).
+    std::span<const std::byte> bytes(std::string_view name) const {
+        const auto& t = info(name);
+        return std::span<const std::byte>(data_).subspan(static_cast<std::size_t>(t.begin), t.byte_size());
+    }
+
+    /// Copies tensor `name` into `out`, checking that its dtype is T's and its shape is
+    /// `expected_shape`. Throws CheckpointError naming the tensor and both dtypes or both shapes
+    /// on a mismatch, ShapeError when `out.size()` differs from the element count.
+    template <SafetensorsScalar T>
+    void copy_to(std::string_view name, std::span<T> out, std::span<const std::size_t> expected_shape) const {
+        const auto& t = checked(name, dtype_of<T>);
+        if (!std::equal(t.shape.begin(), t.shape.end(), expected_shape.begin(), expected_shape.end()))
+            throw_error<CheckpointError>("safetensors: ", detail::st::in_quotes(source_), ": tensor ",
+                                         detail::st::in_quotes(name), ": expected shape ", shape_text(expected_shape),
+                                         ", found ", shape_text(t.shape));
+        STRATA_CHECK(out.size() == t.numel(), ShapeError, "safetensors: copying tensor ", detail::st::in_quotes(name),
+                     " (", t.numel(), " elements, shape ", shape_text(t.shape), ") into a buffer of ", out.size(),
+                     " elements");
+        detail::st::copy_le(out.data(), data_.data() + t.begin, out.size(), sizeof(T));
+    }
+
+    /// copy_to() with the shape given as a braced list or vector: `copy_to<float>("b", out, {64})`.
+    template <SafetensorsScalar T>
+    void copy_to(std::string_view name, std::span<T> out, const std::vector<std::size_t>& expected_shape) const {
+        copy_to<T>(name, out, std::span<const std::size_t>(expected_shape));
+    }
+
+    /// Returns tensor `name` as a vector, checking dtype and shape as copy_to() does.
+    template <SafetensorsScalar T>
+    std::vector<T> get(std::string_view name, const std::vector<std::size_t>& expected_shape) const {
+        std::vector<T> v(checked(name, dtype_of<T>).numel());
+        copy_to<T>(name, std::span<T>(v), std::span<const std::size_t>(expected_shape));
+        return v;
+    }
+
+    /// Returns tensor `name` as a vector of any shape (see shape(name)); the dtype is checked.
+    template <SafetensorsScalar T>
+    std::vector<T> get(std::string_view name) const {
+        const auto& t = checked(name, dtype_of<T>);
+        std::vector<T> v(t.numel());
+        detail::st::copy_le(v.data(), data_.data() + t.begin, v.size(), sizeof(T));
+        return v;
+    }
+
+    /// All metadata (`__metadata__`), sorted by key; empty when the file has none.
+    const std::map<std::string, std::string, std::less<>>& metadata() const noexcept { return metadata_; }
+    /// Whether metadata `key` is present.
+    bool has_metadata(std::string_view key) const { return metadata_.find(key) != metadata_.end(); }
+    /// Metadata value of `key`. Throws CheckpointError naming the key and the file if absent.
+    const std::string& metadata(std::string_view key) const {
+        const auto it = metadata_.find(key);
+        if (it == metadata_.end())
+            throw_error<CheckpointError>("safetensors: ", detail::st::in_quotes(source_), " has no metadata key ",
+                                         detail::st::in_quotes(key));
+        return it->second;
+    }
+
+private:
+    std::string source_;
+    std::vector<TensorInfo> tensors_;
+    std::map<std::string, std::size_t, std::less<>> index_;
+    std::map<std::string, std::string, std::less<>> metadata_;
+    std::vector<std::byte> data_;  // the data buffer only (the header is dropped once parsed)
+
+    template <class... Args>
+    [[noreturn]] void fail(Args&&... args) const {
+        throw_error<CheckpointError>("safetensors: ", detail::st::in_quotes(source_), ": ", std::forward<Args>(args)...);
+    }
+
+    const TensorInfo& checked(std::string_view name, Dtype want) const {
+        const auto& t = info(name);
+        if (t.dtype != want)
+            fail("tensor ", detail::st::in_quotes(name), ": expected dtype ", dtype_name(want), ", found ", dtype_name(t.dtype));
+        return t;
+    }
+
+    void parse_all(std::vector<std::byte> file) {
+        using detail::st::JsonValue;
+        using detail::st::in_quotes;
+        const std::uint64_t size = file.size();
+        if (size < 8)
+            fail("file is ", size, " bytes long; a safetensors file starts with an 8-byte header length");
+        std::uint64_t n = 0;
+        for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<std::uint64_t>(file[static_cast<std::size_t>(i)]);
+        if (n > size - 8)
+            fail("header length ", n, " exceeds the file: only ", size - 8, " bytes follow the 8-byte length (truncated file?)");
+        if (n > max_header_size) fail("header length ", n, " exceeds the limit of ", max_header_size, " bytes (corrupt file?)");
+        if (n < 2) fail("header length ", n, " is too small for a JSON object");
+        const std::string_view text(reinterpret_cast<const char*>(file.data()) + 8, static_cast<std::size_t>(n));
+        if (!detail::st::valid_utf8(text)) fail("header is not valid UTF-8");
+        if (text.front() != '{') fail("header must start with '{', found '", text.front(), "'");
+
+        const JsonValue root = detail::st::JsonParser(text, "safetensors: " + in_quotes(source_) + ": header").parse_document();
+        if (root.kind != JsonValue::Kind::Object) fail("header is ", root.kind_name(), ", expected an object");
+
+        for (const auto& [key, v] : root.members) {
+            if (key == "__metadata__") {
+                if (v.kind != JsonValue::Kind::Object) fail("__metadata__ is ", v.kind_name(), ", expected an object of strings");
+                for (const auto& [mk, mv] : v.members) {
+                    if (mv.kind != JsonValue::Kind::String)
+                        fail("__metadata__ value of ", in_quotes(mk), " is ", mv.kind_name(), ", expected a string");
+                    metadata_.emplace(mk, mv.text);
+                }
+                continue;
+            }
+            tensors_.push_back(parse_tensor(key, v));
+        }
+
+        const std::uint64_t buffer = size - 8 - n;
+        std::vector<std::size_t> order(tensors_.size());
+        for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+            const auto& ta = tensors_[a];
+            const auto& tb = tensors_[b];
+            return ta.begin != tb.begin ? ta.begin < tb.begin : ta.end < tb.end;
+        });
+        std::uint64_t at = 0;
+        const TensorInfo* prev = nullptr;
+        for (std::size_t i : order) {
+            const auto& t = tensors_[i];
+            if (t.begin != at) {
+                if (!prev)
+                    fail("tensor ", in_quotes(t.name), " begins at byte ", t.begin,
+                         " of the data buffer; expected the first tensor to begin at byte 0");
+                fail("tensor ", in_quotes(t.name), " begins at byte ", t.begin, " but tensor ", in_quotes(prev->name),
+                     " ends at byte ", at, ": tensors must be packed without ", t.begin > at ? "gaps" : "overlaps");
+            }
+            if (t.end > buffer)
+                fail("tensor ", in_quotes(t.name), " ends at byte ", t.end, " of the data buffer, but the buffer has only ",
+                     buffer, " bytes (truncated file?)");
+            at = t.end;
+            prev = &t;
+        }
+        if (at != buffer)
+            fail("the tensors cover ", at, " bytes, but the data buffer has ", buffer,
+                 " bytes: expected no bytes after the last tensor");
+
+        std::vector<TensorInfo> sorted;
+        sorted.reserve(tensors_.size());
+        for (std::size_t i : order) sorted.push_back(std::move(tensors_[i]));
+        tensors_ = std::move(sorted);
+        for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+
+        file.erase(file.begin(), file.begin() + static_cast<std::ptrdiff_t>(8 + n));
+        data_ = std::move(file);
+    }
+
+    TensorInfo parse_tensor(const std::string& name, const detail::st::JsonValue& v) const {
+        using detail::st::JsonValue;
+        using detail::st::in_quotes;
+        const std::string who = "tensor " + in_quotes(name);
+        if (v.kind != JsonValue::Kind::Object) fail(who, " is ", v.kind_name(), ", expected an object with dtype, shape and data_offsets");
+        const JsonValue* dtype = nullptr;
+        const JsonValue* shape = nullptr;
+        const JsonValue* offsets = nullptr;
+        for (const auto& [k, m] : v.members) {
+            if (k == "dtype") dtype = &m;
+            else if (k == "shape") shape = &m;
+            else if (k == "data_offsets") offsets = &m;
+            else fail(who, " has an unknown field ", in_quotes(k), "; expected only dtype, shape and data_offsets");
+        }
+        if (!dtype || !shape || !offsets)
+            fail(who, " lacks the field ", !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
+
+        TensorInfo t;
+        t.name = name;
+        if (dtype->kind != JsonValue::Kind::String) fail(who, ": dtype is ", dtype->kind_name(), ", expected a string");
+        const auto d = parse_dtype(dtype->text);
+        if (!d)
+            fail(who, ": unknown dtype ", in_quotes(dtype->text),
+                 "; expected one of BOOL, U8, I8, U16, I16, F16, BF16, U32, I32, F32, U64, I64, F64, F8_E4M3, F8_E5M2");
+        t.dtype = *d;
+
+        if (shape->kind != JsonValue::Kind::Array) fail(who, ": shape is ", shape->kind_name(), ", expected an array of integers");
+        for (const auto& e : shape->items) {
+            const auto x = e.as_u64();
+            if (!x || *x > std::numeric_limits<std::size_t>::max())
+                fail(who, ": shape entry ", e.kind == JsonValue::Kind::Number ? e.text : e.kind_name(),
+                     " is not a non-negative integer");
+            t.shape.push_back(static_cast<std::size_t>(*x));
+        }
+
+        if (offsets->kind != JsonValue::Kind::Array || offsets->items.size() != 2)
+            fail(who, ": data_offsets must be an array of two integers [begin, end]");
+        const auto b = offsets->items[0].as_u64();
+        const auto e = offsets->items[1].as_u64();
+        if (!b || !e) fail(who, ": data_offsets must hold two non-negative integers");
+        if (*b > *e) fail(who, ": data_offsets [", *b, ", ", *e, "] end before they begin");
+        t.begin = *b;
+        t.end = *e;
+
+        const auto numel = detail::st::checked_numel(t.shape);
+        const std::uint64_t es = dtype_size(t.dtype);
+        if (!numel || *numel > std::numeric_limits<std::uint64_t>::max() / es)
+            fail(who, ": shape ", shape_text(t.shape), " describes more bytes than any file can hold");
+        if (*numel * es != t.end - t.begin)
+            fail(who, ": dtype ", dtype_name(t.dtype), " and shape ", shape_text(t.shape), " need ", *numel * es,
+                 " bytes, but data_offsets [", t.begin, ", ", t.end, "] cover ", t.end - t.begin);
+        return t;
+    }
+};
+
+}  // namespace strata::train

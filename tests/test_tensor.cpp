@@ -1,0 +1,290 @@
+// Tensor core: every op against a simple float64 reference on random inputs of awkward sizes.
+// The same source is compiled for Host (g++) and, as test_tensor.cu, for Host + Cuda (nvcc).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <strata/tensor/tensor_all.hpp>
+
+#include "test_places.hpp"
+
+using strata::Shape;
+using strata::Tensor;
+
+namespace {
+
+// Inputs come from a generator independent of the library's own (std-free LCG), so a bug in
+// strata's Philox cannot hide a bug elsewhere.
+std::vector<double> reference_values(std::int64_t n, std::uint64_t seed, double lo = -1, double hi = 1) {
+    std::vector<double> v(static_cast<std::size_t>(n));
+    std::uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+    for (auto& x : v) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x = lo + (hi - lo) * double(s >> 11) / 9007199254740992.0;
+    }
+    return v;
+}
+
+template <class T, class P>
+Tensor<T, P> make(const Shape& shape, std::uint64_t seed, double lo = -1, double hi = 1) {
+    auto v = reference_values(shape.size(), seed, lo, hi);
+    std::vector<T> t(v.begin(), v.end());
+    return strata::copy_to<P>(strata::from_vector(t, shape).view());
+}
+
+template <class T, class P>
+std::vector<double> as_double(const strata::TensorView<T, P>& t) {
+    auto v = strata::to_vector(t);
+    return std::vector<double>(v.begin(), v.end());
+}
+
+template <class T>
+double tol() { return sizeof(T) == 4 ? 1e-5 : 1e-12; }
+
+const std::int64_t sizes[] = {1, 2, 7, 13, 97, 1009, 65537};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("fill, copy and round trips between places", P, STRATA_TEST_PLACES) {
+    for (auto n : sizes) {
+        Tensor<float, P> t(Shape{n});
+        strata::fill(t.view(), 2.5f);
+        for (float x : strata::to_vector(t.view())) REQUIRE(x == 2.5f);
+        auto src = make<double, P>(Shape{n, 1}, 3);
+        Tensor<double, P> dst(Shape{n, 1});
+        strata::copy(src.view(), dst.view());
+        CHECK(strata::to_vector(dst.view()) == strata::to_vector(src.view()));
+        auto back = strata::to_host(src.view());
+        CHECK(back.shape() == Shape{n, 1});
+    }
+    Tensor<float, P> a(Shape{3}), b(Shape{4});
+    CHECK_THROWS_AS(strata::copy(a.view(), b.view()), strata::ShapeError);
+}
+
+TEST_CASE_TEMPLATE("element-wise arithmetic matches float64", T, float, double) {
+    using P = strata::place::Host;
+    for (auto n : sizes) {
+        auto a = make<T, P>(Shape{n}, 1), b = make<T, P>(Shape{n}, 2, 0.5, 2.0);
+        auto ra = as_double(a.view()), rb = as_double(b.view());
+        Tensor<T, P> out(Shape{n});
+        auto check = [&](auto op, auto ref) {
+            op();
+            auto o = as_double(out.view());
+            for (std::int64_t i = 0; i < n; ++i) REQUIRE(o[std::size_t(i)] == doctest::Approx(ref(ra[std::size_t(i)], rb[std::size_t(i)])).epsilon(tol<T>()));
+        };
+        check([&] { strata::add(a.view(), b.view(), out.view()); }, [](double x, double y) { return x + y; });
+        check([&] { strata::sub(a.view(), b.view(), out.view()); }, [](double x, double y) { return x - y; });
+        check([&] { strata::mul(a.view(), b.view(), out.view()); }, [](double x, double y) { return x * y; });
+        check([&] { strata::div(a.view(), b.view(), out.view()); }, [](double x, double y) { return x / y; });
+        check([&] { strata::scale(a.view(), T(3), out.view()); }, [](double x, double) { return 3 * x; });
+        check([&] { strata::add_scalar(a.view(), T(-2), out.view()); }, [](double x, double) { return x - 2; });
+        check([&] { strata::copy(b.view(), out.view()); strata::axpy(T(0.5), a.view(), out.view()); },
+              [](double x, double y) { return 0.5 * x + y; });
+        check([&] { strata::copy(b.view(), out.view()); strata::axpby(T(2), a.view(), T(-1), out.view()); },
+              [](double x, double y) { return 2 * x - y; });
+        check([&] { strata::map(a.view(), out.view(), [](T x) { return x * x; }); }, [](double x, double) { return x * x; });
+    }
+    Tensor<T, P> a(Shape{3}), b(Shape{2, 2}), out(Shape{3});
+    CHECK_THROWS_WITH_AS(strata::add(a.view(), b.view(), out.view()), doctest::Contains("(2, 2)"), strata::ShapeError);
+}
+
+TEST_CASE_TEMPLATE("add_bias broadcasts over the last axis", P, STRATA_TEST_PLACES) {
+    for (std::int64_t rows : {1, 5, 31}) {
+        for (std::int64_t c : {1, 3, 64}) {
+            auto x = make<float, P>(Shape{rows, 2, c}, 5);
+            auto bias = make<float, P>(Shape{c}, 6);
+            auto rx = as_double(x.view()), rb = as_double(bias.view());
+            strata::add_bias(x.view(), bias.view());
+            auto o = as_double(x.view());
+            for (std::size_t i = 0; i < o.size(); ++i) REQUIRE(o[i] == doctest::Approx(rx[i] + rb[i % std::size_t(c)]).epsilon(1e-6));
+        }
+    }
+    Tensor<float, P> x(Shape{2, 3}), bad(Shape{2});
+    CHECK_THROWS_AS(strata::add_bias(x.view(), bad.view()), strata::ShapeError);
+}
+
+TEST_CASE_TEMPLATE("whole-tensor reductions match float64", P, STRATA_TEST_PLACES) {
+    for (auto n : sizes) {
+        auto x = make<float, P>(Shape{n}, 7, -3, 5);
+        auto r = as_double(x.view());
+        double s = 0, mx = r[0], mn = r[0];
+        std::int64_t am = 0;
+        for (std::size_t i = 0; i < r.size(); ++i) {
+            s += r[i];
+            if (r[i] > mx) { mx = r[i]; am = std::int64_t(i); }
+            mn = std::min(mn, r[i]);
+        }
+        CHECK(double(strata::sum(x.view())) == doctest::Approx(s).epsilon(1e-12));
+        CHECK(strata::mean(x.view()) == doctest::Approx(s / double(n)).epsilon(1e-12));
+        CHECK(double(strata::max(x.view())) == mx);
+        CHECK(double(strata::min(x.view())) == mn);
+        CHECK(strata::argmax(x.view()) == am);
+    }
+    Tensor<float, P> empty(Shape{0});
+    CHECK(strata::sum(empty.view()) == 0.0);
+    CHECK_THROWS_AS(strata::max(empty.view()), strata::ValueError);
+}
+
+TEST_CASE_TEMPLATE("the float sum is accurate", P, STRATA_TEST_PLACES) {
+    // 2^24 * 1.5 is exactly representable, but a float accumulator stalls at 2^24 + ...
+    Tensor<float, P> ones(Shape{std::int64_t(1) << 24});
+    strata::fill(ones.view(), 1.5f);
+    CHECK(strata::sum(ones.view()) == 1.5 * double(1 << 24));
+    // 10^7 random floats against a float64 sum of the same floats.
+    auto x = make<float, P>(Shape{10000000}, 11, 0, 1);
+    double ref = 0;
+    for (float v : strata::to_vector(x.view())) ref += double(v);
+    CHECK(std::abs(double(strata::sum(x.view())) - ref) <= 1e-6 * std::abs(ref));
+}
+
+TEST_CASE_TEMPLATE("axis reductions match float64 on every axis", P, STRATA_TEST_PLACES) {
+    const Shape shapes[] = {Shape{7}, Shape{3, 5}, Shape{2, 3, 4}, Shape{1, 13, 1}, Shape{1009, 3}, Shape{300, 2, 5}};
+    for (const auto& shape : shapes) {
+        auto x = make<double, P>(shape, 13);
+        auto r = as_double(x.view());
+        for (int axis = 0; axis < shape.rank(); ++axis) {
+            const std::int64_t outer = shape.product(0, axis), len = shape[axis], inner = shape.product(axis + 1, shape.rank());
+            Tensor<double, P> s(Shape{outer * inner}), m(Shape{outer * inner}), mx(Shape{outer * inner}), mn(Shape{outer * inner});
+            strata::sum(x.view(), axis, s.view());
+            strata::mean(x.view(), axis, m.view());
+            strata::max(x.view(), axis, mx.view());
+            strata::min(x.view(), axis, mn.view());
+            auto vs = as_double(s.view()), vm = as_double(m.view()), vmx = as_double(mx.view()), vmn = as_double(mn.view());
+            for (std::int64_t o = 0; o < outer; ++o)
+                for (std::int64_t i = 0; i < inner; ++i) {
+                    double rs = 0, rmx = -1e300, rmn = 1e300;
+                    for (std::int64_t k = 0; k < len; ++k) {
+                        const double v = r[std::size_t((o * len + k) * inner + i)];
+                        rs += v;
+                        rmx = std::max(rmx, v);
+                        rmn = std::min(rmn, v);
+                    }
+                    const auto j = std::size_t(o * inner + i);
+                    REQUIRE(vs[j] == doctest::Approx(rs).epsilon(1e-12));
+                    REQUIRE(vm[j] == doctest::Approx(rs / double(len)).epsilon(1e-12));
+                    REQUIRE(vmx[j] == rmx);
+                    REQUIRE(vmn[j] == rmn);
+                }
+        }
+        Tensor<double, P> wrong(Shape{shape.size() + 1});
+        CHECK_THROWS_AS(strata::sum(x.view(), 0, wrong.view()), strata::ShapeError);
+        CHECK_THROWS_AS(strata::sum(x.view(), shape.rank(), wrong.view()), strata::ShapeError);
+    }
+}
+
+TEST_CASE_TEMPLATE("softmax and argmax of rows", P, STRATA_TEST_PLACES) {
+    for (std::int64_t cols : {1, 2, 10, 97}) {
+        const std::int64_t rows = 17;
+        auto x = make<double, P>(Shape{rows, cols}, 17, -50, 50);
+        // Large logits must not overflow.
+        auto big = as_double(x.view());
+        Tensor<double, P> y(Shape{rows, cols});
+        Tensor<std::int32_t, P> am(Shape{rows});
+        strata::softmax(x.view(), y.view());
+        strata::argmax_rows(x.view(), am.view());
+        auto vy = as_double(y.view());
+        auto vam = strata::to_vector(am.view());
+        for (std::int64_t r = 0; r < rows; ++r) {
+            double m = -1e300;
+            std::int32_t best = 0;
+            for (std::int64_t c = 0; c < cols; ++c) {
+                if (big[std::size_t(r * cols + c)] > m) { m = big[std::size_t(r * cols + c)]; best = std::int32_t(c); }
+            }
+            double z = 0;
+            for (std::int64_t c = 0; c < cols; ++c) z += std::exp(big[std::size_t(r * cols + c)] - m);
+            for (std::int64_t c = 0; c < cols; ++c)
+                REQUIRE(vy[std::size_t(r * cols + c)] == doctest::Approx(std::exp(big[std::size_t(r * cols + c)] - m) / z).epsilon(1e-12));
+            REQUIRE(vam[std::size_t(r)] == best);
+        }
+    }
+    Tensor<float, P> huge(Shape{1, 3});
+    strata::fill(huge.view(), 1e30f);
+    strata::softmax(huge.view(), huge.view());
+    for (float v : strata::to_vector(huge.view())) CHECK(v == doctest::Approx(1.0 / 3));
+}
+
+TEST_CASE_TEMPLATE("gemm: every transpose combination on non-square shapes", P, STRATA_TEST_PLACES) {
+    struct Dims { std::int64_t m, n, k; };
+    const Dims cases[] = {{1, 1, 1}, {2, 3, 5}, {7, 13, 1}, {31, 1, 17}, {64, 10, 288}, {129, 65, 33}};
+    for (auto [m, n, k] : cases) {
+        for (auto ta : {strata::Trans::No, strata::Trans::Yes}) {
+            for (auto tb : {strata::Trans::No, strata::Trans::Yes}) {
+                const Shape sa = ta == strata::Trans::No ? Shape{m, k} : Shape{k, m};
+                const Shape sb = tb == strata::Trans::No ? Shape{k, n} : Shape{n, k};
+                auto a = make<double, P>(sa, 21), b = make<double, P>(sb, 22), c = make<double, P>(Shape{m, n}, 23);
+                auto fa = make<float, P>(sa, 21), fb = make<float, P>(sb, 22), fc = make<float, P>(Shape{m, n}, 23);
+                auto ra = as_double(a.view()), rb = as_double(b.view()), rc = as_double(c.view());
+                strata::gemm(ta, tb, 0.5, a.view(), b.view(), -2.0, c.view());
+                strata::gemm(ta, tb, 0.5f, fa.view(), fb.view(), -2.0f, fc.view());
+                auto vc = as_double(c.view()), vfc = as_double(fc.view());
+                for (std::int64_t i = 0; i < m; ++i)
+                    for (std::int64_t j = 0; j < n; ++j) {
+                        double s = 0;
+                        for (std::int64_t p = 0; p < k; ++p) {
+                            const double av = ta == strata::Trans::No ? ra[std::size_t(i * k + p)] : ra[std::size_t(p * m + i)];
+                            const double bv = tb == strata::Trans::No ? rb[std::size_t(p * n + j)] : rb[std::size_t(j * k + p)];
+                            s += av * bv;
+                        }
+                        const double ref = 0.5 * s - 2.0 * rc[std::size_t(i * n + j)];
+                        REQUIRE(vc[std::size_t(i * n + j)] == doctest::Approx(ref).epsilon(1e-12));
+                        REQUIRE(vfc[std::size_t(i * n + j)] == doctest::Approx(ref).epsilon(1e-4));
+                    }
+            }
+        }
+    }
+    Tensor<float, P> a(Shape{2, 3}), b(Shape{4, 5}), c(Shape{2, 5});
+    CHECK_THROWS_WITH_AS(strata::gemm(strata::Trans::No, strata::Trans::No, 1.0f, a.view(), b.view(), 0.0f, c.view()),
+                         doctest::Contains("(4, 5)"), strata::ShapeError);
+}
+
+TEST_CASE_TEMPLATE("random init is reproducible and well distributed", P, STRATA_TEST_PLACES) {
+    Tensor<float, P> u(Shape{100003}), u2(Shape{100003}), n(Shape{100003});
+    strata::random_uniform(u.view(), -2.0f, 3.0f, 42);
+    strata::random_uniform(u2.view(), -2.0f, 3.0f, 42);
+    CHECK(strata::to_vector(u.view()) == strata::to_vector(u2.view()));
+    auto vu = as_double(u.view());
+    double mean = 0;
+    for (double v : vu) { REQUIRE(v >= -2.0); REQUIRE(v < 3.0); mean += v; }
+    CHECK(mean / double(vu.size()) == doctest::Approx(0.5).epsilon(0.02));
+    strata::random_uniform(u2.view(), -2.0f, 3.0f, 43);
+    CHECK(strata::to_vector(u.view()) != strata::to_vector(u2.view()));
+    strata::random_normal(n.view(), 1.0f, 2.0f, 7);
+    auto vn = as_double(n.view());
+    double m = 0, v2 = 0;
+    for (double v : vn) m += v;
+    m /= double(vn.size());
+    for (double v : vn) v2 += (v - m) * (v - m);
+    CHECK(m == doctest::Approx(1.0).epsilon(0.03));
+    CHECK(std::sqrt(v2 / double(vn.size())) == doctest::Approx(2.0).epsilon(0.02));
+    // Element i depends only on (seed, stream, i): the host computes the same numbers.
+    for (std::size_t i : {std::size_t(0), std::size_t(5), std::size_t(99999)})
+        CHECK(float(vu[i]) == strata::random::uniform_at<float>(42, 0, i, -2.0f, 3.0f));
+}
+
+TEST_CASE("tensor storage and views") {
+    Tensor<float> t({4, 3});
+    CHECK(t.size() == 12);
+    CHECK(t.shape() == Shape{4, 3});
+    auto cap = t.capacity();
+    const float* p = t.data();
+    t.resize(Shape{2, 3});
+    CHECK(t.data() == p);  // shrinking reuses storage
+    CHECK(t.capacity() == cap);
+    t.resize(Shape{4, 3});
+    for (std::int64_t i = 0; i < 12; ++i) t[i] = float(i);
+    CHECK(t.at(2, 1) == 7.0f);
+    CHECK_THROWS_AS(t.at(4, 0), strata::ShapeError);
+    auto rows = t.view().slice(1, 2);
+    CHECK(rows.shape() == Shape{2, 3});
+    CHECK(rows[0] == 3.0f);
+    CHECK_THROWS_AS(t.view().slice(3, 2), strata::ShapeError);
+    CHECK_THROWS_WITH_AS(t.view().reshape({5, 2}), doctest::Contains("(5, 2)"), strata::ShapeError);
+    auto moved = std::move(t);
+    CHECK(moved.size() == 12);
+    CHECK(t.data() == nullptr);
+    auto c = moved.clone();
+    CHECK(c.data() != moved.data());
+    CHECK(strata::to_vector(c.view()) == strata::to_vector(moved.view()));
+}

@@ -1,0 +1,2 @@
+// The tensor tests compiled by nvcc: the same cases, on Host and Cuda.
+#include "test_tensor.cpp"
