@@ -1,0 +1,122 @@
+#pragma once
+/// \file strata/nn/activation.hpp
+/// Activations: `Linear`, `ReLU`, `Sigmoid`, `Tanh`, `Softmax`, as tags layers take
+/// (`Dense<64, ReLU>`). Each gives its value and, for the backward pass, its derivative
+/// expressed through its output y (so no pre-activation buffer is kept).
+
+#include <cmath>
+#include <cstdint>
+
+#include "strata/tensor/tensor_all.hpp"
+
+namespace strata::nn {
+
+/// No activation: y = x.
+struct Linear {
+    static constexpr const char* name = "linear";
+    static constexpr bool rowwise = false;
+    template <class T> STRATA_HD static T apply(T x) { return x; }
+    template <class T> STRATA_HD static T grad(T, T dy) { return dy; }
+};
+/// y = max(x, 0).
+struct ReLU {
+    static constexpr const char* name = "relu";
+    static constexpr bool rowwise = false;
+    template <class T> STRATA_HD static T apply(T x) { return x > T(0) ? x : T(0); }
+    template <class T> STRATA_HD static T grad(T y, T dy) { return y > T(0) ? dy : T(0); }
+};
+/// y = 1 / (1 + e^-x).
+struct Sigmoid {
+    static constexpr const char* name = "sigmoid";
+    static constexpr bool rowwise = false;
+    template <class T> STRATA_HD static T apply(T x) { using std::exp; return T(1) / (T(1) + exp(-x)); }
+    template <class T> STRATA_HD static T grad(T y, T dy) { return dy * y * (T(1) - y); }
+};
+/// y = tanh(x).
+struct Tanh {
+    static constexpr const char* name = "tanh";
+    static constexpr bool rowwise = false;
+    template <class T> STRATA_HD static T apply(T x) { using std::tanh; return tanh(x); }
+    template <class T> STRATA_HD static T grad(T y, T dy) { return dy * (T(1) - y * y); }
+};
+/// y = softmax over the last axis. With a cross-entropy loss the two are fused (the loss
+/// works from the logits), which is both faster and stable for large logits.
+struct Softmax {
+    static constexpr const char* name = "softmax";
+    static constexpr bool rowwise = true;
+};
+
+/// Satisfied by the activation tags.
+template <class A>
+concept Activation = requires {
+    { A::name } -> std::convertible_to<const char*>;
+    { A::rowwise } -> std::convertible_to<bool>;
+};
+
+namespace detail {
+template <class T, class Act>
+struct BiasActivate {
+    T* y;
+    const T* bias;
+    std::int64_t channels;
+    STRATA_HD void operator()(std::int64_t i) const {
+        const T v = bias ? y[i] + bias[i % channels] : y[i];
+        y[i] = Act::apply(v);
+    }
+};
+template <class T, class Act>
+struct ActivationGrad {
+    const T* y;
+    T* dy;
+    STRATA_HD void operator()(std::int64_t i) const { dy[i] = Act::grad(y[i], dy[i]); }
+};
+template <class T>
+struct SoftmaxGrad {
+    const T* y;
+    T* dy;
+    std::int64_t cols;
+    STRATA_HD void operator()(std::int64_t r) const {
+        const T* yr = y + r * cols;
+        T* d = dy + r * cols;
+        T s = 0;
+        for (std::int64_t c = 0; c < cols; ++c) s += d[c] * yr[c];
+        for (std::int64_t c = 0; c < cols; ++c) d[c] = yr[c] * (d[c] - s);
+    }
+};
+}  // namespace detail
+
+/// `y = act(y + bias)` in one pass over `y` ([..., C]; `bias` has C elements or is empty).
+/// With `skip_activation`, only the bias is added (the fused softmax tail).
+template <class Act, class T, class P>
+void bias_activation(const TensorView<T, P>& y, const T* bias, std::int64_t channels, bool skip_activation) {
+    if (y.size() == 0) return;
+    if constexpr (Act::rowwise) {
+        if (bias) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), y.size(),
+                                     detail::BiasActivate<T, Linear>{y.data(), bias, channels});
+        if (!skip_activation) softmax(y, y);
+    } else {
+        if (skip_activation || std::is_same_v<Act, Linear>) {
+            if (bias) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), y.size(),
+                                         detail::BiasActivate<T, Linear>{y.data(), bias, channels});
+        } else {
+            thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), y.size(),
+                               detail::BiasActivate<T, Act>{y.data(), bias, channels});
+        }
+    }
+}
+
+/// `dy = dy * act'(x)` in place, computed from the activation's output `y`.
+template <class Act, class T, class P>
+void activation_backward(const TensorView<T, P>& y, const TensorView<T, P>& dy, bool skip_activation) {
+    if (skip_activation || std::is_same_v<Act, Linear> || y.size() == 0) return;
+    if constexpr (Act::rowwise) {
+        const std::int64_t cols = y.dim(-1);
+        thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), y.size() / cols,
+                           detail::SoftmaxGrad<T>{y.data(), dy.data(), cols});
+    } else {
+        thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), y.size(),
+                           detail::ActivationGrad<T, Act>{y.data(), dy.data()});
+    }
+}
+
+}  // namespace strata::nn

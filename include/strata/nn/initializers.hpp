@@ -1,0 +1,28 @@
+#pragma once
+/// \file strata/nn/initializers.hpp
+/// Keras's default initializers: Glorot (Xavier) uniform kernels and zero biases.
+/// Glorot & Bengio, "Understanding the difficulty of training deep feedforward neural
+/// networks", AISTATS 2010: U(-l, l) with l = sqrt(6 / (fan_in + fan_out)).
+
+#include <cmath>
+#include <cstdint>
+
+#include "strata/tensor/tensor_all.hpp"
+
+namespace strata::nn {
+
+/// Fills `n` elements at `w` (on place P) from U(-l, l), l = sqrt(6 / (fan_in + fan_out)),
+/// reproducibly from (seed, stream).
+template <class T, class P>
+void glorot_uniform(T* w, std::int64_t n, std::int64_t fan_in, std::int64_t fan_out, std::uint64_t seed, std::uint64_t stream) {
+    const T limit = T(std::sqrt(6.0 / double(fan_in + fan_out)));
+    random_uniform(TensorView<T, P>(w, Shape{n}), -limit, limit, seed, stream);
+}
+
+/// Sets `n` elements at `b` to zero.
+template <class T, class P>
+void zeros(T* b, std::int64_t n) {
+    fill(TensorView<T, P>(b, Shape{n}), T(0));
+}
+
+}  // namespace strata::nn

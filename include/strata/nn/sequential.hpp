@@ -1,0 +1,269 @@
+#pragma once
+/// \file strata/nn/sequential.hpp
+/// `Sequential<Input<...>, Layers...>`: a stack of layers whose shapes are worked out at compile
+/// time, and `Network<Seq, T, Place>`: one replica's compute for it (bound layers, activation
+/// and gradient buffers), whose forward and backward passes are one inlined call chain over the
+/// layer list — no virtual dispatch, no allocation once the buffers have grown to the batch.
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "strata/nn/layer.hpp"
+
+namespace strata::nn {
+
+namespace detail {
+template <class In, class T, class P, class... Specs>
+struct BindChain {
+    using type = std::tuple<>;
+    using output_shape = In;
+};
+template <class In, class T, class P, class S, class... Rest>
+struct BindChain<In, T, P, S, Rest...> {
+    using first = typename S::template bind<In, T, P>;
+    using next = BindChain<typename first::output_shape, T, P, Rest...>;
+    using type = decltype(std::tuple_cat(std::declval<std::tuple<first>>(), std::declval<typename next::type>()));
+    using output_shape = typename next::output_shape;
+};
+
+template <class L>
+constexpr bool aliases_input() {
+    if constexpr (requires { L::aliases_input; }) return L::aliases_input;
+    else return false;
+}
+
+template <class Tuple, std::size_t... I>
+constexpr auto param_offsets(std::index_sequence<I...>) {
+    std::array<std::int64_t, sizeof...(I) + 1> off{};
+    const std::int64_t sizes[] = {std::tuple_element_t<I, Tuple>::num_params..., 0};
+    for (std::size_t i = 0; i < sizeof...(I); ++i) off[i + 1] = off[i] + sizes[i];
+    return off;
+}
+
+template <class S>
+std::string shape_text(std::int64_t batch_dim = -1) {
+    std::string s = "(";
+    s += batch_dim < 0 ? "None" : std::to_string(batch_dim);
+    for (auto d : S::dims) s += ", " + std::to_string(d);
+    return s + ")";
+}
+}  // namespace detail
+
+template <class Seq, class T, class P>
+class Network;
+
+/// A Keras-style Sequential model: an `Input<...>` shape, then layer specs.
+///
+/// \code
+/// using namespace strata::nn;
+/// using Mnist = Sequential<Input<28, 28, 1>,
+///                          Conv2D<32, 3, ReLU>, MaxPooling2D<2>,
+///                          Conv2D<64, 3, ReLU>, MaxPooling2D<2>,
+///                          Flatten, Dense<64, ReLU>, Dense<10, Softmax>>;
+/// static_assert(Mnist::num_params == 121930);
+/// \endcode
+///
+/// A layer that cannot take its input's shape is a compile error naming the layer and both
+/// shapes.
+template <class InputSpec, class... Specs>
+struct Sequential {
+    static_assert(sizeof...(Specs) >= 1, "strata::nn::Sequential: give at least one layer after the Input<...>");
+    using input_shape = typename InputSpec::shape;
+    template <class T, class P>
+    using bound_layers = typename detail::BindChain<input_shape, T, P, Specs...>::type;
+    using output_shape = typename detail::BindChain<input_shape, float, place::Host, Specs...>::output_shape;
+    static constexpr std::size_t num_layers = sizeof...(Specs);
+    static constexpr auto offsets =
+        detail::param_offsets<bound_layers<float, place::Host>>(std::make_index_sequence<sizeof...(Specs)>{});
+    /// Number of trainable parameters (Keras's "Total params").
+    static constexpr std::int64_t num_params = offsets[sizeof...(Specs)];
+
+    /// Keras-style layer names: dense, dense_1, conv2d, ...
+    static std::vector<std::string> layer_names() {
+        const char* kinds[] = {Specs::keras_name...};
+        std::vector<std::string> names;
+        for (std::size_t i = 0; i < num_layers; ++i) {
+            int before = 0;
+            for (std::size_t j = 0; j < i; ++j) before += std::string(kinds[j]) == kinds[i];
+            names.push_back(before ? std::string(kinds[i]) + "_" + std::to_string(before) : std::string(kinds[i]));
+        }
+        return names;
+    }
+
+    /// The Keras-like summary table: layer (type), output shape, parameter count.
+    static std::string summary() {
+        using Layers = bound_layers<float, place::Host>;
+        std::vector<std::string> shapes = output_shapes<Layers>(std::make_index_sequence<num_layers>{});
+        const char* types[] = {Specs::name...};
+        const auto names = layer_names();
+        std::string out;
+        char line[160];
+        const std::string rule(72, '-');
+        out += "Model: \"sequential\"\n" + rule + "\n";
+        std::snprintf(line, sizeof line, "%-34s %-24s %12s\n", "Layer (type)", "Output Shape", "Param #");
+        out += line + std::string(72, '=') + "\n";
+        for (std::size_t i = 0; i < num_layers; ++i) {
+            const std::string label = names[i] + " (" + types[i] + ")";
+            std::snprintf(line, sizeof line, "%-34s %-24s %12s\n", label.c_str(), shapes[i].c_str(),
+                          group_digits(offsets[i + 1] - offsets[i]).c_str());
+            out += line;
+        }
+        out += std::string(72, '=') + "\n";
+        out += "Total params: " + group_digits(num_params) + "\nTrainable params: " + group_digits(num_params) +
+               "\nNon-trainable params: 0\n" + rule + "\n";
+        return out;
+    }
+
+    /// Name and shape of every parameter, in flat-buffer order: "conv2d/kernel", "dense_1/bias", ...
+    static std::vector<ParamInfo> parameters() {
+        using Layers = bound_layers<float, place::Host>;
+        std::vector<ParamInfo> all;
+        collect<Layers>(all, std::make_index_sequence<num_layers>{});
+        return all;
+    }
+
+private:
+    template <class Layers, std::size_t... I>
+    static std::vector<std::string> output_shapes(std::index_sequence<I...>) {
+        return {detail::shape_text<typename std::tuple_element_t<I, Layers>::output_shape>()...};
+    }
+    template <class Layers, std::size_t... I>
+    static void collect(std::vector<ParamInfo>& all, std::index_sequence<I...>) {
+        const auto names = layer_names();
+        auto one = [&](std::size_t i, std::vector<ParamInfo> ps) {
+            for (auto& p : ps) all.push_back({names[i] + "/" + p.name, p.shape, offsets[i] + p.offset});
+        };
+        (one(I, std::tuple_element_t<I, Layers>::param_info()), ...);
+    }
+    static std::string group_digits(std::int64_t v) {
+        std::string s = std::to_string(v), out;
+        for (std::size_t i = 0; i < s.size(); ++i) {
+            if (i && (s.size() - i) % 3 == 0) out += ',';
+            out += s[i];
+        }
+        return out;
+    }
+};
+
+/// One replica's compute for a Sequential: bound layers plus the activation and gradient
+/// buffers for the current batch size. Parameters and gradients live outside (flat buffers of
+/// `num_params` elements, layer after layer, as `Seq::parameters()` lists them).
+template <class Seq, class T, class P>
+class Network {
+public:
+    using Layers = typename Seq::template bound_layers<T, P>;
+    static constexpr std::size_t L = Seq::num_layers;
+    static constexpr auto offsets = Seq::offsets;
+    static constexpr std::int64_t num_params = Seq::num_params;
+    using input_shape = typename Seq::input_shape;
+    using output_shape = typename Seq::output_shape;
+
+    /// Initialises every layer's parameters in `params` (Keras's defaults), reproducibly.
+    void init(T* params, std::uint64_t seed) {
+        init_impl(params, seed, std::make_index_sequence<L>{});
+    }
+
+    /// Runs the layers on `x` ([n, input_shape...]) and returns the output view
+    /// ([n, output_shape...]), valid until the next call.
+    TensorView<T, P> forward(const T* params, const TensorView<T, P>& x, const Mode& mode) {
+        STRATA_CHECK(x.shape() == input_shape::batched(x.dim(0)), ShapeError, "Sequential: the input batch has shape ",
+                     x.shape(), ", the model takes ", detail::shape_text<input_shape>());
+        prepare(x);
+        forward_impl(params, mode, std::make_index_sequence<L>{});
+        return out_[L - 1];
+    }
+
+    /// The gradient of the loss w.r.t. the output: the loss writes it here before `backward`.
+    TensorView<T, P> output_grad() const { return dout_[L - 1]; }
+    TensorView<T, P> output() const { return out_[L - 1]; }
+
+    /// Back-propagates `output_grad()` through the layers, writing every parameter gradient into
+    /// `grads`. After each layer, `on_ready(first, count)` is told which range of `grads` is
+    /// final (ranges arrive from the end of the buffer to its start), so gradient all-reduce
+    /// can start while earlier layers are still being differentiated.
+    template <class Hook>
+    void backward(const T* params, T* grads, const Mode& mode, Hook&& on_ready) {
+        backward_impl<L>(params, grads, mode, on_ready);
+    }
+    void backward(const T* params, T* grads, const Mode& mode) {
+        backward(params, grads, mode, [](std::int64_t, std::int64_t) {});
+    }
+
+    Layers& layers() { return layers_; }
+
+private:
+    template <std::size_t... I>
+    void init_impl(T* params, std::uint64_t seed, std::index_sequence<I...>) {
+        (std::get<I>(layers_).init(params + offsets[I], seed, std::uint64_t(I) * 16), ...);
+    }
+
+    void prepare(const TensorView<T, P>& x) {
+        input_ = x;
+        const std::int64_t n = x.dim(0);
+        if (n == batch_) return;
+        batch_ = n;
+        prepare_impl(n, std::make_index_sequence<L>{});
+    }
+    template <std::size_t... I>
+    void prepare_impl(std::int64_t n, std::index_sequence<I...>) {
+        (prepare_one<I>(n), ...);
+    }
+    template <std::size_t I>
+    void prepare_one(std::int64_t n) {
+        using Layer = std::tuple_element_t<I, Layers>;
+        const Shape s = Layer::output_shape::batched(n);
+        if constexpr (detail::aliases_input<Layer>() && I > 0) {
+            out_[I] = out_[I - 1].reshape(s);
+            dout_[I] = dout_[I - 1].reshape(s);
+        } else {
+            act_[I].resize(s);
+            grad_[I].resize(s);
+            out_[I] = act_[I].view();
+            dout_[I] = grad_[I].view();
+        }
+    }
+
+    template <std::size_t... I>
+    void forward_impl(const T* params, const Mode& mode, std::index_sequence<I...>) {
+        (forward_one<I>(params, mode), ...);
+    }
+    template <std::size_t I>
+    STRATA_INLINE void forward_one(const T* params, const Mode& mode) {
+        using Layer = std::tuple_element_t<I, Layers>;
+        const TensorView<T, P> in = I == 0 ? input_ : out_[I == 0 ? 0 : I - 1];
+        if constexpr (detail::aliases_input<Layer>() && I == 0) {
+            out_[I] = input_.reshape(Layer::output_shape::batched(input_.dim(0)));
+        }
+        Mode m = mode;
+        m.skip_activation = mode.skip_activation && I == L - 1;
+        std::get<I>(layers_).forward(params + offsets[I], in, out_[I], m);
+    }
+
+    template <std::size_t K, class Hook>
+    STRATA_INLINE void backward_impl(const T* params, T* grads, const Mode& mode, Hook& on_ready) {
+        if constexpr (K > 0) {
+            constexpr std::size_t I = K - 1;
+            const TensorView<T, P> in = I == 0 ? input_ : out_[I == 0 ? 0 : I - 1];
+            const TensorView<T, P> dx = I == 0 ? TensorView<T, P>() : dout_[I == 0 ? 0 : I - 1];
+            Mode m = mode;
+            m.skip_activation = mode.skip_activation && I == L - 1;
+            std::get<I>(layers_).backward(params + offsets[I], grads + offsets[I], in, out_[I], dout_[I], dx, m);
+            if constexpr (offsets[I + 1] > offsets[I]) on_ready(offsets[I], offsets[I + 1] - offsets[I]);
+            backward_impl<I>(params, grads, mode, on_ready);
+        }
+    }
+
+    Layers layers_{};
+    std::array<Tensor<T, P>, L> act_{}, grad_{};
+    std::array<TensorView<T, P>, L> out_{}, dout_{};
+    TensorView<T, P> input_{};
+    std::int64_t batch_ = -1;
+};
+
+}  // namespace strata::nn
