@@ -2,8 +2,9 @@
 /// \file strata/strata.hpp
 /// The one header a user includes: the whole of strata.
 ///
-/// Sub-headers (strata/tensor/tensor_all.hpp, strata/nn/..., strata/distribute/...) stay
-/// includable on their own for those who care about compile time.
+/// Sub-headers stay includable on their own for those who care about compile time:
+/// strata/tensor/tensor_all.hpp (the tensor core), strata/nn/layers.hpp (layers and
+/// Sequential), strata/train/model.hpp (Model and callbacks), strata/distribute/... .
 
 #include "strata/config.hpp"
 #include "strata/core/error.hpp"
@@ -12,3 +13,12 @@
 #include "strata/place/place.hpp"
 #include "strata/place/threads.hpp"
 #include "strata/tensor/tensor_all.hpp"
+#include "strata/nn/layers.hpp"
+#include "strata/loss/losses.hpp"
+#include "strata/optim/optimizers.hpp"
+#include "strata/metrics/accuracy.hpp"
+#include "strata/data/dataset.hpp"
+#include "strata/data/idx.hpp"
+#include "strata/distribute/strategy.hpp"
+#include "strata/train/callbacks.hpp"
+#include "strata/train/model.hpp"

@@ -30,6 +30,7 @@ struct Dense {
     static_assert(Activation<Act>, "strata::nn::Dense<Units, Act>: Act must be an activation (Linear, ReLU, Sigmoid, Tanh, Softmax)");
     static constexpr const char* name = "Dense";
     static constexpr const char* keras_name = "dense";
+    using activation = Act;
     template <class In, class T, class P>
     using bind = detail::DenseImpl<Units, Act, UseBias, In, T, P>;
 };

@@ -27,7 +27,8 @@ using accumulate_t = std::conditional_t<std::is_floating_point_v<T>, double, std
 namespace detail {
 /// A grow-only scratch buffer per thread and place: reductions need a few partial results and
 /// must not allocate in a training step's steady state.
-template <class T, class P>
+/// `Tag` keeps unrelated users apart: each (T, P, Tag) has its own buffer.
+template <class T, class P, class Tag = void>
 T* scratch(std::int64_t n) {
     thread_local Tensor<T, P> buffer;
     if (std::int64_t(buffer.capacity()) < n) buffer.resize(Shape{n});

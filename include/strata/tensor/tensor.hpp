@@ -43,7 +43,8 @@ public:
     std::int64_t size() const { return shape_.size(); }
     int rank() const { return shape_.rank(); }
     std::int64_t dim(int i) const { return shape_.dim(i); }
-    bool empty() const { return size() == 0; }
+    /// True for a default-constructed view or one with no elements.
+    bool empty() const { return data_ == nullptr || size() == 0; }
     T* begin() const { return data_; }
     T* end() const { return data_ + size(); }
 

@@ -1,0 +1,159 @@
+#pragma once
+/// \file strata/distribute/replica_pool.hpp
+/// One persistent thread per replica. `run(fn)` calls fn(replica) on every replica's thread and
+/// returns when all are done. A replica that throws stops the step: the pool calls the
+/// failure hook (which aborts the collectives so that no replica waits forever), lets every
+/// replica finish, and rethrows on the caller's thread a DistributedError naming the replica
+/// and its error. Threads are kept between steps because starting them costs more than a
+/// small model's step (and, on CUDA, each needs its own context setup).
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "strata/core/error.hpp"
+
+namespace strata::distribute {
+
+class ReplicaPool {
+public:
+    /// `replicas` threads; `setup(r)` runs first on thread r (thread count, device, stream).
+    explicit ReplicaPool(int replicas, std::function<void(int)> setup = {}) : n_(replicas) {
+        STRATA_CHECK(replicas >= 1, ValueError, "ReplicaPool: replicas must be >= 1, got ", replicas);
+        if (n_ == 1) {
+            if (setup) setup(0);
+            return;
+        }
+        errors_.resize(std::size_t(n_));
+        threads_.reserve(std::size_t(n_));
+        for (int r = 0; r < n_; ++r) threads_.emplace_back([this, r, setup] { worker(r, setup); });
+    }
+    ReplicaPool(const ReplicaPool&) = delete;
+    ReplicaPool& operator=(const ReplicaPool&) = delete;
+    ~ReplicaPool() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stopping_ = true;
+            ++generation_;
+        }
+        wake_.notify_all();
+        for (auto& t : threads_) t.join();
+    }
+
+    int size() const { return n_; }
+
+    /// Calls `fn(r)` for every replica r on its own thread (inline when there is one replica)
+    /// and waits for all. `on_failure(r)` is called on replica r's thread as soon as it throws.
+    /// Throws DistributedError "replica R failed: ..." for the lowest-numbered replica whose
+    /// own code threw (errors that are only the consequence of another replica's abort are
+    /// not reported as the cause).
+    ///
+    /// No allocation: the callables are passed by reference, not wrapped in std::function.
+    template <class F, class G = void (*)(int)>
+    void run(F&& fn, G&& on_failure = nullptr) {
+        if (n_ == 1) {
+            fn(0);  // one replica: its own exceptions pass through unchanged
+            return;
+        }
+        using FF = std::remove_reference_t<F>;
+        using GG = std::remove_reference_t<G>;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            job_ = Call{const_cast<void*>(static_cast<const void*>(&fn)),
+                        [](void* f, int r) { (*static_cast<FF*>(f))(r); }};
+            if constexpr (std::is_pointer_v<GG>) {
+                failure_ = on_failure ? Call{reinterpret_cast<void*>(on_failure), [](void* g, int r) { reinterpret_cast<GG>(g)(r); }}
+                                      : Call{};
+            } else {
+                failure_ = Call{const_cast<void*>(static_cast<const void*>(&on_failure)),
+                                [](void* g, int r) { (*static_cast<GG*>(g))(r); }};
+            }
+            remaining_ = n_;
+            for (auto& e : errors_) e = nullptr;
+            ++generation_;
+        }
+        wake_.notify_all();
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            done_.wait(lock, [&] { return remaining_ == 0; });
+            job_ = Call{};
+            failure_ = Call{};
+        }
+        rethrow_first();
+    }
+
+private:
+    void worker(int r, const std::function<void(int)>& setup) {
+        if (setup) setup(r);
+        std::uint64_t seen = 0;
+        for (;;) {
+            Call job, failure;
+            {
+                std::unique_lock<std::mutex> lock(mutex_);
+                wake_.wait(lock, [&] { return generation_ != seen; });
+                seen = generation_;
+                if (stopping_) return;
+                job = job_;
+                failure = failure_;
+            }
+            try {
+                job.fn(job.ctx, r);
+            } catch (...) {
+                errors_[std::size_t(r)] = std::current_exception();
+                if (failure.fn) failure.fn(failure.ctx, r);
+            }
+            {
+                std::lock_guard<std::mutex> lock(mutex_);
+                if (--remaining_ == 0) done_.notify_all();
+            }
+        }
+    }
+
+    void rethrow_first() {
+        int cause = -1, any = -1;
+        for (int r = 0; r < n_; ++r) {
+            if (!errors_[std::size_t(r)]) continue;
+            if (any < 0) any = r;
+            // A DistributedError in a replica is most often the echo of another's failure.
+            try {
+                std::rethrow_exception(errors_[std::size_t(r)]);
+            } catch (const DistributedError&) {
+            } catch (...) {
+                if (cause < 0) cause = r;
+            }
+        }
+        if (any < 0) return;
+        const int r = cause >= 0 ? cause : any;
+        std::string what;
+        try {
+            std::rethrow_exception(errors_[std::size_t(r)]);
+        } catch (const std::exception& e) {
+            what = e.what();
+        } catch (...) {
+            what = "an exception that is not a std::exception";
+        }
+        throw_error<DistributedError>("replica ", r, " of ", n_, " failed: ", what);
+    }
+
+    int n_;
+    std::vector<std::thread> threads_;
+    std::vector<std::exception_ptr> errors_;
+    std::mutex mutex_;
+    std::condition_variable wake_, done_;
+    struct Call {
+        void* ctx = nullptr;
+        void (*fn)(void*, int) = nullptr;
+    };
+    Call job_, failure_;
+    std::uint64_t generation_ = 0;
+    int remaining_ = 0;
+    bool stopping_ = false;
+};
+
+}  // namespace strata::distribute

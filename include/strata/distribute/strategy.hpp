@@ -1,0 +1,213 @@
+#pragma once
+/// \file strata/distribute/strategy.hpp
+/// Distribution strategies (names as in tf.distribute), as compile-time policies that are also
+/// the run-time objects holding the replicas' threads and collectives:
+///
+/// | strategy                          | replicas                     | variables               | sync modes     |
+/// |-----------------------------------|------------------------------|-------------------------|----------------|
+/// | `Default`                         | 1, the calling thread        | one copy                | Synchronous    |
+/// | `OneDevice<Place>`                | 1, on one device             | one copy on it          | Synchronous    |
+/// | `Mirrored<Place, Sync>`           | N logical devices, 1 process | a copy per replica      | Synchronous    |
+/// | `CentralStorage<Place, Sync>`     | N logical devices, 1 process | one copy, central       | Synchronous    |
+///
+/// `Mirrored`: each replica computes the gradient of its slice of the global batch, the
+/// gradients are all-reduced (summed) and every replica applies the same update to its own copy.
+/// `CentralStorage`: the gradients are reduced onto the central copy (the host, or the only
+/// GPU), updated there, and every replica reads the updated variables (in one memory, "sent
+/// back" is the replicas reading the central copy; nothing is duplicated).
+///
+/// A sync mode a strategy cannot honour does not compile; the message lists the valid
+/// combinations (docs/distribution.md).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/distribute/collective/all_reduce.hpp"
+#include "strata/distribute/replica_pool.hpp"
+#include "strata/distribute/sync.hpp"
+#include "strata/place/place.hpp"
+#include "strata/place/threads.hpp"
+
+namespace strata::distribute {
+
+using collective::Algorithm;
+using collective::ReduceOp;
+
+/// What kind of distribution a strategy does (the Model's training step switches on it at
+/// compile time).
+enum class Kind { Default, OneDevice, Mirrored, CentralStorage };
+
+/// Options of the multi-replica strategies.
+struct StrategyOptions {
+    /// Host cores each replica's ops (and BLAS) may use; 0 = the machine's cores divided evenly.
+    int cores_per_replica = 0;
+    /// The all-reduce algorithm among replicas (Auto: Direct in shared memory).
+    Algorithm all_reduce = Algorithm::Auto;
+    /// A collective that waits longer than this throws DistributedError naming who is missing.
+    std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+    /// Gradient fusion bucket size: gradients are all-reduced in buckets of about this many
+    /// bytes, each as soon as the backward pass has produced it. 0 = one all-reduce after the
+    /// whole backward pass.
+    std::size_t bucket_bytes = std::size_t(4) << 20;
+};
+
+namespace detail {
+/// The run-time part every strategy shares: replica threads and a collective group.
+template <class P>
+class ReplicaRuntime {
+public:
+    ReplicaRuntime(int replicas, const StrategyOptions& options, const char* prefix)
+        : options_(options), group_(replicas, collective::GroupOptions{options.timeout}) {
+        STRATA_CHECK(replicas >= 1, ValueError, prefix, ": the number of replicas must be >= 1, got ", replicas);
+        STRATA_CHECK(options.cores_per_replica >= 0, ValueError, prefix, ": cores_per_replica must be >= 0, got ",
+                     options.cores_per_replica);
+        cores_ = options.cores_per_replica > 0 ? options.cores_per_replica
+                                               : (hardware_threads() / replicas > 0 ? hardware_threads() / replicas : 1);
+        for (int r = 0; r < replicas; ++r)
+            devices_.push_back(std::string(std::is_same_v<P, place::Host> ? "/device:CPU:" : "/device:GPU:") + std::to_string(r));
+        const int cores = cores_;
+        // One owner decides the thread budget: the BLAS gets each replica's share too. A single
+        // replica with no explicit budget leaves the caller's setting alone.
+        if (replicas == 1 && options.cores_per_replica == 0) {
+            pool_ = std::make_unique<ReplicaPool>(1);
+            return;
+        }
+        set_num_threads(cores);
+        pool_ = std::make_unique<ReplicaPool>(replicas, [cores](int) { set_num_threads(cores); });
+    }
+
+    /// Number of replicas that take part in every step (tf.distribute's num_replicas_in_sync).
+    int num_replicas_in_sync() const { return group_.size(); }
+    int cores_per_replica() const { return cores_; }
+    const std::vector<std::string>& devices() const { return devices_; }
+    const StrategyOptions& options() const { return options_; }
+    ReplicaPool& pool() { return *pool_; }
+    collective::ReplicaGroup& group() { return group_; }
+
+    /// Runs `fn(replica)` on every replica; a replica that throws aborts the collectives and the
+    /// call throws DistributedError naming it (the group is reset for the next call).
+    template <class F>
+    void run_replicas(F&& fn) {
+        try {
+            pool_->run(fn, [this](int r) { group_.abort(r, "replica " + std::to_string(r) + " threw"); });
+        } catch (...) {
+            group_.reset();
+            throw;
+        }
+    }
+
+private:
+    StrategyOptions options_;
+    collective::ReplicaGroup group_;
+    std::unique_ptr<ReplicaPool> pool_;
+    std::vector<std::string> devices_;
+    int cores_ = 1;
+};
+
+template <class S>
+inline constexpr bool valid_sync_for_in_process = sync::is_synchronous_v<S>;
+}  // namespace detail
+
+/// No distribution: one replica, the calling thread, all host cores (tf's default strategy).
+class Default : public detail::ReplicaRuntime<place::Host> {
+public:
+    using place_type = place::Host;
+    using sync_mode = sync::Synchronous;
+    using strategy_tag = Default;
+    static constexpr Kind kind = Kind::Default;
+    static constexpr const char* name = "Default";
+    Default() : ReplicaRuntime(1, StrategyOptions{}, "Default") {}
+};
+
+/// One replica on one device of place `P` (tf.distribute.OneDeviceStrategy).
+template <class P = place::Host>
+class OneDevice : public detail::ReplicaRuntime<P> {
+    static_assert(place::Place<P>, "strata::distribute::OneDevice<Place>: Place must be strata::place::Host or strata::place::Cuda");
+
+public:
+    using place_type = P;
+    using sync_mode = sync::Synchronous;
+    using strategy_tag = OneDevice;
+    static constexpr Kind kind = Kind::OneDevice;
+    static constexpr const char* name = "OneDevice";
+    /// `cores`: host threads for the device's ops and BLAS (0 = leave the caller's setting,
+    /// see strata::set_num_threads).
+    explicit OneDevice(int cores = 0) : detail::ReplicaRuntime<P>(1, StrategyOptions{.cores_per_replica = cores}, "OneDevice") {}
+};
+
+/// Synchronous data parallelism over N replicas of one process, each with its own copy of the
+/// variables; gradients are all-reduced every step (tf.distribute.MirroredStrategy).
+///
+/// \code
+/// strata::distribute::Mirrored<> strategy(2);               // 2 logical host devices
+/// strata::Model<Net, strata::distribute::Mirrored<>> model(strategy);
+/// \endcode
+template <class P = place::Host, class Sync = sync::Synchronous>
+class Mirrored : public detail::ReplicaRuntime<P> {
+    static_assert(place::Place<P>, "strata::distribute::Mirrored<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
+    static_assert(sync::SyncMode<Sync>, "strata::distribute::Mirrored<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, ...)");
+    static_assert(detail::valid_sync_for_in_process<Sync>,
+                  "strata::distribute::Mirrored cannot honour this sync mode: an all-reduce needs every replica at every "
+                  "step. Valid combinations: Default, OneDevice<P>, Mirrored<P, sync::Synchronous>, "
+                  "CentralStorage<P, sync::Synchronous>; KSync<K>, KBatchSync<K> and Asynchronous<B> need "
+                  "ParameterServer (see docs/distribution.md)");
+
+public:
+    using place_type = P;
+    using sync_mode = Sync;
+    using strategy_tag = Mirrored;
+    static constexpr Kind kind = Kind::Mirrored;
+    static constexpr const char* name = "Mirrored";
+    explicit Mirrored(int replicas = 2, StrategyOptions options = {})
+        : detail::ReplicaRuntime<P>(replicas, options, "Mirrored") {}
+};
+
+/// Variables on one central device, compute replicated on N replicas; gradients are reduced
+/// to the central device, applied there, and read back by every replica
+/// (tf.distribute.experimental.CentralStorageStrategy).
+template <class P = place::Host, class Sync = sync::Synchronous>
+class CentralStorage : public detail::ReplicaRuntime<P> {
+    static_assert(place::Place<P>, "strata::distribute::CentralStorage<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
+    static_assert(sync::SyncMode<Sync>, "strata::distribute::CentralStorage<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, ...)");
+    static_assert(detail::valid_sync_for_in_process<Sync>,
+                  "strata::distribute::CentralStorage cannot honour this sync mode: its update waits for every replica's "
+                  "gradient. Valid combinations: Default, OneDevice<P>, Mirrored<P, sync::Synchronous>, "
+                  "CentralStorage<P, sync::Synchronous>; KSync<K>, KBatchSync<K> and Asynchronous<B> need "
+                  "ParameterServer (see docs/distribution.md)");
+
+public:
+    using place_type = P;
+    using sync_mode = Sync;
+    using strategy_tag = CentralStorage;
+    static constexpr Kind kind = Kind::CentralStorage;
+    static constexpr const char* name = "CentralStorage";
+    explicit CentralStorage(int replicas = 2, StrategyOptions options = {})
+        : detail::ReplicaRuntime<P>(replicas, options, "CentralStorage") {}
+};
+
+/// Satisfied by the strategy types.
+template <class S>
+concept Strategy = requires {
+    typename S::strategy_tag;
+    typename S::place_type;
+    typename S::sync_mode;
+    { S::kind } -> std::convertible_to<Kind>;
+};
+
+/// Example i of a global batch of `global` examples belongs to the replica whose range holds it:
+/// replica r gets `global / n` examples, plus one if r < global % n (so every example is used
+/// exactly once, also when the batch does not divide).
+struct Slice {
+    std::int64_t first = 0, count = 0;
+};
+inline Slice replica_slice(std::int64_t global, int replicas, int r) {
+    const std::int64_t base = global / replicas, extra = global % replicas;
+    const std::int64_t first = r * base + (r < extra ? r : extra);
+    return {first, base + (r < extra ? 1 : 0)};
+}
+
+}  // namespace strata::distribute

@@ -1,0 +1,238 @@
+#pragma once
+/// \file strata/loss/losses.hpp
+/// Losses: MeanSquaredError, SparseCategoricalCrossentropy, CategoricalCrossentropy, with
+/// Keras's definitions. Each one computes, for a batch of predictions and targets, the sum of
+/// the per-example losses and the gradient of (sum / denominator) w.r.t. the predictions.
+///
+/// The denominator is the number of examples in the *global* batch, not the replica's slice:
+/// that is what makes N replicas' summed gradients equal one device's gradient on the whole
+/// batch (also when the global batch does not divide evenly).
+///
+/// With a Softmax last layer, the cross-entropies are fused with it: the loss receives the
+/// logits, computes log-softmax stably (the row maximum is subtracted) and the gradient
+/// softmax(z) − target directly.
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <variant>
+
+#include "strata/tensor/tensor_all.hpp"
+
+namespace strata::loss {
+
+/// Mean squared error: mean over the last axis of (y_pred − y_true)², averaged over examples.
+struct MeanSquaredError {
+    static constexpr const char* name = "mean_squared_error";
+};
+
+/// Cross-entropy against integer class ids (labels hold the class id as a number).
+/// `from_logits`: the model outputs logits, not probabilities (Keras's flag). With a Softmax
+/// last layer, the fused path is used whatever this flag says.
+struct SparseCategoricalCrossentropy {
+    static constexpr const char* name = "sparse_categorical_crossentropy";
+    bool from_logits = false;
+};
+
+/// Cross-entropy against target distributions (one-hot or soft labels), one row per example.
+struct CategoricalCrossentropy {
+    static constexpr const char* name = "categorical_crossentropy";
+    bool from_logits = false;
+};
+
+/// Any of the losses; `Model::compile` takes one.
+using Loss = std::variant<SparseCategoricalCrossentropy, CategoricalCrossentropy, MeanSquaredError>;
+
+/// How the loss sees the model's output.
+enum class Input {
+    Probabilities,  ///< y_pred is a probability distribution (or any value for MSE)
+    Logits,         ///< y_pred holds logits (fused softmax, or from_logits)
+};
+
+namespace detail {
+// Keras clips probabilities to [eps, 1 - eps] before the logarithm.
+inline constexpr double prob_epsilon = 1e-7;
+
+template <class T>
+struct SparseCeRow {
+    const T* pred;
+    const T* target;
+    T* grad;
+    T* row_loss;
+    std::int64_t classes;
+    T inv_denom;
+    bool logits;
+    STRATA_HD void operator()(std::int64_t r) const {
+        using std::exp;
+        using std::log;
+        const T* z = pred + r * classes;
+        T* g = grad + r * classes;
+        const auto label = std::int64_t(target[r]);
+        if (logits) {
+            T m = z[0];
+            for (std::int64_t c = 1; c < classes; ++c) m = z[c] > m ? z[c] : m;
+            T s = 0;
+            for (std::int64_t c = 0; c < classes; ++c) s += exp(z[c] - m);
+            const T lse = m + log(s);
+            const T inv_s = T(1) / s;
+            for (std::int64_t c = 0; c < classes; ++c) g[c] = (exp(z[c] - m) * inv_s - (c == label ? T(1) : T(0))) * inv_denom;
+            row_loss[r] = lse - z[label];
+        } else {
+            const T eps = T(prob_epsilon);
+            for (std::int64_t c = 0; c < classes; ++c) g[c] = 0;
+            T p = z[label];
+            const bool clipped = p < eps || p > T(1) - eps;
+            p = p < eps ? eps : (p > T(1) - eps ? T(1) - eps : p);
+            g[label] = clipped ? T(0) : -inv_denom / p;
+            row_loss[r] = -log(p);
+        }
+    }
+};
+
+template <class T>
+struct CategoricalCeRow {
+    const T* pred;
+    const T* target;
+    T* grad;
+    T* row_loss;
+    std::int64_t classes;
+    T inv_denom;
+    bool logits;
+    STRATA_HD void operator()(std::int64_t r) const {
+        using std::exp;
+        using std::log;
+        const T* z = pred + r * classes;
+        const T* t = target + r * classes;
+        T* g = grad + r * classes;
+        if (logits) {
+            T m = z[0];
+            for (std::int64_t c = 1; c < classes; ++c) m = z[c] > m ? z[c] : m;
+            T s = 0, tsum = 0;
+            for (std::int64_t c = 0; c < classes; ++c) {
+                s += exp(z[c] - m);
+                tsum += t[c];
+            }
+            const T lse = m + log(s);
+            const T inv_s = T(1) / s;
+            T loss = 0;
+            for (std::int64_t c = 0; c < classes; ++c) {
+                loss += t[c] * (lse - z[c]);
+                g[c] = (exp(z[c] - m) * inv_s * tsum - t[c]) * inv_denom;
+            }
+            row_loss[r] = loss;
+        } else {
+            // Keras normalises the predictions to sum to 1, then clips.
+            const T eps = T(prob_epsilon);
+            T psum = 0;
+            for (std::int64_t c = 0; c < classes; ++c) psum += z[c];
+            T loss = 0, dot = 0;
+            for (std::int64_t c = 0; c < classes; ++c) {
+                const T q = z[c] / psum;
+                const T qc = q < eps ? eps : (q > T(1) - eps ? T(1) - eps : q);
+                loss -= t[c] * log(qc);
+                // d/dz_c of -sum_j t_j log(z_j / psum) = -t_c / z_c + tsum / psum (unclipped)
+                g[c] = (q == qc) ? -t[c] / z[c] : T(0);
+                dot += t[c];
+            }
+            for (std::int64_t c = 0; c < classes; ++c) g[c] = (g[c] + dot / psum) * inv_denom;
+            row_loss[r] = loss;
+        }
+    }
+};
+
+template <class T>
+struct MseRow {
+    const T* pred;
+    const T* target;
+    T* grad;
+    T* row_loss;
+    std::int64_t cols;
+    T inv_denom;
+    STRATA_HD void operator()(std::int64_t r) const {
+        const T* p = pred + r * cols;
+        const T* t = target + r * cols;
+        T* g = grad + r * cols;
+        T s = 0;
+        const T k = T(2) / T(cols) * inv_denom;
+        for (std::int64_t c = 0; c < cols; ++c) {
+            const T d = p[c] - t[c];
+            s += d * d;
+            g[c] = k * d;
+        }
+        row_loss[r] = s / T(cols);
+    }
+};
+
+struct LossScratchTag {};
+}  // namespace detail
+
+/// Computes the loss of `pred` ([n, ...]) against `target` and writes
+/// d(sum of per-example losses / denominator) / d pred into `grad` (same shape as pred).
+/// Returns the sum of the n per-example losses (a double on the host).
+///
+/// `target` holds class ids as numbers ([n]) for SparseCategoricalCrossentropy, and the same
+/// shape as `pred` otherwise. Class ids must have been checked to be in range by the caller
+/// (the Model does, with a clear error, before the data reach a device).
+template <class T, class P>
+double loss_and_grad(const Loss& loss, const TensorView<T, P>& pred, const TensorView<T, P>& target,
+                     const TensorView<T, P>& grad, double denominator, Input input) {
+    static_assert(std::is_floating_point_v<T>, "strata::loss: T must be float or double");
+    const std::int64_t n = pred.dim(0);
+    STRATA_CHECK(grad.size() == pred.size(), ShapeError, "loss: the gradient buffer ", grad.shape(),
+                 " does not match the predictions ", pred.shape());
+    if (n == 0) return 0.0;
+    const std::int64_t cols = pred.size() / n;
+    T* rows = strata::detail::scratch<T, P, detail::LossScratchTag>(n);
+    const T inv = T(1.0 / denominator);
+    auto range = thrust::counting_iterator<std::int64_t>(0);
+    std::visit(
+        [&](const auto& l) {
+            using L = std::decay_t<decltype(l)>;
+            if constexpr (std::is_same_v<L, SparseCategoricalCrossentropy>) {
+                STRATA_CHECK(target.size() == n, ShapeError, "SparseCategoricalCrossentropy: ", n,
+                             " predictions need ", n, " class ids, got targets of shape ", target.shape());
+                thrust::for_each_n(P::policy(), range, n,
+                                   detail::SparseCeRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv,
+                                                          input == Input::Logits});
+            } else if constexpr (std::is_same_v<L, CategoricalCrossentropy>) {
+                STRATA_CHECK(target.size() == pred.size(), ShapeError, "CategoricalCrossentropy: predictions ",
+                             pred.shape(), " and targets ", target.shape(), " differ");
+                thrust::for_each_n(P::policy(), range, n,
+                                   detail::CategoricalCeRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv,
+                                                               input == Input::Logits});
+            } else {
+                STRATA_CHECK(target.size() == pred.size(), ShapeError, "MeanSquaredError: predictions ", pred.shape(),
+                             " and targets ", target.shape(), " differ");
+                thrust::for_each_n(P::policy(), range, n, detail::MseRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv});
+            }
+        },
+        loss);
+    // n values: summed on the host in a fixed order (n is a batch, small), no allocation.
+    if constexpr (place::host_accessible_v<P>) {
+        double s = 0;
+        for (std::int64_t i = 0; i < n; ++i) s += double(rows[i]);
+        return s;
+    } else {
+        return double(sum(TensorView<T, P>(rows, Shape{n})));
+    }
+}
+
+/// Whether the loss wants its input as logits when the last activation is `LastIsSoftmax`.
+inline Input input_kind(const Loss& loss, bool last_is_softmax) {
+    return std::visit(
+        [&](const auto& l) {
+            using L = std::decay_t<decltype(l)>;
+            if constexpr (std::is_same_v<L, MeanSquaredError>) return Input::Probabilities;
+            else return (last_is_softmax || l.from_logits) ? Input::Logits : Input::Probabilities;
+        },
+        loss);
+}
+
+/// Whether the loss expects integer class ids as targets.
+inline bool sparse_targets(const Loss& loss) { return std::holds_alternative<SparseCategoricalCrossentropy>(loss); }
+
+inline const char* name(const Loss& loss) {
+    return std::visit([](const auto& l) { return std::decay_t<decltype(l)>::name; }, loss);
+}
+
+}  // namespace strata::loss

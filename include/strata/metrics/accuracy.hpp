@@ -1,0 +1,64 @@
+#pragma once
+/// \file strata/metrics/accuracy.hpp
+/// Accuracy metrics, computed per example on the place and summed in a fixed order:
+/// sparse categorical (argmax == class id), categorical (argmax == argmax of the target) and
+/// binary (one output, threshold 0.5), chosen like Keras's "accuracy" from the loss.
+
+#include <cstdint>
+
+#include "strata/tensor/tensor_all.hpp"
+
+namespace strata::metrics {
+
+enum class AccuracyKind { SparseCategorical, Categorical, Binary };
+
+namespace detail {
+struct MetricScratchTag {};
+template <class T>
+struct RowCorrect {
+    const T* pred;
+    const T* target;
+    T* flags;
+    std::int64_t cols;
+    AccuracyKind kind;
+    STRATA_HD void operator()(std::int64_t r) const {
+        const T* p = pred + r * cols;
+        if (kind == AccuracyKind::Binary) {
+            flags[r] = T((p[0] > T(0.5)) == (target[r * cols] > T(0.5)) ? 1 : 0);
+            return;
+        }
+        std::int64_t best = 0;
+        for (std::int64_t c = 1; c < cols; ++c)
+            if (p[c] > p[best]) best = c;
+        std::int64_t want = 0;
+        if (kind == AccuracyKind::SparseCategorical) {
+            want = std::int64_t(target[r]);
+        } else {
+            const T* t = target + r * cols;
+            for (std::int64_t c = 1; c < cols; ++c)
+                if (t[c] > t[want]) want = c;
+        }
+        flags[r] = T(best == want ? 1 : 0);
+    }
+};
+}  // namespace detail
+
+/// Number of examples of `pred` ([n, classes]) whose prediction is right. For Binary with
+/// logits, pass `logits_threshold` semantics by giving probabilities (the Model does).
+template <class T, class P>
+std::int64_t count_correct(const TensorView<T, P>& pred, const TensorView<T, P>& target, AccuracyKind kind) {
+    const std::int64_t n = pred.dim(0);
+    if (n == 0) return 0;
+    T* flags = strata::detail::scratch<T, P, detail::MetricScratchTag>(n);
+    thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), n,
+                       detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind});
+    if constexpr (place::host_accessible_v<P>) {
+        std::int64_t s = 0;
+        for (std::int64_t i = 0; i < n; ++i) s += flags[i] > T(0.5);
+        return s;
+    } else {
+        return std::int64_t(sum(TensorView<T, P>(flags, Shape{n})) + 0.5);
+    }
+}
+
+}  // namespace strata::metrics

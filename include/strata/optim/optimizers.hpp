@@ -1,0 +1,270 @@
+#pragma once
+/// \file strata/optim/optimizers.hpp
+/// Optimizers with Keras's update formulas and defaults (Keras 3, `keras.optimizers`):
+/// SGD (momentum, Nesterov), RMSprop, Adam; and learning-rate schedules.
+///
+/// They update one flat parameter buffer from one flat gradient buffer in a single pass, so a
+/// step's update costs one sweep over the parameters whatever the number of layers.
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "strata/tensor/tensor_all.hpp"
+
+namespace strata::optim {
+
+/// lr(step) = initial · rate^(step / decay_steps) (the exponent floored when `staircase`):
+/// Keras's ExponentialDecay.
+struct ExponentialDecay {
+    double initial_learning_rate = 0.01;
+    std::int64_t decay_steps = 1000;
+    double decay_rate = 0.96;
+    bool staircase = false;
+    double operator()(std::int64_t step) const {
+        STRATA_CHECK(decay_steps > 0, ValueError, "ExponentialDecay: decay_steps must be > 0, got ", decay_steps);
+        double e = double(step) / double(decay_steps);
+        if (staircase) e = std::floor(e);
+        return initial_learning_rate * std::pow(decay_rate, e);
+    }
+};
+
+/// Piecewise constant: values[i] while step <= boundaries[i] (and values.back() after the last
+/// boundary): Keras's PiecewiseConstantDecay, the usual "step" schedule.
+struct PiecewiseConstantDecay {
+    std::vector<std::int64_t> boundaries;
+    std::vector<double> values;
+    double operator()(std::int64_t step) const {
+        STRATA_CHECK(values.size() == boundaries.size() + 1, ValueError, "PiecewiseConstantDecay: ",
+                     boundaries.size(), " boundaries need ", boundaries.size() + 1, " values, got ", values.size());
+        for (std::size_t i = 0; i < boundaries.size(); ++i)
+            if (step <= boundaries[i]) return values[i];
+        return values.back();
+    }
+};
+
+/// lr(step) = initial · factor^floor(step / step_size): step decay.
+struct StepDecay {
+    double initial_learning_rate = 0.01;
+    double factor = 0.5;
+    std::int64_t step_size = 1000;
+    double operator()(std::int64_t step) const {
+        STRATA_CHECK(step_size > 0, ValueError, "StepDecay: step_size must be > 0, got ", step_size);
+        return initial_learning_rate * std::pow(factor, double(step / step_size));
+    }
+};
+
+/// A learning rate: a constant, a schedule object, or any callable `double(std::int64_t step)`.
+/// The step is the optimizer's iteration count before the update (0 for the first).
+class LearningRate {
+public:
+    LearningRate(double constant) : constant_(constant) {}  // NOLINT: implicit, as in Keras
+    template <class F, class = std::enable_if_t<std::is_invocable_r_v<double, F, std::int64_t> &&
+                                                !std::is_arithmetic_v<std::decay_t<F>>>>
+    LearningRate(F schedule) : schedule_(std::move(schedule)) {}  // NOLINT
+    double operator()(std::int64_t step) const { return schedule_ ? schedule_(step) : constant_; }
+    bool is_constant() const { return !schedule_; }
+
+private:
+    double constant_ = 0;
+    std::function<double(std::int64_t)> schedule_;
+};
+
+/// Stochastic gradient descent, with optional (Nesterov) momentum. Keras defaults.
+///   momentum = 0:  w -= lr·g
+///   momentum > 0:  v = momentum·v − lr·g;  w += v            (Nesterov: w += momentum·v − lr·g)
+struct SGD {
+    static constexpr const char* name = "SGD";
+    LearningRate learning_rate = 0.01;
+    double momentum = 0.0;
+    bool nesterov = false;
+};
+
+/// RMSprop (Tieleman & Hinton 2012), Keras 3 form and defaults:
+///   v = rho·v + (1 − rho)·g²;  (centered: a = rho·a + (1 − rho)·g, denominator v − a²)
+///   step = lr·g / sqrt(v + epsilon);  momentum > 0: m = momentum·m + step, w −= m;  else w −= step
+struct RMSprop {
+    static constexpr const char* name = "RMSprop";
+    LearningRate learning_rate = 0.001;
+    double rho = 0.9;
+    double momentum = 0.0;
+    double epsilon = 1e-7;
+    bool centered = false;
+};
+
+/// Adam (Kingma & Ba 2015), Keras form and defaults:
+///   t = iterations + 1;  alpha = lr·sqrt(1 − beta_2^t) / (1 − beta_1^t)
+///   m += (g − m)(1 − beta_1);  v += (g² − v)(1 − beta_2);  w −= alpha·m / (sqrt(v) + epsilon)
+struct Adam {
+    static constexpr const char* name = "Adam";
+    LearningRate learning_rate = 0.001;
+    double beta_1 = 0.9;
+    double beta_2 = 0.999;
+    double epsilon = 1e-7;
+};
+
+/// Any of the optimizers; `Model::compile` takes one.
+using Optimizer = std::variant<RMSprop, Adam, SGD>;
+
+namespace detail {
+template <class T>
+struct SgdStep {
+    T* w; const T* g; T* v; T lr, momentum; bool nesterov;
+    STRATA_HD void operator()(std::int64_t i) const {
+        if (!v) { w[i] -= lr * g[i]; return; }
+        const T nv = momentum * v[i] - lr * g[i];
+        v[i] = nv;
+        w[i] += nesterov ? momentum * nv - lr * g[i] : nv;
+    }
+};
+template <class T>
+struct RmsStep {
+    T* w; const T* g; T* v; T* avg; T* m; T lr, rho, momentum, eps;
+    STRATA_HD void operator()(std::int64_t i) const {
+        using std::sqrt;
+        const T gi = g[i];
+        const T vi = rho * v[i] + (T(1) - rho) * gi * gi;
+        v[i] = vi;
+        T denom = vi;
+        if (avg) {
+            const T ai = rho * avg[i] + (T(1) - rho) * gi;
+            avg[i] = ai;
+            denom = vi - ai * ai;
+        }
+        const T step = lr * gi / sqrt(denom + eps);
+        if (m) {
+            const T mi = momentum * m[i] + step;
+            m[i] = mi;
+            w[i] -= mi;
+        } else {
+            w[i] -= step;
+        }
+    }
+};
+template <class T>
+struct AdamStep {
+    T* w; const T* g; T* m; T* v; T alpha, b1, b2, eps;
+    STRATA_HD void operator()(std::int64_t i) const {
+        using std::sqrt;
+        const T gi = g[i];
+        const T mi = m[i] + (gi - m[i]) * (T(1) - b1);
+        const T vi = v[i] + (gi * gi - v[i]) * (T(1) - b2);
+        m[i] = mi;
+        v[i] = vi;
+        w[i] -= alpha * mi / (sqrt(vi) + eps);
+    }
+};
+}  // namespace detail
+
+/// An optimizer's configuration plus its state (slot buffers and the iteration count) for a
+/// flat parameter buffer of `size` elements on place P.
+template <class T, class P>
+class OptimizerState {
+public:
+    OptimizerState() = default;
+    OptimizerState(Optimizer config, std::int64_t size) : config_(std::move(config)), size_(size) {
+        std::visit(
+            [&](const auto& o) {
+                using O = std::decay_t<decltype(o)>;
+                if constexpr (std::is_same_v<O, SGD>) {
+                    STRATA_CHECK(o.momentum >= 0 && o.momentum <= 1, ValueError, "SGD: momentum must be in [0, 1], got ", o.momentum);
+                    if (o.momentum > 0) add_slot("momentum");
+                } else if constexpr (std::is_same_v<O, RMSprop>) {
+                    STRATA_CHECK(o.rho >= 0 && o.rho <= 1, ValueError, "RMSprop: rho must be in [0, 1], got ", o.rho);
+                    add_slot("velocity");
+                    if (o.centered) add_slot("average_gradient");
+                    if (o.momentum > 0) add_slot("momentum");
+                } else {
+                    STRATA_CHECK(o.beta_1 >= 0 && o.beta_1 < 1 && o.beta_2 >= 0 && o.beta_2 < 1, ValueError,
+                                 "Adam: beta_1 and beta_2 must be in [0, 1), got ", o.beta_1, " and ", o.beta_2);
+                    add_slot("momentum");
+                    add_slot("velocity");
+                }
+            },
+            config_);
+    }
+
+    /// One update: `params -= f(grads)`; the learning rate is the schedule's value at the
+    /// current iteration count, which then advances.
+    void apply(T* params, const T* grads) {
+        apply_range(params, grads, 0, size_);
+        advance();
+    }
+
+    /// The update of elements [first, first + count) only, without advancing the iteration
+    /// count: replicas that each update a slice of one central copy call this, then one of
+    /// them calls advance().
+    void apply_range(T* params, const T* grads, std::int64_t first, std::int64_t count) {
+        STRATA_CHECK(first >= 0 && count >= 0 && first + count <= size_, ShapeError, "optimizer: range [", first, ", ",
+                     first + count, ") is outside the ", size_, " parameters");
+        if (count == 0) return;
+        const double lr = std::visit([&](const auto& o) { return o.learning_rate(iterations_); }, config_);
+        STRATA_CHECK(std::isfinite(lr) && lr >= 0, ValueError, "optimizer: the learning rate at step ", iterations_,
+                     " is ", lr, "; it must be finite and >= 0");
+        auto range = thrust::counting_iterator<std::int64_t>(0);
+        T* w = params + first;
+        const T* g = grads + first;
+        auto at = [&](const char* name) { T* p = slot(name); return p ? p + first : nullptr; };
+        std::visit(
+            [&](const auto& o) {
+                using O = std::decay_t<decltype(o)>;
+                if constexpr (std::is_same_v<O, SGD>) {
+                    thrust::for_each_n(P::policy(), range, count,
+                                       detail::SgdStep<T>{w, g, at("momentum"), T(lr), T(o.momentum), o.nesterov});
+                } else if constexpr (std::is_same_v<O, RMSprop>) {
+                    thrust::for_each_n(P::policy(), range, count,
+                                       detail::RmsStep<T>{w, g, at("velocity"), at("average_gradient"), at("momentum"),
+                                                          T(lr), T(o.rho), T(o.momentum), T(o.epsilon)});
+                } else {
+                    const double t = double(iterations_ + 1);
+                    const double alpha = lr * std::sqrt(1 - std::pow(o.beta_2, t)) / (1 - std::pow(o.beta_1, t));
+                    thrust::for_each_n(P::policy(), range, count,
+                                       detail::AdamStep<T>{w, g, at("momentum"), at("velocity"), T(alpha), T(o.beta_1),
+                                                           T(o.beta_2), T(o.epsilon)});
+                }
+            },
+            config_);
+    }
+    /// Counts one finished update.
+    void advance() { ++iterations_; }
+    std::int64_t size() const { return size_; }
+
+    double current_learning_rate() const {
+        return std::visit([&](const auto& o) { return o.learning_rate(iterations_); }, config_);
+    }
+    std::int64_t iterations() const { return iterations_; }
+    void set_iterations(std::int64_t it) { iterations_ = it; }
+    const Optimizer& config() const { return config_; }
+    const char* name() const { return std::visit([](const auto& o) { return std::decay_t<decltype(o)>::name; }, config_); }
+    /// The state buffers, for checkpoints: ("velocity", tensor), ...
+    std::vector<std::pair<std::string, Tensor<T, P>>>& slots() { return slots_; }
+
+    /// Replaces the learning rate (LearningRateScheduler callbacks use this).
+    void set_learning_rate(LearningRate lr) {
+        std::visit([&](auto& o) { o.learning_rate = std::move(lr); }, config_);
+    }
+
+private:
+    void add_slot(const char* name) {
+        Tensor<T, P> t(Shape{size_});
+        fill(t.view(), T(0));
+        slots_.emplace_back(name, std::move(t));
+    }
+    T* slot(const char* name) {
+        for (auto& [n, t] : slots_)
+            if (n == name) return t.data();
+        return nullptr;
+    }
+
+    Optimizer config_{};
+    std::int64_t size_ = 0;
+    std::int64_t iterations_ = 0;
+    std::vector<std::pair<std::string, Tensor<T, P>>> slots_;
+};
+
+}  // namespace strata::optim

@@ -1,0 +1,573 @@
+#pragma once
+/// \file strata/train/model.hpp
+/// `Model<Net, Strategy, T>`: a Sequential network trained the Keras way (`compile`, `fit`,
+/// `evaluate`, `predict`) under a distribution strategy chosen at compile time.
+///
+/// \code
+/// using namespace strata::nn;
+/// using Net = Sequential<Input<28, 28, 1>, Conv2D<32, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<10, Softmax>>;
+/// strata::Model<Net> model(/*seed=*/42);
+/// model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::RMSprop{.learning_rate = 1e-3});
+/// auto history = model.fit(train.shuffle(10000, 1).batch(128), {.epochs = 3, .validation_data = test.batch(1000)});
+/// \endcode
+///
+/// The training step, for every replica r of the strategy (in parallel, on r's thread):
+///   forward on r's slice of the global batch → loss and its gradient (scaled by 1 / the
+///   global batch size) → backward → gradient aggregation (none, all-reduce, or reduction to
+///   the central copy) → optimizer update.
+/// It is one inlined call chain over the layers; once the buffers have grown to the batch
+/// size it allocates nothing.
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "strata/data/dataset.hpp"
+#include "strata/distribute/strategy.hpp"
+#include "strata/loss/losses.hpp"
+#include "strata/metrics/accuracy.hpp"
+#include "strata/nn/sequential.hpp"
+#include "strata/optim/optimizers.hpp"
+#include "strata/train/callbacks.hpp"
+#include "strata/train/progress.hpp"
+#include "strata/train/safetensors.hpp"
+
+namespace strata {
+
+/// Options of Model::fit (Keras's keyword arguments).
+template <class Y = std::int32_t>
+struct FitOptions {
+    int epochs = 1;
+    /// Steps per epoch; -1 = one full pass over the dataset.
+    std::int64_t steps_per_epoch = -1;
+    /// Evaluated at the end of every epoch (val_loss, val_accuracy).
+    std::optional<data::Dataset<Y>> validation_data{};
+    train::CallbackList callbacks{};
+    /// 0 silent, 1 progress bar, 2 one line per epoch.
+    int verbose = 1;
+    int initial_epoch = 0;
+    /// Used by the array overload of fit only.
+    std::int64_t batch_size = 32;
+    bool shuffle = true;
+};
+
+/// Loss and metrics of evaluate().
+struct Evaluation {
+    double loss = 0;
+    double accuracy = 0;
+    std::int64_t examples = 0;
+};
+
+/// Figures of one training step.
+struct StepResult {
+    double loss = 0;
+    double accuracy = 0;
+    std::int64_t examples = 0;
+};
+
+namespace detail {
+template <class Seq>
+struct LastActivation;
+template <class In, class... Specs>
+struct LastActivation<nn::Sequential<In, Specs...>> {
+    using last = std::tuple_element_t<sizeof...(Specs) - 1, std::tuple<Specs...>>;
+    static constexpr bool softmax = [] {
+        if constexpr (requires { typename last::activation; }) return std::is_same_v<typename last::activation, nn::Softmax>;
+        else return false;
+    }();
+};
+}  // namespace detail
+
+/// A model: a Sequential network `Net`, trained under `Strategy` with element type `T`.
+template <class Net, class Strategy = distribute::Default, class T = float>
+class Model : public train::TrainingContext {
+    static_assert(distribute::Strategy<Strategy>,
+                  "strata::Model<Net, Strategy, T>: Strategy must be a strategy (strata::distribute::Default, OneDevice<P>, "
+                  "Mirrored<P>, CentralStorage<P>)");
+    static_assert(std::is_floating_point_v<T>, "strata::Model<Net, Strategy, T>: T must be float or double");
+
+public:
+    using place_type = typename Strategy::place_type;
+    using P = place_type;
+    using network_type = nn::Network<Net, T, P>;
+    static constexpr distribute::Kind kind = Strategy::kind;
+    static constexpr std::int64_t num_params = Net::num_params;
+    static constexpr std::int64_t input_size = Net::input_shape::size;
+    static constexpr std::int64_t output_size = Net::output_shape::size;
+    static constexpr bool last_is_softmax = detail::LastActivation<Net>::softmax;
+
+    /// A model with its own Default strategy (one replica, all host cores).
+    explicit Model(std::uint64_t seed = 0) : owned_(std::make_unique<Strategy>()), strategy_(owned_.get()), seed_(seed) { build(); }
+    /// A model distributed by `strategy` (which must outlive it).
+    explicit Model(Strategy& strategy, std::uint64_t seed = 0) : strategy_(&strategy), seed_(seed) { build(); }
+
+    Model(const Model&) = delete;
+    Model& operator=(const Model&) = delete;
+
+    /// Sets the loss, the optimizer and the metrics ("accuracy" is the one supported besides
+    /// the loss). Resets the optimizer state.
+    void compile(loss::Loss loss, optim::Optimizer optimizer = optim::RMSprop{}, std::vector<std::string> metrics = {"accuracy"}) {
+        for (const auto& m : metrics)
+            STRATA_CHECK(m == "accuracy" || m == "acc" || m == "sparse_categorical_accuracy" || m == "categorical_accuracy",
+                         ValueError, "compile: unknown metric '", m, "' (known: accuracy, sparse_categorical_accuracy, categorical_accuracy)");
+        loss_ = std::move(loss);
+        accuracy_ = !metrics.empty();
+        input_kind_ = loss::input_kind(loss_, last_is_softmax);
+        fused_ = input_kind_ == loss::Input::Logits && last_is_softmax;
+        if (std::holds_alternative<loss::SparseCategoricalCrossentropy>(loss_)) acc_kind_ = metrics::AccuracyKind::SparseCategorical;
+        else if (output_size == 1) acc_kind_ = metrics::AccuracyKind::Binary;
+        else acc_kind_ = metrics::AccuracyKind::Categorical;
+        const int opt_copies = kind == distribute::Kind::Mirrored ? replicas() : 1;
+        for (int r = 0; r < opt_copies; ++r) replicas_[std::size_t(r)]->opt = optim::OptimizerState<T, P>(optimizer, num_params);
+        compiled_ = true;
+    }
+
+    /// Number of replicas that take part in every step.
+    int replicas() const { return strategy_->num_replicas_in_sync(); }
+    Strategy& strategy() { return *strategy_; }
+    /// The Keras-like summary table.
+    static std::string summary() { return Net::summary(); }
+
+    // ---- training -------------------------------------------------------------------------
+
+    /// One synchronous training step on a global batch: every replica takes its slice.
+    template <class Y>
+    StepResult train_step(const data::Batch<Y>& batch) {
+        require_compiled("train_step");
+        const std::int64_t n = std::int64_t(batch.size());
+        check_batch(batch, "train_step");
+        ++step_;
+        const int N = replicas();
+        const double denom = double(n);
+        auto body = [&](int r) {
+            Replica& rep = *replicas_[std::size_t(r)];
+            const auto sl = distribute::replica_slice(n, N, r);
+            T* params = params_of(r);
+            T* grads = rep.grads.data();
+            rep.loss_sum = 0;
+            rep.correct = 0;
+            if (sl.count > 0) {
+                const nn::Mode mode{true, fused_, step_, seed_};
+                auto x = stage_input(rep, batch, sl);
+                auto target = stage_target(rep, batch, sl);
+                auto out = rep.net.forward(params, x, mode);
+                rep.loss_sum = loss::loss_and_grad(loss_, out, target, rep.net.output_grad(), denom, input_kind_);
+                if (accuracy_) rep.correct = correct(out, target);
+                rep.net.backward(params, grads, mode);
+            } else {
+                fill(rep.grads.view(), T(0));
+            }
+            aggregate_and_update(r);
+        };
+        strategy_->run_replicas(body);
+        if constexpr (kind == distribute::Kind::CentralStorage) replicas_[0]->opt.advance();
+        StepResult res;
+        for (int r = 0; r < N; ++r) {
+            res.loss += replicas_[std::size_t(r)]->loss_sum;
+            res.accuracy += double(replicas_[std::size_t(r)]->correct);
+        }
+        res.loss /= denom;
+        res.accuracy /= denom;
+        res.examples = n;
+        return res;
+    }
+
+    /// Trains on `train` for `options.epochs` epochs (Keras's fit) and returns the History.
+    template <class Y>
+    train::History fit(const data::Dataset<Y>& train, const FitOptions<Y>& options = {}) {
+        require_compiled("fit");
+        STRATA_CHECK(options.epochs >= 0, ValueError, "fit: epochs must be >= 0, got ", options.epochs);
+        STRATA_CHECK(train.batch_size() > 0, ValueError,
+                     "fit: the dataset is not batched; call .batch(n) on it first (Keras's fit batches arrays for you: "
+                     "use the array overload with options.batch_size)");
+        STRATA_CHECK(options.steps_per_epoch > 0 || train.cardinality() != data::infinite_cardinality, ValueError,
+                     "fit: the dataset repeats forever; give options.steps_per_epoch");
+        train::History history;
+        train::ProgressBar bar(options.verbose);
+        stop_training = false;
+        for (auto& cb : options.callbacks) cb->on_train_begin(*this);
+        train::Logs logs;
+        for (int epoch = options.initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
+            for (auto& cb : options.callbacks) cb->on_epoch_begin(*this, epoch);
+            std::int64_t steps = options.steps_per_epoch > 0 ? options.steps_per_epoch : train.cardinality();
+            if (steps < 0) steps = 0;  // unknown: the bar shows steps as they come
+            bar.epoch_begin(epoch, options.epochs, steps);
+            double loss_sum = 0, correct = 0;
+            std::int64_t seen = 0, done = 0;
+            for (auto it = train.iterate(std::uint64_t(epoch)); it != std::default_sentinel; ++it) {
+                if (options.steps_per_epoch > 0 && done >= options.steps_per_epoch) break;
+                const auto r = train_step(*it);
+                loss_sum += r.loss * double(r.examples);
+                correct += r.accuracy * double(r.examples);
+                seen += r.examples;
+                ++done;
+                logs.clear();
+                logs.set("loss", loss_sum / double(seen));
+                if (accuracy_) logs.set("accuracy", correct / double(seen));
+                bar.step(done, logs);
+                for (auto& cb : options.callbacks) cb->on_train_batch_end(*this, done, logs);
+            }
+            last_epoch_seconds_ = bar.epoch_seconds();
+            last_epoch_examples_ = seen;
+            logs.clear();
+            logs.set("loss", seen ? loss_sum / double(seen) : 0.0);
+            if (accuracy_) logs.set("accuracy", seen ? correct / double(seen) : 0.0);
+            if (options.validation_data) {
+                const auto ev = evaluate(*options.validation_data);
+                logs.set("val_loss", ev.loss);
+                if (accuracy_) logs.set("val_accuracy", ev.accuracy);
+            }
+            logs.set("lr", learning_rate());
+            bar.epoch_end(done, logs);
+            epoch_ = epoch + 1;
+            history.record(epoch, logs);
+            for (auto& cb : options.callbacks) cb->on_epoch_end(*this, epoch, logs);
+        }
+        for (auto& cb : options.callbacks) cb->on_train_end(*this, logs);
+        return history;
+    }
+
+    /// fit on in-memory arrays: `x` holds n examples (n × input size floats), `y` their labels;
+    /// shuffled each epoch (from the model's seed) and batched by options.batch_size.
+    template <class Y>
+    train::History fit(std::vector<float> x, std::vector<Y> y, const FitOptions<Y>& options) {
+        auto shape = std::vector<std::size_t>(Net::input_shape::dims.begin(), Net::input_shape::dims.end());
+        const std::size_t per = y.size() && x.size() ? y.size() / (x.size() / std::size_t(input_size)) : 1;
+        auto ds = data::Dataset<Y>::from_arrays(std::move(x), shape, std::move(y), per ? per : 1);
+        const auto n = std::size_t(ds.cardinality());
+        if (options.shuffle) ds = ds.shuffle(n > 0 ? n : 1, seed_);
+        ds = ds.batch(std::size_t(options.batch_size));
+        return fit(ds, options);
+    }
+
+    /// Loss and accuracy over a batched dataset (one pass), distributed like training.
+    template <class Y>
+    Evaluation evaluate(const data::Dataset<Y>& ds) {
+        require_compiled("evaluate");
+        STRATA_CHECK(ds.batch_size() > 0, ValueError, "evaluate: the dataset is not batched; call .batch(n) first");
+        STRATA_CHECK(ds.cardinality() != data::infinite_cardinality, ValueError, "evaluate: the dataset repeats forever");
+        double loss_sum = 0, correct = 0;
+        std::int64_t seen = 0;
+        const int N = replicas();
+        for (auto it = ds.iterate(0); it != std::default_sentinel; ++it) {
+            const auto& batch = *it;
+            check_batch(batch, "evaluate");
+            const std::int64_t n = std::int64_t(batch.size());
+            strategy_->run_replicas([&](int r) {
+                Replica& rep = *replicas_[std::size_t(r)];
+                const auto sl = distribute::replica_slice(n, N, r);
+                rep.loss_sum = 0;
+                rep.correct = 0;
+                if (sl.count == 0) return;
+                const nn::Mode mode{false, fused_, step_, seed_};
+                auto x = stage_input(rep, batch, sl);
+                auto target = stage_target(rep, batch, sl);
+                auto out = rep.net.forward(params_of(r), x, mode);
+                rep.loss_sum = loss::loss_and_grad(loss_, out, target, rep.net.output_grad(), 1.0, input_kind_);
+                if (accuracy_) rep.correct = correct_count(out, target);
+            });
+            for (int r = 0; r < N; ++r) {
+                loss_sum += replicas_[std::size_t(r)]->loss_sum;
+                correct += double(replicas_[std::size_t(r)]->correct);
+            }
+            seen += n;
+        }
+        return {seen ? loss_sum / double(seen) : 0.0, seen ? correct / double(seen) : 0.0, seen};
+    }
+
+    /// The model's outputs for every example of a batched dataset, in order, on the host:
+    /// [examples, output_shape...]. Distributed like training.
+    template <class Y>
+    Tensor<T, place::Host> predict(const data::Dataset<Y>& ds) {
+        STRATA_CHECK(ds.batch_size() > 0, ValueError, "predict: the dataset is not batched; call .batch(n) first");
+        STRATA_CHECK(ds.cardinality() != data::infinite_cardinality, ValueError, "predict: the dataset repeats forever");
+        std::vector<T> all;
+        const int N = replicas();
+        for (auto it = ds.iterate(0); it != std::default_sentinel; ++it) {
+            const auto& batch = *it;
+            check_input(batch, "predict");
+            const std::int64_t n = std::int64_t(batch.size());
+            const std::size_t base = all.size();
+            all.resize(base + std::size_t(n * output_size));
+            strategy_->run_replicas([&](int r) {
+                Replica& rep = *replicas_[std::size_t(r)];
+                const auto sl = distribute::replica_slice(n, N, r);
+                if (sl.count == 0) return;
+                auto x = stage_input(rep, batch, sl);
+                auto out = rep.net.forward(params_of(r), x, nn::Mode{false, false, step_, seed_});
+                copy(out, TensorView<T, place::Host>(all.data() + base + std::size_t(sl.first * output_size), out.shape()));
+            });
+        }
+        const auto count = std::int64_t(all.size()) / output_size;
+        return from_vector(all, Net::output_shape::batched(count));
+    }
+
+    /// predict on in-memory examples ([n, input_shape...] floats), `batch_size` at a time.
+    Tensor<T, place::Host> predict(const std::vector<float>& x, std::int64_t batch_size = 32) {
+        STRATA_CHECK(x.size() % std::size_t(input_size) == 0, ShapeError, "predict: ", x.size(),
+                     " floats are not a whole number of examples of ", input_size, " floats");
+        const std::size_t n = x.size() / std::size_t(input_size);
+        auto ds = data::Dataset<std::int32_t>::from_arrays(
+            x, std::vector<std::size_t>(Net::input_shape::dims.begin(), Net::input_shape::dims.end()),
+            std::vector<std::int32_t>(n, 0));
+        return predict(ds.batch(std::size_t(batch_size)));
+    }
+
+    // ---- weights and checkpoints ------------------------------------------------------------
+
+    /// All parameters as one flat host vector (layer after layer; Net::parameters() names them).
+    std::vector<T> get_weights() const { return to_vector(TensorView<T, P>(const_cast<T*>(central_params()), Shape{num_params})); }
+    void set_weights(const std::vector<T>& w) {
+        STRATA_CHECK(std::int64_t(w.size()) == num_params, ShapeError, "set_weights: the model has ", num_params,
+                     " parameters, got ", w.size());
+        for_each_param_copy([&](T* dst) { copy(TensorView<T, place::Host>(const_cast<T*>(w.data()), Shape{num_params}),
+                                               TensorView<T, P>(dst, Shape{num_params})); });
+    }
+
+    /// Writes weights, optimizer state and epoch to a safetensors file, atomically. Tensor
+    /// names: the parameters as Net::parameters() names them ("conv2d/kernel", "dense_1/bias"),
+    /// optimizer slots as "optimizer/<slot>/<parameter>"; metadata: format, format_version,
+    /// epoch, optimizer, optimizer_iterations, seed.
+    void save(const std::string& path) const {
+        train::SafetensorsWriter w;
+        const auto params = get_weights();
+        const auto infos = Net::parameters();
+        for (const auto& p : infos)
+            w.add<T>(p.name, dims_of(p.shape), std::span<const T>(params.data() + p.offset, std::size_t(p.shape.size())));
+        const auto& rep0 = *replicas_[0];
+        if (compiled_) {
+            for (auto& [slot, t] : const_cast<Replica&>(rep0).opt.slots()) {
+                const auto v = to_vector(t.view());
+                for (const auto& p : infos)
+                    w.add<T>("optimizer/" + slot + "/" + p.name, dims_of(p.shape),
+                             std::span<const T>(v.data() + p.offset, std::size_t(p.shape.size())));
+            }
+            w.set_metadata("optimizer", rep0.opt.name());
+            w.set_metadata("optimizer_iterations", std::to_string(rep0.opt.iterations()));
+        }
+        w.set_metadata("format", "strata-checkpoint");
+        w.set_metadata("format_version", std::to_string(checkpoint_version));
+        w.set_metadata("epoch", std::to_string(epoch_));
+        w.set_metadata("step", std::to_string(step_));
+        w.set_metadata("seed", std::to_string(seed_));
+        w.save(path);
+    }
+
+    /// Loads a checkpoint written by save(). CheckpointError names any tensor that is missing or
+    /// has another shape (with both shapes), and refuses another format version.
+    void load(const std::string& path) {
+        const auto f = train::SafetensorsFile::load(path);
+        STRATA_CHECK(f.has_metadata("format") && f.metadata("format") == "strata-checkpoint", CheckpointError, "load: '",
+                     path, "' is not a strata checkpoint (no format=strata-checkpoint metadata)");
+        const auto version = f.metadata("format_version");
+        STRATA_CHECK(version == std::to_string(checkpoint_version), CheckpointError, "load: '", path,
+                     "' has checkpoint format version ", version, ", this strata reads version ", checkpoint_version);
+        const auto infos = Net::parameters();
+        std::vector<T> params(static_cast<std::size_t>(num_params));
+        for (const auto& p : infos)
+            f.copy_to<T>(p.name, std::span<T>(params.data() + p.offset, std::size_t(p.shape.size())), dims_of(p.shape));
+        if (compiled_) {
+            const int copies = kind == distribute::Kind::Mirrored ? replicas() : 1;
+            for (auto& [slot, t] : replicas_[0]->opt.slots()) {
+                std::vector<T> v(static_cast<std::size_t>(num_params));
+                for (const auto& p : infos)
+                    f.copy_to<T>("optimizer/" + slot + "/" + p.name, std::span<T>(v.data() + p.offset, std::size_t(p.shape.size())),
+                                 dims_of(p.shape));
+                for (int r = 0; r < copies; ++r)
+                    for (auto& [s2, t2] : replicas_[std::size_t(r)]->opt.slots())
+                        if (s2 == slot) copy(TensorView<T, place::Host>(v.data(), Shape{num_params}), t2.view());
+            }
+            if (f.has_metadata("optimizer_iterations")) {
+                const auto it = std::stoll(f.metadata("optimizer_iterations"));
+                for (int r = 0; r < copies; ++r) replicas_[std::size_t(r)]->opt.set_iterations(it);
+            }
+        }
+        set_weights(params);
+        epoch_ = f.has_metadata("epoch") ? std::stoi(f.metadata("epoch")) : 0;
+        step_ = f.has_metadata("step") ? std::uint64_t(std::stoull(f.metadata("step"))) : 0;
+    }
+    static constexpr int checkpoint_version = 1;
+
+    /// Epochs trained so far (restored by load), and figures of the last epoch.
+    int epoch() const { return epoch_; }
+    double last_epoch_seconds() const { return last_epoch_seconds_; }
+    std::int64_t last_epoch_examples() const { return last_epoch_examples_; }
+
+    // ---- TrainingContext ------------------------------------------------------------------
+    double learning_rate() const override { return compiled_ ? replicas_[0]->opt.current_learning_rate() : 0.0; }
+    void set_learning_rate(double lr) override {
+        const int copies = kind == distribute::Kind::Mirrored ? replicas() : 1;
+        for (int r = 0; r < copies; ++r) replicas_[std::size_t(r)]->opt.set_learning_rate(lr);
+    }
+    void save_checkpoint(const std::string& path, int epoch) override {
+        const int keep = epoch_;
+        epoch_ = epoch + 1;
+        save(path);
+        epoch_ = keep;
+    }
+    std::vector<double> weights_snapshot() const override {
+        const auto w = get_weights();
+        return std::vector<double>(w.begin(), w.end());
+    }
+    void restore_weights(const std::vector<double>& s) override { set_weights(std::vector<T>(s.begin(), s.end())); }
+
+private:
+    struct Replica {
+        network_type net;
+        Tensor<T, P> params, grads, x, target;
+        Tensor<T, place::Host> target_host;
+        optim::OptimizerState<T, P> opt;
+        double loss_sum = 0;
+        std::int64_t correct = 0;
+    };
+
+    void build() {
+        const int N = replicas();
+        for (int r = 0; r < N; ++r) {
+            auto rep = std::make_unique<Replica>();
+            rep->grads.resize(Shape{num_params});
+            fill(rep->grads.view(), T(0));
+            if (r == 0 || kind == distribute::Kind::Mirrored) rep->params.resize(Shape{num_params});
+            replicas_.push_back(std::move(rep));
+        }
+        // Every copy starts from the same initial values (the Philox streams depend on the
+        // seed only), so Mirrored replicas are in sync from step 0.
+        for_each_param_copy([&](T* p) { replicas_[0]->net.init(p, seed_); });
+    }
+
+    template <class F>
+    void for_each_param_copy(F&& f) {
+        const int copies = kind == distribute::Kind::Mirrored ? replicas() : 1;
+        for (int r = 0; r < copies; ++r) f(replicas_[std::size_t(r)]->params.data());
+    }
+    T* params_of(int r) const {
+        return kind == distribute::Kind::Mirrored ? replicas_[std::size_t(r)]->params.data() : replicas_[0]->params.data();
+    }
+    const T* central_params() const { return replicas_[0]->params.data(); }
+
+    void aggregate_and_update(int r) {
+        Replica& rep = *replicas_[std::size_t(r)];
+        if constexpr (kind == distribute::Kind::Mirrored) {
+            auto& group = strategy_->group();
+            group.all_reduce(r, std::span<T>(rep.grads.data(), std::size_t(num_params)), distribute::ReduceOp::Sum,
+                             strategy_->options().all_reduce);
+            rep.opt.apply(rep.params.data(), rep.grads.data());
+        } else if constexpr (kind == distribute::Kind::CentralStorage) {
+            // Reduce onto the central copy: replica r sums its slice of every replica's gradient
+            // (in replica order, so the result does not depend on timing), then updates that
+            // slice of the central variables. The step ends when all are done (run_replicas
+            // returns), so the next step reads updated variables.
+            auto& group = strategy_->group();
+            const int N = replicas();
+            group.barrier(r);
+            const auto sl = distribute::replica_slice(num_params, N, r);
+            if (sl.count > 0) {
+                T* central = central_grads_.data() + sl.first;
+                copy(TensorView<T, P>(replicas_[0]->grads.data() + sl.first, Shape{sl.count}), TensorView<T, P>(central, Shape{sl.count}));
+                for (int q = 1; q < N; ++q)
+                    axpy(T(1), TensorView<T, P>(replicas_[std::size_t(q)]->grads.data() + sl.first, Shape{sl.count}),
+                         TensorView<T, P>(central, Shape{sl.count}));
+                replicas_[0]->opt.apply_range(replicas_[0]->params.data(), central_grads_.data(), sl.first, sl.count);
+            }
+        } else {
+            rep.opt.apply(rep.params.data(), rep.grads.data());
+        }
+    }
+
+    template <class Y>
+    TensorView<T, P> stage_input(Replica& rep, const data::Batch<Y>& batch, distribute::Slice sl) {
+        const Shape shape = Net::input_shape::batched(sl.count);
+        const float* src = batch.x.data() + sl.first * input_size;
+        if constexpr (std::is_same_v<T, float> && place::host_accessible_v<P>) {
+            // The batch is already where the replica computes: no copy.
+            return TensorView<T, P>(const_cast<float*>(src), shape);
+        } else if constexpr (place::host_accessible_v<P>) {
+            rep.x.resize(shape);
+            for (std::int64_t i = 0; i < shape.size(); ++i) rep.x.data()[i] = T(src[i]);
+            return rep.x.view();
+        } else {
+            rep.target_host.resize(shape);
+            for (std::int64_t i = 0; i < shape.size(); ++i) rep.target_host.data()[i] = T(src[i]);
+            rep.x.resize(shape);
+            copy(rep.target_host.view(), rep.x.view());
+            return rep.x.view();
+        }
+    }
+
+    template <class Y>
+    TensorView<T, P> stage_target(Replica& rep, const data::Batch<Y>& batch, distribute::Slice sl) {
+        const std::int64_t per = std::int64_t(batch.y_per_example());
+        const Shape shape = per == 1 ? Shape{sl.count} : Shape{sl.count, per};
+        const Y* src = batch.y.data() + sl.first * per;
+        rep.target_host.resize(shape);
+        for (std::int64_t i = 0; i < shape.size(); ++i) rep.target_host.data()[i] = T(src[i]);
+        if constexpr (place::host_accessible_v<P>) {
+            return rep.target_host.view();
+        } else {
+            rep.target.resize(shape);
+            copy(rep.target_host.view(), rep.target.view());
+            return rep.target.view();
+        }
+    }
+
+    std::int64_t correct(const TensorView<T, P>& out, const TensorView<T, P>& target) { return correct_count(out, target); }
+    std::int64_t correct_count(const TensorView<T, P>& out, const TensorView<T, P>& target) {
+        return metrics::count_correct(out, target, acc_kind_);
+    }
+
+    template <class Y>
+    void check_input(const data::Batch<Y>& batch, const char* what) const {
+        STRATA_CHECK(std::int64_t(batch.example_size()) == input_size || batch.size() == 0, ShapeError, what,
+                     ": examples of ", batch.example_size(), " values do not fit the model's input ",
+                     nn::detail::shape_text<typename Net::input_shape>(), " (", input_size, " values)");
+    }
+
+    template <class Y>
+    void check_batch(const data::Batch<Y>& batch, const char* what) const {
+        check_input(batch, what);
+        const std::int64_t n = std::int64_t(batch.size());
+        if (loss::sparse_targets(loss_)) {
+            STRATA_CHECK(batch.y_per_example() == 1 || n == 0, ShapeError, what, ": ", loss::name(loss_),
+                         " takes one class id per example, got ", batch.y_per_example());
+            for (std::int64_t i = 0; i < n; ++i) {
+                const double v = double(batch.y[std::size_t(i)]);
+                if (!(v >= 0 && v < double(output_size) && v == std::floor(v)))
+                    throw_error<ValueError>(what, ": label ", v, " of example ", i, " of the batch is not a class id in [0, ",
+                                            output_size, ") (the model has ", output_size, " outputs)");
+            }
+        } else {
+            STRATA_CHECK(std::int64_t(batch.y_per_example()) == output_size || n == 0, ShapeError, what, ": ",
+                         loss::name(loss_), " needs targets of ", output_size, " values per example (the model's output ",
+                         nn::detail::shape_text<typename Net::output_shape>(), "), got ", batch.y_per_example());
+        }
+    }
+
+    void require_compiled(const char* what) const {
+        STRATA_CHECK(compiled_, ValueError, what, ": the model is not compiled; call compile(loss, optimizer) first");
+    }
+
+    static std::vector<std::size_t> dims_of(const Shape& s) { return std::vector<std::size_t>(s.begin(), s.end()); }
+
+    std::unique_ptr<Strategy> owned_;
+    Strategy* strategy_;
+    std::uint64_t seed_;
+    std::vector<std::unique_ptr<Replica>> replicas_;
+    Tensor<T, P> central_grads_ = kind == distribute::Kind::CentralStorage ? Tensor<T, P>(Shape{num_params}) : Tensor<T, P>();
+    loss::Loss loss_{};
+    loss::Input input_kind_ = loss::Input::Probabilities;
+    metrics::AccuracyKind acc_kind_ = metrics::AccuracyKind::SparseCategorical;
+    bool fused_ = false, accuracy_ = true, compiled_ = false;
+    std::uint64_t step_ = 0;
+    int epoch_ = 0;
+    double last_epoch_seconds_ = 0;
+    std::int64_t last_epoch_examples_ = 0;
+};
+
+}  // namespace strata

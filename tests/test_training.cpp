@@ -1,0 +1,369 @@
+// Training on one device: losses, optimizers (against hand-computed values), fit/evaluate/
+// predict, callbacks, checkpoints, reproducibility and the allocation-free training step.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <strata/strata.hpp>
+
+// ---- allocation counter: every operator new in this binary is counted ----------------------
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+namespace {
+std::atomic<long> g_allocations{0};
+}
+void* operator new(std::size_t n) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    if (void* p = std::malloc(n ? n : 1)) return p;
+    throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+using namespace strata::nn;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<double> lcg(std::size_t n, std::uint64_t seed, double lo = -1, double hi = 1) {
+    std::vector<double> v(n);
+    std::uint64_t s = seed * 2862933555777941757ull + 3037000493ull;
+    for (auto& x : v) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x = lo + (hi - lo) * double(s >> 11) / 9007199254740992.0;
+    }
+    return v;
+}
+
+// A small classification problem: 4 features, 3 classes decided by the sign of two linear forms.
+strata::data::Dataset<> blobs(std::size_t n, std::uint64_t seed) {
+    auto f = lcg(n * 4, seed);
+    std::vector<float> x(f.begin(), f.end());
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const double a = f[i * 4] + 0.5 * f[i * 4 + 1], b = f[i * 4 + 2] - f[i * 4 + 3];
+        y[i] = a > 0 ? (b > 0 ? 2 : 1) : 0;
+    }
+    return strata::data::Dataset<>::from_arrays(std::move(x), {4}, std::move(y));
+}
+
+using Small = Sequential<Input<4>, Dense<16, Tanh>, Dense<3, Softmax>>;
+
+std::string temp_path(const std::string& name) {
+    return (fs::temp_directory_path() / ("strata_test_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+}  // namespace
+
+TEST_CASE("SGD, momentum and Nesterov follow Keras's formulas") {
+    const double lr = 0.1, mom = 0.9;
+    const double g1 = 0.5, g2 = -0.25;
+    auto run = [&](strata::optim::Optimizer o) {
+        strata::optim::OptimizerState<double, strata::place::Host> s(o, 1);
+        double w = 1.0, g = g1;
+        s.apply(&w, &g);
+        const double w1 = w;
+        g = g2;
+        s.apply(&w, &g);
+        return std::pair{w1, w};
+    };
+    auto [p1, p2] = run(strata::optim::SGD{.learning_rate = lr});
+    CHECK(p1 == doctest::Approx(1.0 - lr * g1).epsilon(1e-15));
+    CHECK(p2 == doctest::Approx(1.0 - lr * g1 - lr * g2).epsilon(1e-15));
+    auto [m1, m2] = run(strata::optim::SGD{.learning_rate = lr, .momentum = mom});
+    const double v1 = -lr * g1, v2 = mom * v1 - lr * g2;
+    CHECK(m1 == doctest::Approx(1.0 + v1).epsilon(1e-15));
+    CHECK(m2 == doctest::Approx(1.0 + v1 + v2).epsilon(1e-15));
+    auto [n1, n2] = run(strata::optim::SGD{.learning_rate = lr, .momentum = mom, .nesterov = true});
+    CHECK(n1 == doctest::Approx(1.0 + mom * v1 - lr * g1).epsilon(1e-15));
+    CHECK(n2 == doctest::Approx(n1 + mom * v2 - lr * g2).epsilon(1e-15));
+}
+
+TEST_CASE("RMSprop and Adam follow Keras's formulas") {
+    const double g1 = 0.3, g2 = -0.7;
+    {
+        strata::optim::OptimizerState<double, strata::place::Host> s(strata::optim::RMSprop{.learning_rate = 0.01}, 1);
+        double w = 2.0, g = g1;
+        s.apply(&w, &g);
+        const double va = 0.1 * g1 * g1;
+        const double w1 = 2.0 - 0.01 * g1 / std::sqrt(va + 1e-7);
+        CHECK(w == doctest::Approx(w1).epsilon(1e-14));
+        g = g2;
+        s.apply(&w, &g);
+        const double vb = 0.9 * va + 0.1 * g2 * g2;
+        CHECK(w == doctest::Approx(w1 - 0.01 * g2 / std::sqrt(vb + 1e-7)).epsilon(1e-14));
+    }
+    {
+        strata::optim::OptimizerState<double, strata::place::Host> s(strata::optim::RMSprop{.learning_rate = 0.01, .momentum = 0.5, .centered = true}, 1);
+        double w = 2.0, g = g1;
+        s.apply(&w, &g);
+        const double v = 0.1 * g1 * g1, a = 0.1 * g1;
+        const double step = 0.01 * g1 / std::sqrt(v - a * a + 1e-7);
+        CHECK(w == doctest::Approx(2.0 - step).epsilon(1e-14));
+    }
+    {
+        strata::optim::OptimizerState<double, strata::place::Host> s(strata::optim::Adam{.learning_rate = 0.01}, 1);
+        double w = 1.0, g = g1;
+        s.apply(&w, &g);
+        double m = 0.1 * g1, v = 0.001 * g1 * g1;
+        double alpha = 0.01 * std::sqrt(1 - 0.999) / (1 - 0.9);
+        const double w1 = 1.0 - alpha * m / (std::sqrt(v) + 1e-7);
+        CHECK(w == doctest::Approx(w1).epsilon(1e-14));
+        g = g2;
+        s.apply(&w, &g);
+        m = m + (g2 - m) * 0.1;
+        v = v + (g2 * g2 - v) * 0.001;
+        alpha = 0.01 * std::sqrt(1 - 0.999 * 0.999) / (1 - 0.9 * 0.9);
+        CHECK(w == doctest::Approx(w1 - alpha * m / (std::sqrt(v) + 1e-7)).epsilon(1e-14));
+        CHECK(s.iterations() == 2);
+    }
+}
+
+TEST_CASE("learning-rate schedules") {
+    strata::optim::ExponentialDecay e{.initial_learning_rate = 0.1, .decay_steps = 10, .decay_rate = 0.5};
+    CHECK(e(0) == doctest::Approx(0.1));
+    CHECK(e(10) == doctest::Approx(0.05));
+    CHECK(e(5) == doctest::Approx(0.1 * std::pow(0.5, 0.5)));
+    e.staircase = true;
+    CHECK(e(15) == doctest::Approx(0.05));
+    strata::optim::PiecewiseConstantDecay pc{{10, 20}, {1.0, 0.5, 0.1}};
+    CHECK(pc(10) == 1.0);
+    CHECK(pc(11) == 0.5);
+    CHECK(pc(100) == 0.1);
+    strata::optim::StepDecay sd{.initial_learning_rate = 1.0, .factor = 0.1, .step_size = 3};
+    CHECK(sd(2) == doctest::Approx(1.0));
+    CHECK(sd(3) == doctest::Approx(0.1));
+    // The schedule is read at each update: SGD with a callable schedule.
+    strata::optim::OptimizerState<double, strata::place::Host> s(
+        strata::optim::SGD{.learning_rate = [](std::int64_t step) { return step == 0 ? 1.0 : 0.5; }}, 1);
+    double w = 0, g = 1;
+    s.apply(&w, &g);
+    s.apply(&w, &g);
+    CHECK(w == doctest::Approx(-1.5));
+    CHECK_THROWS_AS((strata::optim::PiecewiseConstantDecay{{1}, {1.0}}(0)), strata::ValueError);
+}
+
+TEST_CASE("losses: values and gradients against finite differences") {
+    using T = double;
+    const std::int64_t n = 5, c = 4;
+    auto pv = lcg(std::size_t(n * c), 3, -3, 3);
+    auto pred = strata::from_vector<T>(pv, {n, c});
+    std::vector<T> labels{0, 3, 1, 2, 3};
+    auto sparse = strata::from_vector<T>(labels, {n});
+    auto tv = lcg(std::size_t(n * c), 4, 0, 1);
+    auto dense_t = strata::from_vector<T>(tv, {n, c});
+    // Probabilities for the non-logit paths.
+    strata::Tensor<T> probs({n, c});
+    strata::softmax(pred.view(), probs.view());
+
+    struct Case { strata::loss::Loss loss; strata::loss::Input input; bool use_probs; bool sparse_t; };
+    const Case cases[] = {
+        {strata::loss::SparseCategoricalCrossentropy{}, strata::loss::Input::Logits, false, true},
+        {strata::loss::SparseCategoricalCrossentropy{}, strata::loss::Input::Probabilities, true, true},
+        {strata::loss::CategoricalCrossentropy{}, strata::loss::Input::Logits, false, false},
+        {strata::loss::CategoricalCrossentropy{}, strata::loss::Input::Probabilities, true, false},
+        {strata::loss::MeanSquaredError{}, strata::loss::Input::Probabilities, false, false},
+    };
+    for (const auto& k : cases) {
+        strata::Tensor<T> x = k.use_probs ? probs.clone() : pred.clone();
+        const auto& target = k.sparse_t ? sparse : dense_t;
+        strata::Tensor<T> grad({n, c}), scratch({n, c});
+        const double denom = 7.0;
+        const double l = strata::loss::loss_and_grad(k.loss, x.view(), target.view(), grad.view(), denom, k.input);
+        CHECK(std::isfinite(l));
+        const double h = 1e-6;
+        for (std::int64_t i = 0; i < n * c; ++i) {
+            const T keep = x[i];
+            x[i] = keep + h;
+            const double lp = strata::loss::loss_and_grad(k.loss, x.view(), target.view(), scratch.view(), denom, k.input);
+            x[i] = keep - h;
+            const double lm = strata::loss::loss_and_grad(k.loss, x.view(), target.view(), scratch.view(), denom, k.input);
+            x[i] = keep;
+            CHECK(grad[i] == doctest::Approx((lp - lm) / (2 * h) / denom).epsilon(1e-6));
+        }
+    }
+    // Reference values: sparse CE from logits is log-sum-exp minus the label's logit.
+    strata::Tensor<T> grad({n, c});
+    const double l = strata::loss::loss_and_grad(strata::loss::Loss{strata::loss::SparseCategoricalCrossentropy{}}, pred.view(),
+                                                 sparse.view(), grad.view(), 1.0, strata::loss::Input::Logits);
+    double ref = 0;
+    for (std::int64_t r = 0; r < n; ++r) {
+        double s = 0;
+        for (std::int64_t j = 0; j < c; ++j) s += std::exp(pv[std::size_t(r * c + j)]);
+        ref += std::log(s) - pv[std::size_t(r * c + std::int64_t(labels[std::size_t(r)]))];
+    }
+    CHECK(l == doctest::Approx(ref).epsilon(1e-12));
+    // Stable for huge logits.
+    auto big = strata::from_vector<T>({1000.0, -1000.0, 0.0}, {1, 3});
+    auto lab = strata::from_vector<T>({1.0}, {1});
+    strata::Tensor<T> g3({1, 3});
+    const double lb = strata::loss::loss_and_grad(strata::loss::Loss{strata::loss::SparseCategoricalCrossentropy{}}, big.view(),
+                                                  lab.view(), g3.view(), 1.0, strata::loss::Input::Logits);
+    CHECK(lb == doctest::Approx(2000.0));
+    CHECK(g3[0] == doctest::Approx(1.0));
+    CHECK(g3[1] == doctest::Approx(-1.0));
+}
+
+TEST_CASE("a small model trains to near-zero loss and predicts") {
+    strata::Model<Small> model(7);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.02});
+    auto train = blobs(512, 1).shuffle(512, 3).batch(32);
+    auto before = model.evaluate(blobs(512, 1).batch(128));
+    auto h = model.fit(train, {.epochs = 40, .verbose = 0});
+    auto after = model.evaluate(blobs(512, 1).batch(128));
+    CHECK(h["loss"].size() == 40);
+    CHECK(h["loss"].back() < h["loss"].front());
+    CHECK(after.loss < 0.1 * before.loss);
+    CHECK(after.accuracy > 0.97);
+    // Held-out data from the same rule.
+    CHECK(model.evaluate(blobs(256, 99).batch(64)).accuracy > 0.9);
+    auto p = model.predict(blobs(10, 5).batch(4));
+    CHECK(p.shape() == strata::Shape{10, 3});
+    for (std::int64_t r = 0; r < 10; ++r) CHECK(p.at(r, 0) + p.at(r, 1) + p.at(r, 2) == doctest::Approx(1.0).epsilon(1e-5));
+}
+
+TEST_CASE("linear regression with MSE and SGD learns y = 2x + 1") {
+    using Lin = Sequential<Input<1>, Dense<1>>;
+    strata::Model<Lin, strata::distribute::Default, double> model(1);
+    model.compile(strata::loss::MeanSquaredError{}, strata::optim::SGD{.learning_rate = 0.1}, {});
+    auto xs = lcg(256, 11);
+    std::vector<float> x(xs.begin(), xs.end());
+    std::vector<float> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = 2 * x[i] + 1;
+    auto ds = strata::data::Dataset<float>::from_arrays(x, {1}, y).batch(32);
+    model.fit(ds, {.epochs = 100, .verbose = 0});
+    const auto w = model.get_weights();
+    CHECK(w[0] == doctest::Approx(2.0).epsilon(1e-4));
+    CHECK(w[1] == doctest::Approx(1.0).epsilon(1e-4));
+    CHECK(model.evaluate(ds).loss < 1e-8);
+}
+
+TEST_CASE("same seed, same weights: training is bitwise reproducible") {
+    auto train_once = [] {
+        strata::Model<Small> model(123);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::RMSprop{.learning_rate = 0.01});
+        model.fit(blobs(300, 2).shuffle(100, 9).batch(25), {.epochs = 3, .verbose = 0});
+        return model.get_weights();
+    };
+    const auto a = train_once(), b = train_once();
+    CHECK(a == b);
+    strata::Model<Small> other(124);
+    CHECK(other.get_weights() != strata::Model<Small>(123).get_weights());
+}
+
+TEST_CASE("save, load, continue gives the same weights as training straight through") {
+    const auto path = temp_path("ckpt.safetensors");
+    auto data = blobs(256, 4).batch(32);
+    auto make = [] {
+        auto m = std::make_unique<strata::Model<Small>>(5);
+        m->compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+        return m;
+    };
+    auto straight = make();
+    straight->fit(data, {.epochs = 4, .verbose = 0});
+
+    auto first = make();
+    first->fit(data, {.epochs = 2, .verbose = 0});
+    first->save(path);
+    auto resumed = make();
+    resumed->load(path);
+    CHECK(resumed->epoch() == 2);
+    resumed->fit(data, {.epochs = 4, .verbose = 0, .initial_epoch = 2});
+    CHECK(resumed->get_weights() == straight->get_weights());
+
+    // The file is a plain safetensors file with the documented names.
+    auto f = strata::train::SafetensorsFile::load(path);
+    CHECK(f.contains("dense/kernel"));
+    CHECK(f.contains("dense_1/bias"));
+    CHECK(f.contains("optimizer/momentum/dense/kernel"));
+    CHECK(f.metadata("format") == "strata-checkpoint");
+
+    // Another model's checkpoint: the error names the tensor and both shapes.
+    using Other = Sequential<Input<4>, Dense<8, Tanh>, Dense<3, Softmax>>;
+    strata::Model<Other> other(1);
+    other.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    CHECK_THROWS_WITH_AS(other.load(path), doctest::Contains("dense/kernel"), strata::CheckpointError);
+    fs::remove(path);
+}
+
+TEST_CASE("callbacks: history, CSV log, checkpoints, early stopping, LR schedule, user callback") {
+    const auto csv = temp_path("log.csv");
+    const auto ckpt = temp_path("ckpt_{epoch}.safetensors");
+    strata::Model<Small> model(3);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.05});
+    auto stopper = std::make_shared<strata::train::EarlyStopping>(
+        strata::train::EarlyStopping::Options{.monitor = "loss", .min_delta = 10.0, .patience = 2});
+    auto saver = std::make_shared<strata::train::ModelCheckpoint>(ckpt);
+    std::vector<double> lrs;
+    auto sched = std::make_shared<strata::train::LearningRateScheduler>([](int epoch, double lr) { return epoch == 0 ? lr : lr * 0.5; });
+    int batches = 0;
+    auto user = std::make_shared<strata::train::LambdaCallback>();
+    user->batch_end = [&](strata::train::TrainingContext&, std::int64_t, const strata::train::Logs& l) {
+        ++batches;
+        CHECK(l.contains("loss"));
+    };
+    user->epoch_end = [&](strata::train::TrainingContext& c, int, const strata::train::Logs&) { lrs.push_back(c.learning_rate()); };
+    auto h = model.fit(blobs(64, 8).batch(16), {.epochs = 10,
+                                                .validation_data = blobs(32, 9).batch(16),
+                                                .callbacks = {std::make_shared<strata::train::CsvLogger>(csv), stopper, saver, sched, user},
+                                                .verbose = 0});
+    // min_delta 10 can never be met: stops after patience epochs (the first epoch sets the best).
+    CHECK(h.epoch.size() == 3);
+    CHECK(stopper->stopped_epoch() == 2);
+    CHECK(batches == 3 * 4);
+    REQUIRE(lrs.size() == 3);
+    CHECK(lrs[1] == doctest::Approx(0.025));
+    CHECK(lrs[2] == doctest::Approx(0.0125));
+    CHECK(h["val_loss"].size() == 3);
+    CHECK(saver->saved() == 3);
+    CHECK(fs::exists(temp_path("ckpt_03.safetensors")));
+    std::ifstream in(csv);
+    std::string header, line;
+    std::getline(in, header);
+    CHECK(header.find("epoch,loss,accuracy,val_loss,val_accuracy,lr") == 0);
+    int rows = 0;
+    while (std::getline(in, line)) ++rows;
+    CHECK(rows == 3);
+    for (int e = 1; e <= 3; ++e) fs::remove(temp_path("ckpt_0" + std::to_string(e) + ".safetensors"));
+    fs::remove(csv);
+}
+
+TEST_CASE("bad input gets a clear error") {
+    strata::Model<Small> model(1);
+    auto data = blobs(8, 1).batch(4);
+    CHECK_THROWS_WITH_AS(model.fit(data, {.verbose = 0}), doctest::Contains("compile"), strata::ValueError);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{});
+    std::vector<float> x(8, 0.5f);
+    auto bad_label = strata::data::Dataset<>::from_arrays(x, {4}, std::vector<std::int32_t>{0, 7}).batch(2);
+    CHECK_THROWS_WITH_AS(model.fit(bad_label, {.verbose = 0}), doctest::Contains("label 7"), strata::ValueError);
+    auto bad_shape = strata::data::Dataset<>::from_arrays(std::vector<float>(10, 0.f), {5}, std::vector<std::int32_t>{0, 1}).batch(2);
+    CHECK_THROWS_WITH_AS(model.fit(bad_shape, {.verbose = 0}), doctest::Contains("(None, 4)"), strata::ShapeError);
+    CHECK_THROWS_AS(model.fit(blobs(8, 1), {.verbose = 0}), strata::ValueError);  // not batched
+    CHECK_THROWS_AS(model.compile(strata::loss::MeanSquaredError{}, strata::optim::SGD{}, {"precision"}), strata::ValueError);
+    CHECK_THROWS_AS(model.load(temp_path("does_not_exist.safetensors")), strata::IoError);
+}
+
+TEST_CASE("after the first step, a training step allocates no heap memory") {
+    using Cnn = Sequential<Input<8, 8, 1>, Conv2D<4, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<3, Softmax>>;
+    strata::Model<Cnn> model(2);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::RMSprop{});
+    auto f = lcg(64 * 64, 3, 0, 1);
+    std::vector<std::int32_t> y(64);
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::int32_t(i % 3);
+    auto ds = strata::data::Dataset<>::from_arrays(std::vector<float>(f.begin(), f.end()), {8, 8, 1}, y).batch(16);
+    auto it = ds.iterate(0);
+    model.train_step(*it);  // first step: buffers grow
+    ++it;
+    const long before = g_allocations.load();
+    for (int i = 0; i < 3 && it != std::default_sentinel; ++i, ++it) model.train_step(*it);
+    CHECK(g_allocations.load() - before == 0);
+}
