@@ -404,6 +404,15 @@ TEST_CASE("mismatched arguments are an error on every rank, and the group stays 
             CHECK(contains(message_of(e), "same collectives in the same order"));
         }
     }
+    SUBCASE("broadcast root") {
+        auto errors = run_replicas(n, [&](int r) {
+            group.broadcast(r, std::span<float>(bufs[static_cast<std::size_t>(r)]), r == 1 ? 2 : 0);
+        });
+        for (auto& e : errors) {
+            REQUIRE(is<DistributedError>(e));
+            CHECK(contains(message_of(e), "replica 1 passed root 2 but replica 0 root 0"));
+        }
+    }
     SUBCASE("shared buffer") {
         auto errors = run_replicas(n, [&](int r) {
             group.all_reduce(r, std::span<float>(bufs[r == 2 ? 1 : static_cast<std::size_t>(r)]));
@@ -516,11 +525,27 @@ TEST_CASE("AsyncAllReduce: a replica that fails while computing releases the oth
 TEST_CASE("AsyncAllReduce: destroyed with buckets pending, it aborts instead of hanging") {
     coll::ReplicaGroup group(2, {std::chrono::milliseconds(30000)});
     std::vector<float> a(10, 1.0f);
-    std::exception_ptr waited;
     {
         coll::AsyncAllReduce comm(group, 0);
         comm.submit(0, std::span<float>(a));  // rank 1 never comes
     }
     CHECK(group.aborted());
     CHECK(contains(message_of(group.failure()), "replica 0 destroyed its AsyncAllReduce"));
+}
+
+TEST_CASE("AsyncAllReduce: a replica that never submits times the others out") {
+    coll::ReplicaGroup group(3, {100ms});
+    std::vector<std::vector<double>> flat(3, std::vector<double>(50, 1.0));
+    auto errors = run_replicas(3, [&](int r) {
+        if (r == 2) return;
+        coll::AsyncAllReduce comm(group, r, coll::ReduceOp::Sum);
+        comm.submit(0, std::span<double>(flat[static_cast<std::size_t>(r)]));
+        comm.wait();
+    });
+    for (int r : {0, 1}) {
+        REQUIRE(is<DistributedError>(errors[r]));
+        INFO(message_of(errors[r]));
+        CHECK(contains(message_of(errors[r]), "all_reduce (direct, bucket 0, start)"));
+        CHECK(contains(message_of(errors[r]), "replica 2 of 3 did not arrive within 100 ms"));
+    }
 }

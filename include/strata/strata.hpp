@@ -12,6 +12,7 @@
 #include "strata/core/shape.hpp"
 #include "strata/place/place.hpp"
 #include "strata/place/threads.hpp"
+#include "strata/place/devices.hpp"
 #include "strata/tensor/tensor_all.hpp"
 #include "strata/nn/layers.hpp"
 #include "strata/loss/losses.hpp"

@@ -13,6 +13,7 @@
 #include "strata/config.hpp"
 #include "strata/core/error.hpp"
 #include "strata/detail/dependent_false.hpp"
+#include "strata/place/memory.hpp"
 
 #include <thrust/system/cpp/execution_policy.h>
 #if STRATA_HAS_OPENMP
@@ -43,13 +44,19 @@ struct Host {
     }
     static void* allocate(std::size_t bytes) {
         if (bytes == 0) return nullptr;
+        // Inside a DeviceScope on a host logical device, its memory policy serves the block.
+        if (DeviceAllocator* a = detail::current_allocator(MemorySpace::Host)) return a->allocate(bytes);
         // 64-byte alignment: a cache line, and what AVX-512 loads like.
         const std::size_t rounded = (bytes + 63) / 64 * 64;
         void* p = std::aligned_alloc(64, rounded);
         if (!p) throw_error<DeviceError>("Host: out of memory allocating ", bytes, " bytes");
         return p;
     }
-    static void deallocate(void* p, std::size_t) noexcept { std::free(p); }
+    static void deallocate(void* p, std::size_t) noexcept {
+        // A block from a device allocator goes back to it, whichever scope or thread frees it.
+        if (detail::return_to_owner(p)) return;
+        std::free(p);
+    }
     /// Host work is synchronous: nothing to wait for.
     static void synchronize() {}
 };
@@ -83,11 +90,16 @@ struct Cuda {
     static auto policy() { return thrust::cuda::par.on(stream()); }
     static void* allocate(std::size_t bytes) {
         if (bytes == 0) return nullptr;
+        // Inside a DeviceScope on a logical GPU, its memory policy serves the block.
+        if (DeviceAllocator* a = detail::current_allocator(MemorySpace::Gpu)) return a->allocate(bytes);
         void* p = nullptr;
         cuda_check(cudaMalloc(&p, bytes), "cudaMalloc");
         return p;
     }
-    static void deallocate(void* p, std::size_t) noexcept { cudaFree(p); }
+    static void deallocate(void* p, std::size_t) noexcept {
+        if (detail::return_to_owner(p)) return;
+        cudaFree(p);
+    }
     static void synchronize() { cuda_check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize"); }
 #endif
 };

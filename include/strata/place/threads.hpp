@@ -23,15 +23,19 @@ inline int hardware_threads() {
     return n ? int(n) : 1;
 }
 
-/// Sets how many threads the host ops of the calling thread use (OpenMP's per-thread team size)
-/// and, with OpenBLAS, how many the BLAS uses. `n <= 0` means all hardware threads.
+/// Sets how many threads the host ops of the calling thread use (OpenMP's per-thread team size;
+/// each replica thread has its own). `n <= 0` means all hardware threads.
+///
+/// strata parallelises its GEMMs itself (one single-threaded BLAS call per thread of the team),
+/// so with OpenBLAS it keeps OpenBLAS's own pool at one thread: two thread pools on the same
+/// cores spin against each other.
 inline void set_num_threads(int n) {
     if (n <= 0) n = hardware_threads();
 #if STRATA_HAS_OPENMP
     omp_set_num_threads(n);
 #endif
 #if defined(STRATA_BLAS_OPENBLAS)
-    openblas_set_num_threads(n);
+    openblas_set_num_threads(1);
 #endif
 }
 

@@ -4,9 +4,13 @@
 /// through CBLAS on the host and cuBLAS on CUDA.
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "strata/tensor/tensor.hpp"
+#include "strata/place/threads.hpp"
 
 extern "C" {
 #include <cblas.h>
@@ -19,6 +23,81 @@ namespace strata {
 
 /// Whether a GEMM operand is used as stored or transposed.
 enum class Trans { No, Yes };
+
+namespace detail {
+template <class T>
+void cblas_gemm(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, int lda,
+                const T* b, int ldb, T beta, T* c, int ldc) {
+    const auto ca = ta == Trans::No ? CblasNoTrans : CblasTrans;
+    const auto cb = tb == Trans::No ? CblasNoTrans : CblasTrans;
+    if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, ca, cb, int(m), int(n), int(k), alpha, a, lda, b, ldb, beta, c, ldc);
+    else
+        cblas_dgemm(CblasRowMajor, ca, cb, int(m), int(n), int(k), alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+#if defined(STRATA_BLAS_OPENBLAS)
+extern "C" char* openblas_get_corename(void);
+#endif
+
+/// The BLAS's thread pool is kept at one thread (see host_gemm), once per process. With
+/// OpenBLAS, also warns once when it picked kernels far older than the CPU (it does on CPUs it
+/// does not know, e.g. under some hypervisors): OPENBLAS_CORETYPE fixes that.
+inline bool blas_init_once() {
+    static const bool done = [] {
+#if defined(STRATA_BLAS_OPENBLAS)
+        openblas_set_num_threads(1);
+        const char* core = openblas_get_corename();
+        const std::string name = core ? core : "";
+        const bool old = name == "Prescott" || name == "Core2" || name == "Nehalem" || name == "Penryn" || name == "Dunnington" ||
+                         name == "Atom" || name == "Sandybridge";
+#if defined(__x86_64__) && defined(__GNUC__)
+        const char* better = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
+        if (old && better && !std::getenv("STRATA_QUIET_BLAS"))
+            std::fprintf(stderr,
+                         "strata: OpenBLAS chose its '%s' kernels on a CPU that has %s; GEMMs run several times slower. "
+                         "Set OPENBLAS_CORETYPE=%s (scripts/blas-env prints it) before starting the program.\n",
+                         name.c_str(), std::string(better) == "SkylakeX" ? "AVX-512" : "AVX2", better);
+#endif
+#endif
+        return true;
+    }();
+    return done;
+}
+
+/// Host GEMM on the calling thread's OpenMP team: C is cut into one block of rows (or of
+/// columns, when C is wide) per thread and each block is one single-threaded BLAS call.
+/// strata owns the host threads this way: a BLAS with its own thread pool would spin against
+/// the OpenMP team between calls (measured: it halves the MNIST CNN's speed on 2 cores), and
+/// replica threads each get exactly their share of cores.
+template <class T>
+void host_gemm(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, int lda,
+               const T* b, int ldb, T beta, T* c, int ldc) {
+    blas_init_once();
+#if STRATA_HAS_OPENMP
+    const int threads = omp_get_max_threads();
+    // Below ~1 MFLOP a parallel region costs more than it saves.
+    if (threads > 1 && double(m) * double(n) * double(k) >= 5e5 && !omp_in_parallel()) {
+        const bool split_rows = m >= n;
+        const std::int64_t extent = split_rows ? m : n;
+        const int parts = int(extent < threads ? extent : threads);
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+        for (int p = 0; p < parts; ++p) {
+            const std::int64_t first = extent * p / parts, last = extent * (p + 1) / parts;
+            if (split_rows) {
+                const T* ap = ta == Trans::No ? a + first * lda : a + first;
+                cblas_gemm(ta, tb, last - first, n, k, alpha, ap, lda, b, ldb, beta, c + first * ldc, ldc);
+            } else {
+                const T* bp = tb == Trans::No ? b + first : b + first * ldb;
+                cblas_gemm(ta, tb, m, last - first, k, alpha, a, lda, bp, ldb, beta, c + first, ldc);
+            }
+        }
+        return;
+    }
+#endif
+    cblas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+}  // namespace detail
 
 #if STRATA_HAS_CUDA
 namespace detail {
@@ -69,12 +148,7 @@ void gemm(Trans ta, Trans tb, T alpha, const TensorView<T, P>& a, const TensorVi
             for (std::int64_t i = 0; i < c.size(); ++i) c.data()[i] = beta == T(0) ? T(0) : beta * c.data()[i];
             return;
         }
-        const auto ca = ta == Trans::No ? CblasNoTrans : CblasTrans;
-        const auto cb = tb == Trans::No ? CblasNoTrans : CblasTrans;
-        if constexpr (std::is_same_v<T, float>)
-            cblas_sgemm(CblasRowMajor, ca, cb, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
-        else
-            cblas_dgemm(CblasRowMajor, ca, cb, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+        detail::host_gemm(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
     } else {
 #if STRATA_HAS_CUDA
         // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.

@@ -203,13 +203,15 @@ inline bool valid_utf8(std::string_view s) noexcept {
 
 // ---- A small JSON reader and writer, enough for safetensors headers (RFC 8259 syntax). ----
 
+struct JsonMember;
+
 struct JsonValue {
     enum class Kind { Null, Bool, Number, String, Array, Object };
     Kind kind = Kind::Null;
     bool boolean = false;
     std::string text;  // String: the decoded text; Number: the literal as written
     std::vector<JsonValue> items;
-    std::vector<std::pair<std::string, JsonValue>> members;  // in document order
+    std::vector<JsonMember> members;  // in document order
     std::size_t offset = 0;  // byte offset of the value in the document, for messages
 
     static const char* kind_name(Kind k) noexcept {
@@ -237,6 +239,11 @@ struct JsonValue {
         }
         return v;
     }
+};
+
+struct JsonMember {
+    std::string key;
+    JsonValue value;
 };
 
 class JsonParser {
@@ -317,7 +324,7 @@ private:
             const std::size_t key_at = pos_;
             std::string key = parse_string();
             for (const auto& m : v.members)
-                if (m.first == key) {
+                if (m.key == key) {
                     pos_ = key_at;
                     fail("duplicate key \"", key, "\"");
                 }
@@ -325,7 +332,7 @@ private:
             if (!eat(':')) fail("expected ':' after the key \"", key, "\", found ", describe());
             skip_ws();
             JsonValue member = parse_value(depth + 1);
-            v.members.emplace_back(std::move(key), std::move(member));
+            v.members.push_back(JsonMember{std::move(key), std::move(member)});
             skip_ws();
             if (eat(',')) continue;
             if (eat('}')) return;
@@ -484,6 +491,7 @@ inline void json_append_string(std::string& out, std::string_view s) {
 /// renames it over the target (atomic within one file system under POSIX) and fsyncs the
 /// directory so the rename itself survives a power cut. A writer destroyed without commit()
 /// (an exception unwinding through it) removes its temporary file and leaves the target alone.
+/// A symbolic link at the target is replaced by the new file, not followed.
 ///
 /// Requires: a POSIX system. Throws IoError naming the path and the OS's reason on any failure
 /// (the temporary file is removed first).

@@ -1,0 +1,982 @@
+#pragma once
+/// \file strata/data/dataset.hpp
+/// An in-memory input pipeline in the manner of tf.data: `from_arrays`, then `cache`, `shuffle`,
+/// `map`, `batch`, `repeat`, `take`, `prefetch`, each returning a new Dataset that shares the
+/// steps before it.
+///
+/// \code
+///   namespace sd = strata::data;
+///   auto mnist = sd::load_mnist("data/mnist");
+///   auto train = sd::from_arrays(std::move(mnist.train.images.data), {28, 28, 1},
+///                                std::move(mnist.train.labels.data))
+///                    .shuffle(60000, /*seed=*/42)
+///                    .batch(128)
+///                    .prefetch(2);
+///   for (int epoch = 0; epoch < 10; ++epoch)
+///       for (const auto& b : train.iterate(epoch)) step(b.x, b.y, b.size());
+/// \endcode
+///
+/// Elements. Before `batch`, an element is one example: `example_size()` floats of x (shape
+/// `example_shape()`) and `y_per_example()` labels of type Y. After `batch(n)`, an element is up
+/// to n examples, stored contiguously. Steps after `batch` (shuffle, map, take, ...) act on whole
+/// batches, as in tf.data.
+///
+/// Passes and determinism. Every pass over a dataset has a 64-bit epoch number: `iterate(e)` uses
+/// `e`; `begin()` (a range-for) uses 0, 1, 2, ... for the successive passes of this object. A
+/// shuffle's order is a pure function of its seed and the pass (and, under `repeat`, of the
+/// repetition), so a run is reproducible and resumable at any epoch, and every epoch and every
+/// repetition is ordered differently. `prefetch` never reorders.
+///
+/// Memory. Examples from `from_arrays` and `cache` are not copied until `batch` gathers them into
+/// its batch buffer. Every step keeps its buffers for the whole iteration (and across the
+/// repetitions of `repeat`), so after the first pass through the shuffle buffer and the first
+/// batch an iteration allocates nothing per element; starting a pass allocates each step's state
+/// once (and a thread for `prefetch`).
+///
+/// Threads. A Dataset is immutable and can be iterated by several threads at once, each with its
+/// own iterator (map functions must then be thread-safe). An iterator belongs to one thread.
+/// `prefetch` runs the steps before it on a background thread; its exceptions reach the consumer
+/// at the element where they happened, and destroying an iterator stops and joins that thread,
+/// even mid-epoch.
+
+#include <algorithm>
+#include <concepts>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "strata/core/error.hpp"
+#include "strata/core/random.hpp"
+
+namespace strata::data {
+
+/// cardinality() of a dataset that never ends (`repeat()` with no count), as in tf.data.
+inline constexpr std::int64_t infinite_cardinality = -1;
+/// cardinality() of a dataset whose length cannot be known without iterating it, as in tf.data.
+inline constexpr std::int64_t unknown_cardinality = -2;
+
+/// The label types a Dataset can carry: class ids (`std::int32_t`, the default) or regression
+/// targets (`float`, `double`), or any other arithmetic type except bool.
+template <class Y>
+concept DatasetLabel = std::is_arithmetic_v<Y> && !std::same_as<Y, bool>;
+
+template <DatasetLabel Y>
+class Dataset;
+
+/// One element of an iteration: `size()` examples with their inputs and labels, contiguous.
+///
+/// `x` holds `size() * example_size()` floats (example i at `x[i * example_size()]`, each example
+/// row-major with shape `example_shape()`); `y` holds `size() * y_per_example()` labels.
+/// The spans point into the pipeline's buffers: they stay valid until the iterator that produced
+/// them advances or is destroyed. Copy the data to keep it longer.
+template <DatasetLabel Y = std::int32_t>
+struct Batch {
+    std::span<const float> x;  ///< inputs, example-major
+    std::span<const Y> y;      ///< labels, example-major
+
+    /// Number of examples (the batch size; smaller for a last partial batch; 1 before batch()).
+    std::size_t size() const noexcept { return count_; }
+    /// Shape of one example's x (e.g. {28, 28, 1}).
+    std::span<const std::size_t> example_shape() const noexcept { return shape_; }
+    /// Floats per example: the product of example_shape().
+    std::size_t example_size() const noexcept { return size() ? x.size() / size() : 0; }
+    /// Labels per example.
+    std::size_t y_per_example() const noexcept { return size() ? y.size() / size() : 0; }
+    /// The inputs of example `i` < size().
+    std::span<const float> x_at(std::size_t i) const noexcept { return x.subspan(i * example_size(), example_size()); }
+    /// The labels of example `i` < size().
+    std::span<const Y> y_at(std::size_t i) const noexcept { return y.subspan(i * y_per_example(), y_per_example()); }
+
+private:
+    friend class Dataset<Y>;  // its Iterator fills these in
+    std::size_t count_ = 0;
+    std::span<const std::size_t> shape_{};
+};
+
+namespace detail::ds {
+
+// A reference to one element a stage produced. `stable`: the memory stays valid as long as the
+// stage tree exists (it is the dataset's own array or a finished cache), so a shuffle buffer may
+// hold the reference instead of a copy. Otherwise it is valid until the stage's next call.
+template <class Y>
+struct ElementRef {
+    const float* x = nullptr;
+    const Y* y = nullptr;
+    std::size_t count = 0;
+    bool stable = false;
+};
+
+// The running state of one step during one iteration.
+template <class Y>
+class Stage {
+public:
+    virtual ~Stage() = default;
+    // Begins (or restarts) a pass; `key` selects the pass's randomness.
+    virtual void start(std::uint64_t key) = 0;
+    // The next element, or false at the end of the pass.
+    virtual bool next(ElementRef<Y>& out) = 0;
+};
+
+// An immutable step of a pipeline; makes the Stage that runs it.
+template <class Y>
+class Node {
+public:
+    virtual ~Node() = default;
+    virtual std::unique_ptr<Stage<Y>> make_stage() const = 0;
+};
+
+template <class Y>
+using NodePtr = std::shared_ptr<const Node<Y>>;
+
+// SplitMix64's finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number generators",
+// OOPSLA 2014): spreads (pass, repetition) into unrelated 64-bit keys.
+inline std::uint64_t mix(std::uint64_t a, std::uint64_t b) noexcept {
+    std::uint64_t z = a + 0x9E3779B97F4A7C15ull * (b + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+template <class T>
+void copy_n(T* dst, const T* src, std::size_t n) noexcept {
+    if (n) std::memcpy(dst, src, n * sizeof(T));
+}
+
+// ---- from_arrays ----
+
+template <class Y>
+struct Arrays {
+    std::vector<float> x;
+    std::vector<Y> y;
+    std::size_t count, es, yp;
+};
+
+template <class Y>
+class SourceStage final : public Stage<Y> {
+public:
+    explicit SourceStage(std::shared_ptr<const Arrays<Y>> a) : a_(std::move(a)) {}
+    void start(std::uint64_t) override { i_ = 0; }
+    bool next(ElementRef<Y>& out) override {
+        if (i_ >= a_->count) return false;
+        out = {a_->x.data() + i_ * a_->es, a_->y.data() + i_ * a_->yp, 1, true};
+        ++i_;
+        return true;
+    }
+
+private:
+    std::shared_ptr<const Arrays<Y>> a_;
+    std::size_t i_ = 0;
+};
+
+template <class Y>
+class SourceNode final : public Node<Y> {
+public:
+    explicit SourceNode(std::shared_ptr<const Arrays<Y>> a) : a_(std::move(a)) {}
+    std::unique_ptr<Stage<Y>> make_stage() const override { return std::make_unique<SourceStage<Y>>(a_); }
+
+private:
+    std::shared_ptr<const Arrays<Y>> a_;
+};
+
+// ---- shuffle: the tf.data algorithm (a buffer of `size` elements; emit a uniformly chosen one
+// and put the next input element in its place; drain at the end) ----
+
+template <class Y>
+class ShuffleStage final : public Stage<Y> {
+public:
+    ShuffleStage(std::unique_ptr<Stage<Y>> up, std::size_t size, std::uint64_t seed, std::size_t es, std::size_t yp)
+        : up_(std::move(up)), size_(size), seed_(seed), es_(es), yp_(yp) {}
+
+    void start(std::uint64_t key) override {
+        rng_ = random::Generator(seed_, key);
+        live_ = 0;
+        pending_ = none;
+        filled_ = false;
+        up_done_ = false;
+        up_->start(key);
+    }
+
+    bool next(ElementRef<Y>& out) override {
+        if (!filled_) {
+            filled_ = true;
+            while (live_ < size_ && pull(live_)) ++live_;
+        } else if (pending_ != none) {
+            // The slot emitted last time is refilled only now, because its element had to stay
+            // valid until this call.
+            if (!pull(pending_)) {
+                std::swap(slots_[pending_], slots_[live_ - 1]);
+                --live_;
+            }
+            pending_ = none;
+        }
+        if (live_ == 0) return false;
+        pending_ = static_cast<std::size_t>(rng_.below(live_));
+        out = slots_[pending_].ref;
+        return true;
+    }
+
+private:
+    struct Slot {
+        ElementRef<Y> ref;
+        std::vector<float> xs;  // a copy, for elements that are not stable
+        std::vector<Y> ys;
+    };
+    static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+
+    std::unique_ptr<Stage<Y>> up_;
+    std::size_t size_;
+    std::uint64_t seed_;
+    std::size_t es_, yp_;
+    random::Generator rng_;
+    std::vector<Slot> slots_;  // slots beyond live_ are spares, kept for their capacity
+    std::size_t live_ = 0;
+    std::size_t pending_ = none;
+    bool filled_ = false;
+    bool up_done_ = false;
+
+    // Stores the next input element in slot i; false when the input is exhausted.
+    bool pull(std::size_t i) {
+        if (up_done_) return false;
+        ElementRef<Y> e;
+        if (!up_->next(e)) {
+            up_done_ = true;
+            return false;
+        }
+        if (i == slots_.size()) slots_.emplace_back();
+        Slot& s = slots_[i];
+        if (e.stable) {
+            s.ref = e;
+        } else {
+            s.xs.assign(e.x, e.x + e.count * es_);
+            s.ys.assign(e.y, e.y + e.count * yp_);
+            s.ref = {s.xs.data(), s.ys.data(), e.count, false};
+        }
+        return true;
+    }
+};
+
+template <class Y>
+class ShuffleNode final : public Node<Y> {
+public:
+    ShuffleNode(NodePtr<Y> up, std::size_t size, std::uint64_t seed, std::size_t es, std::size_t yp)
+        : up_(std::move(up)), size_(size), seed_(seed), es_(es), yp_(yp) {}
+    std::unique_ptr<Stage<Y>> make_stage() const override {
+        return std::make_unique<ShuffleStage<Y>>(up_->make_stage(), size_, seed_, es_, yp_);
+    }
+
+private:
+    NodePtr<Y> up_;
+    std::size_t size_;
+    std::uint64_t seed_;
+    std::size_t es_, yp_;
+};
+
+// ---- batch ----
+
+template <class Y>
+class BatchStage final : public Stage<Y> {
+public:
+    BatchStage(std::unique_ptr<Stage<Y>> up, std::size_t n, bool drop, std::size_t es, std::size_t yp)
+        : up_(std::move(up)), n_(n), drop_(drop), es_(es), yp_(yp), xs_(n * es), ys_(n * yp) {}
+
+    void start(std::uint64_t key) override { up_->start(key); }
+
+    bool next(ElementRef<Y>& out) override {
+        // While the examples are stable and adjacent in memory (an unshuffled array or cache),
+        // the batch is a view of them; the first one that is not switches to copying.
+        bool view = true;
+        const float* vx = nullptr;
+        const Y* vy = nullptr;
+        std::size_t k = 0;
+        while (k < n_) {
+            ElementRef<Y> e;
+            if (!up_->next(e)) break;
+            if (view) {
+                if (e.stable && (k == 0 || (e.x == vx + k * es_ && e.y == vy + k * yp_))) {
+                    if (k == 0) {
+                        vx = e.x;
+                        vy = e.y;
+                    }
+                    ++k;
+                    continue;
+                }
+                copy_n(xs_.data(), vx, k * es_);
+                copy_n(ys_.data(), vy, k * yp_);
+                view = false;
+            }
+            copy_n(xs_.data() + k * es_, e.x, es_);
+            copy_n(ys_.data() + k * yp_, e.y, yp_);
+            ++k;
+        }
+        if (k == 0 || (k < n_ && drop_)) return false;
+        out = view ? ElementRef<Y>{vx, vy, k, true} : ElementRef<Y>{xs_.data(), ys_.data(), k, false};
+        return true;
+    }
+
+private:
+    std::unique_ptr<Stage<Y>> up_;
+    std::size_t n_;
+    bool drop_;
+    std::size_t es_, yp_;
+    std::vector<float> xs_;
+    std::vector<Y> ys_;
+};
+
+template <class Y>
+class BatchNode final : public Node<Y> {
+public:
+    BatchNode(NodePtr<Y> up, std::size_t n, bool drop, std::size_t es, std::size_t yp)
+        : up_(std::move(up)), n_(n), drop_(drop), es_(es), yp_(yp) {}
+    std::unique_ptr<Stage<Y>> make_stage() const override {
+        return std::make_unique<BatchStage<Y>>(up_->make_stage(), n_, drop_, es_, yp_);
+    }
+
+private:
+    NodePtr<Y> up_;
+    std::size_t n_;
+    bool drop_;
+    std::size_t es_, yp_;
+};
+
+// ---- repeat ----
+
+template <class Y>
+class RepeatStage final : public Stage<Y> {
+public:
+    RepeatStage(std::unique_ptr<Stage<Y>> up, std::int64_t count) : up_(std::move(up)), count_(count) {}
+
+    void start(std::uint64_t key) override {
+        key_ = key;
+        rep_ = 0;
+        produced_ = false;
+        ended_ = count_ == 0;
+        if (!ended_) up_->start(mix(key_, 0));
+    }
+
+    bool next(ElementRef<Y>& out) override {
+        while (!ended_) {
+            if (up_->next(out)) {
+                produced_ = true;
+                return true;
+            }
+            ++rep_;
+            // An empty input would make an infinite repeat spin forever; tf.data ends it too.
+            if (!produced_ || (count_ >= 0 && rep_ >= static_cast<std::uint64_t>(count_))) {
+                ended_ = true;
+                break;
+            }
+            produced_ = false;
+            up_->start(mix(key_, rep_));
+        }
+        return false;
+    }
+
+private:
+    std::unique_ptr<Stage<Y>> up_;
+    std::int64_t count_;
+    std::uint64_t key_ = 0, rep_ = 0;
+    bool produced_ = false, ended_ = false;
+};
+
+template <class Y>
+class RepeatNode final : public Node<Y> {
+public:
+    RepeatNode(NodePtr<Y> up, std::int64_t count) : up_(std::move(up)), count_(count) {}
+    std::unique_ptr<Stage<Y>> make_stage() const override {
+        return std::make_unique<RepeatStage<Y>>(up_->make_stage(), count_);
+    }
+
+private:
+    NodePtr<Y> up_;
+    std::int64_t count_;
+};
+
+// ---- map ----
+
+template <class Y>
+using MapFn = std::function<void(std::span<float>, std::span<Y>)>;
+
+template <class Y>
+class MapStage final : public Stage<Y> {
+public:
+    MapStage(std::unique_ptr<Stage<Y>> up, std::shared_ptr<const MapFn<Y>> fn, std::size_t es, std::size_t yp)
+        : up_(std::move(up)), fn_(std::move(fn)), es_(es), yp_(yp) {}
+    void start(std::uint64_t key) override { up_->start(key); }
+    bool next(ElementRef<Y>& out) override {
+        ElementRef<Y> e;
+        if (!up_->next(e)) return false;
+        xs_.assign(e.x, e.x + e.count * es_);
+        ys_.assign(e.y, e.y + e.count * yp_);
+        (*fn_)(std::span<float>(xs_), std::span<Y>(ys_));
+        out = {xs_.data(), ys_.data(), e.count, false};
+        return true;
+    }
+
+private:
+    std::unique_ptr<Stage<Y>> up_;
+    std::shared_ptr<const MapFn<Y>> fn_;
+    std::size_t es_, yp_;
+    std::vector<float> xs_;
+    std::vector<Y> ys_;
+};
+
+template <class Y>
+class MapNode final : public Node<Y> {
+public:
+    MapNode(NodePtr<Y> up, std::shared_ptr<const MapFn<Y>> fn, std::size_t es, std::size_t yp)
+        : up_(std::move(up)), fn_(std::move(fn)), es_(es), yp_(yp) {}
+    std::unique_ptr<Stage<Y>> make_stage() const override {
+        return std::make_unique<MapStage<Y>>(up_->make_stage(), fn_, es_, yp_);
+    }
+
+private:
+    NodePtr<Y> up_;
+    std::shared_ptr<const MapFn<Y>> fn_;
+    std::size_t es_, yp_;
+};
+
+// ---- cache ----
+
+template <class Y>
+struct CacheData {
+    std::vector<float> xs;
+    std::vector<Y> ys;
+    std::vector<std::size_t> counts;  // examples per element
+    std::vector<std::size_t> starts;  // first example of each element
+};
+
+// Shared by every Dataset copy that contains this cache() step, hence by all their iterators.
+template <class Y>
+struct CacheShared {
+    std::mutex m;
+    std::shared_ptr<const CacheData<Y>> data;  // set by the first pass that completes
+};
+
+template <class Y>
+class CacheStage final : public Stage<Y> {
+public:
+    CacheStage(std::unique_ptr<Stage<Y>> up, std::shared_ptr<CacheShared<Y>> shared, std::size_t es, std::size_t yp,
+               std::size_t reserve_examples)
+        : up_(std::move(up)), shared_(std::move(shared)), es_(es), yp_(yp), reserve_(reserve_examples) {}
+
+    void start(std::uint64_t key) override {
+        {
+            std::lock_guard<std::mutex> lock(shared_->m);
+            data_ = shared_->data;
+        }
+        i_ = 0;
+        if (data_) return;
+        // A pass that was not read to its end leaves an incomplete copy: it is dropped (tf.data).
+        building_ = std::make_shared<CacheData<Y>>();
+        building_->xs.reserve(reserve_ * es_);
+        building_->ys.reserve(reserve_ * yp_);
+        examples_ = 0;
+        up_->start(key);
+    }
+
+    bool next(ElementRef<Y>& out) override {
+        if (data_) {
+            if (i_ >= data_->counts.size()) return false;
+            const std::size_t s = data_->starts[i_];
+            out = {data_->xs.data() + s * es_, data_->ys.data() + s * yp_, data_->counts[i_], true};
+            ++i_;
+            return true;
+        }
+        if (!building_) return false;
+        if (!up_->next(out)) {
+            std::lock_guard<std::mutex> lock(shared_->m);
+            if (!shared_->data) shared_->data = std::move(building_);
+            building_.reset();
+            return false;
+        }
+        auto& b = *building_;
+        b.xs.insert(b.xs.end(), out.x, out.x + out.count * es_);
+        b.ys.insert(b.ys.end(), out.y, out.y + out.count * yp_);
+        b.counts.push_back(out.count);
+        b.starts.push_back(examples_);
+        examples_ += out.count;
+        return true;
+    }
+
+private:
+    std::unique_ptr<Stage<Y>> up_;
+    std::shared_ptr<CacheShared<Y>> shared_;
+    std::size_t es_, yp_, reserve_;
+    std::shared_ptr<const CacheData<Y>> data_;
+    std::shared_ptr<CacheData<Y>> building_;
+    std::size_t i_ = 0, examples_ = 0;
+};
+
+template <class Y>
+class CacheNode final : public Node<Y> {
+public:
+    CacheNode(NodePtr<Y> up, std::size_t es, std::size_t yp, std::size_t reserve_examples)
+        : up_(std::move(up)), shared_(std::make_shared<CacheShared<Y>>()), es_(es), yp_(yp), reserve_(reserve_examples) {}
+    std::unique_ptr<Stage<Y>> make_stage() const override {
+        return std::make_unique<CacheStage<Y>>(up_->make_stage(), shared_, es_, yp_, reserve_);
+    }
+
+private:
+    NodePtr<Y> up_;
+    std::shared_ptr<CacheShared<Y>> shared_;
+    std::size_t es_, yp_, reserve_;
+};
+
+// ---- take ----
+
+template <class Y>
+class TakeStage final : public Stage<Y> {
+public:
+    TakeStage(std::unique_ptr<Stage<Y>> up, std::int64_t n) : up_(std::move(up)), n_(n) {}
+    void start(std::uint64_t key) override {
+        taken_ = 0;
+        up_->start(key);
+    }
+    bool next(ElementRef<Y>& out) override {
+        if (n_ >= 0 && taken_ >= static_cast<std::uint64_t>(n_)) return false;
+        if (!up_->next(out)) return false;
+        ++taken_;
+        return true;
+    }
+
+private:
+    std::unique_ptr<Stage<Y>> up_;
+    std::int64_t n_;
+    std::uint64_t taken_ = 0;
+};
+
+template <class Y>
+class TakeNode final : public Node<Y> {
+public:
+    TakeNode(NodePtr<Y> up, std::int64_t n) : up_(std::move(up)), n_(n) {}
+    std::unique_ptr<Stage<Y>> make_stage() const override { return std::make_unique<TakeStage<Y>>(up_->make_stage(), n_); }
+
+private:
+    NodePtr<Y> up_;
+    std::int64_t n_;
+};
+
+// ---- prefetch: a producer thread fills up to k slots ahead of the consumer ----
+
+template <class Y>
+class PrefetchStage final : public Stage<Y> {
+public:
+    PrefetchStage(std::unique_ptr<Stage<Y>> up, std::size_t k, std::size_t es, std::size_t yp)
+        : up_(std::move(up)), es_(es), yp_(yp), slots_(k + 1), ring_(k + 1) {
+        free_.reserve(k + 1);
+    }
+
+    ~PrefetchStage() override { stop(); }
+
+    void start(std::uint64_t key) override {
+        stop();
+        free_.clear();
+        for (std::size_t i = 0; i < slots_.size(); ++i) free_.push_back(i);
+        head_ = ready_ = 0;
+        held_ = none;
+        stop_ = done_ = false;
+        error_ = nullptr;
+        thread_ = std::thread([this, key] { produce(key); });
+    }
+
+    bool next(ElementRef<Y>& out) override {
+        std::unique_lock<std::mutex> lock(m_);
+        if (held_ != none) {
+            free_.push_back(held_);
+            held_ = none;
+            can_produce_.notify_one();
+        }
+        can_consume_.wait(lock, [this] { return ready_ > 0 || done_; });
+        if (ready_ > 0) {
+            held_ = ring_[head_];
+            head_ = (head_ + 1) % ring_.size();
+            --ready_;
+            const Slot& s = slots_[held_];
+            out = {s.xs.data(), s.ys.data(), s.count, false};
+            return true;
+        }
+        if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+        return false;
+    }
+
+private:
+    struct Slot {
+        std::vector<float> xs;
+        std::vector<Y> ys;
+        std::size_t count = 0;
+    };
+    static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
+
+    std::unique_ptr<Stage<Y>> up_;  // touched only by the producer thread while it runs
+    std::size_t es_, yp_;
+    std::vector<Slot> slots_;
+    std::vector<std::size_t> ring_;  // FIFO of filled slots: ready_ entries from head_
+    std::vector<std::size_t> free_;
+    std::size_t head_ = 0, ready_ = 0, held_ = none;
+    bool stop_ = false, done_ = false;
+    std::exception_ptr error_;
+    std::mutex m_;
+    std::condition_variable can_produce_, can_consume_;
+    std::thread thread_;
+
+    void produce(std::uint64_t key) noexcept {
+        try {
+            up_->start(key);
+            for (;;) {
+                std::size_t s;
+                {
+                    std::unique_lock<std::mutex> lock(m_);
+                    can_produce_.wait(lock, [this] { return stop_ || !free_.empty(); });
+                    if (stop_) return;
+                    s = free_.back();
+                    free_.pop_back();
+                }
+                ElementRef<Y> e;
+                if (!up_->next(e)) {
+                    std::lock_guard<std::mutex> lock(m_);
+                    free_.push_back(s);
+                    done_ = true;
+                    can_consume_.notify_one();
+                    return;
+                }
+                Slot& slot = slots_[s];
+                slot.xs.assign(e.x, e.x + e.count * es_);
+                slot.ys.assign(e.y, e.y + e.count * yp_);
+                slot.count = e.count;
+                {
+                    std::lock_guard<std::mutex> lock(m_);
+                    ring_[(head_ + ready_) % ring_.size()] = s;
+                    ++ready_;
+                }
+                can_consume_.notify_one();
+            }
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(m_);
+            error_ = std::current_exception();
+            done_ = true;
+            can_consume_.notify_one();
+        }
+    }
+
+    void stop() noexcept {
+        if (!thread_.joinable()) return;
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            stop_ = true;
+        }
+        can_produce_.notify_all();
+        thread_.join();
+    }
+};
+
+template <class Y>
+class PrefetchNode final : public Node<Y> {
+public:
+    PrefetchNode(NodePtr<Y> up, std::size_t k, std::size_t es, std::size_t yp)
+        : up_(std::move(up)), k_(k), es_(es), yp_(yp) {}
+    std::unique_ptr<Stage<Y>> make_stage() const override {
+        return std::make_unique<PrefetchStage<Y>>(up_->make_stage(), k_, es_, yp_);
+    }
+
+private:
+    NodePtr<Y> up_;
+    std::size_t k_, es_, yp_;
+};
+
+inline std::string shape_text(const std::vector<std::size_t>& s) {
+    std::string t = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+}
+
+// a * b for cardinalities >= 0, or unknown_cardinality on overflow.
+inline std::int64_t mul_cardinality(std::int64_t a, std::int64_t b) noexcept {
+    if (a != 0 && b > std::numeric_limits<std::int64_t>::max() / a) return unknown_cardinality;
+    return a * b;
+}
+
+}  // namespace detail::ds
+
+/// An input pipeline over in-memory examples, built step by step like a tf.data.Dataset.
+///
+/// A Dataset is a cheap, immutable handle (copying it shares the steps); each method returns a
+/// new Dataset with one more step. Iterating it yields Batch<Y> elements (see the file comment
+/// for elements, passes, determinism, memory and threads).
+///
+/// Requires: Y satisfies DatasetLabel (int32 class ids by default; float for regression).
+template <DatasetLabel Y = std::int32_t>
+class Dataset {
+public:
+    using label_type = Y;
+    using element_type = Batch<Y>;
+
+    class Iterator;
+
+    /// A dataset of the examples in `x` with labels in `y`.
+    ///
+    /// Requires: `example_shape` has a non-zero product E (ShapeError otherwise); `x.size()` is a
+    ///   multiple of E; `y_per_example` >= 1 (ValueError); `y.size()` == (x.size() / E) ×
+    ///   y_per_example (ShapeError naming both counts).
+    /// Ensures: cardinality() == x.size() / E; the arrays are moved in, never copied again.
+    ///
+    /// \code
+    ///   auto ds = strata::data::Dataset<>::from_arrays(std::move(pixels), {28, 28, 1}, std::move(labels));
+    /// \endcode
+    static Dataset from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
+                               std::size_t y_per_example = 1) {
+        using detail::ds::shape_text;
+        std::size_t es = 1;
+        for (auto d : example_shape) es *= d;
+        STRATA_CHECK(es > 0, ShapeError, "from_arrays: example shape ", shape_text(example_shape),
+                     " has no elements; expected every extent >= 1");
+        STRATA_CHECK(y_per_example > 0, ValueError, "from_arrays: y_per_example must be >= 1, got 0");
+        STRATA_CHECK(x.size() % es == 0, ShapeError, "from_arrays: x holds ", x.size(),
+                     " floats, which is not a whole number of examples of shape ", shape_text(example_shape), " (", es,
+                     " floats each)");
+        const std::size_t n = x.size() / es;
+        STRATA_CHECK(y.size() == n * y_per_example, ShapeError, "from_arrays: x holds ", n, " examples of shape ",
+                     shape_text(example_shape), ", so y must hold ", n * y_per_example, " labels (", y_per_example,
+                     " per example), but it holds ", y.size());
+        auto arrays = std::make_shared<const detail::ds::Arrays<Y>>(
+            detail::ds::Arrays<Y>{std::move(x), std::move(y), n, es, y_per_example});
+        Dataset d;
+        d.node_ = std::make_shared<detail::ds::SourceNode<Y>>(std::move(arrays));
+        d.shape_ = std::make_shared<const std::vector<std::size_t>>(std::move(example_shape));
+        d.es_ = es;
+        d.yp_ = y_per_example;
+        d.cardinality_ = static_cast<std::int64_t>(n);
+        return d;
+    }
+
+    /// Shuffles elements with a buffer of `buffer_size` (tf.data's algorithm: fill the buffer,
+    /// emit a uniformly random element of it and replace it with the next input). A buffer at
+    /// least as large as the dataset gives a uniform random permutation; a smaller one only
+    /// mixes nearby elements. The order depends only on `seed` and the pass (see the file
+    /// comment): the same for the same epoch, different across epochs and repetitions.
+    /// Requires: buffer_size >= 1 (ValueError). The buffer holds references to stable examples
+    /// (from from_arrays or cache) and copies of anything else.
+    Dataset shuffle(std::size_t buffer_size, std::uint64_t seed) const {
+        STRATA_CHECK(buffer_size >= 1, ValueError, "shuffle: buffer_size must be >= 1, got 0");
+        return with(std::make_shared<detail::ds::ShuffleNode<Y>>(node_, buffer_size, seed, es_, yp_), cardinality_);
+    }
+
+    /// Groups `n` consecutive examples into one element; the last batch holds the remainder
+    /// unless `drop_remainder`, which drops it.
+    /// Requires: n >= 1 (ValueError); the dataset is not batched already (ValueError).
+    /// Ensures: cardinality() is ceil(N / n), or floor(N / n) with `drop_remainder`.
+    Dataset batch(std::size_t n, bool drop_remainder = false) const {
+        STRATA_CHECK(n >= 1, ValueError, "batch: the batch size must be >= 1, got 0");
+        STRATA_CHECK(batch_ == 0, ValueError, "batch(", n, "): this dataset is already batched (batch size ", batch_,
+                     "); call batch once, after the per-example steps");
+        std::int64_t c = cardinality_;
+        if (c >= 0) {
+            const auto b = static_cast<std::int64_t>(n);
+            c = drop_remainder ? c / b : c / b + (c % b != 0);
+        }
+        Dataset d = with(std::make_shared<detail::ds::BatchNode<Y>>(node_, n, drop_remainder, es_, yp_), c);
+        d.batch_ = n;
+        return d;
+    }
+
+    /// Repeats the dataset `count` times, or forever when `count` is -1 (the default). Each
+    /// repetition is a new pass for the steps before it (a shuffle reshuffles). An empty input
+    /// ends the repetition instead of spinning.
+    /// Requires: count >= -1 (ValueError).
+    Dataset repeat(std::int64_t count = -1) const {
+        STRATA_CHECK(count >= -1, ValueError, "repeat: count must be >= 0, or -1 for forever; got ", count);
+        std::int64_t c = cardinality_;
+        if (c == 0 || c == unknown_cardinality) {
+        } else if (count == -1) {
+            c = infinite_cardinality;
+        } else if (count == 0) {
+            c = 0;
+        } else if (c != infinite_cardinality) {
+            c = detail::ds::mul_cardinality(c, count);
+        }
+        return with(std::make_shared<detail::ds::RepeatNode<Y>>(node_, count), c);
+    }
+
+    /// Applies `fn(x, y)` to a copy of every element, which it may edit in place: before batch()
+    /// the spans hold one example, after it a whole batch (`x.size() / example_size()` examples).
+    /// `fn` runs once per element per pass (see cache()); exceptions it throws reach the
+    /// iterating code. It must be thread-safe if several iterators (or prefetch) run it at once.
+    ///
+    /// \code
+    ///   auto centered = ds.map([](std::span<float> x, std::span<std::int32_t>) { for (auto& v : x) v -= 0.5f; });
+    /// \endcode
+    template <class F>
+        requires std::invocable<F&, std::span<float>, std::span<Y>>
+    Dataset map(F fn) const {
+        auto f = std::make_shared<const detail::ds::MapFn<Y>>(std::move(fn));
+        return with(std::make_shared<detail::ds::MapNode<Y>>(node_, std::move(f), es_, yp_), cardinality_);
+    }
+
+    /// Keeps every element of the first complete pass in memory and replays them in later
+    /// passes, so the steps before it (a map, say) run once. A pass that stops early (take, an
+    /// iterator destroyed mid-way) caches nothing, as in tf.data. Later passes replay the first
+    /// pass's order: put shuffle after cache. Caching an infinite dataset exhausts memory.
+    Dataset cache() const {
+        // Reserve for the whole first pass when its size is known and modest (<= 1 GiB of x), so
+        // filling the cache does not copy it over and over while growing.
+        std::size_t reserve = 0;
+        const std::size_t per = batch_ ? batch_ : 1;
+        if (cardinality_ >= 0 && static_cast<std::uint64_t>(cardinality_) <= (std::uint64_t(1) << 28) / (per * es_))
+            reserve = static_cast<std::size_t>(cardinality_) * per;
+        return with(std::make_shared<detail::ds::CacheNode<Y>>(node_, es_, yp_, reserve), cardinality_);
+    }
+
+    /// Runs the steps before it on a background thread that keeps up to `k` elements ready, so
+    /// the next batch is waiting when a training step ends. Same elements, same order.
+    /// Requires: k >= 1 (ValueError).
+    Dataset prefetch(std::size_t k = 1) const {
+        STRATA_CHECK(k >= 1, ValueError, "prefetch: the buffer size must be >= 1, got 0");
+        return with(std::make_shared<detail::ds::PrefetchNode<Y>>(node_, k, es_, yp_), cardinality_);
+    }
+
+    /// The first `n` elements (all of them when n is -1).
+    /// Requires: n >= -1 (ValueError).
+    Dataset take(std::int64_t n) const {
+        STRATA_CHECK(n >= -1, ValueError, "take: count must be >= 0, or -1 for all; got ", n);
+        std::int64_t c = cardinality_;
+        if (n >= 0) {
+            if (c == infinite_cardinality) c = n;
+            else if (c >= 0) c = std::min(c, n);
+        }
+        return with(std::make_shared<detail::ds::TakeNode<Y>>(node_, n), c);
+    }
+
+    /// The number of elements a pass yields (batches after batch(), examples before), or
+    /// infinite_cardinality, or unknown_cardinality.
+    std::int64_t cardinality() const noexcept { return cardinality_; }
+    /// Shape of one example's x.
+    const std::vector<std::size_t>& example_shape() const noexcept { return *shape_; }
+    /// Floats per example (product of example_shape()).
+    std::size_t example_size() const noexcept { return es_; }
+    /// Labels per example.
+    std::size_t y_per_example() const noexcept { return yp_; }
+    /// The batch size given to batch(), or 0 when the dataset is not batched.
+    std::size_t batch_size() const noexcept { return batch_; }
+
+    /// Starts pass number `epoch`: an iterator at its first element (or at its end).
+    /// The same epoch always gives the same elements in the same order.
+    Iterator iterate(std::uint64_t epoch) const { return Iterator(*this, epoch); }
+
+    /// Starts the next pass of this object (epochs 0, 1, 2, ... in order of calls), so that
+    /// successive range-for loops see successive epochs. Not thread-safe for one object; use
+    /// iterate(epoch) to choose the epoch.
+    Iterator begin() const { return iterate(next_epoch_++); }
+    /// The end of any pass.
+    std::default_sentinel_t end() const noexcept { return std::default_sentinel; }
+
+private:
+    detail::ds::NodePtr<Y> node_;
+    std::shared_ptr<const std::vector<std::size_t>> shape_;
+    std::size_t es_ = 0, yp_ = 0, batch_ = 0;
+    std::int64_t cardinality_ = 0;
+    mutable std::uint64_t next_epoch_ = 0;
+
+    Dataset() = default;
+
+    Dataset with(detail::ds::NodePtr<Y> node, std::int64_t cardinality) const {
+        Dataset d = *this;
+        d.node_ = std::move(node);
+        d.cardinality_ = cardinality;
+        d.next_epoch_ = 0;
+        return d;
+    }
+};
+
+/// An iterator over one pass of a Dataset (a C++20 input iterator; compare with
+/// std::default_sentinel for the end). Move-only; it owns the pass's buffers and threads, and
+/// its destructor stops them.
+///
+/// \code
+///   for (auto it = ds.iterate(3); it != std::default_sentinel; ++it) use(it->x, it->y);
+/// \endcode
+template <DatasetLabel Y>
+class Dataset<Y>::Iterator {
+public:
+    using value_type = Batch<Y>;
+    using difference_type = std::ptrdiff_t;
+    using iterator_concept = std::input_iterator_tag;
+
+    Iterator(Iterator&&) noexcept = default;
+    Iterator& operator=(Iterator&&) noexcept = default;
+
+    /// The current element. Requires: not at the end.
+    const Batch<Y>& operator*() const noexcept { return batch_; }
+    const Batch<Y>* operator->() const noexcept { return &batch_; }
+    /// Advances to the next element; rethrows what a step threw (on this or a prefetch thread).
+    Iterator& operator++() {
+        advance();
+        return *this;
+    }
+    void operator++(int) { advance(); }
+    /// True at the end of the pass.
+    friend bool operator==(const Iterator& it, std::default_sentinel_t) noexcept { return it.done_; }
+    /// The epoch this pass belongs to.
+    std::uint64_t epoch() const noexcept { return epoch_; }
+
+private:
+    friend class Dataset<Y>;
+
+    std::shared_ptr<const std::vector<std::size_t>> shape_;
+    std::unique_ptr<detail::ds::Stage<Y>> stage_;
+    std::size_t es_ = 0, yp_ = 0;
+    std::uint64_t epoch_ = 0;
+    Batch<Y> batch_{};
+    bool done_ = true;
+
+    Iterator(const Dataset& d, std::uint64_t epoch)
+        : shape_(d.shape_), stage_(d.node_->make_stage()), es_(d.es_), yp_(d.yp_), epoch_(epoch) {
+        batch_.shape_ = std::span<const std::size_t>(*shape_);
+        stage_->start(epoch);
+        done_ = false;
+        advance();
+    }
+
+    void advance() {
+        if (done_) return;
+        detail::ds::ElementRef<Y> e;
+        bool more = false;
+        try {
+            more = stage_->next(e);
+        } catch (...) {
+            done_ = true;
+            throw;
+        }
+        if (!more) {
+            done_ = true;
+            batch_.x = {};
+            batch_.y = {};
+            batch_.count_ = 0;
+            return;
+        }
+        batch_.x = std::span<const float>(e.x, e.count * es_);
+        batch_.y = std::span<const Y>(e.y, e.count * yp_);
+        batch_.count_ = e.count;
+    }
+};
+
+/// Dataset<Y>::from_arrays with Y deduced from the label vector:
+/// `auto ds = strata::data::from_arrays(std::move(x), {28, 28, 1}, std::move(labels));`
+template <DatasetLabel Y>
+Dataset<Y> from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
+                       std::size_t y_per_example = 1) {
+    return Dataset<Y>::from_arrays(std::move(x), std::move(example_shape), std::move(y), y_per_example);
+}
+
+}  // namespace strata::data

@@ -1,0 +1,394 @@
+#pragma once
+/// \file strata/nn/conv2d.hpp
+/// `Conv2D<Filters, Kernel, Act, Stride, Pad>` (square kernel and stride) and
+/// `Conv2DRect<Filters, KernelH, KernelW, Act, StrideH, StrideW, Pad>` (any kernel and stride):
+/// 2-D convolution over NHWC images with Keras's semantics, layout (kernel [kh, kw, cin, cout],
+/// "HWIO") and initialisation (Glorot uniform kernel, zero bias). Also `Padding` and the
+/// sliding-window geometry that MaxPooling2D shares.
+///
+/// The convolution is lowered to one GEMM (im2col; Chellapilla, Puri, Simard, "High performance
+/// convolutional neural networks for document processing", 2006): the patches of the batch are
+/// copied into a [n·oh·ow, kh·kw·cin] workspace, which times the kernel seen as a
+/// [kh·kw·cin, cout] matrix (HWIO flattened is exactly that matrix) gives the output. The
+/// backward pass reuses that workspace: the kernel gradient is patchesᵀ·dy, then the workspace
+/// is overwritten with the patch gradients dy·kernelᵀ, which col2im gathers into dx.
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "strata/nn/activation.hpp"
+#include "strata/nn/initializers.hpp"
+#include "strata/nn/layer.hpp"
+
+namespace strata::nn {
+
+/// How a sliding window (convolution kernel, pooling window) treats the image border, as in
+/// Keras:
+/// - `Valid`: windows lie inside the image; out = floor((in − k) / stride) + 1.
+/// - `Same`: out = ceil(in / stride); the image is padded by
+///   pad_total = max((out − 1)·stride + k − in, 0), pad_total / 2 before and the rest after
+///   (zeros for convolutions; pooling ignores padded positions).
+enum class Padding { Valid, Same };
+
+namespace detail {
+
+/// One spatial axis of a sliding window: output extent and padding before the first element.
+template <std::int64_t In, std::int64_t K, std::int64_t S, Padding Pad>
+struct WindowAxis {
+    static constexpr std::int64_t out = Pad == Padding::Same ? (In + S - 1) / S : (In >= K ? (In - K) / S + 1 : 1);
+    static constexpr std::int64_t pad_total =
+        Pad == Padding::Same && (out - 1) * S + K - In > 0 ? (out - 1) * S + K - In : 0;
+    static constexpr std::int64_t pad_before = pad_total / 2;
+};
+
+template <class S>
+constexpr std::int64_t extent_or_one(int i) {
+    return i < S::rank ? S::dims[std::size_t(i)] : 1;
+}
+
+/// The compile-time geometry of a KH×KW window sliding with strides SH, SW over an image of
+/// shape `In` = (h, w, c). When `In` is not rank 3, `rank_ok` is false and the extents are
+/// placeholders (the layer's shape check reports the error).
+template <class In, std::int64_t KH, std::int64_t KW, std::int64_t SH, std::int64_t SW, Padding Pad>
+struct Window2D {
+    static constexpr bool rank_ok = In::rank == 3;
+    static constexpr std::int64_t h = extent_or_one<In>(0), w = extent_or_one<In>(1), c = extent_or_one<In>(2);
+    static constexpr std::int64_t kh = KH, kw = KW, sh = SH, sw = SW;
+    static constexpr bool fits = Pad == Padding::Same || (h >= KH && w >= KW);
+    static constexpr std::int64_t oh = WindowAxis<h, KH, SH, Pad>::out, ow = WindowAxis<w, KW, SW, Pad>::out;
+    static constexpr std::int64_t pt = WindowAxis<h, KH, SH, Pad>::pad_before, pl = WindowAxis<w, KW, SW, Pad>::pad_before;
+    /// Values per patch (a row of the im2col matrix).
+    static constexpr std::int64_t patch = KH * KW * c;
+};
+
+// im2col, host form: one unit is one output row (n, oy), whose ow patches are written one after
+// the other. For each (patch, ky) the window row is kw·c contiguous input values (channels
+// innermost, NHWC), so away from the border the copy is a straight contiguous run.
+template <class T, class G>
+struct Im2ColRows {
+    const T* x;
+    T* col;
+    STRATA_HD void operator()(std::int64_t r) const {
+        constexpr std::int64_t seg = G::kw * G::c;
+        const std::int64_t n = r / G::oh, oy = r % G::oh;
+        const T* xn = x + n * (G::h * G::w * G::c);
+        T* out = col + r * (G::ow * G::patch);
+        for (std::int64_t ox = 0; ox < G::ow; ++ox, out += G::patch) {
+            const std::int64_t ix0 = ox * G::sw - G::pl;
+            const bool inside_x = ix0 >= 0 && ix0 + G::kw <= G::w;
+            for (std::int64_t ky = 0; ky < G::kh; ++ky) {
+                const std::int64_t iy = oy * G::sh - G::pt + ky;
+                T* d = out + ky * seg;
+                if (iy < 0 || iy >= G::h) {
+                    for (std::int64_t j = 0; j < seg; ++j) d[j] = T(0);
+                    continue;
+                }
+                const T* s = xn + iy * (G::w * G::c);
+                if (inside_x) {
+                    s += ix0 * G::c;
+                    for (std::int64_t j = 0; j < seg; ++j) d[j] = s[j];
+                    continue;
+                }
+                for (std::int64_t kx = 0; kx < G::kw; ++kx) {
+                    const std::int64_t ix = ix0 + kx;
+                    T* dk = d + kx * G::c;
+                    if (ix < 0 || ix >= G::w) {
+                        for (std::int64_t ci = 0; ci < G::c; ++ci) dk[ci] = T(0);
+                    } else {
+                        const T* sk = s + ix * G::c;
+                        for (std::int64_t ci = 0; ci < G::c; ++ci) dk[ci] = sk[ci];
+                    }
+                }
+            }
+        }
+    }
+};
+
+// im2col, CUDA form: one thread per workspace element, so consecutive threads write
+// consecutive addresses.
+template <class T, class G>
+struct Im2ColElements {
+    const T* x;
+    T* col;
+    STRATA_HD void operator()(std::int64_t i) const {
+        const std::int64_t k = i % G::patch, p = i / G::patch;
+        const std::int64_t ci = k % G::c, kx = (k / G::c) % G::kw, ky = k / (G::c * G::kw);
+        const std::int64_t ox = p % G::ow, oy = (p / G::ow) % G::oh, n = p / (G::ow * G::oh);
+        const std::int64_t iy = oy * G::sh - G::pt + ky, ix = ox * G::sw - G::pl + kx;
+        col[i] = (iy < 0 || iy >= G::h || ix < 0 || ix >= G::w) ? T(0) : x[((n * G::h + iy) * G::w + ix) * G::c + ci];
+    }
+};
+
+// col2im, host form: one unit is one input row (n, iy), owned by one thread, so the patch
+// gradients that cover it are summed into it without atomics and in a fixed order (ky, ox, kx):
+// the result does not depend on the thread count. Each (patch, ky) contributes a contiguous
+// run of kw·c values to a contiguous run of the row.
+template <class T, class G>
+struct Col2ImRows {
+    const T* dcol;
+    T* dx;
+    STRATA_HD void operator()(std::int64_t r) const {
+        constexpr std::int64_t seg = G::kw * G::c;
+        const std::int64_t n = r / G::h, iy = r % G::h;
+        T* row = dx + r * (G::w * G::c);
+        for (std::int64_t j = 0; j < G::w * G::c; ++j) row[j] = T(0);
+        for (std::int64_t ky = 0; ky < G::kh; ++ky) {
+            const std::int64_t t = iy + G::pt - ky;
+            if (t < 0 || t % G::sh != 0 || t / G::sh >= G::oh) continue;
+            const T* src = dcol + (n * G::oh + t / G::sh) * (G::ow * G::patch) + ky * seg;
+            for (std::int64_t ox = 0; ox < G::ow; ++ox, src += G::patch) {
+                const std::int64_t ix0 = ox * G::sw - G::pl;
+                if (ix0 >= 0 && ix0 + G::kw <= G::w) {
+                    T* d = row + ix0 * G::c;
+                    for (std::int64_t j = 0; j < seg; ++j) d[j] += src[j];
+                    continue;
+                }
+                for (std::int64_t kx = 0; kx < G::kw; ++kx) {
+                    const std::int64_t ix = ix0 + kx;
+                    if (ix < 0 || ix >= G::w) continue;
+                    T* d = row + ix * G::c;
+                    const T* s = src + kx * G::c;
+                    for (std::int64_t ci = 0; ci < G::c; ++ci) d[ci] += s[ci];
+                }
+            }
+        }
+    }
+};
+
+// col2im, CUDA form: one thread per input element gathers the entries of every patch that
+// covers it.
+template <class T, class G>
+struct Col2ImElements {
+    const T* dcol;
+    T* dx;
+    STRATA_HD void operator()(std::int64_t i) const {
+        const std::int64_t ci = i % G::c, ix = (i / G::c) % G::w, iy = (i / (G::c * G::w)) % G::h;
+        const std::int64_t n = i / (G::c * G::w * G::h);
+        T s = T(0);
+        for (std::int64_t ky = 0; ky < G::kh; ++ky) {
+            const std::int64_t ty = iy + G::pt - ky;
+            if (ty < 0 || ty % G::sh != 0 || ty / G::sh >= G::oh) continue;
+            for (std::int64_t kx = 0; kx < G::kw; ++kx) {
+                const std::int64_t tx = ix + G::pl - kx;
+                if (tx < 0 || tx % G::sw != 0 || tx / G::sw >= G::ow) continue;
+                s += dcol[((n * G::oh + ty / G::sh) * G::ow + tx / G::sw) * G::patch + (ky * G::kw + kx) * G::c + ci];
+            }
+        }
+        dx[i] = s;
+    }
+};
+
+// Bias and activation over [rows, C] with C known at compile time: one unit per row, so the
+// channel of an element is its position in the row (no division per element).
+template <class T, class Act, std::int64_t C, bool UseBias>
+struct BiasActivateRows {
+    T* y;
+    const T* bias;
+    STRATA_HD void operator()(std::int64_t r) const {
+        T* row = y + r * C;
+        for (std::int64_t c = 0; c < C; ++c) row[c] = Act::apply(UseBias ? row[c] + bias[c] : row[c]);
+    }
+};
+
+template <class P>
+constexpr bool elementwise_place = std::is_same_v<P, place::Cuda>;
+
+template <class T, class P, class Functor>
+void for_each_index(std::int64_t count, Functor f) {
+    if (count > 0) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), count, f);
+}
+
+/// Writes the im2col matrix of `x` ([n, h, w, c]) into `col` ([n·oh·ow, kh·kw·c]).
+template <class G, class T, class P>
+void im2col(const TensorView<T, P>& x, const TensorView<T, P>& col) {
+    const std::int64_t n = x.dim(0);
+    if constexpr (elementwise_place<P>)
+        for_each_index<T, P>(col.size(), Im2ColElements<T, G>{x.data(), col.data()});
+    else
+        for_each_index<T, P>(n * G::oh, Im2ColRows<T, G>{x.data(), col.data()});
+}
+
+/// Sums the patch gradients `dcol` ([n·oh·ow, kh·kw·c]) into `dx` ([n, h, w, c], overwritten).
+template <class G, class T, class P>
+void col2im(const TensorView<T, P>& dcol, const TensorView<T, P>& dx) {
+    const std::int64_t n = dx.dim(0);
+    if constexpr (elementwise_place<P>)
+        for_each_index<T, P>(dx.size(), Col2ImElements<T, G>{dcol.data(), dx.data()});
+    else
+        for_each_index<T, P>(n * G::h, Col2ImRows<T, G>{dcol.data(), dx.data()});
+}
+
+/// `y = act(y + bias)` over `y` seen as [rows, C], C a compile-time channel count.
+template <class Act, std::int64_t C, bool UseBias, class T, class P>
+void bias_activation_rows(const TensorView<T, P>& y, const T* bias, bool skip_activation) {
+    if constexpr (Act::rowwise || elementwise_place<P>) {
+        bias_activation<Act>(y, UseBias ? bias : nullptr, C, skip_activation);
+    } else if (skip_activation || std::is_same_v<Act, Linear>) {
+        if constexpr (UseBias) for_each_index<T, P>(y.size() / C, BiasActivateRows<T, Linear, C, true>{y.data(), bias});
+    } else {
+        for_each_index<T, P>(y.size() / C, BiasActivateRows<T, Act, C, UseBias>{y.data(), bias});
+    }
+}
+
+template <class Spec, class In, class T, class P>
+class Conv2DImpl;
+
+}  // namespace detail
+
+/// A 2-D convolution with `Filters` output channels, a KernelH×KernelW kernel, strides
+/// StrideH, StrideW and `Pad` padding, followed by the activation `Act` (Keras's
+/// `Conv2D(filters, (kh, kw), strides=(sh, sw), padding=..., activation=...)`).
+///
+/// Requires: the input is an image, rank 3 per example (height, width, channels; NHWC
+/// batches); with `Padding::Valid` it is at least KernelH×KernelW. Otherwise the model does not
+/// compile, with `LayerShapeError<Conv2DRect<...>, Expected, Found>` in the message.
+/// Ensures: output [n, oh, ow, Filters] (see `Padding` for oh, ow); parameters "kernel"
+/// [KernelH, KernelW, cin, Filters] (Glorot uniform, fan_in = kh·kw·cin, fan_out = kh·kw·Filters)
+/// then "bias" [Filters] (zeros) when `UseBias`.
+///
+/// \code
+/// using namespace strata::nn;
+/// using Net = Sequential<Input<32, 48, 3>, Conv2DRect<16, 3, 5, ReLU, 1, 2, Padding::Same>>;
+/// static_assert(std::is_same_v<Net::output_shape, strata::StaticShape<32, 24, 16>>);
+/// \endcode
+template <std::int64_t Filters, std::int64_t KernelH, std::int64_t KernelW, class Act = Linear, std::int64_t StrideH = 1,
+          std::int64_t StrideW = StrideH, Padding Pad = Padding::Valid, bool UseBias = true>
+struct Conv2DRect {
+    static_assert(Filters >= 1, "strata::nn::Conv2DRect<Filters, ...>: Filters must be >= 1");
+    static_assert(KernelH >= 1 && KernelW >= 1, "strata::nn::Conv2DRect<Filters, KernelH, KernelW, ...>: kernel extents must be >= 1");
+    static_assert(StrideH >= 1 && StrideW >= 1, "strata::nn::Conv2DRect<..., StrideH, StrideW>: strides must be >= 1");
+    static_assert(Activation<Act>, "strata::nn::Conv2DRect<..., Act>: Act must be an activation (Linear, ReLU, Sigmoid, Tanh, Softmax)");
+    static constexpr const char* name = "Conv2D";
+    static constexpr const char* keras_name = "conv2d";
+    static constexpr std::int64_t filters = Filters, kernel_h = KernelH, kernel_w = KernelW;
+    static constexpr std::int64_t stride_h = StrideH, stride_w = StrideW;
+    static constexpr Padding padding = Pad;
+    static constexpr bool use_bias = UseBias;
+    using activation = Act;
+    template <class In, class T, class P>
+    using bind = detail::Conv2DImpl<Conv2DRect, In, T, P>;
+};
+
+/// A 2-D convolution with a square Kernel×Kernel kernel and equal strides: Keras's
+/// `Conv2D(Filters, Kernel, strides=Stride, padding=..., activation=Act)`. Everything else is as
+/// in `Conv2DRect` (which takes non-square kernels and strides).
+///
+/// \code
+/// using namespace strata::nn;
+/// using Net = Sequential<Input<28, 28, 1>, Conv2D<32, 3, ReLU>,            // -> (26, 26, 32)
+///                        Conv2D<8, 3, Linear, 2, Padding::Same>>;         // -> (13, 13, 8)
+/// static_assert(Net::num_params == (3 * 3 * 1 * 32 + 32) + (3 * 3 * 32 * 8 + 8));
+/// \endcode
+template <std::int64_t Filters, std::int64_t Kernel, class Act = Linear, std::int64_t Stride = 1,
+          Padding Pad = Padding::Valid, bool UseBias = true>
+struct Conv2D {
+    static_assert(Filters >= 1, "strata::nn::Conv2D<Filters, Kernel>: Filters must be >= 1");
+    static_assert(Kernel >= 1, "strata::nn::Conv2D<Filters, Kernel>: Kernel must be >= 1");
+    static_assert(Stride >= 1, "strata::nn::Conv2D<Filters, Kernel, Act, Stride>: Stride must be >= 1");
+    static_assert(Activation<Act>, "strata::nn::Conv2D<Filters, Kernel, Act>: Act must be an activation (Linear, ReLU, Sigmoid, Tanh, Softmax)");
+    static constexpr const char* name = "Conv2D";
+    static constexpr const char* keras_name = "conv2d";
+    static constexpr std::int64_t filters = Filters, kernel_h = Kernel, kernel_w = Kernel;
+    static constexpr std::int64_t stride_h = Stride, stride_w = Stride;
+    static constexpr Padding padding = Pad;
+    static constexpr bool use_bias = UseBias;
+    using activation = Act;
+    template <class In, class T, class P>
+    using bind = detail::Conv2DImpl<Conv2D, In, T, P>;
+};
+
+namespace detail {
+
+/// The bound convolution (see the layer contract in strata/nn/layer.hpp). It owns one
+/// workspace, the im2col matrix, which grows to the largest batch seen and is then reused:
+/// after the first batch of a given size, neither pass allocates.
+template <class Spec, class In, class T, class P>
+class Conv2DImpl {
+    using G = Window2D<In, Spec::kernel_h, Spec::kernel_w, Spec::stride_h, Spec::stride_w, Spec::padding>;
+    using Act = typename Spec::activation;
+    static_assert(LayerShapeError<Spec, AnyShapeOfRank<3>, In, G::rank_ok>::value,
+                  "strata::nn::Conv2D: the input must be an image, rank 3 per example (height, width, channels)");
+    static_assert(LayerShapeError<Spec, AtLeastSpatial<Spec::kernel_h, Spec::kernel_w>, In, !G::rank_ok || G::fits>::value,
+                  "strata::nn::Conv2D: with Padding::Valid the image must be at least as large as the kernel; use a "
+                  "smaller kernel or Padding::Same");
+
+public:
+    using input_shape = In;
+    /// (When the shape check fails, the input shape passes through: one mistake, one error.)
+    using output_shape = std::conditional_t<G::rank_ok && G::fits, StaticShape<G::oh, G::ow, Spec::filters>, In>;
+    static constexpr std::int64_t in_channels = G::c, filters = Spec::filters;
+    /// Rows of the kernel matrix: values per patch, kh·kw·cin.
+    static constexpr std::int64_t patch = G::patch;
+    static constexpr std::int64_t kernel_size = patch * filters;
+    static constexpr std::int64_t num_params = kernel_size + (Spec::use_bias ? filters : 0);
+    /// A 1×1 kernel with unit strides reads each pixel once: the input already is the patch
+    /// matrix, and no workspace is needed.
+    static constexpr bool direct = Spec::kernel_h == 1 && Spec::kernel_w == 1 && Spec::stride_h == 1 && Spec::stride_w == 1;
+
+    static std::vector<ParamInfo> param_info() {
+        std::vector<ParamInfo> p{{"kernel", Shape{Spec::kernel_h, Spec::kernel_w, in_channels, filters}, 0}};
+        if (Spec::use_bias) p.push_back({"bias", Shape{filters}, kernel_size});
+        return p;
+    }
+
+    void init(T* params, std::uint64_t seed, std::uint64_t stream) const {
+        glorot_uniform<T, P>(params, kernel_size, patch, Spec::kernel_h * Spec::kernel_w * filters, seed, stream);
+        if (Spec::use_bias) zeros<T, P>(params + kernel_size, filters);
+    }
+
+    void forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode& mode) {
+        const std::int64_t rows = x.dim(0) * G::oh * G::ow;
+        const TensorView<T, P> ym(y.data(), Shape{rows, filters});
+        gemm(Trans::No, Trans::No, T(1), patches(x), kernel(params), T(0), ym);
+        bias_activation_rows<Act, filters, Spec::use_bias>(ym, params + kernel_size, mode.skip_activation);
+    }
+
+    void backward(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>& y,
+                  const TensorView<T, P>& dy, const TensorView<T, P>& dx, const Mode& mode) {
+        const std::int64_t n = x.dim(0), rows = n * G::oh * G::ow;
+        const TensorView<T, P> dym(dy.data(), Shape{rows, filters});
+        activation_backward<Act>(TensorView<T, P>(y.data(), Shape{rows, filters}), dym, mode.skip_activation);
+        const TensorView<T, P> cols = col_holds(x) ? col_.view() : patches(x);
+        gemm(Trans::Yes, Trans::No, T(1), cols, dym, T(0), TensorView<T, P>(grads, Shape{patch, filters}));
+        if (Spec::use_bias) sum(dym, 0, TensorView<T, P>(grads + kernel_size, Shape{filters}));
+        if (dx.empty()) return;
+        if constexpr (direct) {
+            gemm(Trans::No, Trans::Yes, T(1), dym, kernel(params), T(0), TensorView<T, P>(dx.data(), Shape{rows, patch}));
+        } else {
+            // The patches are no longer needed: their gradients take the same workspace.
+            gemm(Trans::No, Trans::Yes, T(1), dym, kernel(params), T(0), col_.view());
+            col_of_ = nullptr;
+            col2im<G>(col_.view(), dx);
+        }
+    }
+
+private:
+    static TensorView<T, P> kernel(const T* params) { return TensorView<T, P>(const_cast<T*>(params), Shape{patch, filters}); }
+
+    bool col_holds(const TensorView<T, P>& x) const { return !direct && col_of_ == x.data() && col_batch_ == x.dim(0); }
+
+    // The patch matrix of x: x itself for a direct layer, else im2col into the workspace. The
+    // workspace remembers which input it holds so that backward (which receives the same input)
+    // does not rebuild it.
+    TensorView<T, P> patches(const TensorView<T, P>& x) {
+        const std::int64_t rows = x.dim(0) * G::oh * G::ow;
+        if constexpr (direct) {
+            return TensorView<T, P>(x.data(), Shape{rows, patch});
+        } else {
+            col_.resize(Shape{rows, patch});
+            im2col<G>(x, col_.view());
+            col_of_ = x.data();
+            col_batch_ = x.dim(0);
+            return col_.view();
+        }
+    }
+
+    Tensor<T, P> col_;
+    const T* col_of_ = nullptr;
+    std::int64_t col_batch_ = -1;
+};
+
+}  // namespace detail
+
+}  // namespace strata::nn

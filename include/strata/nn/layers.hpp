@@ -1,0 +1,19 @@
+#pragma once
+/// \file strata/nn/layers.hpp
+/// Every layer and the Sequential model: include this for strata::nn as a whole.
+///
+/// \code
+/// #include <strata/nn/layers.hpp>
+/// using namespace strata::nn;
+/// using Mnist = Sequential<Input<28, 28, 1>, Conv2D<32, 3, ReLU>, MaxPooling2D<2>, Conv2D<64, 3, ReLU>,
+///                          MaxPooling2D<2>, Flatten, Dropout<25>, Dense<64, ReLU>, Dense<10, Softmax>>;
+/// \endcode
+
+#include "strata/nn/activation.hpp"
+#include "strata/nn/conv2d.hpp"
+#include "strata/nn/dense.hpp"
+#include "strata/nn/dropout.hpp"
+#include "strata/nn/flatten.hpp"
+#include "strata/nn/layer.hpp"
+#include "strata/nn/max_pooling2d.hpp"
+#include "strata/nn/sequential.hpp"

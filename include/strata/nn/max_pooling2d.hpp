@@ -1,0 +1,258 @@
+#pragma once
+/// \file strata/nn/max_pooling2d.hpp
+/// `MaxPooling2D<Pool, Stride, Pad>` (square window and stride) and
+/// `MaxPooling2DRect<PoolH, PoolW, StrideH, StrideW, Pad>`: the maximum of each window of each
+/// channel of NHWC images, with Keras's semantics (stride defaults to the pool size; "same"
+/// windows ignore padded positions).
+///
+/// The forward pass records, per output value, where in its window the maximum was (the first
+/// maximum in row-major window order), in an int32 workspace. The backward pass is owned by the
+/// input: each input value sums the gradients of the windows whose recorded maximum it is, so
+/// overlapping windows (stride < pool) are handled, and no atomics are needed.
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "strata/nn/conv2d.hpp"
+#include "strata/nn/layer.hpp"
+
+namespace strata::nn {
+
+namespace detail {
+
+// Forward, host form: one unit is one output row (n, oy). The output row itself holds the
+// running maxima, so the channel loop is innermost and contiguous.
+template <class T, class G>
+struct MaxPoolRows {
+    const T* x;
+    T* y;
+    std::int32_t* arg;
+    STRATA_HD void operator()(std::int64_t r) const {
+        const std::int64_t n = r / G::oh, oy = r % G::oh;
+        const T* xn = x + n * (G::h * G::w * G::c);
+        T* yo = y + r * (G::ow * G::c);
+        std::int32_t* ao = arg + r * (G::ow * G::c);
+        for (std::int64_t ox = 0; ox < G::ow; ++ox, yo += G::c, ao += G::c) {
+            bool first = true;
+            for (std::int64_t ky = 0; ky < G::kh; ++ky) {
+                const std::int64_t iy = oy * G::sh - G::pt + ky;
+                if (iy < 0 || iy >= G::h) continue;
+                for (std::int64_t kx = 0; kx < G::kw; ++kx) {
+                    const std::int64_t ix = ox * G::sw - G::pl + kx;
+                    if (ix < 0 || ix >= G::w) continue;
+                    const T* s = xn + (iy * G::w + ix) * G::c;
+                    const auto k = std::int32_t(ky * G::kw + kx);
+                    if (first) {
+                        for (std::int64_t ci = 0; ci < G::c; ++ci) {
+                            yo[ci] = s[ci];
+                            ao[ci] = k;
+                        }
+                        first = false;
+                    } else {
+                        for (std::int64_t ci = 0; ci < G::c; ++ci) {
+                            const bool more = s[ci] > yo[ci];
+                            yo[ci] = more ? s[ci] : yo[ci];
+                            ao[ci] = more ? k : ao[ci];
+                        }
+                    }
+                }
+            }
+        }
+    }
+};
+
+// Forward, CUDA form: one thread per output value.
+template <class T, class G>
+struct MaxPoolElements {
+    const T* x;
+    T* y;
+    std::int32_t* arg;
+    STRATA_HD void operator()(std::int64_t i) const {
+        const std::int64_t ci = i % G::c, ox = (i / G::c) % G::ow, oy = (i / (G::c * G::ow)) % G::oh;
+        const std::int64_t n = i / (G::c * G::ow * G::oh);
+        bool first = true;
+        T best = T(0);
+        std::int32_t where = 0;
+        for (std::int64_t ky = 0; ky < G::kh; ++ky) {
+            const std::int64_t iy = oy * G::sh - G::pt + ky;
+            if (iy < 0 || iy >= G::h) continue;
+            for (std::int64_t kx = 0; kx < G::kw; ++kx) {
+                const std::int64_t ix = ox * G::sw - G::pl + kx;
+                if (ix < 0 || ix >= G::w) continue;
+                const T v = x[((n * G::h + iy) * G::w + ix) * G::c + ci];
+                if (first || v > best) {
+                    best = v;
+                    where = std::int32_t(ky * G::kw + kx);
+                    first = false;
+                }
+            }
+        }
+        y[i] = best;
+        arg[i] = where;
+    }
+};
+
+// Backward, host form: one unit is one input row (n, iy), owned by one thread; the windows
+// covering it are visited in a fixed order (ky, ox, kx), each adding its gradient to the
+// channels whose recorded maximum sits at this position.
+template <class T, class G>
+struct MaxPoolBackwardRows {
+    const T* dy;
+    const std::int32_t* arg;
+    T* dx;
+    STRATA_HD void operator()(std::int64_t r) const {
+        const std::int64_t n = r / G::h, iy = r % G::h;
+        T* row = dx + r * (G::w * G::c);
+        for (std::int64_t j = 0; j < G::w * G::c; ++j) row[j] = T(0);
+        for (std::int64_t ky = 0; ky < G::kh; ++ky) {
+            const std::int64_t t = iy + G::pt - ky;
+            if (t < 0 || t % G::sh != 0 || t / G::sh >= G::oh) continue;
+            const std::int64_t first = (n * G::oh + t / G::sh) * G::ow * G::c;
+            for (std::int64_t ox = 0; ox < G::ow; ++ox) {
+                const T* g = dy + first + ox * G::c;
+                const std::int32_t* a = arg + first + ox * G::c;
+                for (std::int64_t kx = 0; kx < G::kw; ++kx) {
+                    const std::int64_t ix = ox * G::sw - G::pl + kx;
+                    if (ix < 0 || ix >= G::w) continue;
+                    const auto k = std::int32_t(ky * G::kw + kx);
+                    T* d = row + ix * G::c;
+                    for (std::int64_t ci = 0; ci < G::c; ++ci) d[ci] += a[ci] == k ? g[ci] : T(0);
+                }
+            }
+        }
+    }
+};
+
+// Backward, CUDA form: one thread per input value gathers from the windows covering it.
+template <class T, class G>
+struct MaxPoolBackwardElements {
+    const T* dy;
+    const std::int32_t* arg;
+    T* dx;
+    STRATA_HD void operator()(std::int64_t i) const {
+        const std::int64_t ci = i % G::c, ix = (i / G::c) % G::w, iy = (i / (G::c * G::w)) % G::h;
+        const std::int64_t n = i / (G::c * G::w * G::h);
+        T s = T(0);
+        for (std::int64_t ky = 0; ky < G::kh; ++ky) {
+            const std::int64_t ty = iy + G::pt - ky;
+            if (ty < 0 || ty % G::sh != 0 || ty / G::sh >= G::oh) continue;
+            for (std::int64_t kx = 0; kx < G::kw; ++kx) {
+                const std::int64_t tx = ix + G::pl - kx;
+                if (tx < 0 || tx % G::sw != 0 || tx / G::sw >= G::ow) continue;
+                const std::int64_t o = ((n * G::oh + ty / G::sh) * G::ow + tx / G::sw) * G::c + ci;
+                if (arg[o] == std::int32_t(ky * G::kw + kx)) s += dy[o];
+            }
+        }
+        dx[i] = s;
+    }
+};
+
+template <class Spec, class In, class T, class P>
+class MaxPooling2DImpl;
+
+}  // namespace detail
+
+/// Max pooling over PoolH×PoolW windows with strides StrideH, StrideW (Keras's
+/// `MaxPooling2D(pool_size=(ph, pw), strides=(sh, sw), padding=...)`).
+///
+/// Requires: the input is an image, rank 3 per example (height, width, channels); with
+/// `Padding::Valid` it is at least PoolH×PoolW. Otherwise the model does not compile, with
+/// `LayerShapeError<MaxPooling2DRect<...>, Expected, Found>` in the message.
+/// Ensures: output [n, oh, ow, c] (see `Padding`), the maximum of each window over its
+/// positions inside the image; no parameters. The gradient of a window goes to its first
+/// maximum in row-major window order.
+///
+/// \code
+/// using namespace strata::nn;
+/// using Net = Sequential<Input<7, 9, 3>, MaxPooling2DRect<3, 2, 2, 2, Padding::Same>>;
+/// static_assert(std::is_same_v<Net::output_shape, strata::StaticShape<4, 5, 3>>);
+/// \endcode
+template <std::int64_t PoolH, std::int64_t PoolW, std::int64_t StrideH = PoolH, std::int64_t StrideW = PoolW,
+          Padding Pad = Padding::Valid>
+struct MaxPooling2DRect {
+    static_assert(PoolH >= 1 && PoolW >= 1, "strata::nn::MaxPooling2DRect<PoolH, PoolW>: window extents must be >= 1");
+    static_assert(StrideH >= 1 && StrideW >= 1, "strata::nn::MaxPooling2DRect<..., StrideH, StrideW>: strides must be >= 1");
+    static constexpr const char* name = "MaxPooling2D";
+    static constexpr const char* keras_name = "max_pooling2d";
+    static constexpr std::int64_t pool_h = PoolH, pool_w = PoolW, stride_h = StrideH, stride_w = StrideW;
+    static constexpr Padding padding = Pad;
+    template <class In, class T, class P>
+    using bind = detail::MaxPooling2DImpl<MaxPooling2DRect, In, T, P>;
+};
+
+/// Max pooling over Pool×Pool windows with stride `Stride` (default `Pool`: windows tile the
+/// image): Keras's `MaxPooling2D(Pool, strides=Stride, padding=...)`. Everything else is as in
+/// `MaxPooling2DRect`.
+///
+/// \code
+/// using namespace strata::nn;
+/// using Net = Sequential<Input<11, 11, 64>, MaxPooling2D<2>>;           // -> (5, 5, 64)
+/// using Overlapping = Sequential<Input<13, 13, 8>, MaxPooling2D<3, 2>>;  // -> (6, 6, 8)
+/// \endcode
+template <std::int64_t Pool, std::int64_t Stride = Pool, Padding Pad = Padding::Valid>
+struct MaxPooling2D {
+    static_assert(Pool >= 1, "strata::nn::MaxPooling2D<Pool>: Pool must be >= 1");
+    static_assert(Stride >= 1, "strata::nn::MaxPooling2D<Pool, Stride>: Stride must be >= 1");
+    static constexpr const char* name = "MaxPooling2D";
+    static constexpr const char* keras_name = "max_pooling2d";
+    static constexpr std::int64_t pool_h = Pool, pool_w = Pool, stride_h = Stride, stride_w = Stride;
+    static constexpr Padding padding = Pad;
+    template <class In, class T, class P>
+    using bind = detail::MaxPooling2DImpl<MaxPooling2D, In, T, P>;
+};
+
+namespace detail {
+
+/// The bound max pooling (see strata/nn/layer.hpp). It owns the int32 argmax workspace, which
+/// grows to the largest batch seen and is then reused.
+template <class Spec, class In, class T, class P>
+class MaxPooling2DImpl {
+    using G = Window2D<In, Spec::pool_h, Spec::pool_w, Spec::stride_h, Spec::stride_w, Spec::padding>;
+    static_assert(LayerShapeError<Spec, AnyShapeOfRank<3>, In, G::rank_ok>::value,
+                  "strata::nn::MaxPooling2D: the input must be an image, rank 3 per example (height, width, channels)");
+    static_assert(LayerShapeError<Spec, AtLeastSpatial<Spec::pool_h, Spec::pool_w>, In, !G::rank_ok || G::fits>::value,
+                  "strata::nn::MaxPooling2D: with Padding::Valid the image must be at least as large as the window; "
+                  "use a smaller window or Padding::Same");
+
+public:
+    using input_shape = In;
+    /// (When the shape check fails, the input shape passes through: one mistake, one error.)
+    using output_shape = std::conditional_t<G::rank_ok && G::fits, StaticShape<G::oh, G::ow, G::c>, In>;
+    static constexpr std::int64_t num_params = 0;
+    static std::vector<ParamInfo> param_info() { return {}; }
+    void init(T*, std::uint64_t, std::uint64_t) const {}
+
+    void forward(const T*, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode&) {
+        const std::int64_t n = x.dim(0);
+        arg_.resize(Shape{n * output_shape::size});
+        if constexpr (elementwise_place<P>)
+            for_each_index<T, P>(y.size(), MaxPoolElements<T, G>{x.data(), y.data(), arg_.data()});
+        else
+            for_each_index<T, P>(n * G::oh, MaxPoolRows<T, G>{x.data(), y.data(), arg_.data()});
+        arg_of_ = x.data();
+        arg_batch_ = n;
+    }
+
+    void backward(const T* params, T*, const TensorView<T, P>& x, const TensorView<T, P>& y,
+                  const TensorView<T, P>& dy, const TensorView<T, P>& dx, const Mode& mode) {
+        if (dx.empty()) return;
+        // The positions are those of the forward pass on this input; recompute them if another
+        // input went through the layer since.
+        if (arg_of_ != x.data() || arg_batch_ != x.dim(0)) forward(params, x, y, mode);
+        const std::int64_t n = x.dim(0);
+        if constexpr (elementwise_place<P>)
+            for_each_index<T, P>(dx.size(), MaxPoolBackwardElements<T, G>{dy.data(), arg_.data(), dx.data()});
+        else
+            for_each_index<T, P>(n * G::h, MaxPoolBackwardRows<T, G>{dy.data(), arg_.data(), dx.data()});
+    }
+
+private:
+    Tensor<std::int32_t, P> arg_;
+    const T* arg_of_ = nullptr;
+    std::int64_t arg_batch_ = -1;
+};
+
+}  // namespace detail
+
+}  // namespace strata::nn

@@ -1,0 +1,487 @@
+// Tests of strata/data/dataset.hpp: every pipeline step, determinism, prefetch threads, the
+// absence of per-batch allocations, and the speed of an MNIST-sized epoch.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <new>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "strata/data/dataset.hpp"
+
+using namespace strata::data;
+
+// Counts heap allocations while `g_count_allocations` is set (from any thread), to check that
+// iteration does not allocate per batch in the steady state. (GCC cannot see that these
+// replacements pair malloc with free consistently, hence the pragma.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+namespace {
+std::atomic<bool> g_count_allocations{false};
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+    if (g_count_allocations.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+    if (void* p = std::malloc(n ? n : 1)) return p;
+    throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+// n examples of `es` floats; example i holds i, i + 0.25, ... so its index is x[0]; label i % 10.
+Dataset<> numbered(std::size_t n, std::size_t es = 3) {
+    std::vector<float> x(n * es);
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        for (std::size_t j = 0; j < es; ++j) x[i * es + j] = static_cast<float>(i) + 0.25f * static_cast<float>(j);
+        y[i] = static_cast<std::int32_t>(i % 10);
+    }
+    return from_arrays(std::move(x), {es}, std::move(y));
+}
+
+// The example indices of one pass, in order, checking that each example's x and y agree.
+template <class D>
+std::vector<int> indices(const D& ds, std::uint64_t epoch) {
+    std::vector<int> out;
+    for (auto it = ds.iterate(epoch); it != std::default_sentinel; ++it)
+        for (std::size_t i = 0; i < it->size(); ++i) {
+            const auto x = it->x_at(i);
+            const int idx = static_cast<int>(x[0]);
+            for (std::size_t j = 1; j < x.size(); ++j) REQUIRE(x[j] == x[0] + 0.25f * static_cast<float>(j));
+            REQUIRE(it->y_at(i)[0] == idx % 10);
+            out.push_back(idx);
+        }
+    return out;
+}
+
+template <class D>
+std::vector<std::size_t> batch_sizes(const D& ds, std::uint64_t epoch = 0) {
+    std::vector<std::size_t> v;
+    for (auto it = ds.iterate(epoch); it != std::default_sentinel; ++it) v.push_back(it->size());
+    return v;
+}
+
+std::vector<int> iota(int n, int from = 0) {
+    std::vector<int> v(static_cast<std::size_t>(n));
+    std::iota(v.begin(), v.end(), from);
+    return v;
+}
+
+bool is_permutation_of_iota(std::vector<int> v, int n) {
+    std::sort(v.begin(), v.end());
+    return v == iota(n);
+}
+
+template <class E = strata::Error, class F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const E& e) {
+        return e.what();
+    }
+    return "";
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("dataset: from_arrays checks the counts") {
+    const auto x = error_of<strata::ShapeError>([] { from_arrays(std::vector<float>(10), {28, 28, 1}, std::vector<std::int32_t>{}); });
+    CHECK(has(x, "x holds 10 floats, which is not a whole number of examples of shape [28, 28, 1] (784 floats each)"));
+    const auto y = error_of<strata::ShapeError>([] { from_arrays(std::vector<float>(12), {3}, std::vector<std::int32_t>(3)); });
+    CHECK(has(y, "x holds 4 examples of shape [3], so y must hold 4 labels (1 per example), but it holds 3"));
+    const auto y2 = error_of<strata::ShapeError>([] { from_arrays(std::vector<float>(12), {3}, std::vector<float>(4), 2); });
+    CHECK(has(y2, "y must hold 8 labels (2 per example)"));
+    CHECK_THROWS_AS(from_arrays(std::vector<float>(12), {3, 0}, std::vector<std::int32_t>(4)), strata::ShapeError);
+    CHECK_THROWS_AS(from_arrays(std::vector<float>(12), {3}, std::vector<std::int32_t>(4), 0), strata::ValueError);
+}
+
+TEST_CASE("dataset: unbatched iteration yields every example in order") {
+    const auto ds = numbered(5, 4);
+    CHECK(ds.cardinality() == 5);
+    CHECK(ds.example_size() == 4);
+    CHECK(ds.example_shape() == std::vector<std::size_t>{4});
+    CHECK(ds.batch_size() == 0);
+    CHECK(indices(ds, 0) == iota(5));
+    int n = 0;
+    for (const auto& b : ds) {
+        CHECK(b.size() == 1);
+        CHECK(b.x.size() == 4);
+        CHECK(b.y.size() == 1);
+        CHECK(b.example_shape().size() == 1);
+        ++n;
+    }
+    CHECK(n == 5);
+    // An empty dataset is fine too.
+    const auto empty = numbered(0);
+    CHECK(empty.cardinality() == 0);
+    CHECK(indices(empty, 0).empty());
+}
+
+TEST_CASE("dataset: batch sizes, remainder and contents") {
+    const auto ds = numbered(10);
+    CHECK(batch_sizes(ds.batch(4)) == std::vector<std::size_t>{4, 4, 2});
+    CHECK(ds.batch(4).cardinality() == 3);
+    CHECK(batch_sizes(ds.batch(4, true)) == std::vector<std::size_t>{4, 4});
+    CHECK(ds.batch(4, true).cardinality() == 2);
+    CHECK(batch_sizes(ds.batch(5)) == std::vector<std::size_t>{5, 5});
+    CHECK(batch_sizes(ds.batch(20)) == std::vector<std::size_t>{10});
+    CHECK(batch_sizes(ds.batch(20, true)).empty());
+    CHECK(ds.batch(20, true).cardinality() == 0);
+    CHECK(indices(ds.batch(3), 0) == iota(10));
+    CHECK(ds.batch(3).batch_size() == 3);
+    auto it = ds.batch(4).iterate(0);
+    CHECK(it->x.size() == 12);
+    CHECK(it->y.size() == 4);
+    CHECK(it->x[3] == 1.0f);
+
+    CHECK(has(error_of<strata::ValueError>([&] { ds.batch(4).batch(2); }), "already batched (batch size 4)"));
+    CHECK_THROWS_AS(ds.batch(0), strata::ValueError);
+}
+
+TEST_CASE("dataset: shuffle is a seeded permutation, different every epoch") {
+    const int n = 200;
+    const auto ds = numbered(n).shuffle(n, 42);
+    const auto e0 = indices(ds, 0);
+    CHECK(is_permutation_of_iota(e0, n));
+    CHECK(e0 != iota(n));
+    CHECK(indices(ds, 0) == e0);                       // same epoch, same order
+    CHECK(indices(numbered(n).shuffle(n, 42), 0) == e0);  // a rebuilt pipeline too
+    const auto e1 = indices(ds, 1);
+    CHECK(is_permutation_of_iota(e1, n));
+    CHECK(e1 != e0);
+    CHECK(indices(numbered(n).shuffle(n, 43), 0) != e0);  // another seed
+
+    // Range-for passes of one object are epochs 0, 1, 2, ...
+    std::vector<std::vector<int>> passes;
+    for (int p = 0; p < 3; ++p) {
+        std::vector<int> v;
+        for (const auto& b : ds) v.push_back(static_cast<int>(b.x[0]));
+        passes.push_back(v);
+    }
+    CHECK(passes[0] == e0);
+    CHECK(passes[1] == e1);
+    CHECK(passes[2] == indices(ds, 2));
+
+    // Buffer of 1: no shuffling at all.
+    CHECK(indices(numbered(50).shuffle(1, 7), 3) == iota(50));
+}
+
+TEST_CASE("dataset: a small shuffle buffer only mixes nearby elements (tf.data semantics)") {
+    const int n = 500;
+    const std::size_t buffer = 10;
+    for (std::uint64_t epoch = 0; epoch < 5; ++epoch) {
+        const auto v = indices(numbered(n).shuffle(buffer, 9), epoch);
+        REQUIRE(is_permutation_of_iota(v, n));
+        // The k-th output was among the first k + buffer inputs.
+        for (std::size_t k = 0; k < v.size(); ++k) CHECK(static_cast<std::size_t>(v[k]) < k + buffer);
+    }
+}
+
+TEST_CASE("dataset: a full shuffle buffer gives every permutation about equally often") {
+    const auto ds = numbered(4, 1).shuffle(4, 2024);
+    std::map<std::vector<int>, int> counts;
+    const int passes = 24000;
+    for (int e = 0; e < passes; ++e) ++counts[indices(ds, static_cast<std::uint64_t>(e))];
+    CHECK(counts.size() == 24);
+    double chi2 = 0;
+    for (const auto& [perm, c] : counts) chi2 += (c - 1000.0) * (c - 1000.0) / 1000.0;
+    // 23 degrees of freedom: P(chi2 > 60) < 1e-4.
+    CHECK(chi2 < 60);
+}
+
+TEST_CASE("dataset: shuffle after batch moves whole batches") {
+    const auto v = indices(numbered(20).batch(5).shuffle(4, 1), 0);
+    REQUIRE(is_permutation_of_iota(v, 20));
+    for (std::size_t b = 0; b < 4; ++b)
+        for (std::size_t i = 1; i < 5; ++i) CHECK(v[b * 5 + i] == v[b * 5] + static_cast<int>(i));
+}
+
+TEST_CASE("dataset: repeat") {
+    const auto ds = numbered(6);
+    CHECK(ds.repeat(3).cardinality() == 18);
+    auto v = indices(ds.repeat(3), 0);
+    CHECK(v.size() == 18);
+    CHECK(std::vector<int>(v.begin() + 6, v.begin() + 12) == iota(6));
+    CHECK(indices(ds.repeat(0), 0).empty());
+    CHECK(ds.repeat(0).cardinality() == 0);
+    CHECK(ds.repeat().cardinality() == infinite_cardinality);
+    CHECK(ds.repeat().take(20).cardinality() == 20);
+    CHECK(indices(ds.repeat().take(20), 0).size() == 20);
+    CHECK(ds.batch(4).repeat(2).cardinality() == 4);
+    CHECK(batch_sizes(ds.batch(4).repeat(2)) == std::vector<std::size_t>{4, 2, 4, 2});
+    CHECK(batch_sizes(ds.repeat(2).batch(4)) == std::vector<std::size_t>{4, 4, 4});
+    CHECK_THROWS_AS(ds.repeat(-2), strata::ValueError);
+
+    // Each repetition of a shuffle is reshuffled, deterministically.
+    const auto sr = ds.shuffle(6, 5).repeat(4);
+    const auto a = indices(sr, 0);
+    REQUIRE(a.size() == 24);
+    std::set<std::vector<int>> blocks;
+    for (int r = 0; r < 4; ++r) {
+        std::vector<int> block(a.begin() + 6 * r, a.begin() + 6 * (r + 1));
+        CHECK(is_permutation_of_iota(block, 6));
+        blocks.insert(block);
+    }
+    CHECK(blocks.size() > 1);
+    CHECK(indices(sr, 0) == a);
+    CHECK(indices(sr, 1) != a);
+
+    // Repeating an empty dataset forever ends at once instead of spinning.
+    const auto empty = numbered(0).repeat();
+    CHECK(empty.cardinality() == 0);
+    CHECK(indices(empty, 0).empty());
+}
+
+TEST_CASE("dataset: map edits a copy of each element") {
+    const auto ds = numbered(8);
+    const auto doubled = ds.map([](std::span<float> x, std::span<std::int32_t> y) {
+        for (auto& v : x) v *= 2;
+        y[0] += 100;
+    });
+    std::vector<float> firsts;
+    std::vector<std::int32_t> labels;
+    for (const auto& b : doubled) {
+        firsts.push_back(b.x[0]);
+        labels.push_back(b.y[0]);
+    }
+    CHECK(firsts == std::vector<float>{0, 2, 4, 6, 8, 10, 12, 14});
+    CHECK(labels == std::vector<std::int32_t>{100, 101, 102, 103, 104, 105, 106, 107});
+    CHECK(indices(ds, 0) == iota(8));  // the source is untouched
+
+    // After batch, map sees whole batches.
+    std::vector<std::size_t> seen;
+    const auto per_batch = ds.batch(3).map([&](std::span<float> x, std::span<std::int32_t> y) {
+        seen.push_back(y.size());
+        CHECK(x.size() == 3 * y.size());
+    });
+    CHECK(per_batch.cardinality() == 3);
+    for (const auto& b : per_batch) (void)b;
+    CHECK(seen == std::vector<std::size_t>{3, 3, 2});
+
+    // An exception from map reaches the loop.
+    const auto throwing = ds.map([](std::span<float> x, std::span<std::int32_t>) {
+        if (x[0] == 3) throw std::runtime_error("bad example 3");
+    });
+    int reached = 0;
+    CHECK_THROWS_WITH_AS(
+        [&] {
+            for (const auto& b : throwing) {
+                (void)b;
+                ++reached;
+            }
+        }(),
+        "bad example 3", std::runtime_error);
+    CHECK(reached == 3);
+}
+
+TEST_CASE("dataset: regression targets (float labels, several per example)") {
+    std::vector<float> x{0, 1, 2, 3, 4, 5};
+    std::vector<float> y{0.5f, -0.5f, 1.5f, -1.5f, 2.5f, -2.5f};
+    const auto ds = from_arrays(std::move(x), {2}, std::move(y), 2).batch(2);
+    static_assert(std::is_same_v<decltype(ds), const Dataset<float>>);
+    auto it = ds.iterate(0);
+    CHECK(it->y_per_example() == 2);
+    CHECK(it->y.size() == 4);
+    CHECK(it->y_at(1)[1] == -1.5f);
+    ++it;
+    CHECK(it->size() == 1);
+    CHECK(it->y_at(0)[0] == 2.5f);
+    ++it;
+    CHECK(it == std::default_sentinel);
+}
+
+TEST_CASE("dataset: cache runs the steps before it once") {
+    std::atomic<int> calls{0};
+    const auto ds = numbered(10).map([&](std::span<float>, std::span<std::int32_t>) { ++calls; }).cache();
+    CHECK(indices(ds, 0) == iota(10));
+    CHECK(calls == 10);
+    CHECK(indices(ds, 1) == iota(10));
+    CHECK(indices(ds, 7) == iota(10));
+    CHECK(calls == 10);
+
+    // Copies share the cache; steps after it still run every pass (and reshuffle).
+    const auto shuffled = ds.shuffle(10, 3).batch(4);
+    CHECK(is_permutation_of_iota(indices(shuffled, 0), 10));
+    CHECK(indices(shuffled, 0) != indices(shuffled, 1));
+    CHECK(calls == 10);
+
+    // A pass that stops early caches nothing.
+    std::atomic<int> calls2{0};
+    const auto partial = numbered(10).map([&](std::span<float>, std::span<std::int32_t>) { ++calls2; }).cache();
+    CHECK(indices(partial.take(3), 0) == iota(3));
+    CHECK(calls2 == 3);
+    CHECK(indices(partial, 0) == iota(10));
+    CHECK(calls2 == 13);
+    CHECK(indices(partial, 0) == iota(10));
+    CHECK(calls2 == 13);
+
+    // Cached batches keep their sizes.
+    const auto cb = numbered(10).batch(4).cache();
+    CHECK(batch_sizes(cb) == std::vector<std::size_t>{4, 4, 2});
+    CHECK(batch_sizes(cb) == std::vector<std::size_t>{4, 4, 2});
+    CHECK(indices(cb, 1) == iota(10));
+
+    // cache().repeat() replays from the second repetition on.
+    std::atomic<int> calls3{0};
+    const auto cr = numbered(5).map([&](std::span<float>, std::span<std::int32_t>) { ++calls3; }).cache().repeat(3);
+    CHECK(indices(cr, 0).size() == 15);
+    CHECK(calls3 == 5);
+}
+
+TEST_CASE("dataset: prefetch yields the same sequence") {
+    const auto base = numbered(1000, 5).shuffle(300, 11).map([](std::span<float>, std::span<std::int32_t>) {}).batch(32);
+    for (std::size_t k : {1u, 2u, 7u, 100u}) {
+        const auto pre = base.prefetch(k);
+        CHECK(pre.cardinality() == base.cardinality());
+        for (std::uint64_t e = 0; e < 3; ++e) CHECK(indices(pre, e) == indices(base, e));
+        CHECK(batch_sizes(pre) == batch_sizes(base));
+    }
+    // Prefetch in the middle, nested, and under repeat.
+    const auto nested = numbered(100).prefetch(3).shuffle(50, 1).batch(8).prefetch(2).repeat(3).prefetch(1);
+    const auto plain = numbered(100).shuffle(50, 1).batch(8).repeat(3);
+    CHECK(indices(nested, 4) == indices(plain, 4));
+}
+
+TEST_CASE("dataset: prefetch passes the producer's exception on, after the elements before it") {
+    const auto ds = numbered(20)
+                        .map([](std::span<float> x, std::span<std::int32_t>) {
+                            if (x[0] == 13) throw std::invalid_argument("example 13 is corrupt");
+                        })
+                        .prefetch(4);
+    std::vector<int> got;
+    try {
+        for (const auto& b : ds) got.push_back(static_cast<int>(b.x[0]));
+        FAIL("no exception");
+    } catch (const std::invalid_argument& e) {
+        CHECK(std::string(e.what()) == "example 13 is corrupt");
+    }
+    CHECK(got == iota(13));
+
+    // strata errors keep their type across the thread too.
+    const auto bad = numbered(5).map([](std::span<float>, std::span<std::int32_t>) {
+                                     strata::throw_error<strata::ValueError>("bad value");
+                                 })
+                         .batch(2)
+                         .prefetch(2);
+    CHECK_THROWS_AS(bad.iterate(0), strata::ValueError);
+}
+
+TEST_CASE("dataset: destroying a prefetching iterator mid-epoch stops its thread") {
+    const auto slow = numbered(1000)
+                          .map([](std::span<float>, std::span<std::int32_t>) {
+                              std::this_thread::sleep_for(std::chrono::microseconds(200));
+                          })
+                          .prefetch(8);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 20; ++i) {
+        auto it = slow.iterate(static_cast<std::uint64_t>(i));
+        CHECK(it->size() == 1);
+        ++it;
+    }  // each iterator is destroyed with its producer mid-epoch
+    {
+        auto forever = numbered(10).repeat().prefetch(3).iterate(0);
+        for (int i = 0; i < 25; ++i) ++forever;
+        CHECK(forever != std::default_sentinel);
+    }  // producer blocked on a full queue of an infinite dataset
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(seconds < 5.0);
+}
+
+TEST_CASE("dataset: take and cardinality") {
+    const auto ds = numbered(10);
+    CHECK(ds.take(3).cardinality() == 3);
+    CHECK(indices(ds.take(3), 0) == iota(3));
+    CHECK(ds.take(20).cardinality() == 10);
+    CHECK(indices(ds.take(20), 0) == iota(10));
+    CHECK(ds.take(-1).cardinality() == 10);
+    CHECK(ds.take(0).cardinality() == 0);
+    CHECK(indices(ds.take(0), 0).empty());
+    CHECK(ds.batch(3).take(2).cardinality() == 2);
+    CHECK(batch_sizes(ds.batch(3).take(2)) == std::vector<std::size_t>{3, 3});
+    CHECK(ds.shuffle(4, 1).map([](std::span<float>, std::span<std::int32_t>) {}).cache().prefetch().cardinality() == 10);
+    CHECK(ds.repeat().batch(4).cardinality() == infinite_cardinality);
+    CHECK(ds.repeat().take(7).batch(2).cardinality() == 4);
+    CHECK_THROWS_AS(ds.take(-2), strata::ValueError);
+    CHECK(unknown_cardinality == -2);
+}
+
+TEST_CASE("dataset: several threads iterate one dataset at once") {
+    const auto ds = numbered(2000).cache().shuffle(2000, 8).batch(50).prefetch(2);
+    const auto expected = indices(ds, 5);
+    std::vector<std::vector<int>> results(4);
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < results.size(); ++t)
+        threads.emplace_back([&, t] {
+            for (auto it = ds.iterate(5); it != std::default_sentinel; ++it)
+                for (std::size_t i = 0; i < it->size(); ++i) results[t].push_back(static_cast<int>(it->x_at(i)[0]));
+        });
+    for (auto& th : threads) th.join();
+    for (const auto& r : results) CHECK(r == expected);
+}
+
+TEST_CASE("dataset: no allocation per batch in the steady state") {
+    // map before shuffle makes the shuffle buffer hold copies; prefetch adds a thread.
+    const auto ds = numbered(3000, 16)
+                        .map([](std::span<float> x, std::span<std::int32_t>) { x[1] += 0; })
+                        .shuffle(200, 1)
+                        .batch(32)
+                        .prefetch(3);
+    auto it = ds.iterate(0);
+    for (int i = 0; i < 10; ++i) ++it;  // fills the shuffle buffer and every prefetch slot once
+    g_allocations = 0;
+    g_count_allocations = true;
+    std::size_t batches = 0;
+    double sum = 0;
+    for (; it != std::default_sentinel; ++it) {
+        sum += it->x[0];
+        ++batches;
+    }
+    g_count_allocations = false;
+    CHECK(batches == 94 - 10);
+    CHECK(sum > 0);
+    CHECK(g_allocations == 0);
+}
+
+TEST_CASE("dataset: an MNIST-sized epoch of shuffle + batch is fast") {
+    const std::size_t n = 60000, es = 784;
+    std::vector<float> x(n * es);
+    for (std::size_t i = 0; i < n; ++i) x[i * es] = static_cast<float>(i);
+    std::vector<std::int32_t> y(n, 1);
+    const auto ds = from_arrays(std::move(x), {28, 28, 1}, std::move(y)).shuffle(n, 1).batch(128);
+    double best = 1e9;
+    for (std::uint64_t epoch = 0; epoch < 3; ++epoch) {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::size_t examples = 0;
+        double checksum = 0;
+        for (auto it = ds.iterate(epoch); it != std::default_sentinel; ++it) {
+            examples += it->size();
+            checksum += it->x[0];
+        }
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        best = std::min(best, ms);
+        CHECK(examples == n);
+        CHECK(checksum >= 0);
+    }
+    MESSAGE("shuffle(60000) + batch(128) over 60000 x 784 floats: " << best << " ms per epoch");
+    // Well under 100 ms in an optimized build (about 50 ms on 2 cores); generous for debug builds
+    // and much more so under sanitizers, which slow memory access ten-fold.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    CHECK(best < 20000);
+#else
+    CHECK(best < 1000);
+#endif
+}

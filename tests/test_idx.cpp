@@ -1,0 +1,315 @@
+// Tests of strata/data/idx.hpp: IDX round trips, byte layout, every kind of bad file, MNIST
+// loaders (on small generated files, and on the real files when data/mnist has them).
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "strata/data/idx.hpp"
+
+namespace fs = std::filesystem;
+using namespace strata::data;
+
+namespace {
+
+// A fresh directory under the system temp dir, removed with its contents at scope exit.
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        static int n = 0;
+        path = fs::temp_directory_path() / ("strata_test_idx_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    fs::path operator/(const std::string& name) const { return path / name; }
+};
+
+void write_bytes(const fs::path& p, const std::vector<unsigned char>& bytes) {
+    std::ofstream f(p, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::vector<unsigned char> read_bytes(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// The message of the IoError that `f` throws ("" when it throws nothing).
+template <class E = strata::IoError, class F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const E& e) {
+        return e.what();
+    }
+    return "";
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("idx: round trip of every element type and several ranks") {
+    TempDir dir;
+    SUBCASE("ubyte rank 3") {
+        std::vector<std::uint8_t> v(2 * 3 * 4);
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::uint8_t>(i * 11);
+        write_idx(dir / "a", {2, 3, 4}, v);
+        const auto a = read_idx<std::uint8_t>(dir / "a");
+        CHECK(a.dims == std::vector<std::size_t>{2, 3, 4});
+        CHECK(a.data == v);
+        CHECK(a.stored_type == IdxType::UInt8);
+        CHECK(a.count() == 2);
+        CHECK(a.row_size() == 12);
+        CHECK(fs::file_size(dir / "a") == 4 + 3 * 4 + v.size());
+    }
+    SUBCASE("sbyte") {
+        std::vector<std::int8_t> v{-128, -1, 0, 1, 127};
+        write_idx(dir / "a", {5}, v);
+        CHECK(read_idx<std::int8_t>(dir / "a").data == v);
+    }
+    SUBCASE("short rank 2") {
+        std::vector<std::int16_t> v{-32768, -2, 0, 258, 32767, 7};
+        write_idx(dir / "a", {3, 2}, v);
+        const auto a = read_idx<std::int16_t>(dir / "a");
+        CHECK(a.data == v);
+        CHECK(a.stored_type == IdxType::Int16);
+    }
+    SUBCASE("int") {
+        std::vector<std::int32_t> v{-2147483647 - 1, -1, 0, 65536, 2147483647};
+        write_idx(dir / "a", {5}, v);
+        CHECK(read_idx<std::int32_t>(dir / "a").data == v);
+    }
+    SUBCASE("float") {
+        std::vector<float> v{-1.5f, 0.0f, 3.25e-7f, 1e30f};
+        write_idx(dir / "a", {2, 1, 2}, v);
+        CHECK(read_idx<float>(dir / "a").data == v);
+    }
+    SUBCASE("double") {
+        std::vector<double> v{0.1, -2.0, 1e300};
+        write_idx(dir / "a", {3}, v);
+        CHECK(read_idx<double>(dir / "a").data == v);
+    }
+    SUBCASE("empty first dimension") {
+        write_idx(dir / "a", {0, 28, 28}, std::vector<std::uint8_t>{});
+        const auto a = read_idx<float>(dir / "a");
+        CHECK(a.dims == std::vector<std::size_t>{0, 28, 28});
+        CHECK(a.data.empty());
+    }
+}
+
+TEST_CASE("idx: big-endian layout matches the spec byte for byte") {
+    TempDir dir;
+    write_idx(dir / "s", {2}, std::vector<std::int16_t>{0x0102, -2});
+    CHECK(read_bytes(dir / "s") ==
+          std::vector<unsigned char>{0, 0, 0x0B, 1, 0, 0, 0, 2, 0x01, 0x02, 0xFF, 0xFE});
+    write_idx(dir / "f", {1}, std::vector<float>{1.0f});
+    CHECK(read_bytes(dir / "f") == std::vector<unsigned char>{0, 0, 0x0D, 1, 0, 0, 0, 1, 0x3F, 0x80, 0, 0});
+
+    // A file made by hand, not by write_idx: 2 x 2 ints, dims > 255 in the header's high bytes.
+    write_bytes(dir / "h", {0, 0, 0x0C, 2, 0, 0, 0, 1, 0, 0, 0, 2, 0x80, 0, 0, 0, 0, 0, 1, 0});
+    const auto h = read_idx<std::int32_t>(dir / "h");
+    CHECK(h.dims == std::vector<std::size_t>{1, 2});
+    CHECK(h.data == std::vector<std::int32_t>{-2147483647 - 1, 256});
+}
+
+TEST_CASE("idx: conversions to other element types") {
+    TempDir dir;
+    write_idx(dir / "u8", {3}, std::vector<std::uint8_t>{0, 128, 255});
+    CHECK(read_idx<double>(dir / "u8").data == std::vector<double>{0, 128, 255});
+    CHECK(read_idx<std::int64_t>(dir / "u8").data == std::vector<std::int64_t>{0, 128, 255});
+
+    write_idx(dir / "i16", {2}, std::vector<std::int16_t>{-1, 300});
+    const auto msg = error_of<strata::ValueError>([&] { read_idx<std::uint8_t>(dir / "i16"); });
+    CHECK(has(msg, "element 0 = -1"));
+    CHECK(has(msg, "0 .. 255"));
+
+    write_idx(dir / "f", {1}, std::vector<float>{2.0f});
+    const auto m2 = error_of([&] { read_idx<std::int32_t>(dir / "f"); });
+    CHECK(has(m2, "stores float elements"));
+    CHECK(has(m2, "read it as float or double"));
+}
+
+TEST_CASE("idx: a missing file names the path and the OS's reason") {
+    TempDir dir;
+    const auto msg = error_of([&] { read_idx<float>(dir / "nope"); });
+    CHECK(has(msg, (dir / "nope").string()));
+    CHECK(has(msg, "No such file or directory"));
+
+    write_bytes(dir / "x-idx1-ubyte.gz", {0x1f, 0x8b, 8, 0});
+    const auto gz = error_of([&] { read_idx<float>(dir / "x-idx1-ubyte"); });
+    CHECK(has(gz, "x-idx1-ubyte.gz' exists"));
+    CHECK(has(gz, "gzip -dk"));
+
+    CHECK(has(error_of([&] { read_idx<float>(dir.path); }), "is a directory"));
+}
+
+TEST_CASE("idx: wrong magic shows the bytes found") {
+    TempDir dir;
+    write_bytes(dir / "m", {0x01, 0x02, 0x08, 0x01, 0, 0, 0, 0});
+    const auto msg = error_of([&] { read_idx<float>(dir / "m"); });
+    CHECK(has(msg, "not an IDX file"));
+    CHECK(has(msg, "expected magic bytes 00 00 <type> <rank>, found 01 02 08 01"));
+
+    write_bytes(dir / "g", {0x1f, 0x8b, 0x08, 0x08, 1, 2, 3, 4});
+    const auto g = error_of([&] { read_idx<float>(dir / "g"); });
+    CHECK(has(g, "found 1f 8b 08 08"));
+    CHECK(has(g, "gzip file"));
+}
+
+TEST_CASE("idx: unknown type code") {
+    TempDir dir;
+    write_bytes(dir / "t", {0, 0, 0x07, 1, 0, 0, 0, 1, 5});
+    const auto msg = error_of([&] { read_idx<float>(dir / "t"); });
+    CHECK(has(msg, "unknown IDX type code 0x07"));
+    CHECK(has(msg, "0x08 (ubyte)"));
+    CHECK(has(msg, "0x0e (double)"));
+}
+
+TEST_CASE("idx: truncated and oversized files give expected vs found sizes") {
+    TempDir dir;
+    SUBCASE("shorter than the magic number") {
+        write_bytes(dir / "a", {0, 0});
+        const auto msg = error_of([&] { read_idx<float>(dir / "a"); });
+        CHECK(has(msg, "4-byte magic number"));
+        CHECK(has(msg, "the file has 2 bytes"));
+    }
+    SUBCASE("header cut inside the dims") {
+        write_bytes(dir / "a", {0, 0, 0x08, 3, 0, 0, 0, 2, 0, 0});
+        const auto msg = error_of([&] { read_idx<float>(dir / "a"); });
+        CHECK(has(msg, "truncated in its header"));
+        CHECK(has(msg, "rank 3 needs a 16-byte header"));
+        CHECK(has(msg, "file has 10 bytes"));
+    }
+    SUBCASE("data cut short") {
+        std::vector<std::uint8_t> v(2 * 3 * 3, 7);
+        write_idx(dir / "a", {2, 3, 3}, v);
+        fs::resize_file(dir / "a", fs::file_size(dir / "a") - 5);
+        const auto msg = error_of([&] { read_idx<float>(dir / "a"); });
+        CHECK(has(msg, "is truncated"));
+        CHECK(has(msg, "dims 2 x 3 x 3 of ubyte"));
+        CHECK(has(msg, "need 18 data bytes"));
+        CHECK(has(msg, "found 13 data bytes"));
+        CHECK(has(msg, "file size 29"));
+    }
+    SUBCASE("shorts: size counts bytes per element") {
+        write_idx(dir / "a", {4}, std::vector<std::int16_t>{1, 2, 3, 4});
+        fs::resize_file(dir / "a", fs::file_size(dir / "a") - 1);
+        const auto msg = error_of([&] { read_idx<std::int16_t>(dir / "a"); });
+        CHECK(has(msg, "(2 bytes each) need 8 data bytes"));
+        CHECK(has(msg, "found 7"));
+    }
+    SUBCASE("trailing bytes") {
+        auto bytes = std::vector<unsigned char>{0, 0, 0x08, 1, 0, 0, 0, 2, 1, 2, 3};
+        write_bytes(dir / "a", bytes);
+        const auto msg = error_of([&] { read_idx_header(dir / "a"); });
+        CHECK(has(msg, "has trailing bytes"));
+        CHECK(has(msg, "need 2 data bytes"));
+        CHECK(has(msg, "found 3"));
+    }
+    SUBCASE("dims describing an absurd size") {
+        write_bytes(dir / "a", {0, 0, 0x0E, 3, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF});
+        const auto msg = error_of([&] { read_idx<float>(dir / "a"); });
+        CHECK(has(msg, "4294967295 x 4294967295 x 4294967295"));
+    }
+}
+
+TEST_CASE("idx: write_idx checks its arguments") {
+    TempDir dir;
+    CHECK_THROWS_AS(write_idx(dir / "a", {2, 2}, std::vector<float>{1, 2, 3}), strata::ShapeError);
+    CHECK(!fs::exists(dir / "a"));
+    CHECK_THROWS_AS(write_idx(dir / "a", {std::size_t(1) << 32}, std::vector<float>{}), strata::ValueError);
+    const auto msg = error_of([&] { write_idx(dir / "no/such/dir/a", {1}, std::vector<float>{1}); });
+    CHECK(has(msg, "cannot create"));
+    CHECK(has(msg, "No such file or directory"));
+}
+
+TEST_CASE("idx: MNIST loaders on small generated files") {
+    TempDir dir;
+    std::vector<std::uint8_t> pixels(3 * 4 * 5);
+    for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 4 + 3);
+    pixels[0] = 0;
+    pixels[1] = 255;
+    const std::vector<std::uint8_t> labels{7, 0, 9};
+    write_idx(dir / "train-images-idx3-ubyte", {3, 4, 5}, pixels);
+    write_idx(dir / "train-labels-idx1-ubyte", {3}, labels);
+    write_idx(dir / "t10k-images-idx3-ubyte", {1, 4, 5}, std::vector<std::uint8_t>(20, 51));
+    write_idx(dir / "t10k-labels-idx1-ubyte", {1}, std::vector<std::uint8_t>{4});
+
+    const auto x = load_mnist_images(dir / "train-images-idx3-ubyte");
+    CHECK(x.dims == std::vector<std::size_t>{3, 4, 5, 1});
+    CHECK(x.data[0] == 0.0f);
+    CHECK(x.data[1] == 1.0f);
+    CHECK(x.data[2] == doctest::Approx(11.0 / 255));
+    const auto y = load_mnist_labels(dir / "train-labels-idx1-ubyte");
+    CHECK(y.data == std::vector<std::int32_t>{7, 0, 9});
+
+    const auto m = load_mnist(dir.path);
+    CHECK(m.train.size() == 3);
+    CHECK(m.test.size() == 1);
+    CHECK(m.test.images.data[5] == doctest::Approx(0.2));
+    CHECK(m.test.labels.data == std::vector<std::int32_t>{4});
+
+    SUBCASE("images and labels disagree") {
+        write_idx(dir / "t10k-labels-idx1-ubyte", {2}, std::vector<std::uint8_t>{4, 5});
+        const auto msg = error_of([&] { load_mnist(dir.path); });
+        CHECK(has(msg, "has 1 images"));
+        CHECK(has(msg, "has 2 labels"));
+    }
+    SUBCASE("a label file where images belong") {
+        const auto msg = error_of([&] { load_mnist_images(dir / "train-labels-idx1-ubyte"); });
+        CHECK(has(msg, "expected an image file of rank 3"));
+        CHECK(has(msg, "found rank 1 (3) of ubyte"));
+        CHECK(has(error_of([&] { load_mnist_labels(dir / "train-images-idx3-ubyte"); }), "found rank 3 (3 x 4 x 5)"));
+    }
+    SUBCASE("a missing file says how to fetch") {
+        fs::remove(dir / "t10k-images-idx3-ubyte");
+        const auto msg = error_of([&] { load_mnist(dir.path); });
+        CHECK(has(msg, "t10k-images-idx3-ubyte' does not exist"));
+        CHECK(has(msg, "scripts/fetch-mnist"));
+        write_bytes(dir / "t10k-images-idx3-ubyte.gz", {0x1f, 0x8b});
+        CHECK(has(error_of([&] { load_mnist(dir.path); }), "gzip -dk"));
+    }
+}
+
+TEST_CASE("idx: the real MNIST files, when fetched") {
+    // STRATA_MNIST_DIR (set by the build) or data/mnist under the working directory.
+    const char* env = std::getenv("STRATA_MNIST_DIR");
+    const fs::path dir = env ? fs::path(env) : fs::path("data/mnist");
+    if (!fs::exists(dir / "train-images-idx3-ubyte")) {
+        MESSAGE("skipped: no MNIST files in " << dir << " (run scripts/fetch-mnist " << dir.string() << ")");
+        return;
+    }
+    const auto m = load_mnist(dir);
+    REQUIRE(m.train.size() == 60000);
+    REQUIRE(m.test.size() == 10000);
+    CHECK(m.train.images.dims == std::vector<std::size_t>{60000, 28, 28, 1});
+    CHECK(m.train.labels.data[0] == 5);
+    CHECK(m.train.labels.data[1] == 0);
+    CHECK(m.train.labels.data[2] == 4);
+    CHECK(m.test.labels.data[0] == 7);
+    // The class counts published with the data set.
+    std::array<int, 10> train{}, test{};
+    for (auto l : m.train.labels.data) ++train[static_cast<std::size_t>(l)];
+    for (auto l : m.test.labels.data) ++test[static_cast<std::size_t>(l)];
+    CHECK(train == std::array<int, 10>{5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949});
+    CHECK(test == std::array<int, 10>{980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009});
+    float lo = 1, hi = 0;
+    for (float v : m.test.images.data) {
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+    }
+    CHECK(lo == 0.0f);
+    CHECK(hi == 1.0f);
+}

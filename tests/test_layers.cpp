@@ -1,0 +1,620 @@
+// Layers: every backward pass against central finite differences in float64, Conv2D and
+// MaxPooling2D against naive direct references (nested loops, float64) on awkward sizes, the
+// reference MNIST model's size and summary, and Dropout's statistics and reproducibility.
+//
+// The cases templated on the place also run on Cuda when this file is compiled by nvcc (a
+// test_layers.cu that includes it, as test_tensor.cu does); the host is the oracle.
+//
+// Finite differences: the objective is f = sum(w ⊙ y) with random w, so every output matters;
+// each input and parameter is moved by ±h (h = 1e-6) and (f(+h) − f(−h)) / 2h is compared with
+// the analytic gradient. The error measure is max_i |fd_i − g_i| / max_i |g_i| (the gradient's
+// own scale: single tiny entries carry ~1e-9 of rounding noise that says nothing about
+// correctness), required ≤ 1e-6. Kinks would break the comparison, so the data avoid them:
+// ReLU cases check (with the same layer under Linear) that no pre-activation lies within 1e-5
+// of 0, and pooling inputs are distinct values at least 1e-3 apart (no ties within a window).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <strata/nn/layers.hpp>
+
+#include "test_places.hpp"
+
+using strata::Shape;
+using strata::StaticShape;
+using strata::Tensor;
+using strata::TensorView;
+using namespace strata::nn;
+
+namespace {
+
+using Host = strata::place::Host;
+
+// Inputs come from a generator independent of the library's own (an LCG), so a bug in strata's
+// Philox cannot hide a bug elsewhere.
+std::vector<double> reference_values(std::int64_t n, std::uint64_t seed, double lo = -1, double hi = 1) {
+    std::vector<double> v(static_cast<std::size_t>(n));
+    std::uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+    for (auto& x : v) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x = lo + (hi - lo) * double(s >> 11) / 9007199254740992.0;
+    }
+    return v;
+}
+
+// n distinct values, a shuffled grid with spacing 1e-3 (no ties anywhere, gaps far above h).
+std::vector<double> distinct_values(std::int64_t n, std::uint64_t seed) {
+    std::vector<double> v(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = double(i - n / 2) * 1e-3;
+    const auto r = reference_values(n, seed, 0, 1);
+    for (std::int64_t i = n - 1; i > 0; --i)
+        std::swap(v[std::size_t(i)], v[std::size_t(std::int64_t(r[std::size_t(i)] * double(i + 1)))]);
+    return v;
+}
+
+template <class T, class P>
+Tensor<T, P> on_place(const std::vector<double>& v, const Shape& shape) {
+    std::vector<T> t(v.begin(), v.end());
+    return strata::copy_to<P>(strata::from_vector(t, shape).view());
+}
+
+template <class T, class P>
+std::vector<double> as_double(const TensorView<T, P>& t) {
+    auto v = strata::to_vector(t);
+    return std::vector<double>(v.begin(), v.end());
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+    double s = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+    return s;
+}
+
+// max_i |a_i − b_i| / max_i |b_i| (0 when both are all zeros).
+double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
+    REQUIRE(a.size() == b.size());
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        diff = std::max(diff, std::abs(a[i] - b[i]));
+        scale = std::max(scale, std::abs(b[i]));
+    }
+    return scale == 0 ? diff : diff / scale;
+}
+
+/// One bound layer with its parameters and input as host float64 vectors (which the finite
+/// differences perturb), run on place P in precision T.
+template <class Spec, class In, class T = double, class P = Host>
+struct LayerRun {
+    using Layer = typename Spec::template bind<In, T, P>;
+    using Out = typename Layer::output_shape;
+    Layer layer{};
+    std::int64_t n;
+    Mode mode;
+    std::vector<double> params, x;
+
+    LayerRun(std::int64_t batch, std::vector<double> p, std::vector<double> in, Mode m = {})
+        : n(batch), mode(m), params(std::move(p)), x(std::move(in)) {
+        REQUIRE(std::int64_t(params.size()) == Layer::num_params);
+        REQUIRE(std::int64_t(x.size()) == n * In::size);
+    }
+    std::int64_t out_size() const { return n * Out::size; }
+
+    struct Result {
+        std::vector<double> y, dx, dparams;
+    };
+    /// Forward, then (when w is given) backward with dy = w.
+    Result run(const std::vector<double>* w = nullptr) {
+        auto p = on_place<T, P>(params, Shape{Layer::num_params});
+        auto xt = on_place<T, P>(x, In::batched(n));
+        Tensor<T, P> y(Out::batched(n));
+        layer.forward(p.data(), xt.view(), y.view(), mode);
+        Result r;
+        r.y = as_double(y.view());
+        if (!w) return r;
+        auto dy = on_place<T, P>(*w, Out::batched(n));
+        Tensor<T, P> dx(In::batched(n)), g(Shape{Layer::num_params});
+        layer.backward(p.data(), g.data(), xt.view(), y.view(), dy.view(), dx.view(), mode);
+        r.dx = as_double(dx.view());
+        r.dparams = as_double(g.view());
+        return r;
+    }
+    std::vector<double> forward() { return run().y; }
+};
+
+template <class Spec, class In>
+LayerRun<Spec, In> random_run(std::int64_t n, std::uint64_t seed, Mode mode = {}) {
+    using L = typename Spec::template bind<In, double, Host>;
+    return LayerRun<Spec, In>(n, reference_values(L::num_params, seed, -0.5, 0.5), reference_values(n * In::size, seed + 1),
+                              mode);
+}
+
+/// Central differences of f = sum(w ⊙ y) w.r.t. every entry of `v` (a vector of `run`).
+template <class Run>
+std::vector<double> finite_differences(Run& run, std::vector<double>& v, const std::vector<double>& w) {
+    const double h = 1e-6;
+    std::vector<double> out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        const double old = v[i];
+        v[i] = old + h;
+        const double fp = dot(w, run.forward());
+        v[i] = old - h;
+        const double fm = dot(w, run.forward());
+        v[i] = old;
+        out[i] = (fp - fm) / (2 * h);
+    }
+    return out;
+}
+
+/// Checks the input and parameter gradients of `run` against finite differences.
+template <class Run>
+void check_gradients(Run& run, std::uint64_t seed) {
+    const auto w = reference_values(run.out_size(), seed + 7, -1, 1);
+    const auto g = run.run(&w);
+    const auto fd_x = finite_differences(run, run.x, w);
+    const auto fd_p = finite_differences(run, run.params, w);
+    INFO("input gradient relative error " << relative_error(fd_x, g.dx));
+    CHECK(relative_error(fd_x, g.dx) <= 1e-6);
+    INFO("parameter gradient relative error " << relative_error(fd_p, g.dparams));
+    CHECK(relative_error(fd_p, g.dparams) <= 1e-6);
+    // A layer whose gradient is identically zero would pass the relative test trivially.
+    CHECK(std::any_of(g.dx.begin(), g.dx.end(), [](double v) { return v != 0; }));
+}
+
+/// For ReLU cases: no pre-activation (the same layer under Linear) lies within 1e-5 of the kink,
+/// so the ±1e-6 steps never cross it.
+template <class LinearSpec, class In, class Run>
+void require_away_from_kink(const Run& run) {
+    LayerRun<LinearSpec, In> lin(run.n, run.params, run.x);
+    double closest = 1e300;
+    for (double z : lin.forward()) closest = std::min(closest, std::abs(z));
+    INFO("closest pre-activation to 0: " << closest);
+    REQUIRE(closest > 1e-5);
+}
+
+template <class Spec, class In>
+void check_layer(std::int64_t n, std::uint64_t seed, Mode mode = {}) {
+    auto run = random_run<Spec, In>(n, seed, mode);
+    check_gradients(run, seed);
+}
+
+template <class Spec, class LinearSpec, class In>
+void check_relu_layer(std::int64_t n, std::uint64_t seed) {
+    auto run = random_run<Spec, In>(n, seed);
+    require_away_from_kink<LinearSpec, In>(run);
+    check_gradients(run, seed);
+}
+
+template <class Spec, class In>
+void check_pooling(std::int64_t n, std::uint64_t seed) {
+    LayerRun<Spec, In> run(n, {}, distinct_values(n * In::size, seed));
+    check_gradients(run, seed);
+}
+
+// ---- naive references -------------------------------------------------------------------
+
+/// Keras's window geometry, re-derived here independently of the library.
+struct Geometry {
+    std::int64_t h, w, c, kh, kw, sh, sw, oh, ow, pt, pl;
+    Geometry(std::int64_t h_, std::int64_t w_, std::int64_t c_, std::int64_t kh_, std::int64_t kw_, std::int64_t sh_,
+             std::int64_t sw_, bool same)
+        : h(h_), w(w_), c(c_), kh(kh_), kw(kw_), sh(sh_), sw(sw_) {
+        if (same) {
+            oh = (h + sh - 1) / sh;
+            ow = (w + sw - 1) / sw;
+            pt = std::max<std::int64_t>((oh - 1) * sh + kh - h, 0) / 2;
+            pl = std::max<std::int64_t>((ow - 1) * sw + kw - w, 0) / 2;
+        } else {
+            oh = (h - kh) / sh + 1;
+            ow = (w - kw) / sw + 1;
+            pt = pl = 0;
+        }
+    }
+    template <class Spec, class In>
+    static Geometry of_conv() {
+        return Geometry(In::dims[0], In::dims[1], In::dims[2], Spec::kernel_h, Spec::kernel_w, Spec::stride_h,
+                        Spec::stride_w, Spec::padding == Padding::Same);
+    }
+    template <class Spec, class In>
+    static Geometry of_pool() {
+        return Geometry(In::dims[0], In::dims[1], In::dims[2], Spec::pool_h, Spec::pool_w, Spec::stride_h,
+                        Spec::stride_w, Spec::padding == Padding::Same);
+    }
+    std::int64_t xi(std::int64_t b, std::int64_t y, std::int64_t x, std::int64_t ch) const { return ((b * h + y) * w + x) * c + ch; }
+};
+
+// Direct convolution: y[b, oy, ox, f] = bias[f] + sum x[b, iy, ix, ci] * k[ky, kx, ci, f] over
+// the window positions inside the image (zero padding contributes nothing).
+std::vector<double> naive_conv(const Geometry& g, std::int64_t n, std::int64_t filters, const std::vector<double>& x,
+                               const std::vector<double>& params, bool use_bias) {
+    std::vector<double> y(std::size_t(n * g.oh * g.ow * filters));
+    const std::size_t bias_at = std::size_t(g.kh * g.kw * g.c * filters);
+    for (std::int64_t b = 0; b < n; ++b)
+        for (std::int64_t oy = 0; oy < g.oh; ++oy)
+            for (std::int64_t ox = 0; ox < g.ow; ++ox)
+                for (std::int64_t f = 0; f < filters; ++f) {
+                    double s = use_bias ? params[bias_at + std::size_t(f)] : 0.0;
+                    for (std::int64_t ky = 0; ky < g.kh; ++ky)
+                        for (std::int64_t kx = 0; kx < g.kw; ++kx) {
+                            const std::int64_t iy = oy * g.sh + ky - g.pt, ix = ox * g.sw + kx - g.pl;
+                            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                            for (std::int64_t ci = 0; ci < g.c; ++ci)
+                                s += x[std::size_t(g.xi(b, iy, ix, ci))] *
+                                     params[std::size_t(((ky * g.kw + kx) * g.c + ci) * filters + f)];
+                        }
+                    y[std::size_t(((b * g.oh + oy) * g.ow + ox) * filters + f)] = s;
+                }
+    return y;
+}
+
+// The gradients of naive_conv for output gradient dz: dx and [dkernel, dbias].
+void naive_conv_backward(const Geometry& g, std::int64_t n, std::int64_t filters, const std::vector<double>& x,
+                         const std::vector<double>& params, const std::vector<double>& dz, bool use_bias,
+                         std::vector<double>& dx, std::vector<double>& dp) {
+    dx.assign(x.size(), 0.0);
+    dp.assign(params.size(), 0.0);
+    const std::size_t bias_at = std::size_t(g.kh * g.kw * g.c * filters);
+    for (std::int64_t b = 0; b < n; ++b)
+        for (std::int64_t oy = 0; oy < g.oh; ++oy)
+            for (std::int64_t ox = 0; ox < g.ow; ++ox)
+                for (std::int64_t f = 0; f < filters; ++f) {
+                    const double d = dz[std::size_t(((b * g.oh + oy) * g.ow + ox) * filters + f)];
+                    if (use_bias) dp[bias_at + std::size_t(f)] += d;
+                    for (std::int64_t ky = 0; ky < g.kh; ++ky)
+                        for (std::int64_t kx = 0; kx < g.kw; ++kx) {
+                            const std::int64_t iy = oy * g.sh + ky - g.pt, ix = ox * g.sw + kx - g.pl;
+                            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                            for (std::int64_t ci = 0; ci < g.c; ++ci) {
+                                const auto k = std::size_t(((ky * g.kw + kx) * g.c + ci) * filters + f);
+                                const auto xi = std::size_t(g.xi(b, iy, ix, ci));
+                                dx[xi] += d * params[k];
+                                dp[k] += d * x[xi];
+                            }
+                        }
+                }
+}
+
+// Direct max pooling: the maximum over window positions inside the image, and the gradient
+// routed to the first maximum in row-major window order.
+std::vector<double> naive_pool(const Geometry& g, std::int64_t n, const std::vector<double>& x,
+                               const std::vector<double>* dy = nullptr, std::vector<double>* dx = nullptr) {
+    std::vector<double> y(std::size_t(n * g.oh * g.ow * g.c));
+    if (dx) dx->assign(x.size(), 0.0);
+    for (std::int64_t b = 0; b < n; ++b)
+        for (std::int64_t oy = 0; oy < g.oh; ++oy)
+            for (std::int64_t ox = 0; ox < g.ow; ++ox)
+                for (std::int64_t ci = 0; ci < g.c; ++ci) {
+                    double best = -1e300;
+                    std::int64_t at = -1;
+                    for (std::int64_t ky = 0; ky < g.kh; ++ky)
+                        for (std::int64_t kx = 0; kx < g.kw; ++kx) {
+                            const std::int64_t iy = oy * g.sh + ky - g.pt, ix = ox * g.sw + kx - g.pl;
+                            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                            const double v = x[std::size_t(g.xi(b, iy, ix, ci))];
+                            if (at < 0 || v > best) {
+                                best = v;
+                                at = g.xi(b, iy, ix, ci);
+                            }
+                        }
+                    const auto o = std::size_t(((b * g.oh + oy) * g.ow + ox) * g.c + ci);
+                    y[o] = best;
+                    if (dx) (*dx)[std::size_t(at)] += (*dy)[o];
+                }
+    return y;
+}
+
+double relu(double v) { return v > 0 ? v : 0; }
+
+/// Conv2D forward and backward on place P in precision T against naive_conv in float64.
+template <class Spec, class In, class T, class P>
+void check_conv_against_reference(std::int64_t n, std::uint64_t seed) {
+    using L = typename Spec::template bind<In, T, P>;
+    const auto g = Geometry::of_conv<Spec, In>();
+    static_assert(L::output_shape::rank == 3);
+    REQUIRE(L::output_shape::dims[0] == g.oh);
+    REQUIRE(L::output_shape::dims[1] == g.ow);
+    REQUIRE(L::output_shape::dims[2] == Spec::filters);
+    constexpr bool is_relu = std::is_same_v<typename Spec::activation, ReLU>;
+    static_assert(is_relu || std::is_same_v<typename Spec::activation, Linear>, "the reference knows Linear and ReLU");
+    LayerRun<Spec, In, T, P> run(n, reference_values(L::num_params, seed, -0.5, 0.5), reference_values(n * In::size, seed + 1));
+    const auto w = reference_values(run.out_size(), seed + 2);
+    const auto r = run.run(&w);
+    auto z = naive_conv(g, n, Spec::filters, run.x, run.params, Spec::use_bias);
+    auto dz = w;
+    for (std::size_t i = 0; i < z.size(); ++i) {
+        if (is_relu && z[i] <= 0) dz[i] = 0;
+        if (is_relu) z[i] = relu(z[i]);
+    }
+    std::vector<double> dx, dp;
+    naive_conv_backward(g, n, Spec::filters, run.x, run.params, dz, Spec::use_bias, dx, dp);
+    const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
+    CHECK(relative_error(r.y, z) <= tol);
+    CHECK(relative_error(r.dx, dx) <= tol);
+    CHECK(relative_error(r.dparams, dp) <= tol);
+}
+
+/// MaxPooling2D forward and backward on place P in precision T against naive_pool.
+template <class Spec, class In, class T, class P>
+void check_pool_against_reference(std::int64_t n, std::uint64_t seed) {
+    using L = typename Spec::template bind<In, T, P>;
+    const auto g = Geometry::of_pool<Spec, In>();
+    REQUIRE(L::output_shape::dims[0] == g.oh);
+    REQUIRE(L::output_shape::dims[1] == g.ow);
+    REQUIRE(L::output_shape::dims[2] == g.c);
+    LayerRun<Spec, In, T, P> run(n, {}, distinct_values(n * In::size, seed));
+    const auto w = reference_values(run.out_size(), seed + 2);
+    const auto r = run.run(&w);
+    std::vector<double> dx;
+    const auto y = naive_pool(g, n, run.x, &w, &dx);
+    // Values are exact copies; gradients are sums of a few values, equal up to summation order
+    // (which differs between the host's per-row and CUDA's per-element passes).
+    const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-15;
+    CHECK(relative_error(r.y, y) <= tol);
+    CHECK(relative_error(r.dx, dx) <= tol);
+}
+
+using Mnist = Sequential<Input<28, 28, 1>, Conv2D<32, 3, ReLU>, MaxPooling2D<2>, Conv2D<64, 3, ReLU>, MaxPooling2D<2>,
+                         Flatten, Dense<64, ReLU>, Dense<10, Softmax>>;
+static_assert(Mnist::num_params == 121930, "the reference MNIST model has Keras's 121,930 parameters");
+static_assert(std::is_same_v<Mnist::output_shape, StaticShape<10>>);
+
+// Shapes worked out at compile time (Keras's formulas).
+static_assert(std::is_same_v<Sequential<Input<7, 5, 3>, Conv2D<4, 3, Linear, 2, Padding::Same>>::output_shape, StaticShape<4, 3, 4>>);
+static_assert(std::is_same_v<Sequential<Input<7, 5, 3>, Conv2D<4, 3>>::output_shape, StaticShape<5, 3, 4>>);
+static_assert(std::is_same_v<Sequential<Input<8, 7, 2>, Conv2D<3, 3, ReLU, 2>>::output_shape, StaticShape<3, 3, 3>>);
+static_assert(std::is_same_v<Sequential<Input<32, 48, 3>, Conv2DRect<16, 3, 5, ReLU, 1, 2, Padding::Same>>::output_shape,
+                             StaticShape<32, 24, 16>>);
+static_assert(std::is_same_v<Sequential<Input<7, 5, 3>, MaxPooling2D<2>>::output_shape, StaticShape<3, 2, 3>>);
+static_assert(std::is_same_v<Sequential<Input<7, 5, 3>, MaxPooling2D<2, 2, Padding::Same>>::output_shape, StaticShape<4, 3, 3>>);
+static_assert(std::is_same_v<Sequential<Input<13, 13, 8>, MaxPooling2D<3, 2>>::output_shape, StaticShape<6, 6, 8>>);
+static_assert(std::is_same_v<Sequential<Input<7, 9, 3>, MaxPooling2DRect<3, 2, 2, 2, Padding::Same>>::output_shape,
+                             StaticShape<4, 5, 3>>);
+static_assert(std::is_same_v<Sequential<Input<4, 5, 6>, Dropout<25>>::output_shape, StaticShape<4, 5, 6>>);
+
+}  // namespace
+
+// ---- finite differences -----------------------------------------------------------------
+
+TEST_CASE("Dense gradients match finite differences for every activation") {
+    using In = StaticShape<7>;
+    check_layer<Dense<5>, In>(3, 1);
+    check_relu_layer<Dense<5, ReLU>, Dense<5>, In>(3, 2);
+    check_layer<Dense<5, Sigmoid>, In>(3, 3);
+    check_layer<Dense<5, Tanh>, In>(3, 4);
+    check_layer<Dense<5, Softmax>, In>(3, 5);
+    check_layer<Dense<4, Tanh, false>, In>(2, 6);
+}
+
+TEST_CASE("Conv2D gradients match finite differences") {
+    SUBCASE("3x3, valid, stride 1") { check_layer<Conv2D<4, 3, Tanh>, StaticShape<7, 5, 3>>(2, 11); }
+    SUBCASE("3x3, same, stride 1") { check_layer<Conv2D<4, 3, Linear, 1, Padding::Same>, StaticShape<7, 5, 3>>(2, 12); }
+    SUBCASE("3x3, same, stride 2") { check_layer<Conv2D<4, 3, Sigmoid, 2, Padding::Same>, StaticShape<7, 5, 3>>(3, 13); }
+    SUBCASE("3x3, valid, stride 2, ReLU") {
+        check_relu_layer<Conv2D<3, 3, ReLU, 2>, Conv2D<3, 3, Linear, 2>, StaticShape<8, 7, 2>>(2, 14);
+    }
+    SUBCASE("1x1, stride 1 (no im2col)") { check_layer<Conv2D<5, 1, Tanh>, StaticShape<4, 6, 3>>(2, 15); }
+    SUBCASE("1x1, stride 2") { check_layer<Conv2D<2, 1, Linear, 2>, StaticShape<5, 5, 3>>(2, 16); }
+    SUBCASE("1x1, stride 2, same") { check_layer<Conv2D<2, 1, Linear, 2, Padding::Same>, StaticShape<5, 4, 2>>(2, 17); }
+    SUBCASE("3x2 kernel, strides 2x1, same") { check_layer<Conv2DRect<3, 3, 2, Tanh, 2, 1, Padding::Same>, StaticShape<6, 7, 2>>(2, 18); }
+    SUBCASE("2x3 kernel, strides 1x2, valid, no bias") {
+        check_layer<Conv2DRect<2, 2, 3, Linear, 1, 2, Padding::Valid, false>, StaticShape<5, 8, 3>>(2, 19);
+    }
+    SUBCASE("even kernel larger than the stride, same") { check_layer<Conv2D<3, 4, Tanh, 3, Padding::Same>, StaticShape<5, 7, 2>>(2, 20); }
+    SUBCASE("kernel larger than the image, same") { check_layer<Conv2D<2, 5, Linear, 1, Padding::Same>, StaticShape<3, 2, 1>>(2, 21); }
+    SUBCASE("1x1 image, same") { check_layer<Conv2D<2, 3, Tanh, 1, Padding::Same>, StaticShape<1, 1, 2>>(3, 22); }
+    SUBCASE("softmax over channels") { check_layer<Conv2D<4, 3, Softmax>, StaticShape<5, 5, 2>>(2, 23); }
+    SUBCASE("kernel as large as the image") { check_layer<Conv2D<3, 3, Tanh>, StaticShape<3, 3, 2>>(2, 24); }
+}
+
+TEST_CASE("MaxPooling2D gradients match finite differences") {
+    SUBCASE("2x2, valid, odd sizes") { check_pooling<MaxPooling2D<2>, StaticShape<7, 5, 3>>(2, 31); }
+    SUBCASE("2x2, same, odd sizes") { check_pooling<MaxPooling2D<2, 2, Padding::Same>, StaticShape<7, 5, 3>>(2, 32); }
+    SUBCASE("3x3 stride 2 (overlapping), valid") { check_pooling<MaxPooling2D<3, 2>, StaticShape<7, 7, 2>>(2, 33); }
+    SUBCASE("3x3 stride 1 (overlapping), same") { check_pooling<MaxPooling2D<3, 1, Padding::Same>, StaticShape<5, 6, 2>>(2, 34); }
+    SUBCASE("3x2 window, strides 2x1, same") { check_pooling<MaxPooling2DRect<3, 2, 2, 1, Padding::Same>, StaticShape<7, 5, 3>>(2, 35); }
+    SUBCASE("stride larger than the window") { check_pooling<MaxPooling2D<2, 3>, StaticShape<8, 8, 2>>(2, 36); }
+    SUBCASE("window larger than the image, same") { check_pooling<MaxPooling2D<4, 1, Padding::Same>, StaticShape<3, 2, 2>>(2, 37); }
+}
+
+TEST_CASE("Dropout gradients match finite differences in training") {
+    const Mode train{.training = true, .step = 5, .seed = 99};
+    check_layer<Dropout<30>, StaticShape<4, 5, 3>>(3, 41, train);
+    check_layer<Dropout<1, 2>, StaticShape<17>>(5, 42, train);
+    check_layer<Dropout<30>, StaticShape<4, 5, 3>>(2, 43);  // inference: the identity
+}
+
+namespace {
+/// Parameter gradients of a whole Network (through the flat buffers) against finite differences.
+template <class Seq>
+void check_network(std::int64_t n, std::uint64_t seed, const Mode& mode) {
+    Network<Seq, double, Host> net;
+    std::vector<double> params(std::size_t(Seq::num_params)), grads(params.size());
+    net.init(params.data(), seed);
+    params = reference_values(Seq::num_params, seed + 1, -0.5, 0.5);
+    auto x = on_place<double, Host>(reference_values(n * Seq::input_shape::size, seed + 2), Seq::input_shape::batched(n));
+    const auto w = reference_values(n * Seq::output_shape::size, seed + 3);
+    auto objective = [&] { return dot(w, as_double(net.forward(params.data(), x.view(), mode))); };
+    objective();
+    std::copy(w.begin(), w.end(), net.output_grad().data());
+    net.backward(params.data(), grads.data(), mode);
+    std::vector<double> fd(params.size());
+    const double h = 1e-6;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        const double old = params[i];
+        params[i] = old + h;
+        const double fp = objective();
+        params[i] = old - h;
+        const double fm = objective();
+        params[i] = old;
+        fd[i] = (fp - fm) / (2 * h);
+    }
+    // Per layer, so that a small layer's error is not hidden by a large one's scale.
+    for (const auto& p : Seq::parameters()) {
+        const auto first = std::size_t(p.offset), count = std::size_t(p.shape.size());
+        std::vector<double> a(fd.begin() + std::ptrdiff_t(first), fd.begin() + std::ptrdiff_t(first + count));
+        std::vector<double> b(grads.begin() + std::ptrdiff_t(first), grads.begin() + std::ptrdiff_t(first + count));
+        INFO(p.name << ": relative error " << relative_error(a, b));
+        CHECK(relative_error(a, b) <= 1e-6);
+    }
+}
+}  // namespace
+
+TEST_CASE("Flatten passes gradients through unchanged (in a Network)") {
+    using Seq = Sequential<Input<3, 4, 2>, Flatten, Dense<5, Tanh>>;
+    check_network<Seq>(3, 51, Mode{});
+    // Flatten is a view: the model is Dense on the NHWC-flattened input.
+    Network<Seq, double, Host> net;
+    std::vector<double> params = reference_values(Seq::num_params, 52);
+    auto x = on_place<double, Host>(reference_values(2 * 24, 53), Shape{2, 3, 4, 2});
+    const auto y = as_double(net.forward(params.data(), x.view(), Mode{}));
+    LayerRun<Dense<5, Tanh>, StaticShape<24>> dense(2, params, as_double(x.view()));
+    CHECK(relative_error(y, dense.forward()) == 0.0);
+}
+
+TEST_CASE("a Network of every layer has the finite-difference parameter gradients") {
+    using Seq = Sequential<Input<9, 8, 2>, Conv2D<3, 3, Tanh, 1, Padding::Same>, MaxPooling2D<2>, Conv2D<4, 2, Sigmoid>,
+                           Dropout<25>, Flatten, Dense<6, Tanh>, Dense<3, Softmax>>;
+    check_network<Seq>(2, 61, Mode{.training = true, .step = 3, .seed = 7});
+    check_network<Seq>(2, 62, Mode{});
+}
+
+// ---- against naive references -----------------------------------------------------------
+
+TEST_CASE_TEMPLATE("Conv2D matches a direct convolution", P, STRATA_TEST_PLACES) {
+    // The awkward case of the brief: 7x5 input, 3 channels in, 4 out, same padding, stride 2.
+    check_conv_against_reference<Conv2D<4, 3, Linear, 2, Padding::Same>, StaticShape<7, 5, 3>, double, P>(3, 71);
+    check_conv_against_reference<Conv2D<4, 3, Linear, 2, Padding::Same>, StaticShape<7, 5, 3>, float, P>(3, 71);
+    check_conv_against_reference<Conv2D<4, 3>, StaticShape<7, 5, 3>, double, P>(2, 72);
+    check_conv_against_reference<Conv2D<6, 3, ReLU, 1, Padding::Same>, StaticShape<6, 9, 5>, float, P>(4, 73);
+    check_conv_against_reference<Conv2DRect<3, 2, 5, Linear, 3, 2, Padding::Same>, StaticShape<10, 11, 2>, double, P>(2, 74);
+    check_conv_against_reference<Conv2DRect<3, 4, 1, Linear, 1, 1, Padding::Valid, false>, StaticShape<6, 3, 4>, double, P>(2, 75);
+    check_conv_against_reference<Conv2D<5, 1>, StaticShape<3, 4, 7>, double, P>(3, 76);
+    check_conv_against_reference<Conv2D<32, 3, ReLU>, StaticShape<28, 28, 1>, float, P>(3, 77);
+    check_conv_against_reference<Conv2D<16, 3, ReLU>, StaticShape<13, 13, 32>, float, P>(2, 78);
+}
+
+TEST_CASE_TEMPLATE("MaxPooling2D matches a direct max pooling", P, STRATA_TEST_PLACES) {
+    check_pool_against_reference<MaxPooling2D<2>, StaticShape<7, 5, 3>, double, P>(3, 81);
+    check_pool_against_reference<MaxPooling2D<2, 2, Padding::Same>, StaticShape<7, 5, 3>, float, P>(3, 82);
+    check_pool_against_reference<MaxPooling2D<3, 2, Padding::Same>, StaticShape<7, 5, 3>, double, P>(2, 83);
+    check_pool_against_reference<MaxPooling2D<3, 1>, StaticShape<6, 5, 4>, double, P>(2, 84);
+    check_pool_against_reference<MaxPooling2DRect<2, 3, 3, 2, Padding::Same>, StaticShape<7, 5, 3>, double, P>(2, 85);
+    check_pool_against_reference<MaxPooling2D<2>, StaticShape<26, 26, 32>, float, P>(2, 86);
+}
+
+TEST_CASE_TEMPLATE("MaxPooling2D gives a tied window's gradient to its first maximum", P, STRATA_TEST_PLACES) {
+    using In = StaticShape<3, 3, 1>;
+    // One 3x3 window whose maximum 5 appears at (0, 2), (1, 1) and (2, 0).
+    LayerRun<MaxPooling2D<3>, In, float, P> run(1, {}, {1, 2, 5, 0, 5, 3, 5, 4, -1});
+    const std::vector<double> w{2.5};
+    const auto r = run.run(&w);
+    CHECK(r.y == std::vector<double>{5});
+    CHECK(r.dx == std::vector<double>{0, 0, 2.5, 0, 0, 0, 0, 0, 0});
+}
+
+// ---- the reference model ----------------------------------------------------------------
+
+TEST_CASE("the reference MNIST model has Keras's size and summary") {
+    CHECK(Mnist::num_params == 121930);
+    const std::string s = Mnist::summary();
+    INFO(s);
+    for (const char* shape : {"(None, 26, 26, 32)", "(None, 13, 13, 32)", "(None, 11, 11, 64)", "(None, 5, 5, 64)",
+                              "(None, 1600)", "(None, 64)", "(None, 10)"})
+        CHECK(s.find(shape) != std::string::npos);
+    CHECK(s.find("conv2d (Conv2D)") != std::string::npos);
+    CHECK(s.find("conv2d_1 (Conv2D)") != std::string::npos);
+    CHECK(s.find("max_pooling2d_1 (MaxPooling2D)") != std::string::npos);
+    CHECK(s.find("121,930") != std::string::npos);
+    const auto params = Mnist::parameters();
+    REQUIRE(params.size() == 8);
+    CHECK(params[0].name == "conv2d/kernel");
+    CHECK(params[0].shape == Shape{3, 3, 1, 32});
+    CHECK(params[2].name == "conv2d_1/kernel");
+    CHECK(params[2].shape == Shape{3, 3, 32, 64});
+    CHECK(params[3].offset == 320 + 18432);
+}
+
+TEST_CASE_TEMPLATE("the reference MNIST model trains a step on every place", P, STRATA_TEST_PLACES) {
+    Network<Mnist, float, P> net;
+    Tensor<float, P> params(Shape{Mnist::num_params}), grads(Shape{Mnist::num_params});
+    net.init(params.data(), 3);
+    // Glorot limits: conv2d sqrt(6 / (9 + 288)), zero biases.
+    const auto p = strata::to_vector(params.view());
+    const double limit = std::sqrt(6.0 / (9.0 + 288.0));
+    CHECK(std::all_of(p.begin(), p.begin() + 288, [&](float v) { return std::abs(v) <= limit; }));
+    CHECK(*std::max_element(p.begin(), p.begin() + 288) > 0.9 * limit);
+    CHECK(std::all_of(p.begin() + 288, p.begin() + 320, [](float v) { return v == 0; }));
+    for (std::int64_t n : {5, 3, 5}) {  // the buffers shrink and grow back without trouble
+        auto x = on_place<float, P>(reference_values(n * 784, 91, 0, 1), Shape{n, 28, 28, 1});
+        const auto y = as_double(net.forward(params.data(), x.view(), Mode{.training = true}));
+        for (std::int64_t r = 0; r < n; ++r) {
+            double s = 0;
+            for (std::int64_t c = 0; c < 10; ++c) s += y[std::size_t(r * 10 + c)];
+            CHECK(s == doctest::Approx(1.0).epsilon(1e-5));
+        }
+        auto g = on_place<float, P>(reference_values(n * 10, 92), Shape{n, 10});
+        strata::copy(g.view(), net.output_grad());
+        net.backward(params.data(), grads.data(), Mode{.training = true});
+        const auto gv = strata::to_vector(grads.view());
+        CHECK(std::all_of(gv.begin(), gv.end(), [](float v) { return std::isfinite(v); }));
+        CHECK(std::any_of(gv.begin(), gv.begin() + 288, [](float v) { return v != 0; }));
+    }
+}
+
+// ---- Dropout ----------------------------------------------------------------------------
+
+TEST_CASE_TEMPLATE("Dropout is the identity in inference and drops `rate` in training", P, STRATA_TEST_PLACES) {
+    using In = StaticShape<1000>;
+    const std::int64_t n = 64;
+    const std::vector<double> ones(std::size_t(n * 1000), 1.0);
+    auto x = reference_values(n * 1000, 101);
+    LayerRun<Dropout<25>, In, float, P> infer(n, {}, x);
+    const auto r = infer.run(&ones);
+    CHECK(relative_error(r.y, as_double(on_place<float, Host>(x, Shape{n * 1000}).view())) == 0.0);
+    CHECK(r.dx == ones);
+
+    LayerRun<Dropout<25>, In, float, P> train(n, {}, ones, Mode{.training = true, .step = 1, .seed = 5});
+    const auto t = train.run(&ones);
+    std::int64_t dropped = 0;
+    for (std::size_t i = 0; i < t.y.size(); ++i) {
+        if (t.y[i] == 0) ++dropped;
+        else REQUIRE(t.y[i] == double(4.0f / 3.0f));
+        REQUIRE(t.dx[i] == t.y[i]);  // the gradient uses the same mask and scale
+    }
+    // 64,000 draws: the standard deviation of the dropped fraction is 0.0017.
+    CHECK(double(dropped) / double(t.y.size()) == doctest::Approx(0.25).epsilon(0.03));
+}
+
+TEST_CASE_TEMPLATE("Dropout's mask is a function of (seed, step, layer)", P, STRATA_TEST_PLACES) {
+    using In = StaticShape<10, 10>;
+    const auto ones = std::vector<double>(std::size_t(4 * 100), 1.0);
+    auto mask = [&](std::uint64_t seed, std::uint64_t step, std::uint64_t stream = 0) {
+        LayerRun<Dropout<1, 2>, In, float, P> run(4, {}, ones, Mode{.training = true, .step = step, .seed = seed});
+        run.layer.set_stream(stream);
+        return run.forward();
+    };
+    CHECK(mask(1, 1) == mask(1, 1));
+    CHECK(mask(1, 1) != mask(1, 2));
+    CHECK(mask(1, 1) != mask(2, 1));
+    CHECK(mask(1, 1) != mask(1, 1, 16));
+    // The mask does not depend on the place or on the thread count.
+    if constexpr (!std::is_same_v<P, Host>) {
+        LayerRun<Dropout<1, 2>, In, float, Host> host(4, {}, ones, Mode{.training = true, .step = 2, .seed = 3});
+        CHECK(host.forward() == mask(3, 2));
+    }
+    const int threads = strata::num_threads();
+    const auto before = mask(4, 9);
+    strata::set_num_threads(1);
+    const auto serial = mask(4, 9);
+    strata::set_num_threads(threads);
+    CHECK(before == serial);
+    // In a Network, init hands each Dropout layer its own stream.
+    using Seq = Sequential<Input<50>, Dropout<1, 2>, Dropout<1, 2>>;
+    Network<Seq, float, P> net;
+    net.init(nullptr, 0);
+    CHECK(std::get<0>(net.layers()).stream() != std::get<1>(net.layers()).stream());
+}

@@ -1,0 +1,374 @@
+// Tests of strata/train/safetensors.hpp: round trips, the byte layout, atomic saving, and every
+// kind of corrupt file the reader must refuse.
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "strata/train/safetensors.hpp"
+
+namespace fs = std::filesystem;
+using namespace strata::train;
+
+namespace {
+
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        static int n = 0;
+        path = fs::temp_directory_path() / ("strata_test_st_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
+        fs::remove_all(path, ec);
+    }
+    fs::path operator/(const std::string& name) const { return path / name; }
+    // Names of the entries in the directory (temporary files included).
+    std::vector<std::string> entries() const {
+        std::vector<std::string> v;
+        for (const auto& e : fs::directory_iterator(path)) v.push_back(e.path().filename().string());
+        std::sort(v.begin(), v.end());
+        return v;
+    }
+};
+
+std::string read_text(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+void write_text(const fs::path& p, const std::string& s) {
+    std::ofstream f(p, std::ios::binary);
+    f << s;
+}
+
+// A file with `header` as its JSON header (unpadded) and `data_bytes` zero bytes of data.
+std::vector<std::byte> make_file(const std::string& header, std::size_t data_bytes) {
+    std::vector<std::byte> f(8 + header.size() + data_bytes);
+    std::uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) f[static_cast<std::size_t>(i)] = static_cast<std::byte>((n >> (8 * i)) & 0xFF);
+    std::memcpy(f.data() + 8, header.data(), header.size());
+    return f;
+}
+
+template <class E = strata::CheckpointError, class F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const E& e) {
+        return e.what();
+    }
+    return "";
+}
+
+std::string parse_error(const std::string& header, std::size_t data_bytes) {
+    return error_of([&] { SafetensorsFile::parse(make_file(header, data_bytes), "t.st"); });
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The tensors of tests/check_safetensors.py's SAMPLE.
+SafetensorsWriter sample_writer() {
+    SafetensorsWriter w;
+    w.add("weights/f32", {2, 3}, std::vector<float>{-1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 1.5f});
+    w.add("weights/f64", {3}, std::vector<double>{0.1, -2.5, 1e300});
+    w.add("counts/i32", {2, 2}, std::vector<std::int32_t>{-2147483647 - 1, -1, 0, 2147483647});
+    w.add("step", {}, std::vector<std::int64_t>{1234567890123});
+    w.add("empty", {0}, std::vector<float>{});
+    w.set_metadata("format", "strata-test");
+    w.set_metadata("unicode", "\xc3\xa9\xe2\x9c\x93 \"quoted\"\n");
+    return w;
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: round trip of several dtypes, shapes and metadata") {
+    TempDir dir;
+    auto w = sample_writer();
+    w.add("bytes", {4}, std::vector<std::uint8_t>{0, 1, 254, 255});
+    w.add("tiny/i64", {1, 1, 1}, std::vector<std::int64_t>{-5});
+    w.set_metadata("control", std::string("tab\there\x01", 9));
+    CHECK(w.size() == 7);
+    w.save(dir / "m.safetensors");
+
+    const auto f = SafetensorsFile::load(dir / "m.safetensors");
+    CHECK(f.size() == 7);
+    // Data order: 8-byte elements, then 4-byte, then 1-byte; by name within each size.
+    CHECK(f.names() == std::vector<std::string>{"step", "tiny/i64", "weights/f64", "counts/i32", "empty", "weights/f32", "bytes"});
+    CHECK(f.dtype("weights/f32") == Dtype::F32);
+    CHECK(f.shape("weights/f32") == std::vector<std::size_t>{2, 3});
+    CHECK(f.shape("step").empty());
+    CHECK(f.get<float>("weights/f32", {2, 3}) == std::vector<float>{-1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 1.5f});
+    CHECK(f.get<double>("weights/f64") == std::vector<double>{0.1, -2.5, 1e300});
+    CHECK(f.get<std::int32_t>("counts/i32", {2, 2}) == std::vector<std::int32_t>{-2147483647 - 1, -1, 0, 2147483647});
+    CHECK(f.get<std::int64_t>("step", {}) == std::vector<std::int64_t>{1234567890123});
+    CHECK(f.get<float>("empty", {0}).empty());
+    CHECK(f.get<std::uint8_t>("bytes") == std::vector<std::uint8_t>{0, 1, 254, 255});
+    CHECK(f.get<std::int64_t>("tiny/i64", {1, 1, 1}) == std::vector<std::int64_t>{-5});
+    CHECK(f.bytes("weights/f32").size() == 24);
+    CHECK(f.info("counts/i32").numel() == 4);
+
+    std::vector<float> out(6);
+    f.copy_to<float>("weights/f32", std::span<float>(out), {2, 3});
+    CHECK(out[5] == 1.5f);
+
+    CHECK(f.metadata().size() == 3);
+    CHECK(f.metadata("format") == "strata-test");
+    CHECK(f.metadata("unicode") == "\xc3\xa9\xe2\x9c\x93 \"quoted\"\n");
+    CHECK(f.metadata("control") == std::string("tab\there\x01", 9));
+    CHECK(f.has_metadata("format"));
+    CHECK(!f.has_metadata("epoch"));
+
+    // serialize() and save() produce the same bytes.
+    const auto mem = w.serialize();
+    CHECK(std::string(reinterpret_cast<const char*>(mem.data()), mem.size()) == read_text(dir / "m.safetensors"));
+}
+
+TEST_CASE("safetensors: byte layout (length prefix, padded header, aligned tensors)") {
+    SafetensorsWriter w;
+    w.add("b", {3}, std::vector<std::uint8_t>{1, 2, 3});
+    w.add("a", {2}, std::vector<double>{1.0, 2.0});
+    w.set_metadata("k", "v");
+    const auto bytes = w.serialize();
+    std::uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<std::uint64_t>(bytes[static_cast<std::size_t>(i)]);
+    CHECK((8 + n) % 8 == 0);
+    const std::string header(reinterpret_cast<const char*>(bytes.data()) + 8, n);
+    CHECK(header.rfind("{\"__metadata__\":{\"k\":\"v\"},\"a\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]},"
+                       "\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[16,19]}}",
+                       0) == 0);
+    CHECK(header.find_first_not_of(' ', header.find_last_of('}') + 1) == std::string::npos);
+    CHECK(bytes.size() == 8 + n + 19);
+    double first;
+    std::memcpy(&first, bytes.data() + 8 + n, 8);
+    CHECK(first == 1.0);
+    CHECK(std::to_integer<int>(bytes.back()) == 3);
+}
+
+TEST_CASE("safetensors: the writer checks names and shapes") {
+    SafetensorsWriter w;
+    const auto msg = error_of<strata::ShapeError>([&] { w.add("dense/kernel", {3, 4}, std::vector<float>(10)); });
+    CHECK(has(msg, "'dense/kernel'"));
+    CHECK(has(msg, "shape [3, 4] holds 12 elements, but the data has 10"));
+    w.add("x", {1}, std::vector<float>{1});
+    CHECK(has(error_of<strata::ValueError>([&] { w.add("x", {1}, std::vector<float>{1}); }), "'x' was already added"));
+    CHECK_THROWS_AS(w.add("", {1}, std::vector<float>{1}), strata::ValueError);
+    CHECK_THROWS_AS(w.add("__metadata__", {1}, std::vector<float>{1}), strata::ValueError);
+    CHECK_THROWS_AS(w.add("bad\xff", {1}, std::vector<float>{1}), strata::ValueError);
+    CHECK_THROWS_AS(w.set_metadata("k", "\xc3"), strata::ValueError);
+    const std::byte raw[3]{};
+    CHECK_THROWS_AS(w.add_bytes("h", Dtype::F16, {2}, raw), strata::ShapeError);
+    w.add_bytes("h", Dtype::BF16, {1}, std::span<const std::byte>(raw, 2));
+    CHECK(SafetensorsFile::parse(w.serialize()).dtype("h") == Dtype::BF16);
+}
+
+TEST_CASE("safetensors: typed reads check dtype and shape, naming the tensor") {
+    SafetensorsWriter w;
+    w.add("dense/kernel", {784, 64}, std::vector<float>(784 * 64, 0.5f));
+    w.set_metadata("epoch", "3");
+    const auto f = SafetensorsFile::parse(w.serialize(), "model.safetensors");
+
+    const auto shape = error_of([&] { f.get<float>("dense/kernel", {64, 784}); });
+    CHECK(has(shape, "'model.safetensors'"));
+    CHECK(has(shape, "tensor 'dense/kernel': expected shape [64, 784], found [784, 64]"));
+
+    const auto dtype = error_of([&] { f.get<double>("dense/kernel", {784, 64}); });
+    CHECK(has(dtype, "tensor 'dense/kernel': expected dtype F64, found F32"));
+
+    const auto missing = error_of([&] { f.get<float>("dense/bias"); });
+    CHECK(has(missing, "has no tensor 'dense/bias'"));
+    CHECK(has(missing, "its tensors are: dense/kernel"));
+
+    CHECK(has(error_of([&] { f.metadata("step"); }), "no metadata key 'step'"));
+    std::vector<float> small(10);
+    CHECK_THROWS_AS(f.copy_to<float>("dense/kernel", std::span<float>(small), {784, 64}), strata::ShapeError);
+}
+
+TEST_CASE("safetensors: corrupt headers and offsets are refused precisely") {
+    const std::string ok_entry = R"("w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})";
+    REQUIRE(SafetensorsFile::parse(make_file("{" + ok_entry + "}", 24)).size() == 1);
+    // Padding with spaces is allowed.
+    CHECK(SafetensorsFile::parse(make_file("{" + ok_entry + "}   ", 24)).size() == 1);
+
+    SUBCASE("file shorter than the length prefix") {
+        const auto m = error_of([] { SafetensorsFile::parse(std::vector<std::byte>(5), "t.st"); });
+        CHECK(has(m, "file is 5 bytes long"));
+    }
+    SUBCASE("header length beyond the file") {
+        auto f = make_file("{}", 0);
+        f[0] = std::byte{200};
+        const auto m = error_of([&] { SafetensorsFile::parse(f, "t.st"); });
+        CHECK(has(m, "header length 200 exceeds the file: only 2 bytes follow"));
+    }
+    SUBCASE("header length absurd") {
+        auto f = make_file("{}", 0);
+        f[7] = std::byte{0x7f};
+        CHECK(has(error_of([&] { SafetensorsFile::parse(f, "t.st"); }), "exceeds the file"));
+    }
+    SUBCASE("not JSON") {
+        CHECK(has(parse_error("{\"w\":{\"dtype\":F32}}", 0), "invalid JSON at byte 14: expected a value, found 'F'"));
+        CHECK(has(parse_error("{\"w\":[1,2}", 0), "expected ',' or ']'"));
+        CHECK(has(parse_error("{\"w\":\"abc}", 0), "unterminated string"));
+        CHECK(has(parse_error("{} x", 0), "after the end of the JSON value"));
+        CHECK(has(parse_error("[]", 0), "must start with '{'"));
+        CHECK(has(parse_error(std::string("{\"a\xff\":1}"), 0), "not valid UTF-8"));
+        CHECK(has(parse_error("{\"w\":" + std::string(100, '[') + std::string(100, ']') + "}", 0), "nesting deeper"));
+    }
+    SUBCASE("duplicate tensor") {
+        CHECK(has(parse_error("{" + ok_entry + "," + ok_entry + "}", 24), "duplicate key \"w\""));
+    }
+    SUBCASE("unknown dtype") {
+        const auto m = parse_error(R"({"w":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", 16);
+        CHECK(has(m, "tensor 'w': unknown dtype 'F128'"));
+        CHECK(has(m, "F32"));
+    }
+    SUBCASE("missing or extra fields") {
+        CHECK(has(parse_error(R"({"w":{"dtype":"F32","shape":[1]}})", 4), "tensor 'w' lacks the field data_offsets"));
+        CHECK(has(parse_error(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4), "unknown field 'x'"));
+        CHECK(has(parse_error(R"({"w":[1]})", 0), "tensor 'w' is an array"));
+    }
+    SUBCASE("bad shape entries") {
+        CHECK(has(parse_error(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4), "shape entry -1"));
+        CHECK(has(parse_error(R"({"w":{"dtype":"F32","shape":[1.0],"data_offsets":[0,4]}})", 4), "shape entry 1.0"));
+        CHECK(has(parse_error(R"({"w":{"dtype":"F32","shape":["1"],"data_offsets":[0,4]}})", 4), "shape entry a string"));
+    }
+    SUBCASE("byte length disagrees with dtype and shape") {
+        const auto m = parse_error(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20);
+        CHECK(has(m, "tensor 'w': dtype F32 and shape [2, 3] need 24 bytes, but data_offsets [0, 20] cover 20"));
+    }
+    SUBCASE("offsets reversed") {
+        CHECK(has(parse_error(R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[4,0]}})", 4), "end before they begin"));
+    }
+    SUBCASE("gap, overlap, excess, truncation") {
+        const auto gap = parse_error(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                                     R"("b":{"dtype":"U8","shape":[4],"data_offsets":[6,10]}})",
+                                     10);
+        CHECK(has(gap, "tensor 'b' begins at byte 6 but tensor 'a' ends at byte 4"));
+        CHECK(has(gap, "without gaps"));
+        const auto overlap = parse_error(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                                         R"("b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})",
+                                         6);
+        CHECK(has(overlap, "without overlaps"));
+        const auto first = parse_error(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})", 6);
+        CHECK(has(first, "expected the first tensor to begin at byte 0"));
+        const auto excess = parse_error(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", 9);
+        CHECK(has(excess, "the tensors cover 4 bytes, but the data buffer has 9 bytes"));
+        const auto truncated = parse_error(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", 3);
+        CHECK(has(truncated, "tensor 'a' ends at byte 4 of the data buffer, but the buffer has only 3 bytes"));
+    }
+    SUBCASE("metadata must be strings") {
+        CHECK(has(parse_error(R"({"__metadata__":{"epoch":3}})", 0), "__metadata__ value of 'epoch' is a number"));
+        CHECK(has(parse_error(R"({"__metadata__":[]})", 0), "__metadata__ is an array"));
+    }
+    SUBCASE("escapes in names decode") {
+        const auto f = SafetensorsFile::parse(
+            make_file(R"({"a\"b\u00e9\ud83d\ude00":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1));
+        CHECK(f.contains("a\"b\xc3\xa9\xf0\x9f\x98\x80"));
+        CHECK(has(parse_error(R"({"\ud83d":1})", 0), "low surrogate"));
+    }
+}
+
+TEST_CASE("safetensors: load reports files that cannot be read") {
+    TempDir dir;
+    const auto missing = error_of<strata::IoError>([&] { SafetensorsFile::load(dir / "none.safetensors"); });
+    CHECK(has(missing, "none.safetensors"));
+    CHECK(has(missing, "No such file or directory"));
+    CHECK(has(error_of<strata::IoError>([&] { SafetensorsFile::load(dir.path); }), "is a directory"));
+
+    // A file cut short on disk.
+    sample_writer().save(dir / "m.safetensors");
+    fs::resize_file(dir / "m.safetensors", fs::file_size(dir / "m.safetensors") - 3);
+    const auto cut = error_of([&] { SafetensorsFile::load(dir / "m.safetensors"); });
+    CHECK(has(cut, "but the buffer has only"));
+}
+
+TEST_CASE("safetensors: saving is atomic") {
+    TempDir dir;
+    const auto target = dir / "ckpt.safetensors";
+    write_text(target, "old checkpoint");
+
+    SUBCASE("a successful save replaces the file and leaves no temporary file") {
+        sample_writer().save(target);
+        CHECK(SafetensorsFile::load(target).size() == 5);
+        CHECK(dir.entries() == std::vector<std::string>{"ckpt.safetensors"});
+    }
+    SUBCASE("an exception before commit leaves the old file and no temporary file") {
+        fs::path temp;
+        try {
+            AtomicFileWriter out(target);
+            temp = out.temp_path();
+            CHECK(temp.parent_path() == dir.path);
+            CHECK(fs::exists(temp));
+            out.write("new", 3);
+            throw std::runtime_error("simulated crash while writing");
+        } catch (const std::runtime_error&) {
+        }
+        CHECK(read_text(target) == "old checkpoint");
+        CHECK(!fs::exists(temp));
+        CHECK(dir.entries() == std::vector<std::string>{"ckpt.safetensors"});
+    }
+    SUBCASE("a write that fails part-way (file size limit) leaves the old file") {
+        SafetensorsWriter w;
+        w.add("big", {4096}, std::vector<float>(4096, 1.0f));
+        rlimit old_limit{};
+        REQUIRE(::getrlimit(RLIMIT_FSIZE, &old_limit) == 0);
+        auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+        rlimit small = old_limit;
+        small.rlim_cur = 1000;
+        REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+        const auto msg = error_of<strata::IoError>([&] { w.save(target); });
+        ::setrlimit(RLIMIT_FSIZE, &old_limit);
+        std::signal(SIGXFSZ, old_handler);
+        CHECK(has(msg, "cannot write the temporary file"));
+        CHECK(has(msg, "File too large"));
+        CHECK(read_text(target) == "old checkpoint");
+        CHECK(dir.entries() == std::vector<std::string>{"ckpt.safetensors"});
+    }
+    SUBCASE("a target that cannot be replaced (a directory)") {
+        fs::create_directory(dir / "sub");
+        const auto msg = error_of<strata::IoError>([&] { sample_writer().save(dir / "sub"); });
+        CHECK(has(msg, "cannot rename"));
+        CHECK(fs::is_directory(dir / "sub"));
+        CHECK(dir.entries() == std::vector<std::string>{"ckpt.safetensors", "sub"});
+    }
+    SUBCASE("a directory that does not exist") {
+        const auto msg = error_of<strata::IoError>([&] { sample_writer().save(dir / "no/such/ckpt.safetensors"); });
+        CHECK(has(msg, "cannot create the temporary file"));
+        CHECK(has(msg, "No such file or directory"));
+    }
+    SUBCASE("a directory without write permission") {
+        if (::geteuid() == 0) {
+            MESSAGE("skipped: root ignores directory permissions");
+            return;
+        }
+        fs::permissions(dir.path, fs::perms::owner_read | fs::perms::owner_exec);
+        const auto msg = error_of<strata::IoError>([&] { sample_writer().save(target); });
+        fs::permissions(dir.path, fs::perms::owner_all);
+        CHECK(has(msg, "Permission denied"));
+        CHECK(read_text(target) == "old checkpoint");
+    }
+}
+
+// Written for tests/check_safetensors.py (`--writer`), which reads the file with an independent
+// Python reader; without STRATA_SAFETENSORS_SAMPLE it checks the sample with the C++ reader.
+TEST_CASE("safetensors: python sample") {
+    TempDir dir;
+    const char* env = std::getenv("STRATA_SAFETENSORS_SAMPLE");
+    const fs::path path = env ? fs::path(env) : dir / "sample.safetensors";
+    sample_writer().save(path);
+    const auto f = SafetensorsFile::load(path);
+    CHECK(f.size() == 5);
+    CHECK(f.get<double>("weights/f64", {3})[0] == 0.1);
+}
