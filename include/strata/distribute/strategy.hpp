@@ -23,12 +23,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
+#include <type_traits>
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "strata/distribute/collective/all_reduce.hpp"
 #include "strata/distribute/replica_pool.hpp"
 #include "strata/distribute/sync.hpp"
+#include "strata/place/devices.hpp"
 #include "strata/place/place.hpp"
 #include "strata/place/threads.hpp"
 
@@ -55,35 +60,70 @@ struct StrategyOptions {
     std::size_t bucket_bytes = std::size_t(4) << 20;
 };
 
+/// What a replica's code gets from Strategy::run: who it is, and the collectives among the
+/// replicas of the step.
+class ReplicaContext {
+public:
+    ReplicaContext(int replica, int replicas, collective::ReplicaGroup* group, const place::LogicalDevice* device)
+        : replica_(replica), replicas_(replicas), group_(group), device_(device) {}
+    int replica_id_in_sync_group() const { return replica_; }
+    int num_replicas_in_sync() const { return replicas_; }
+    const place::LogicalDevice& device() const { return *device_; }
+    /// Sums (or averages) `data` over the replicas, in place on each (call from every replica).
+    template <class T>
+    void all_reduce(std::span<T> data, ReduceOp op = ReduceOp::Sum, Algorithm a = Algorithm::Auto) {
+        group_->all_reduce(replica_, data, op, a);
+    }
+    void barrier() { group_->barrier(replica_); }
+    collective::ReplicaGroup& group() { return *group_; }
+
+private:
+    int replica_, replicas_;
+    collective::ReplicaGroup* group_;
+    const place::LogicalDevice* device_;
+};
+
+/// One value per replica (what Strategy::run returns).
+template <class R>
+class PerReplica {
+public:
+    explicit PerReplica(std::vector<R> values) : values_(std::move(values)) {}
+    const R& operator[](int r) const { return values_[std::size_t(r)]; }
+    int size() const { return int(values_.size()); }
+    const std::vector<R>& values() const { return values_; }
+
+private:
+    std::vector<R> values_;
+};
+
 namespace detail {
-/// The run-time part every strategy shares: replica threads and a collective group.
+/// The run-time part every strategy shares: one logical device and one thread per replica,
+/// and the collective group among them.
 template <class P>
 class ReplicaRuntime {
 public:
-    ReplicaRuntime(int replicas, const StrategyOptions& options, const char* prefix)
+    ReplicaRuntime(int replicas, const StrategyOptions& options, const char* name)
         : options_(options), group_(replicas, collective::GroupOptions{options.timeout}) {
-        STRATA_CHECK(replicas >= 1, ValueError, prefix, ": the number of replicas must be >= 1, got ", replicas);
-        STRATA_CHECK(options.cores_per_replica >= 0, ValueError, prefix, ": cores_per_replica must be >= 0, got ",
+        STRATA_CHECK(replicas >= 1, ValueError, name, ": the number of replicas must be >= 1, got ", replicas);
+        STRATA_CHECK(options.cores_per_replica >= 0, ValueError, name, ": cores_per_replica must be >= 0, got ",
                      options.cores_per_replica);
-        cores_ = options.cores_per_replica > 0 ? options.cores_per_replica
-                                               : (hardware_threads() / replicas > 0 ? hardware_threads() / replicas : 1);
-        for (int r = 0; r < replicas; ++r)
-            devices_.push_back(std::string(std::is_same_v<P, place::Host> ? "/device:CPU:" : "/device:GPU:") + std::to_string(r));
-        const int cores = cores_;
-        // One owner decides the thread budget: the BLAS gets each replica's share too. A single
-        // replica with no explicit budget leaves the caller's setting alone.
+        pick_devices(replicas, name);
+        // A single replica with no explicit budget runs on the caller's thread and leaves the
+        // caller's thread setting alone.
         if (replicas == 1 && options.cores_per_replica == 0) {
             pool_ = std::make_unique<ReplicaPool>(1);
             return;
         }
-        set_num_threads(cores);
-        pool_ = std::make_unique<ReplicaPool>(replicas, [cores](int) { set_num_threads(cores); });
+        pool_ = std::make_unique<ReplicaPool>(replicas, [this](int r) { enter_device(r); });
+    }
+    ~ReplicaRuntime() {
+        pool_.reset();  // joins the replica threads (their device scopes end with them)
     }
 
     /// Number of replicas that take part in every step (tf.distribute's num_replicas_in_sync).
     int num_replicas_in_sync() const { return group_.size(); }
-    int cores_per_replica() const { return cores_; }
-    const std::vector<std::string>& devices() const { return devices_; }
+    /// The logical device of each replica.
+    const std::vector<place::LogicalDevice>& devices() const { return devices_; }
     const StrategyOptions& options() const { return options_; }
     ReplicaPool& pool() { return *pool_; }
     collective::ReplicaGroup& group() { return group_; }
@@ -100,12 +140,95 @@ public:
         }
     }
 
+    /// tf.distribute's strategy.run: calls `fn(ReplicaContext&)` on every replica, in parallel,
+    /// and returns what each returned. A replica that throws stops the step (DistributedError
+    /// naming it); nothing waits forever.
+    template <class F>
+    auto run(F&& fn) {
+        using R = std::invoke_result_t<F&, ReplicaContext&>;
+        const int n = num_replicas_in_sync();
+        if constexpr (std::is_void_v<R>) {
+            run_replicas([&](int r) {
+                ReplicaContext ctx(r, n, &group_, &devices_[std::size_t(r)]);
+                fn(ctx);
+            });
+        } else {
+            std::vector<std::optional<R>> out(static_cast<std::size_t>(n));
+            run_replicas([&](int r) {
+                ReplicaContext ctx(r, n, &group_, &devices_[std::size_t(r)]);
+                out[std::size_t(r)].emplace(fn(ctx));
+            });
+            std::vector<R> values;
+            values.reserve(std::size_t(n));
+            for (auto& v : out) values.push_back(std::move(*v));
+            return PerReplica<R>(std::move(values));
+        }
+    }
+
+    /// Combines per-replica values on the caller (in replica order, so reproducibly).
+    template <class R>
+    R reduce(ReduceOp op, const PerReplica<R>& values) const {
+        R total{};
+        for (const auto& v : values.values()) total += v;
+        if (op == ReduceOp::Mean) total = total / R(values.size());
+        return total;
+    }
+
 private:
+    void pick_devices(int replicas, const char* name) {
+        using place::DeviceKind;
+        const auto kind = std::is_same_v<P, place::Host> ? DeviceKind::Cpu : DeviceKind::Gpu;
+        auto configured = place::list_logical_devices(kind);
+        if (replicas > 1 && int(configured.size()) >= replicas) {
+            // The user split the machine into logical devices: one replica on each.
+            configured.resize(std::size_t(replicas));
+            devices_ = configured;
+            use_scopes_ = true;
+            if (options_.cores_per_replica == 0) options_.cores_per_replica = devices_[0].cores;
+        } else if (kind == DeviceKind::Cpu) {
+            // No split configured: the replicas share the host's cores evenly (or as asked).
+            const int cores = options_.cores_per_replica > 0
+                                  ? options_.cores_per_replica
+                                  : (replicas == 1 ? hardware_threads() : std::max(1, hardware_threads() / replicas));
+            for (int r = 0; r < replicas; ++r) {
+                place::LogicalDevice d = configured.empty() ? place::LogicalDevice{} : configured[0];
+                d.name = replicas == 1 ? std::string("/device:CPU:0") : "/device:CPU:0/replica:" + std::to_string(r);
+                d.kind = DeviceKind::Cpu;
+                d.cores = cores;
+                devices_.push_back(d);
+            }
+            cores_ = cores;
+        } else {
+            STRATA_CHECK(int(configured.size()) >= replicas, DeviceError, name, ": ", replicas,
+                         " replicas need as many GPUs or logical GPUs; found ", configured.size(),
+                         " (split a GPU with set_logical_device_configuration, see docs/devices.md)");
+            configured.resize(std::size_t(replicas));
+            devices_ = configured;
+            use_scopes_ = true;
+        }
+        if (use_scopes_) place::initialize_devices(name);
+        if (place::get_log_device_placement())
+            for (int r = 0; r < replicas; ++r)
+                place::log_placement(std::string(name) + " replica " + std::to_string(r) + " (its thread and work)",
+                                     devices_[std::size_t(r)]);
+    }
+
+    void enter_device(int r) {
+        if (use_scopes_) {
+            // Lives as long as the replica's thread.
+            thread_local std::optional<place::DeviceScope> scope;
+            scope.emplace(devices_[std::size_t(r)]);
+        } else {
+            set_num_threads(cores_);
+        }
+    }
+
     StrategyOptions options_;
     collective::ReplicaGroup group_;
     std::unique_ptr<ReplicaPool> pool_;
-    std::vector<std::string> devices_;
+    std::vector<place::LogicalDevice> devices_;
     int cores_ = 1;
+    bool use_scopes_ = false;
 };
 
 template <class S>
@@ -164,6 +287,11 @@ public:
     static constexpr const char* name = "Mirrored";
     explicit Mirrored(int replicas = 2, StrategyOptions options = {})
         : detail::ReplicaRuntime<P>(replicas, options, "Mirrored") {}
+    /// Takes every configured logical device of the place's kind (at least 1).
+    static Mirrored on_all_devices(StrategyOptions options = {}) {
+        const auto kind = std::is_same_v<P, place::Host> ? place::DeviceKind::Cpu : place::DeviceKind::Gpu;
+        return Mirrored(std::max<int>(1, int(place::list_logical_devices(kind).size())), options);
+    }
 };
 
 /// Variables on one central device, compute replicated on N replicas; gradients are reduced

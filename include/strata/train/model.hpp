@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "strata/data/dataset.hpp"
+#include "strata/distribute/distributed_dataset.hpp"
 #include "strata/distribute/strategy.hpp"
 #include "strata/loss/losses.hpp"
 #include "strata/metrics/accuracy.hpp"
@@ -141,41 +142,67 @@ public:
     template <class Y>
     StepResult train_step(const data::Batch<Y>& batch) {
         require_compiled("train_step");
-        const std::int64_t n = std::int64_t(batch.size());
         check_batch(batch, "train_step");
-        ++step_;
         const int N = replicas();
-        const double denom = double(n);
-        auto body = [&](int r) {
-            Replica& rep = *replicas_[std::size_t(r)];
-            const auto sl = distribute::replica_slice(n, N, r);
-            T* params = params_of(r);
-            T* grads = rep.grads.data();
-            rep.loss_sum = 0;
-            rep.correct = 0;
-            if (sl.count > 0) {
-                const nn::Mode mode{true, fused_, step_, seed_};
-                auto x = stage_input(rep, batch, sl);
-                auto target = stage_target(rep, batch, sl);
-                auto out = rep.net.forward(params, x, mode);
-                rep.loss_sum = loss::loss_and_grad(loss_, out, target, rep.net.output_grad(), denom, input_kind_);
-                if (accuracy_) rep.correct = correct(out, target);
-                rep.net.backward(params, grads, mode);
-            } else {
-                fill(rep.grads.view(), T(0));
-            }
-            aggregate_and_update(r);
-        };
-        strategy_->run_replicas(body);
+        begin_step();
+        strategy_->run([&](distribute::ReplicaContext& ctx) {
+            compute_gradients(ctx, distribute::split_batch(batch, N, ctx.replica_id_in_sync_group()));
+            apply_gradients(ctx);
+        });
+        return end_step(std::int64_t(batch.size()));
+    }
+
+    // ---- the pieces of a step, for custom training loops ------------------------------------
+
+    /// Starts a step: call once on the caller's thread before the replicas' compute_gradients.
+    void begin_step() {
+        require_compiled("begin_step");
+        ++step_;
+    }
+
+    /// In a replica (inside strategy.run): forward on the replica's share of the global batch,
+    /// the loss scaled by 1 / the global batch size, backward into the replica's gradients.
+    /// Returns the sum of the per-example losses of this replica's examples.
+    template <class Y>
+    double compute_gradients(distribute::ReplicaContext& ctx, const distribute::ReplicaBatch<Y>& b) {
+        const int r = ctx.replica_id_in_sync_group();
+        Replica& rep = *replicas_[std::size_t(r)];
+        rep.loss_sum = 0;
+        rep.correct = 0;
+        if (b.size == 0) {
+            fill(rep.grads.view(), T(0));
+            return 0;
+        }
+        STRATA_CHECK(b.example_size == input_size, ShapeError, "compute_gradients: examples of ", b.example_size,
+                     " values do not fit the model's input ", nn::detail::shape_text<typename Net::input_shape>());
+        const nn::Mode mode{true, fused_, step_, seed_};
+        T* params = params_of(r);
+        auto x = stage_input(rep, b.x.data(), b.size);
+        auto target = stage_target(rep, b.y.data(), b.size, b.y_per_example);
+        auto out = rep.net.forward(params, x, mode);
+        rep.loss_sum = loss::loss_and_grad(loss_, out, target, rep.net.output_grad(), double(b.global_size), input_kind_);
+        if (accuracy_) rep.correct = correct_count(out, target);
+        rep.net.backward(params, rep.grads.data(), mode);
+        return rep.loss_sum;
+    }
+
+    /// In a replica (inside strategy.run), after compute_gradients: combines the replicas'
+    /// gradients as the strategy does (nothing, all-reduce, or reduction onto the central
+    /// copy) and applies the optimizer.
+    void apply_gradients(distribute::ReplicaContext& ctx) { aggregate_and_update(ctx.replica_id_in_sync_group()); }
+
+    /// Ends a step on the caller's thread; returns the global batch's mean loss and accuracy.
+    StepResult end_step(std::int64_t global_size) {
         if constexpr (kind == distribute::Kind::CentralStorage) replicas_[0]->opt.advance();
         StepResult res;
-        for (int r = 0; r < N; ++r) {
-            res.loss += replicas_[std::size_t(r)]->loss_sum;
-            res.accuracy += double(replicas_[std::size_t(r)]->correct);
+        for (const auto& rep : replicas_) {
+            res.loss += rep->loss_sum;
+            res.accuracy += double(rep->correct);
         }
+        const double denom = global_size > 0 ? double(global_size) : 1.0;
         res.loss /= denom;
         res.accuracy /= denom;
-        res.examples = n;
+        res.examples = global_size;
         return res;
     }
 
@@ -262,13 +289,13 @@ public:
             const std::int64_t n = std::int64_t(batch.size());
             strategy_->run_replicas([&](int r) {
                 Replica& rep = *replicas_[std::size_t(r)];
-                const auto sl = distribute::replica_slice(n, N, r);
+                const auto b = distribute::split_batch(batch, N, r);
                 rep.loss_sum = 0;
                 rep.correct = 0;
-                if (sl.count == 0) return;
+                if (b.size == 0) return;
                 const nn::Mode mode{false, fused_, step_, seed_};
-                auto x = stage_input(rep, batch, sl);
-                auto target = stage_target(rep, batch, sl);
+                auto x = stage_input(rep, b.x.data(), b.size);
+                auto target = stage_target(rep, b.y.data(), b.size, b.y_per_example);
                 auto out = rep.net.forward(params_of(r), x, mode);
                 rep.loss_sum = loss::loss_and_grad(loss_, out, target, rep.net.output_grad(), 1.0, input_kind_);
                 if (accuracy_) rep.correct = correct_count(out, target);
@@ -298,11 +325,11 @@ public:
             all.resize(base + std::size_t(n * output_size));
             strategy_->run_replicas([&](int r) {
                 Replica& rep = *replicas_[std::size_t(r)];
-                const auto sl = distribute::replica_slice(n, N, r);
-                if (sl.count == 0) return;
-                auto x = stage_input(rep, batch, sl);
+                const auto b = distribute::split_batch(batch, N, r);
+                if (b.size == 0) return;
+                auto x = stage_input(rep, b.x.data(), b.size);
                 auto out = rep.net.forward(params_of(r), x, nn::Mode{false, false, step_, seed_});
-                copy(out, TensorView<T, place::Host>(all.data() + base + std::size_t(sl.first * output_size), out.shape()));
+                copy(out, TensorView<T, place::Host>(all.data() + base + std::size_t(b.first * output_size), out.shape()));
             });
         }
         const auto count = std::int64_t(all.size()) / output_size;
@@ -422,7 +449,7 @@ private:
     struct Replica {
         network_type net;
         Tensor<T, P> params, grads, x, target;
-        Tensor<T, place::Host> target_host;
+        Tensor<T, place::Host> target_host, x_host;
         optim::OptimizerState<T, P> opt;
         double loss_sum = 0;
         std::int64_t correct = 0;
@@ -481,10 +508,8 @@ private:
         }
     }
 
-    template <class Y>
-    TensorView<T, P> stage_input(Replica& rep, const data::Batch<Y>& batch, distribute::Slice sl) {
-        const Shape shape = Net::input_shape::batched(sl.count);
-        const float* src = batch.x.data() + sl.first * input_size;
+    TensorView<T, P> stage_input(Replica& rep, const float* src, std::int64_t count) {
+        const Shape shape = Net::input_shape::batched(count);
         if constexpr (std::is_same_v<T, float> && place::host_accessible_v<P>) {
             // The batch is already where the replica computes: no copy.
             return TensorView<T, P>(const_cast<float*>(src), shape);
@@ -493,19 +518,17 @@ private:
             for (std::int64_t i = 0; i < shape.size(); ++i) rep.x.data()[i] = T(src[i]);
             return rep.x.view();
         } else {
-            rep.target_host.resize(shape);
-            for (std::int64_t i = 0; i < shape.size(); ++i) rep.target_host.data()[i] = T(src[i]);
+            rep.x_host.resize(shape);
+            for (std::int64_t i = 0; i < shape.size(); ++i) rep.x_host.data()[i] = T(src[i]);
             rep.x.resize(shape);
-            copy(rep.target_host.view(), rep.x.view());
+            copy(rep.x_host.view(), rep.x.view());
             return rep.x.view();
         }
     }
 
     template <class Y>
-    TensorView<T, P> stage_target(Replica& rep, const data::Batch<Y>& batch, distribute::Slice sl) {
-        const std::int64_t per = std::int64_t(batch.y_per_example());
-        const Shape shape = per == 1 ? Shape{sl.count} : Shape{sl.count, per};
-        const Y* src = batch.y.data() + sl.first * per;
+    TensorView<T, P> stage_target(Replica& rep, const Y* src, std::int64_t count, std::int64_t per) {
+        const Shape shape = per == 1 ? Shape{count} : Shape{count, per};
         rep.target_host.resize(shape);
         for (std::int64_t i = 0; i < shape.size(); ++i) rep.target_host.data()[i] = T(src[i]);
         if constexpr (place::host_accessible_v<P>) {

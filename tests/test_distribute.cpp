@@ -1,0 +1,192 @@
+// Distribution inside one process: every multi-replica strategy must train exactly like one
+// device on the same global batches (also when the batch does not divide by the replicas), and
+// failures must end promptly with the right error.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <strata/strata.hpp>
+
+using namespace strata::nn;
+namespace dist = strata::distribute;
+
+namespace {
+
+using Cnn = Sequential<Input<6, 6, 2>, Conv2D<3, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<5, Tanh>, Dense<3, Softmax>>;
+
+std::vector<double> lcg(std::size_t n, std::uint64_t seed, double lo, double hi) {
+    std::vector<double> v(n);
+    std::uint64_t s = seed * 2862933555777941757ull + 3037000493ull;
+    for (auto& x : v) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x = lo + (hi - lo) * double(s >> 11) / 9007199254740992.0;
+    }
+    return v;
+}
+
+strata::data::Dataset<> images(std::size_t n, std::uint64_t seed) {
+    auto f = lcg(n * 72, seed, 0, 1);
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) y[i] = std::int32_t((f[i * 72] + f[i * 72 + 7] > 1.0) + (f[i * 72 + 40] > 0.5));
+    return strata::data::Dataset<>::from_arrays(std::vector<float>(f.begin(), f.end()), {6, 6, 2}, std::move(y));
+}
+
+template <class T>
+double max_relative_difference(const std::vector<T>& a, const std::vector<T>& b) {
+    REQUIRE(a.size() == b.size());
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        diff = std::max(diff, std::abs(double(a[i]) - double(b[i])));
+        scale = std::max(scale, std::abs(double(b[i])));
+    }
+    return diff / scale;
+}
+
+template <class Strategy, class T>
+std::vector<T> train_with(Strategy& s, strata::optim::Optimizer opt, int steps, std::size_t global_batch) {
+    strata::Model<Cnn, Strategy, T> model(s, 11);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    model.fit(images(global_batch * std::size_t(steps), 5).batch(global_batch), {.epochs = 2, .verbose = 0});
+    return model.get_weights();
+}
+
+template <class T>
+void check_strategies(strata::optim::Optimizer opt, double tolerance) {
+    for (std::size_t global : {12u, 10u}) {  // 10 does not divide by 3 or 4
+        dist::OneDevice<> one;
+        const auto reference = train_with<dist::OneDevice<>, T>(one, opt, 4, global);
+        for (int n = 1; n <= 4; ++n) {
+            CAPTURE(n);
+            CAPTURE(global);
+            dist::Mirrored<> mirrored(n);
+            CHECK(mirrored.num_replicas_in_sync() == n);
+            CHECK(max_relative_difference(train_with<dist::Mirrored<>, T>(mirrored, opt, 4, global), reference) <= tolerance);
+            dist::CentralStorage<> central(n);
+            CHECK(max_relative_difference(train_with<dist::CentralStorage<>, T>(central, opt, 4, global), reference) <= tolerance);
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("replica slices cover each example of a global batch exactly once") {
+    for (int n = 1; n <= 8; ++n)
+        for (std::int64_t global : {0, 1, 7, 10, 128, 129}) {
+            std::int64_t next = 0;
+            for (int r = 0; r < n; ++r) {
+                const auto sl = dist::replica_slice(global, n, r);
+                CHECK(sl.first == next);
+                CHECK(sl.count >= global / n);
+                CHECK(sl.count <= global / n + 1);
+                next += sl.count;
+            }
+            CHECK(next == global);
+        }
+}
+
+TEST_CASE("Mirrored and CentralStorage equal OneDevice on the same global batches (float64, SGD momentum)") {
+    check_strategies<double>(strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9}, 1e-12);
+}
+
+TEST_CASE("Mirrored and CentralStorage equal OneDevice on the same global batches (float64, RMSprop)") {
+    check_strategies<double>(strata::optim::RMSprop{.learning_rate = 0.01}, 1e-12);
+}
+
+TEST_CASE("Mirrored and CentralStorage equal OneDevice on the same global batches (float32, SGD)") {
+    check_strategies<float>(strata::optim::SGD{.learning_rate = 0.1}, 1e-6);
+}
+
+TEST_CASE("Mirrored training is bitwise reproducible, and evaluate/predict match one device") {
+    dist::Mirrored<> a(3), b(3);
+    const auto wa = train_with<dist::Mirrored<>, float>(a, strata::optim::Adam{}, 3, 10);
+    const auto wb = train_with<dist::Mirrored<>, float>(b, strata::optim::Adam{}, 3, 10);
+    CHECK(wa == wb);
+
+    dist::Mirrored<> m(3);
+    strata::Model<Cnn, dist::Mirrored<>> mm(m, 3);
+    strata::Model<Cnn> single(3);
+    mm.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{});
+    single.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{});
+    auto data = images(23, 8).batch(10);
+    const auto e1 = mm.evaluate(data), e2 = single.evaluate(data);
+    CHECK(e1.examples == 23);
+    CHECK(e1.loss == doctest::Approx(e2.loss).epsilon(1e-6));
+    CHECK(e1.accuracy == doctest::Approx(e2.accuracy));
+    const auto p1 = mm.predict(data), p2 = single.predict(data);
+    CHECK(p1.shape() == strata::Shape{23, 3});
+    CHECK(max_relative_difference(strata::to_vector(p1.view()), strata::to_vector(p2.view())) < 1e-6);
+}
+
+TEST_CASE("a custom training loop with strategy.run and a distributed dataset equals fit") {
+    dist::Mirrored<> s1(2), s2(2);
+    strata::Model<Cnn, dist::Mirrored<>> by_fit(s1, 4), by_loop(s2, 4);
+    for (auto* m : {&by_fit, &by_loop}) m->compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.05});
+    auto data = images(40, 6).batch(8);
+    by_fit.fit(data, {.epochs = 1, .verbose = 0});
+
+    auto distributed = dist::distribute_dataset(s2, data);
+    double total_loss = 0;
+    int steps = 0;
+    for (auto it = distributed.iterate(0); it != std::default_sentinel; ++it) {
+        const auto batch = *it;
+        by_loop.begin_step();
+        auto losses = s2.run([&](dist::ReplicaContext& ctx) {
+            const double l = by_loop.compute_gradients(ctx, batch[ctx.replica_id_in_sync_group()]);
+            by_loop.apply_gradients(ctx);
+            return l;
+        });
+        CHECK(losses.size() == 2);
+        total_loss += s2.reduce(dist::ReduceOp::Sum, losses) / double(batch.global_size());
+        by_loop.end_step(batch.global_size());
+        ++steps;
+    }
+    CHECK(steps == 5);
+    CHECK(std::isfinite(total_loss));
+    CHECK(by_loop.get_weights() == by_fit.get_weights());
+}
+
+TEST_CASE("a replica that throws stops the step; the error names it; nothing hangs") {
+    dist::Mirrored<> s(4, {.timeout = std::chrono::seconds(30)});
+    std::vector<float> buf(4 * 100, 1.0f);
+    auto failing = [&](dist::ReplicaContext& ctx) {
+        const int r = ctx.replica_id_in_sync_group();
+        if (r == 2) throw strata::ValueError("bad data in replica two");
+        ctx.all_reduce(std::span<float>(buf.data() + r * 100, 100));
+    };
+    CHECK_THROWS_WITH_AS(s.run(failing), doctest::Contains("replica 2"), strata::DistributedError);
+    CHECK_THROWS_WITH_AS(s.run(failing), doctest::Contains("bad data in replica two"), strata::DistributedError);
+    // The strategy is usable again afterwards.
+    s.run([&](dist::ReplicaContext& ctx) { ctx.all_reduce(std::span<float>(buf.data() + ctx.replica_id_in_sync_group() * 100, 100)); });
+    CHECK(buf[0] == 4.0f);
+}
+
+TEST_CASE("a collective that waits past its timeout names who did not arrive") {
+    dist::Mirrored<> s(3, {.timeout = std::chrono::milliseconds(200)});
+    std::vector<double> buf(3 * 8, 1.0);
+    auto missing = [&](dist::ReplicaContext& ctx) {
+        const int r = ctx.replica_id_in_sync_group();
+        if (r == 1) return;  // never joins the all-reduce
+        ctx.all_reduce(std::span<double>(buf.data() + r * 8, 8));
+    };
+    CHECK_THROWS_WITH_AS(s.run(missing), doctest::Contains("did not arrive"), strata::DistributedError);
+    CHECK_THROWS_WITH_AS(s.run(missing), doctest::Contains("1"), strata::DistributedError);
+}
+
+TEST_CASE("the placement log names where each replica runs") {
+    std::vector<std::string> lines;
+    strata::place::set_placement_log_sink([&](std::string_view l) { lines.emplace_back(l); });
+    strata::place::set_log_device_placement(true);
+    {
+        dist::Mirrored<> s(2);
+        CHECK(s.devices().size() == 2);
+    }
+    strata::place::set_log_device_placement(false);
+    strata::place::set_placement_log_sink({});
+    REQUIRE(lines.size() >= 2);
+    CHECK(lines[0].find("replica 0") != std::string::npos);
+    CHECK(lines[1].find("/device:CPU:0/replica:1") != std::string::npos);
+}
