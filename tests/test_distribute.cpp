@@ -65,6 +65,11 @@ void check_strategies(strata::optim::Optimizer opt, double tolerance) {
             dist::Mirrored<> mirrored(n);
             CHECK(mirrored.num_replicas_in_sync() == n);
             CHECK(max_relative_difference(train_with<dist::Mirrored<>, T>(mirrored, opt, 4, global), reference) <= tolerance);
+            // Small buckets: several all-reduces per step, overlapped with the backward pass.
+            dist::Mirrored<> bucketed(n, {.bucket_bytes = 64});
+            CHECK(max_relative_difference(train_with<dist::Mirrored<>, T>(bucketed, opt, 4, global), reference) <= tolerance);
+            dist::Mirrored<> ring(n, {.all_reduce = dist::Algorithm::Ring});
+            CHECK(max_relative_difference(train_with<dist::Mirrored<>, T>(ring, opt, 4, global), reference) <= tolerance);
             dist::CentralStorage<> central(n);
             CHECK(max_relative_difference(train_with<dist::CentralStorage<>, T>(central, opt, 4, global), reference) <= tolerance);
         }

@@ -32,6 +32,7 @@
 #include "strata/data/dataset.hpp"
 #include "strata/distribute/distributed_dataset.hpp"
 #include "strata/distribute/strategy.hpp"
+#include "strata/distribute/collective/async.hpp"
 #include "strata/loss/losses.hpp"
 #include "strata/metrics/accuracy.hpp"
 #include "strata/nn/sequential.hpp"
@@ -169,8 +170,10 @@ public:
         Replica& rep = *replicas_[std::size_t(r)];
         rep.loss_sum = 0;
         rep.correct = 0;
+        rep.next_bucket = 0;
         if (b.size == 0) {
             fill(rep.grads.view(), T(0));
+            if (overlapped()) submit_ready(r, 0);
             return 0;
         }
         STRATA_CHECK(b.example_size == input_size, ShapeError, "compute_gradients: examples of ", b.example_size,
@@ -182,7 +185,10 @@ public:
         auto out = rep.net.forward(params, x, mode);
         rep.loss_sum = loss::loss_and_grad(loss_, out, target, rep.net.output_grad(), double(b.global_size), input_kind_);
         if (accuracy_) rep.correct = correct_count(out, target);
-        rep.net.backward(params, rep.grads.data(), mode);
+        if (overlapped())
+            rep.net.backward(params, rep.grads.data(), mode, [&](std::int64_t first, std::int64_t) { submit_ready(r, first); });
+        else
+            rep.net.backward(params, rep.grads.data(), mode);
         return rep.loss_sum;
     }
 
@@ -453,7 +459,56 @@ private:
         optim::OptimizerState<T, P> opt;
         double loss_sum = 0;
         std::int64_t correct = 0;
+        // Mirrored with several gradient buckets: this replica's communication thread, and the
+        // next bucket of the current step to hand to it.
+        std::unique_ptr<distribute::collective::AsyncAllReduce> comm;
+        std::size_t next_bucket = 0;
     };
+
+    // Gradient buckets over the flat gradient buffer, in the order backward produces them
+    // (last layer first): each is a contiguous range [first, first + count) of whole layers.
+    struct GradBucket {
+        std::int64_t first = 0, count = 0;
+    };
+    std::vector<GradBucket> buckets_;
+
+    void plan_buckets() {
+        const auto bytes = std::int64_t(strategy_->options().bucket_bytes);
+        const auto& off = Net::offsets;
+        std::int64_t hi = num_params, lo = num_params;
+        for (std::size_t l = Net::num_layers; l-- > 0;) {
+            const std::int64_t a = off[l], b = off[l + 1];
+            if (a == b) continue;
+            if (lo < hi && bytes > 0 && (hi - a) * std::int64_t(sizeof(T)) > bytes) {
+                buckets_.push_back({lo, hi - lo});
+                hi = lo;
+            }
+            lo = a;
+            (void)b;
+        }
+        if (lo < hi) buckets_.push_back({lo, hi - lo});
+    }
+
+    bool overlapped() const { return kind == distribute::Kind::Mirrored && replicas() > 1 && buckets_.size() > 1; }
+
+    distribute::collective::AsyncAllReduce& comm_of(int r) {
+        auto& rep = *replicas_[std::size_t(r)];
+        if (!rep.comm)
+            rep.comm = std::make_unique<distribute::collective::AsyncAllReduce>(
+                strategy_->group(), r, distribute::ReduceOp::Sum, strategy_->options().all_reduce);
+        return *rep.comm;
+    }
+
+    // Called by backward as each layer's gradient becomes final: hands every completed bucket
+    // to the communication thread, which all-reduces it while backward goes on.
+    void submit_ready(int r, std::int64_t first) {
+        auto& rep = *replicas_[std::size_t(r)];
+        while (rep.next_bucket < buckets_.size() && buckets_[rep.next_bucket].first >= first) {
+            const auto& b = buckets_[rep.next_bucket];
+            comm_of(r).submit(rep.next_bucket, std::span<T>(rep.grads.data() + b.first, std::size_t(b.count)));
+            ++rep.next_bucket;
+        }
+    }
 
     void build() {
         const int N = replicas();
@@ -464,6 +519,7 @@ private:
             if (r == 0 || kind == distribute::Kind::Mirrored) rep->params.resize(Shape{num_params});
             replicas_.push_back(std::move(rep));
         }
+        plan_buckets();
         // Every copy starts from the same initial values (the Philox streams depend on the
         // seed only), so Mirrored replicas are in sync from step 0.
         for_each_param_copy([&](T* p) { replicas_[0]->net.init(p, seed_); });
@@ -482,9 +538,13 @@ private:
     void aggregate_and_update(int r) {
         Replica& rep = *replicas_[std::size_t(r)];
         if constexpr (kind == distribute::Kind::Mirrored) {
-            auto& group = strategy_->group();
-            group.all_reduce(r, std::span<T>(rep.grads.data(), std::size_t(num_params)), distribute::ReduceOp::Sum,
-                             strategy_->options().all_reduce);
+            if (overlapped()) {
+                submit_ready(r, 0);  // whatever the backward hook has not handed over yet
+                comm_of(r).wait();
+            } else {
+                strategy_->group().all_reduce(r, std::span<T>(rep.grads.data(), std::size_t(num_params)),
+                                              distribute::ReduceOp::Sum, strategy_->options().all_reduce);
+            }
             rep.opt.apply(rep.params.data(), rep.grads.data());
         } else if constexpr (kind == distribute::Kind::CentralStorage) {
             // Reduce onto the central copy: replica r sums its slice of every replica's gradient
