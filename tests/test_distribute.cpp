@@ -195,3 +195,20 @@ TEST_CASE("the placement log names where each replica runs") {
     CHECK(lines[0].find("replica 0") != std::string::npos);
     CHECK(lines[1].find("/device:CPU:0/replica:1") != std::string::npos);
 }
+
+TEST_CASE("with Dropout, N replicas draw the masks one device draws for the same examples") {
+    using Drop = Sequential<Input<6, 6, 2>, Flatten, Dense<16, ReLU>, Dropout<30>, Dense<3, Softmax>>;
+    auto train = [](auto& strategy) {
+        using S = std::remove_reference_t<decltype(strategy)>;
+        strata::Model<Drop, S, double> model(strategy, 21);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
+        model.fit(images(40, 3).batch(10), {.epochs = 2, .verbose = 0});
+        return model.get_weights();
+    };
+    dist::OneDevice<> one;
+    const auto reference = train(one);
+    for (int n : {2, 3}) {
+        dist::Mirrored<> m(n);
+        CHECK(max_relative_difference(train(m), reference) <= 1e-12);
+    }
+}

@@ -641,8 +641,10 @@ private:
                     std::unique_lock<std::mutex> lock(m_);
                     can_produce_.wait(lock, [this] { return stop_ || !free_.empty(); });
                     if (stop_) return;
-                    s = free_.back();
-                    free_.pop_back();
+                    // Oldest free slot first: slots are used round-robin, so every slot has
+                    // grown to a batch within the first k + 1 batches and none allocates later.
+                    s = free_.front();
+                    free_.erase(free_.begin());
                 }
                 ElementRef<Y> e;
                 if (!up_->next(e)) {

@@ -14,6 +14,7 @@
 /// is overwritten with the patch gradients dy·kernelᵀ, which col2im gathers into dx.
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -86,8 +87,7 @@ struct Im2ColRows {
                 }
                 const T* s = xn + iy * (G::w * G::c);
                 if (inside_x) {
-                    s += ix0 * G::c;
-                    for (std::int64_t j = 0; j < seg; ++j) d[j] = s[j];
+                    memcpy(d, s + ix0 * G::c, sizeof(T) * seg);
                     continue;
                 }
                 for (std::int64_t kx = 0; kx < G::kw; ++kx) {
@@ -96,8 +96,7 @@ struct Im2ColRows {
                     if (ix < 0 || ix >= G::w) {
                         for (std::int64_t ci = 0; ci < G::c; ++ci) dk[ci] = T(0);
                     } else {
-                        const T* sk = s + ix * G::c;
-                        for (std::int64_t ci = 0; ci < G::c; ++ci) dk[ci] = sk[ci];
+                        memcpy(dk, s + ix * G::c, sizeof(T) * G::c);
                     }
                 }
             }
@@ -120,38 +119,31 @@ struct Im2ColElements {
     }
 };
 
-// col2im, host form: one unit is one input row (n, iy), owned by one thread, so the patch
-// gradients that cover it are summed into it without atomics and in a fixed order (ky, ox, kx):
-// the result does not depend on the thread count. Each (patch, ky) contributes a contiguous
-// run of kw·c values to a contiguous run of the row.
+// col2im, host form: one unit is one input row (n, iy), owned by one thread. Each input pixel
+// gathers the entries of every patch that covers it, in a fixed order (ky, kx), into a local
+// accumulator over its channels (contiguous in both the patch matrix and the image): no
+// atomics, no zeroing pass, and a result that does not depend on the thread count.
 template <class T, class G>
 struct Col2ImRows {
     const T* dcol;
     T* dx;
     STRATA_HD void operator()(std::int64_t r) const {
-        constexpr std::int64_t seg = G::kw * G::c;
         const std::int64_t n = r / G::h, iy = r % G::h;
         T* row = dx + r * (G::w * G::c);
-        for (std::int64_t j = 0; j < G::w * G::c; ++j) row[j] = T(0);
-        for (std::int64_t ky = 0; ky < G::kh; ++ky) {
-            const std::int64_t t = iy + G::pt - ky;
-            if (t < 0 || t % G::sh != 0 || t / G::sh >= G::oh) continue;
-            const T* src = dcol + (n * G::oh + t / G::sh) * (G::ow * G::patch) + ky * seg;
-            for (std::int64_t ox = 0; ox < G::ow; ++ox, src += G::patch) {
-                const std::int64_t ix0 = ox * G::sw - G::pl;
-                if (ix0 >= 0 && ix0 + G::kw <= G::w) {
-                    T* d = row + ix0 * G::c;
-                    for (std::int64_t j = 0; j < seg; ++j) d[j] += src[j];
-                    continue;
-                }
+        for (std::int64_t ix = 0; ix < G::w; ++ix) {
+            T acc[G::c];
+            for (std::int64_t ci = 0; ci < G::c; ++ci) acc[ci] = T(0);
+            for (std::int64_t ky = 0; ky < G::kh; ++ky) {
+                const std::int64_t ty = iy + G::pt - ky;
+                if (ty < 0 || ty % G::sh != 0 || ty / G::sh >= G::oh) continue;
                 for (std::int64_t kx = 0; kx < G::kw; ++kx) {
-                    const std::int64_t ix = ix0 + kx;
-                    if (ix < 0 || ix >= G::w) continue;
-                    T* d = row + ix * G::c;
-                    const T* s = src + kx * G::c;
-                    for (std::int64_t ci = 0; ci < G::c; ++ci) d[ci] += s[ci];
+                    const std::int64_t tx = ix + G::pl - kx;
+                    if (tx < 0 || tx % G::sw != 0 || tx / G::sw >= G::ow) continue;
+                    const T* s = dcol + ((n * G::oh + ty / G::sh) * G::ow + tx / G::sw) * G::patch + (ky * G::kw + kx) * G::c;
+                    for (std::int64_t ci = 0; ci < G::c; ++ci) acc[ci] += s[ci];
                 }
             }
+            for (std::int64_t ci = 0; ci < G::c; ++ci) row[ix * G::c + ci] = acc[ci];
         }
     }
 };
@@ -179,22 +171,61 @@ struct Col2ImElements {
     }
 };
 
-// Bias and activation over [rows, C] with C known at compile time: one unit per row, so the
-// channel of an element is its position in the row (no division per element).
+// Bias and activation over [rows, C] with C known at compile time. One unit is a block of
+// `block` rows: the channel of an element is its position in the row (no division per
+// element), and the bias is copied to a local array once per block so that the compiler sees
+// it cannot alias the output and vectorises the row loop.
 template <class T, class Act, std::int64_t C, bool UseBias>
 struct BiasActivateRows {
+    static constexpr std::int64_t block = C >= 1024 ? 1 : 1024 / C;
     T* y;
     const T* bias;
-    STRATA_HD void operator()(std::int64_t r) const {
-        T* row = y + r * C;
-        for (std::int64_t c = 0; c < C; ++c) row[c] = Act::apply(UseBias ? row[c] + bias[c] : row[c]);
+    std::int64_t rows;
+    STRATA_HD void operator()(std::int64_t b) const {
+        T local[C];
+        for (std::int64_t c = 0; c < C; ++c) local[c] = UseBias ? bias[c] : T(0);
+        const std::int64_t last = (b + 1) * block < rows ? (b + 1) * block : rows;
+        for (std::int64_t r = b * block; r < last; ++r) {
+            T* row = y + r * C;
+            for (std::int64_t c = 0; c < C; ++c) row[c] = Act::apply(row[c] + local[c]);
+        }
+    }
+};
+
+// The activation's backward and the bias gradient in one pass over dy ([rows, C], host): one
+// unit is one of a fixed number of row blocks, which writes its column sums (in
+// accumulate_t<T>) to `partial`; the blocks are then combined in order. The grouping depends
+// only on the shape, so the bias gradient does not depend on the thread count.
+template <class T, class Act, std::int64_t C, bool ApplyGrad>
+struct ActivationGradColumnSums {
+    static constexpr std::int64_t blocks = 64;
+    const T* y;
+    T* dy;
+    accumulate_t<T>* partial;
+    std::int64_t rows;
+    STRATA_HD void operator()(std::int64_t b) const {
+        accumulate_t<T> acc[C];
+        for (std::int64_t c = 0; c < C; ++c) acc[c] = 0;
+        const std::int64_t per = (rows + blocks - 1) / blocks;
+        const std::int64_t first = b * per, last = first + per < rows ? first + per : rows;
+        for (std::int64_t r = first; r < last; ++r) {
+            T* d = dy + r * C;
+            if constexpr (ApplyGrad) {
+                T g[C];
+                const T* yr = y + r * C;
+                for (std::int64_t c = 0; c < C; ++c) g[c] = Act::grad(yr[c], d[c]);
+                for (std::int64_t c = 0; c < C; ++c) d[c] = g[c];
+            }
+            for (std::int64_t c = 0; c < C; ++c) acc[c] += accumulate_t<T>(d[c]);
+        }
+        for (std::int64_t c = 0; c < C; ++c) partial[b * C + c] = acc[c];
     }
 };
 
 template <class P>
 constexpr bool elementwise_place = std::is_same_v<P, place::Cuda>;
 
-template <class T, class P, class Functor>
+template <class P, class Functor>
 void for_each_index(std::int64_t count, Functor f) {
     if (count > 0) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), count, f);
 }
@@ -204,9 +235,9 @@ template <class G, class T, class P>
 void im2col(const TensorView<T, P>& x, const TensorView<T, P>& col) {
     const std::int64_t n = x.dim(0);
     if constexpr (elementwise_place<P>)
-        for_each_index<T, P>(col.size(), Im2ColElements<T, G>{x.data(), col.data()});
+        for_each_index<P>(col.size(), Im2ColElements<T, G>{x.data(), col.data()});
     else
-        for_each_index<T, P>(n * G::oh, Im2ColRows<T, G>{x.data(), col.data()});
+        for_each_index<P>(n * G::oh, Im2ColRows<T, G>{x.data(), col.data()});
 }
 
 /// Sums the patch gradients `dcol` ([n·oh·ow, kh·kw·c]) into `dx` ([n, h, w, c], overwritten).
@@ -214,20 +245,23 @@ template <class G, class T, class P>
 void col2im(const TensorView<T, P>& dcol, const TensorView<T, P>& dx) {
     const std::int64_t n = dx.dim(0);
     if constexpr (elementwise_place<P>)
-        for_each_index<T, P>(dx.size(), Col2ImElements<T, G>{dcol.data(), dx.data()});
+        for_each_index<P>(dx.size(), Col2ImElements<T, G>{dcol.data(), dx.data()});
     else
-        for_each_index<T, P>(n * G::h, Col2ImRows<T, G>{dcol.data(), dx.data()});
+        for_each_index<P>(n * G::h, Col2ImRows<T, G>{dcol.data(), dx.data()});
 }
 
 /// `y = act(y + bias)` over `y` seen as [rows, C], C a compile-time channel count.
 template <class Act, std::int64_t C, bool UseBias, class T, class P>
 void bias_activation_rows(const TensorView<T, P>& y, const T* bias, bool skip_activation) {
+    const std::int64_t rows = y.size() / C;
     if constexpr (Act::rowwise || elementwise_place<P>) {
         bias_activation<Act>(y, UseBias ? bias : nullptr, C, skip_activation);
     } else if (skip_activation || std::is_same_v<Act, Linear>) {
-        if constexpr (UseBias) for_each_index<T, P>(y.size() / C, BiasActivateRows<T, Linear, C, true>{y.data(), bias});
+        using F = BiasActivateRows<T, Linear, C, true>;
+        if constexpr (UseBias) for_each_index<P>((rows + F::block - 1) / F::block, F{y.data(), bias, rows});
     } else {
-        for_each_index<T, P>(y.size() / C, BiasActivateRows<T, Act, C, UseBias>{y.data(), bias});
+        using F = BiasActivateRows<T, Act, C, UseBias>;
+        for_each_index<P>((rows + F::block - 1) / F::block, F{y.data(), bias, rows});
     }
 }
 
@@ -300,9 +334,11 @@ struct Conv2D {
 
 namespace detail {
 
-/// The bound convolution (see the layer contract in strata/nn/layer.hpp). It owns one
-/// workspace, the im2col matrix, which grows to the largest batch seen and is then reused:
-/// after the first batch of a given size, neither pass allocates.
+/// The bound convolution (see the layer contract in strata/nn/layer.hpp). It owns its
+/// workspaces (the im2col matrix, and 64×Filters partial bias sums), which grow to the largest
+/// batch seen and are then reused: after the first batch of a given size, neither pass
+/// allocates. On the host, bias and activation are applied in one pass after the GEMM, and the
+/// activation's backward and the bias gradient in one pass before it.
 template <class Spec, class In, class T, class P>
 class Conv2DImpl {
     using G = Window2D<In, Spec::kernel_h, Spec::kernel_w, Spec::stride_h, Spec::stride_w, Spec::padding>;
@@ -347,11 +383,18 @@ public:
     void backward(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>& y,
                   const TensorView<T, P>& dy, const TensorView<T, P>& dx, const Mode& mode) {
         const std::int64_t n = x.dim(0), rows = n * G::oh * G::ow;
-        const TensorView<T, P> dym(dy.data(), Shape{rows, filters});
-        activation_backward<Act>(TensorView<T, P>(y.data(), Shape{rows, filters}), dym, mode.skip_activation);
+        const TensorView<T, P> dym(dy.data(), Shape{rows, filters}), ym(y.data(), Shape{rows, filters});
+        if constexpr (Spec::use_bias && !Act::rowwise && !elementwise_place<P>) {
+            if (mode.skip_activation || std::is_same_v<Act, Linear>)
+                activation_and_bias_grad<false>(ym, dym, grads + kernel_size);
+            else
+                activation_and_bias_grad<true>(ym, dym, grads + kernel_size);
+        } else {
+            activation_backward<Act>(ym, dym, mode.skip_activation);
+            if (Spec::use_bias) sum(dym, 0, TensorView<T, P>(grads + kernel_size, Shape{filters}));
+        }
         const TensorView<T, P> cols = col_holds(x) ? col_.view() : patches(x);
         gemm(Trans::Yes, Trans::No, T(1), cols, dym, T(0), TensorView<T, P>(grads, Shape{patch, filters}));
-        if (Spec::use_bias) sum(dym, 0, TensorView<T, P>(grads + kernel_size, Shape{filters}));
         if (dx.empty()) return;
         if constexpr (direct) {
             gemm(Trans::No, Trans::Yes, T(1), dym, kernel(params), T(0), TensorView<T, P>(dx.data(), Shape{rows, patch}));
@@ -365,6 +408,19 @@ public:
 
 private:
     static TensorView<T, P> kernel(const T* params) { return TensorView<T, P>(const_cast<T*>(params), Shape{patch, filters}); }
+
+    // dy = act'(y) * dy and dbias = column sums of dy, in one pass (host).
+    template <bool ApplyGrad>
+    void activation_and_bias_grad(const TensorView<T, P>& y, const TensorView<T, P>& dy, T* dbias) {
+        using F = ActivationGradColumnSums<T, Act, filters, ApplyGrad>;
+        partial_.resize(Shape{F::blocks, filters});
+        for_each_index<P>(F::blocks, F{y.data(), dy.data(), partial_.data(), y.dim(0)});
+        for (std::int64_t c = 0; c < filters; ++c) {
+            accumulate_t<T> s = 0;
+            for (std::int64_t b = 0; b < F::blocks; ++b) s += partial_.data()[b * filters + c];
+            dbias[c] = T(s);
+        }
+    }
 
     bool col_holds(const TensorView<T, P>& x) const { return !direct && col_of_ == x.data() && col_batch_ == x.dim(0); }
 
@@ -385,6 +441,7 @@ private:
     }
 
     Tensor<T, P> col_;
+    Tensor<accumulate_t<T>, P> partial_;
     const T* col_of_ = nullptr;
     std::int64_t col_batch_ = -1;
 };

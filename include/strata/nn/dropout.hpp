@@ -23,23 +23,23 @@ namespace strata::nn {
 
 namespace detail {
 
-// One unit is four consecutive values: one Philox block gives the four random words. The
-// counter's low word carries a domain bit (so masks never reuse the counters that parameter
-// initialisation uses), the layer's stream and the block index; the high word is the step.
+// Value g of the global batch (g counts from the first example of the whole global batch, so
+// a replica's share draws exactly what one device would for the same examples) uses lane g % 4
+// of the Philox block g / 4. The counter's low word carries a domain bit (so masks never reuse
+// the counters that parameter initialisation uses), the layer's stream and the block index;
+// the high word is the step.
 template <class T>
-struct DropoutBlocks {
+struct DropoutElements {
     const T* in;
     T* out;
-    std::int64_t size;
+    std::uint64_t offset;
     std::uint64_t seed, step, base;
     std::uint32_t threshold;  // keep a value when its 24 random bits are >= threshold
     T scale;
-    STRATA_HD void operator()(std::int64_t b) const {
-        const auto r = random::Philox4x32::generate(seed, base | std::uint64_t(b), step);
-        const std::int64_t first = 4 * b;
-        const std::int64_t count = size - first < 4 ? size - first : 4;
-        for (std::int64_t j = 0; j < count; ++j)
-            out[first + j] = (r.v[j] >> 8) >= threshold ? in[first + j] * scale : T(0);
+    STRATA_HD void operator()(std::int64_t i) const {
+        const std::uint64_t g = offset + std::uint64_t(i);
+        const auto r = random::Philox4x32::generate(seed, base | (g >> 2), step);
+        out[i] = (r.v[g & 3] >> 8) >= threshold ? in[i] * scale : T(0);
     }
 };
 
@@ -119,11 +119,11 @@ private:
         }
         // Bit 63 marks dropout counters; the stream takes bits 40..62, the block index bits 0..39.
         const std::uint64_t base = (std::uint64_t(1) << 63) | ((stream_ & ((std::uint64_t(1) << 23) - 1)) << 40);
-        const std::int64_t blocks = (in.size() + 3) / 4;
-        if (blocks > 0)
-            thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), blocks,
-                               DropoutBlocks<T>{in.data(), out.data(), in.size(), mode.seed, mode.step, base, threshold,
-                                                T(double(Denominator) / double(Denominator - Numerator))});
+        const auto offset = std::uint64_t(mode.first_example) * std::uint64_t(In::size);
+        if (in.size() > 0)
+            thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), in.size(),
+                               DropoutElements<T>{in.data(), out.data(), offset, mode.seed, mode.step, base, threshold,
+                                                  T(double(Denominator) / double(Denominator - Numerator))});
     }
 
     // Set through the const `init` of the layer contract: it is configuration, not state.

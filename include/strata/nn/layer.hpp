@@ -44,6 +44,10 @@ struct Mode {
     /// A counter that changes every step (Dropout draws its mask from (seed, step)).
     std::uint64_t step = 0;
     std::uint64_t seed = 0;
+    /// Index of this batch's first example in the global batch (a replica's share starts
+    /// there): random layers key their draws on global positions, so N replicas draw what one
+    /// device would.
+    std::int64_t first_example = 0;
 };
 
 /// One parameter tensor of a layer: its Keras name ("kernel", "bias"), shape and offset into

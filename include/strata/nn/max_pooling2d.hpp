@@ -21,8 +21,9 @@ namespace strata::nn {
 
 namespace detail {
 
-// Forward, host form: one unit is one output row (n, oy). The output row itself holds the
-// running maxima, so the channel loop is innermost and contiguous.
+// Forward, host form: one unit is one output row (n, oy). Each window keeps its running maxima
+// in local arrays over the channels (contiguous in NHWC, and alias-free so the compiler
+// vectorises the compare-and-select), then stores them once.
 template <class T, class G>
 struct MaxPoolRows {
     const T* x;
@@ -33,30 +34,37 @@ struct MaxPoolRows {
         const T* xn = x + n * (G::h * G::w * G::c);
         T* yo = y + r * (G::ow * G::c);
         std::int32_t* ao = arg + r * (G::ow * G::c);
+        // Same padding never gives a window without a position inside the image (pad < kernel).
+        const std::int64_t ky0 = G::pt - oy * G::sh > 0 ? G::pt - oy * G::sh : 0;
+        const std::int64_t ky1 = G::h + G::pt - oy * G::sh < G::kh ? G::h + G::pt - oy * G::sh : G::kh;
         for (std::int64_t ox = 0; ox < G::ow; ++ox, yo += G::c, ao += G::c) {
-            bool first = true;
-            for (std::int64_t ky = 0; ky < G::kh; ++ky) {
-                const std::int64_t iy = oy * G::sh - G::pt + ky;
-                if (iy < 0 || iy >= G::h) continue;
-                for (std::int64_t kx = 0; kx < G::kw; ++kx) {
-                    const std::int64_t ix = ox * G::sw - G::pl + kx;
-                    if (ix < 0 || ix >= G::w) continue;
-                    const T* s = xn + (iy * G::w + ix) * G::c;
+            const std::int64_t kx0 = G::pl - ox * G::sw > 0 ? G::pl - ox * G::sw : 0;
+            const std::int64_t kx1 = G::w + G::pl - ox * G::sw < G::kw ? G::w + G::pl - ox * G::sw : G::kw;
+            T best[G::c];
+            std::int32_t where[G::c];
+            {
+                const T* s = xn + ((oy * G::sh - G::pt + ky0) * G::w + (ox * G::sw - G::pl + kx0)) * G::c;
+                for (std::int64_t ci = 0; ci < G::c; ++ci) {
+                    best[ci] = s[ci];
+                    where[ci] = std::int32_t(ky0 * G::kw + kx0);
+                }
+            }
+            for (std::int64_t ky = ky0; ky < ky1; ++ky)
+                for (std::int64_t kx = kx0; kx < kx1; ++kx) {
+                    if (ky == ky0 && kx == kx0) continue;
+                    const T* s = xn + ((oy * G::sh - G::pt + ky) * G::w + (ox * G::sw - G::pl + kx)) * G::c;
                     const auto k = std::int32_t(ky * G::kw + kx);
-                    if (first) {
-                        for (std::int64_t ci = 0; ci < G::c; ++ci) {
-                            yo[ci] = s[ci];
-                            ao[ci] = k;
-                        }
-                        first = false;
-                    } else {
-                        for (std::int64_t ci = 0; ci < G::c; ++ci) {
-                            const bool more = s[ci] > yo[ci];
-                            yo[ci] = more ? s[ci] : yo[ci];
-                            ao[ci] = more ? k : ao[ci];
-                        }
+                    for (std::int64_t ci = 0; ci < G::c; ++ci) {
+                        // A mask rather than a second select: GCC if-converts (vectorises) this form.
+                        const T v = s[ci], old = best[ci];
+                        const std::int32_t more = -std::int32_t(v > old);
+                        best[ci] = v > old ? v : old;
+                        where[ci] = (k & more) | (where[ci] & ~more);
                     }
                 }
+            for (std::int64_t ci = 0; ci < G::c; ++ci) {
+                yo[ci] = best[ci];
+                ao[ci] = where[ci];
             }
         }
     }
@@ -93,9 +101,11 @@ struct MaxPoolElements {
     }
 };
 
-// Backward, host form: one unit is one input row (n, iy), owned by one thread; the windows
-// covering it are visited in a fixed order (ky, ox, kx), each adding its gradient to the
-// channels whose recorded maximum sits at this position.
+// Backward, host form: one unit is one input row (n, iy), owned by one thread. Each input pixel
+// gathers, over the windows covering it in a fixed order (ky, kx), the gradients of the channels
+// whose recorded maximum it is, in a local accumulator: no atomics, no zeroing pass, and the
+// result does not depend on the thread count. The local arrays also let the compiler vectorise
+// the channel loops without runtime alias checks (which GCC does not emit at -O2).
 template <class T, class G>
 struct MaxPoolBackwardRows {
     const T* dy;
@@ -104,22 +114,49 @@ struct MaxPoolBackwardRows {
     STRATA_HD void operator()(std::int64_t r) const {
         const std::int64_t n = r / G::h, iy = r % G::h;
         T* row = dx + r * (G::w * G::c);
-        for (std::int64_t j = 0; j < G::w * G::c; ++j) row[j] = T(0);
-        for (std::int64_t ky = 0; ky < G::kh; ++ky) {
-            const std::int64_t t = iy + G::pt - ky;
-            if (t < 0 || t % G::sh != 0 || t / G::sh >= G::oh) continue;
-            const std::int64_t first = (n * G::oh + t / G::sh) * G::ow * G::c;
-            for (std::int64_t ox = 0; ox < G::ow; ++ox) {
-                const T* g = dy + first + ox * G::c;
-                const std::int32_t* a = arg + first + ox * G::c;
-                for (std::int64_t kx = 0; kx < G::kw; ++kx) {
-                    const std::int64_t ix = ox * G::sw - G::pl + kx;
-                    if (ix < 0 || ix >= G::w) continue;
+        if constexpr (G::sh >= G::kh && G::sw >= G::kw) {
+            // Windows do not overlap (MaxPooling2D<2>): a pixel lies in at most one window, found
+            // by division rather than by trying every window position.
+            const std::int64_t ky = (iy + G::pt) % G::sh, oy = (iy + G::pt) / G::sh;
+            for (std::int64_t ix = 0; ix < G::w; ++ix) {
+                const std::int64_t kx = (ix + G::pl) % G::sw, ox = (ix + G::pl) / G::sw;
+                T out[G::c];
+                if (ky < G::kh && oy < G::oh && kx < G::kw && ox < G::ow) {
+                    const std::int64_t o = ((n * G::oh + oy) * G::ow + ox) * G::c;
                     const auto k = std::int32_t(ky * G::kw + kx);
-                    T* d = row + ix * G::c;
-                    for (std::int64_t ci = 0; ci < G::c; ++ci) d[ci] += a[ci] == k ? g[ci] : T(0);
+                    for (std::int64_t ci = 0; ci < G::c; ++ci) {
+                        const T g = dy[o + ci];
+                        out[ci] = arg[o + ci] == k ? g : T(0);
+                    }
+                } else {
+                    for (std::int64_t ci = 0; ci < G::c; ++ci) out[ci] = T(0);
+                }
+                for (std::int64_t ci = 0; ci < G::c; ++ci) row[ix * G::c + ci] = out[ci];
+            }
+        } else {
+            gather(n, iy, row);
+        }
+    }
+
+    STRATA_HD void gather(std::int64_t n, std::int64_t iy, T* row) const {
+        for (std::int64_t ix = 0; ix < G::w; ++ix) {
+            T acc[G::c];
+            for (std::int64_t ci = 0; ci < G::c; ++ci) acc[ci] = T(0);
+            for (std::int64_t ky = 0; ky < G::kh; ++ky) {
+                const std::int64_t ty = iy + G::pt - ky;
+                if (ty < 0 || ty % G::sh != 0 || ty / G::sh >= G::oh) continue;
+                for (std::int64_t kx = 0; kx < G::kw; ++kx) {
+                    const std::int64_t tx = ix + G::pl - kx;
+                    if (tx < 0 || tx % G::sw != 0 || tx / G::sw >= G::ow) continue;
+                    const std::int64_t o = ((n * G::oh + ty / G::sh) * G::ow + tx / G::sw) * G::c;
+                    const auto k = std::int32_t(ky * G::kw + kx);
+                    for (std::int64_t ci = 0; ci < G::c; ++ci) {
+                        const T g = dy[o + ci];
+                        acc[ci] += arg[o + ci] == k ? g : T(0);
+                    }
                 }
             }
+            for (std::int64_t ci = 0; ci < G::c; ++ci) row[ix * G::c + ci] = acc[ci];
         }
     }
 };
@@ -227,9 +264,9 @@ public:
         const std::int64_t n = x.dim(0);
         arg_.resize(Shape{n * output_shape::size});
         if constexpr (elementwise_place<P>)
-            for_each_index<T, P>(y.size(), MaxPoolElements<T, G>{x.data(), y.data(), arg_.data()});
+            for_each_index<P>(y.size(), MaxPoolElements<T, G>{x.data(), y.data(), arg_.data()});
         else
-            for_each_index<T, P>(n * G::oh, MaxPoolRows<T, G>{x.data(), y.data(), arg_.data()});
+            for_each_index<P>(n * G::oh, MaxPoolRows<T, G>{x.data(), y.data(), arg_.data()});
         arg_of_ = x.data();
         arg_batch_ = n;
     }
@@ -242,9 +279,9 @@ public:
         if (arg_of_ != x.data() || arg_batch_ != x.dim(0)) forward(params, x, y, mode);
         const std::int64_t n = x.dim(0);
         if constexpr (elementwise_place<P>)
-            for_each_index<T, P>(dx.size(), MaxPoolBackwardElements<T, G>{dy.data(), arg_.data(), dx.data()});
+            for_each_index<P>(dx.size(), MaxPoolBackwardElements<T, G>{dy.data(), arg_.data(), dx.data()});
         else
-            for_each_index<T, P>(n * G::h, MaxPoolBackwardRows<T, G>{dy.data(), arg_.data(), dx.data()});
+            for_each_index<P>(n * G::h, MaxPoolBackwardRows<T, G>{dy.data(), arg_.data(), dx.data()});
     }
 
 private:

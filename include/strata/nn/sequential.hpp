@@ -164,6 +164,8 @@ public:
     using input_shape = typename Seq::input_shape;
     using output_shape = typename Seq::output_shape;
 
+    Network() { set_streams(std::make_index_sequence<L>{}); }
+
     /// Initialises every layer's parameters in `params` (Keras's defaults), reproducibly.
     void init(T* params, std::uint64_t seed) {
         init_impl(params, seed, std::make_index_sequence<L>{});
@@ -198,6 +200,15 @@ public:
     Layers& layers() { return layers_; }
 
 private:
+    // Layers that draw random numbers (Dropout) get their own stream: layer index × 16, the
+    // same stream init() passes, so every replica's copy of the layer draws alike.
+    template <std::size_t... I>
+    void set_streams(std::index_sequence<I...>) {
+        auto one = [](auto& layer, std::uint64_t stream) {
+            if constexpr (requires { layer.set_stream(stream); }) layer.set_stream(stream);
+        };
+        (one(std::get<I>(layers_), std::uint64_t(I) * 16), ...);
+    }
     template <std::size_t... I>
     void init_impl(T* params, std::uint64_t seed, std::index_sequence<I...>) {
         (std::get<I>(layers_).init(params + offsets[I], seed, std::uint64_t(I) * 16), ...);

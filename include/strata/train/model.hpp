@@ -178,7 +178,7 @@ public:
         }
         STRATA_CHECK(b.example_size == input_size, ShapeError, "compute_gradients: examples of ", b.example_size,
                      " values do not fit the model's input ", nn::detail::shape_text<typename Net::input_shape>());
-        const nn::Mode mode{true, fused_, step_, seed_};
+        const nn::Mode mode{true, fused_, step_, seed_, b.first};
         T* params = params_of(r);
         auto x = stage_input(rep, b.x.data(), b.size);
         auto target = stage_target(rep, b.y.data(), b.size, b.y_per_example);
