@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""strata vs PyTorch on the reference MNIST CNN, side by side in one run.
+
+Both train the identical model (Conv2D 32 -> MaxPool -> Conv2D 64 -> MaxPool -> Flatten ->
+Dense 64 -> Dense 10; Glorot-uniform kernels, zero biases; RMSprop lr 1e-3 with Keras's
+formula; batch 128) on the same MNIST files with the same number of threads. The runs
+alternate (strata, PyTorch, strata, PyTorch, ...) so that both see the same machine state, and
+the table reports the median of the repetitions.
+
+    python3 benchmarks/mnist_vs_pytorch.py --epochs 1 --threads 2 --reps 3 --json mnist.json
+
+Needs: build/examples/mnist_cnn (meson compile -C build mnist_cnn), MNIST in data/mnist
+(scripts/fetch-mnist data/mnist), and PyTorch in /usr/bin/python3 (Debian's python3-torch;
+scripts/install-deps --bench). Uses only the standard library itself.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def blas_env():
+    """The environment scripts/blas-env recommends (OPENBLAS_CORETYPE etc.), for both sides."""
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run(["bash", os.path.join(here, "..", "scripts", "blas-env")], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.startswith("export ") and "=" in line:
+            k, v = line[len("export "):].split("=", 1)
+            env[k] = v
+    return env
+
+
+def run(cmd, env):
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    try:
+        r = subprocess.run(cmd + ["--json", path], env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"command failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+        with open(path) as f:
+            return json.load(f)
+    finally:
+        os.unlink(path)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="data/mnist")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--steps-per-epoch", type=int, default=-1)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--strata", default="build/examples/mnist_cnn")
+    p.add_argument("--python", default="/usr/bin/python3", help="a Python with torch (Debian's python3-torch)")
+    p.add_argument("--json", default="")
+    a = p.parse_args()
+
+    env = blas_env()
+    common = ["--data", a.data, "--epochs", str(a.epochs), "--threads", str(a.threads), "--seed", str(a.seed),
+              "--batch-size", "128"]
+    if a.steps_per_epoch > 0:
+        common += ["--steps-per-epoch", str(a.steps_per_epoch)]
+    strata_cmd = [a.strata, "--verbose", "0"] + common
+    torch_cmd = [a.python, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pytorch_mnist.py")] + common
+
+    results = {"strata": [], "pytorch": []}
+    for rep in range(a.reps):
+        for name, cmd in (("strata", strata_cmd), ("pytorch", torch_cmd)):
+            r = run(cmd, env)
+            results[name].append(r)
+            print(f"rep {rep + 1}/{a.reps} {name:8s} {r['train_images_per_second']:10.1f} images/s  "
+                  f"test accuracy {100 * r['test_accuracy']:.2f}%", flush=True)
+
+    def med(name, key):
+        return statistics.median(r[key] for r in results[name])
+
+    rows = []
+    for name in ("strata", "pytorch"):
+        rows.append({"framework": name, "train_images_per_second": med(name, "train_images_per_second"),
+                     "test_accuracy": med(name, "test_accuracy"), "test_loss": med(name, "test_loss"),
+                     "runs": [r["train_images_per_second"] for r in results[name]]})
+    ratio = rows[0]["train_images_per_second"] / rows[1]["train_images_per_second"]
+    print()
+    print(f"MNIST CNN, batch 128, {a.threads} threads, {a.epochs} epoch(s)"
+          f"{'' if a.steps_per_epoch <= 0 else f', {a.steps_per_epoch} steps/epoch'}, median of {a.reps}")
+    print(f"{'framework':<10} {'images/s':>10} {'test acc':>9} {'test loss':>10}")
+    for r in rows:
+        print(f"{r['framework']:<10} {r['train_images_per_second']:>10.1f} {100 * r['test_accuracy']:>8.2f}% {r['test_loss']:>10.4f}")
+    print(f"strata / PyTorch speed: {ratio:.2f}x")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"benchmark": "mnist_vs_pytorch", "epochs": a.epochs, "threads": a.threads, "reps": a.reps,
+                       "steps_per_epoch": a.steps_per_epoch, "env": {k: env[k] for k in ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY") if k in env},
+                       "results": rows, "speed_ratio": ratio}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
