@@ -78,7 +78,7 @@ Report train(Strategy& strategy, const example::Args& args, const strata::data::
 
 int main(int argc, char** argv) {
     example::Args args(argc, argv,
-                       {{"data", "data/mnist"}, {"epochs", "3"}, {"steps-per-epoch", "-1"}, {"batch-size", "128"},
+                       {{"data", "data/mnist"}, {"epochs", "6"}, {"steps-per-epoch", "-1"}, {"batch-size", "128"},
                         {"threads", "0"}, {"seed", "42"}, {"strategy", "one_device"}, {"replicas", "1"},
                         {"save", ""}, {"json", ""}, {"verbose", "1"}},
                        usage);
