@@ -188,12 +188,27 @@ TEST_CASE("the placement log names where each replica runs") {
     {
         dist::Mirrored<> s(2);
         CHECK(s.devices().size() == 2);
+        strata::Model<Cnn, dist::Mirrored<>> model(s, 1);
+    }
+    {
+        dist::CentralStorage<> s(2);
+        strata::Model<Cnn, dist::CentralStorage<>> model(s, 1);
     }
     strata::place::set_log_device_placement(false);
     strata::place::set_placement_log_sink({});
     REQUIRE(lines.size() >= 2);
     CHECK(lines[0].find("replica 0") != std::string::npos);
     CHECK(lines[1].find("/device:CPU:0/replica:1") != std::string::npos);
+    auto has = [&](const std::string& a, const std::string& b) {
+        return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) {
+            return l.find(a) != std::string::npos && l.find(b) != std::string::npos;
+        });
+    };
+    // Mirrored: a copy of every variable on every replica's device.
+    CHECK(has("variable conv2d/kernel (3, 3, 2, 3) (copy 1)", "/device:CPU:0/replica:1"));
+    CHECK(has("variable dense_1/bias (3,) (copy 0)", "/device:CPU:0/replica:0"));
+    // CentralStorage: one copy, on the central device.
+    CHECK(has("variable dense/kernel (12, 5) placed", "/device:CPU:0/replica:0"));
 }
 
 TEST_CASE("with Dropout, N replicas draw the masks one device draws for the same examples") {

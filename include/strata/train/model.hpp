@@ -520,6 +520,15 @@ private:
             replicas_.push_back(std::move(rep));
         }
         plan_buckets();
+        if (place::get_log_device_placement()) {
+            const auto& devices = strategy_->devices();
+            const int copies = kind == distribute::Kind::Mirrored ? N : 1;
+            for (const auto& p : Net::parameters())
+                for (int r = 0; r < copies; ++r)
+                    place::log_placement("variable " + p.name + " " + p.shape.str() +
+                                             (copies > 1 ? " (copy " + std::to_string(r) + ")" : std::string()),
+                                         devices[std::size_t(r)]);
+        }
         // Every copy starts from the same initial values (the Philox streams depend on the
         // seed only), so Mirrored replicas are in sync from step 0.
         for_each_param_copy([&](T* p) { replicas_[0]->net.init(p, seed_); });
