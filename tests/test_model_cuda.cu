@@ -48,3 +48,30 @@ TEST_CASE("a model trained on Cuda matches the host") {
     CHECK(eg.loss == doctest::Approx(eh.loss).epsilon(1e-9));
     CHECK(eg.accuracy == doctest::Approx(eh.accuracy));
 }
+
+TEST_CASE("Mirrored and CentralStorage on two logical GPUs match one GPU") {
+    const auto gpus = strata::place::list_physical_devices(strata::place::DeviceKind::Gpu);
+    REQUIRE(!gpus.empty());
+    strata::place::reset_devices();
+    strata::place::set_logical_device_configuration(gpus[0], {{.memory_limit = std::size_t(1) << 30},
+                                                              {.memory_limit = std::size_t(1) << 30}});
+    auto train = [](auto& strategy) {
+        using S = std::remove_reference_t<decltype(strategy)>;
+        strata::Model<Cnn, S, double> model(strategy, 5);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9});
+        model.fit(data(60).batch(15), {.epochs = 2, .verbose = 0});
+        return model.get_weights();
+    };
+    dist::OneDevice<strata::place::Cuda> one;
+    const auto ref = train(one);
+    dist::Mirrored<strata::place::Cuda> mirrored(2);
+    dist::CentralStorage<strata::place::Cuda> central(2);
+    for (const auto& w : {train(mirrored), train(central)}) {
+        double diff = 0, scale = 0;
+        for (std::size_t i = 0; i < w.size(); ++i) {
+            diff = std::max(diff, std::abs(w[i] - ref[i]));
+            scale = std::max(scale, std::abs(ref[i]));
+        }
+        CHECK(diff / scale < 1e-12);
+    }
+}

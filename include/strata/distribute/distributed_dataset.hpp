@@ -64,7 +64,7 @@ private:
 /// A dataset whose global batches are split across a strategy's replicas.
 ///
 /// \code
-/// auto dist = strategy.distribute_dataset(train.batch(128));   // 128 = global batch
+/// auto dist = strata::distribute::distribute_dataset(strategy, train.batch(128));   // 128 = global batch
 /// for (auto it = dist.iterate(epoch); it != std::default_sentinel; ++it) {
 ///     auto losses = strategy.run([&](auto& ctx) { return step(ctx, (*it)[ctx.replica_id_in_sync_group()]); });
 /// }

@@ -129,7 +129,10 @@ private:
             }
         }
         if (any < 0) return;
-        const int r = cause >= 0 ? cause : any;
+        // Only collective errors (a timeout, a mismatch): that error already names who is at
+        // fault; pass it on as it is.
+        if (cause < 0) std::rethrow_exception(errors_[std::size_t(any)]);
+        const int r = cause;
         std::string what;
         try {
             std::rethrow_exception(errors_[std::size_t(r)]);

@@ -114,10 +114,15 @@ public:
             pool_ = std::make_unique<ReplicaPool>(1);
             return;
         }
+        if (replicas == 1) {
+            // One replica runs on the caller's thread: its thread budget is restored afterwards.
+            restore_threads_ = num_threads();
+        }
         pool_ = std::make_unique<ReplicaPool>(replicas, [this](int r) { enter_device(r); });
     }
     ~ReplicaRuntime() {
         pool_.reset();  // joins the replica threads (their device scopes end with them)
+        if (restore_threads_ > 0) set_num_threads(restore_threads_);
     }
 
     /// Number of replicas that take part in every step (tf.distribute's num_replicas_in_sync).
@@ -205,12 +210,38 @@ private:
             configured.resize(std::size_t(replicas));
             devices_ = configured;
             use_scopes_ = true;
+            enable_peer_access(name);
         }
         if (use_scopes_) place::initialize_devices(name);
         if (place::get_log_device_placement())
             for (int r = 0; r < replicas; ++r)
                 place::log_placement(std::string(name) + " replica " + std::to_string(r) + " (its thread and work)",
                                      devices_[std::size_t(r)]);
+    }
+
+    // Replicas on distinct GPUs read each other's gradients directly (one all-reduce kernel per
+    // replica), which needs peer access between every pair of their GPUs.
+    void enable_peer_access([[maybe_unused]] const char* name) {
+#if STRATA_HAS_CUDA
+        for (const auto& a : devices_)
+            for (const auto& b : devices_) {
+                if (a.physical_index == b.physical_index) continue;
+                int can = 0;
+                cudaDeviceCanAccessPeer(&can, a.physical_index, b.physical_index);
+                STRATA_CHECK(can, DeviceError, name, ": GPU ", a.physical_index, " cannot access the memory of GPU ",
+                             b.physical_index, " (no peer access); replicas on such GPUs need the NCCL all-reduce, "
+                             "which strata does not wire into this strategy yet (docs/distribution.md)");
+                int previous = 0;
+                cudaGetDevice(&previous);
+                cudaSetDevice(a.physical_index);
+                const auto e = cudaDeviceEnablePeerAccess(b.physical_index, 0);
+                if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+                    throw_error<DeviceError>(name, ": enabling peer access from GPU ", a.physical_index, " to GPU ",
+                                             b.physical_index, " failed: ", cudaGetErrorString(e));
+                cudaGetLastError();  // clear "already enabled"
+                cudaSetDevice(previous);
+            }
+#endif
     }
 
     void enter_device(int r) {
@@ -228,6 +259,7 @@ private:
     std::unique_ptr<ReplicaPool> pool_;
     std::vector<place::LogicalDevice> devices_;
     int cores_ = 1;
+    int restore_threads_ = 0;
     bool use_scopes_ = false;
 };
 

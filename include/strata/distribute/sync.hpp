@@ -8,7 +8,8 @@
 ///   each computed on the current parameters (Dutta, Joshi, Ghosh, Dube, Nagpurkar,
 ///   "Slow and stale gradients can win the race", AISTATS 2018).
 /// - `Asynchronous<Bound>`: apply gradients as they arrive (stale gradients); with Bound >= 0 a
-///   worker more than Bound updates behind waits (stale synchronous parallel: Ho et al.,
+///   worker may run at most Bound steps ahead of the slowest one, the fastest waits otherwise
+///   (stale synchronous parallel: Ho et al.,
 ///   "More effective distributed ML via a stale synchronous parallel parameter server",
 ///   NIPS 2013). Bound = -1 means unbounded.
 ///

@@ -6,7 +6,8 @@
 ///
 /// \code
 /// struct MySpec {
-///     static constexpr const char* name = "MyLayer";            // Keras-like type name
+///     static constexpr const char* name = "MyLayer";            // type name in summary()
+///     static constexpr const char* keras_name = "my_layer";     // variable names: my_layer/kernel
 ///     template <class In, class T, class P> using bind = MyImpl<In, T, P>;
 /// };
 /// // MyImpl<In, T, P> provides:
@@ -72,7 +73,7 @@ template <class Layer, class Expected, class Found, bool Ok>
 struct LayerShapeError {
     static_assert(Ok, "strata::nn: this layer cannot take its input's shape; the layer, the shape it expects and the "
                       "shape it was given are the template arguments of LayerShapeError<Layer, Expected, Found> "
-                      "(see the note below)");
+                      "(in the instantiation the compiler prints with this error)");
     static constexpr bool value = Ok;
 };
 

@@ -85,6 +85,21 @@ struct LastActivation<nn::Sequential<In, Specs...>> {
         else return false;
     }();
 };
+// Device memory (logical GPUs of one GPU, or GPUs with peer access): replica r sums its slice
+// of every replica's gradient, in replica order, and writes the sum back into every replica's
+// buffer; nobody else touches that slice, so it works in place. (At namespace scope: nvcc
+// needs kernel functors it can name.)
+template <class T>
+struct DeviceSliceSum {
+    T* grads[16];
+    int replicas;
+    std::int64_t first;
+    STRATA_HD void operator()(std::int64_t i) const {
+        T s = 0;
+        for (int q = 0; q < replicas; ++q) s += grads[q][first + i];
+        for (int q = 0; q < replicas; ++q) grads[q][first + i] = s;
+    }
+};
 }  // namespace detail
 
 /// A model: a Sequential network `Net`, trained under `Strategy` with element type `T`.
@@ -367,7 +382,8 @@ public:
     /// Writes weights, optimizer state and epoch to a safetensors file, atomically. Tensor
     /// names: the parameters as Net::parameters() names them ("conv2d/kernel", "dense_1/bias"),
     /// optimizer slots as "optimizer/<slot>/<parameter>"; metadata: format, format_version,
-    /// epoch, optimizer, optimizer_iterations, seed.
+    /// epoch, step, optimizer, optimizer_iterations, seed. The learning rate is not stored: it is
+    /// the optimizer's configuration, given again to compile().
     void save(const std::string& path) const {
         train::SafetensorsWriter w;
         const auto params = get_weights();
@@ -489,7 +505,9 @@ private:
         if (lo < hi) buckets_.push_back({lo, hi - lo});
     }
 
-    bool overlapped() const { return kind == distribute::Kind::Mirrored && replicas() > 1 && buckets_.size() > 1; }
+    bool overlapped() const {
+        return kind == distribute::Kind::Mirrored && place::host_accessible_v<P> && replicas() > 1 && buckets_.size() > 1;
+    }
 
     distribute::collective::AsyncAllReduce& comm_of(int r) {
         auto& rep = *replicas_[std::size_t(r)];
@@ -544,9 +562,25 @@ private:
     }
     const T* central_params() const { return replicas_[0]->params.data(); }
 
+    void device_all_reduce(int r) {
+        const int N = replicas();
+        STRATA_CHECK(N <= 16, ValueError, "Mirrored on a device place: at most 16 replicas, got ", N);
+        P::synchronize();  // this replica's gradients are complete
+        strategy_->group().barrier(r);
+        const auto sl = distribute::replica_slice(num_params, N, r);
+        detail::DeviceSliceSum<T> f{{}, N, sl.first};
+        for (int q = 0; q < N; ++q) f.grads[q] = replicas_[std::size_t(q)]->grads.data();
+        if (sl.count > 0) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), sl.count, f);
+        P::synchronize();
+        strategy_->group().barrier(r);  // every slice summed: all buffers hold the total
+    }
+
     void aggregate_and_update(int r) {
         Replica& rep = *replicas_[std::size_t(r)];
-        if constexpr (kind == distribute::Kind::Mirrored) {
+        if constexpr (kind == distribute::Kind::Mirrored && !place::host_accessible_v<P>) {
+            if (replicas() > 1) device_all_reduce(r);
+            rep.opt.apply(rep.params.data(), rep.grads.data());
+        } else if constexpr (kind == distribute::Kind::Mirrored) {
             if (overlapped()) {
                 submit_ready(r, 0);  // whatever the backward hook has not handed over yet
                 comm_of(r).wait();
@@ -562,6 +596,7 @@ private:
             // returns), so the next step reads updated variables.
             auto& group = strategy_->group();
             const int N = replicas();
+            P::synchronize();  // device places: this replica's gradient is complete before others read it
             group.barrier(r);
             const auto sl = distribute::replica_slice(num_params, N, r);
             if (sl.count > 0) {
@@ -572,6 +607,7 @@ private:
                          TensorView<T, P>(central, Shape{sl.count}));
                 replicas_[0]->opt.apply_range(replicas_[0]->params.data(), central_grads_.data(), sl.first, sl.count);
             }
+            P::synchronize();  // the update is done before the step ends
         } else {
             rep.opt.apply(rep.params.data(), rep.grads.data());
         }
