@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Compile time is part of the product: how long g++ -O2 takes to build examples/mnist_cnn.cpp
+# (the reference CNN with all three in-process strategies instantiated), compile and link, from
+# scratch, best of N runs. Prints a table; --json FILE writes the same figures.
+#   benchmarks/compile_time.sh [--reps 3] [--json FILE]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+reps=3 json=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --reps) reps=$2; shift 2 ;;
+    --json) json=$2; shift 2 ;;
+    *) echo "usage: $0 [--reps N] [--json FILE]" >&2; exit 2 ;;
+  esac
+done
+cxx=${CXX:-g++}
+flags=(-std=c++20 -O2 -fopenmp -Iinclude $(pkg-config --cflags openblas) -DSTRATA_BLAS_OPENBLAS)
+[ -f /usr/local/cuda/include/cccl/thrust/version.h ] && flags+=(-isystem /usr/local/cuda/include/cccl)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+times=()
+for i in $(seq "$reps"); do
+  s=$(date +%s.%N)
+  "$cxx" "${flags[@]}" examples/mnist_cnn.cpp -o "$out/mnist_cnn" -lopenblas
+  e=$(date +%s.%N)
+  times+=("$(echo "$e - $s" | bc)")
+done
+best=$(printf '%s\n' "${times[@]}" | sort -n | head -n1)
+printf '%-34s %-10s %s\n' "target" "best (s)" "runs (s)"
+printf '%-34s %-10.2f %s\n' "examples/mnist_cnn.cpp ($cxx -O2)" "$best" "${times[*]}"
+if [ -n "$json" ]; then
+  printf '{"benchmark": "compile_time", "target": "examples/mnist_cnn.cpp", "compiler": "%s", "flags": "-O2", "best_seconds": %s, "runs_seconds": [%s]}\n' \
+    "$($cxx --version | head -n1)" "$best" "$(IFS=,; echo "${times[*]}")" > "$json"
+fi
