@@ -23,7 +23,7 @@ for i in $(seq "$reps"); do
   s=$(date +%s.%N)
   "$cxx" "${flags[@]}" examples/mnist_cnn.cpp -o "$out/mnist_cnn" -lopenblas
   e=$(date +%s.%N)
-  times+=("$(echo "$e - $s" | bc)")
+  times+=("$(awk -v a="$s" -v b="$e" 'BEGIN { printf "%.2f", b - a }')")
 done
 best=$(printf '%s\n' "${times[@]}" | sort -n | head -n1)
 printf '%-34s %-10s %s\n' "target" "best (s)" "runs (s)"
