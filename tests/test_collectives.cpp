@@ -140,7 +140,7 @@ bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
 
 // Checks one (algorithm, N, length, op) against the reference, across ranks and across runs.
 template <class T>
-void check_all_reduce(coll::Algorithm alg, coll::ReduceOp op,
+std::vector<T> check_all_reduce(coll::Algorithm alg, coll::ReduceOp op,
                       const std::vector<std::vector<T>>& in, const std::vector<double>& sum,
                       const std::vector<double>& scale) {
     const int n = static_cast<int>(in.size());
@@ -168,6 +168,7 @@ void check_all_reduce(coll::Algorithm alg, coll::ReduceOp op,
         if (!(std::abs(static_cast<double>(first[0][i]) - want) <= tol) && bad++ == 0) first_bad = i;
     }
     CHECK_MESSAGE(bad == 0, bad, " elements off the float64 reference, first at ", first_bad);
+    return first[0];
 }
 
 template <class T>
@@ -175,9 +176,14 @@ void check_algorithms_for(int n, std::size_t len, bool with_mean) {
     const auto in = inputs<T>(n, len);
     std::vector<double> sum, scale;
     reference(in, sum, scale);
-    for (auto alg : {coll::Algorithm::Ring, coll::Algorithm::NaiveRing, coll::Algorithm::Direct}) {
-        check_all_reduce(alg, coll::ReduceOp::Sum, in, sum, scale);
-        if (with_mean) check_all_reduce(alg, coll::ReduceOp::Mean, in, sum, scale);
+    for (auto op : {coll::ReduceOp::Sum, coll::ReduceOp::Mean}) {
+        if (op == coll::ReduceOp::Mean && !with_mean) continue;
+        const auto ring = check_all_reduce(coll::Algorithm::Ring, op, in, sum, scale);
+        check_all_reduce(coll::Algorithm::NaiveRing, op, in, sum, scale);
+        const auto direct = check_all_reduce(coll::Algorithm::Direct, op, in, sum, scale);
+        // Both sum chunk c as x_c + x_{c+1} + ... + x_{c-1} (see direct.hpp).
+        INFO("N ", n, ", length ", len, ", ", coll::to_string(op));
+        CHECK_MESSAGE(bitwise_equal(ring, direct), "ring and direct differ");
     }
 }
 

@@ -5,6 +5,10 @@
 
 #include <strata/distribute/collective/nccl.hpp>
 
+#if !defined(STRATA_HAS_NCCL)
+#error "test_nccl.cu needs NCCL: <nccl.h> was not found (add the CUDA include directory)"
+#endif
+
 #include <cstdio>
 #include <numeric>
 #include <span>

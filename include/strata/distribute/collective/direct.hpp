@@ -10,19 +10,19 @@ namespace strata::distribute::collective {
 
 /// Direct all-reduce.
 ///
-/// 1. Reduce-scatter: rank r owns slice r (chunk_begin with N parts). It sums that slice of
-///    all N buffers in rank order, x_0 + x_1 + ... + x_{N-1} (divided by N for Mean), and
-///    writes the result into its own buffer's slice r. Rank r writes only slice r of its own
-///    buffer and the others read only their own slices, so no two ranks touch the same
-///    elements. Barrier.
+/// 1. Reduce-scatter: rank r owns slice r (chunk_begin with N parts). It adds that slice of
+///    the other N-1 buffers into its own, in the order r+1, r+2, ..., r-1 (mod N), dividing by
+///    N in the last addition for Mean. Rank r writes only slice r of its own buffer and the
+///    others read only their own slices, so no two ranks touch the same elements. Barrier.
 /// 2. All-gather: rank r copies every slice q != r from rank q's buffer. Barrier (the exit: no
 ///    rank returns while another may still read its slice).
 ///
 /// Two barriers whatever N is, and each element of the result is read from every buffer once
 /// and written once: in shared memory this moves the fewest bytes with the fewest
 /// synchronisations. (Across a network it would need N-1 concurrent transfers per rank,
-/// which is why the ring exists.) The fixed rank order makes the result bitwise reproducible,
-/// and since each element is computed on one rank and copied, identical on all ranks.
+/// which is why the ring exists.) Slice c is summed x_c + x_{c+1} + ... + x_{c-1}, the order
+/// ring_all_reduce uses for chunk c, so Direct and Ring give bitwise identical results; each
+/// element is computed on one rank and copied, so all ranks get the same bits, run after run.
 template <Reducible T>
 void direct_all_reduce(const Exchange<T>& ex, ReduceOp op) {
     const int n = ex.size();
@@ -32,18 +32,18 @@ void direct_all_reduce(const Exchange<T>& ex, ReduceOp op) {
 
     const std::size_t begin = ex.chunk_begin(r);
     const std::size_t end = ex.chunk_begin(r + 1);
-    // Sum a cache-sized block in a private accumulator: our own buffer is one of the inputs,
-    // so it cannot be the accumulator without changing the summation order.
-    constexpr std::size_t kBlock = 1024;
-    alignas(64) T acc[kBlock];
+    // Our own term comes first in the order, so our buffer is the accumulator. Blocks keep
+    // the slice being accumulated in L1 while the N-1 other buffers stream past it.
+    constexpr std::size_t kBlock = 2048;
     for (std::size_t b = begin; b < end; b += kBlock) {
         const std::size_t len = end - b < kBlock ? end - b : kBlock;
-        detail::sum_of(acc, ex.buffer(0) + b, ex.buffer(1) + b, len);
-        for (int q = 2; q < n; ++q) detail::add_into(acc, ex.buffer(q) + b, len);
-        if (op == ReduceOp::Mean)
-            detail::divided(mine + b, acc, len, static_cast<T>(n));
-        else
-            detail::copy(mine + b, acc, len);
+        for (int k = 1; k < n; ++k) {
+            const T* other = ex.buffer(ex.wrap(r + k)) + b;
+            if (op == ReduceOp::Mean && k == n - 1)
+                detail::add_into_divided(mine + b, other, len, static_cast<T>(n));
+            else
+                detail::add_into(mine + b, other, len);
+        }
     }
     ex.step(1, 2);
 

@@ -2,12 +2,15 @@
 /// \file strata/distribute/collective/nccl.hpp
 /// All-reduce across the GPUs of one process through NCCL (ncclCommInitAll + ncclAllReduce).
 ///
-/// Compiled only when the translation unit is compiled by nvcc (`__CUDACC__`) or defines
-/// STRATA_WITH_NCCL (a host compiler with the CUDA and NCCL include paths); otherwise this
-/// header declares nothing, so it is harmless to include everywhere. Link with -lnccl and the
-/// CUDA runtime. For replicas that share one memory use ReplicaGroup (all_reduce.hpp).
+/// Compiled only when the translation unit defines STRATA_WITH_NCCL (any compiler, with the
+/// CUDA and NCCL include paths; nccl.h must then exist) or is compiled by nvcc
+/// (`__CUDACC__`) where <nccl.h> can be found; otherwise this header declares nothing, so it
+/// is harmless to include everywhere. STRATA_HAS_NCCL is defined to 1 when it is compiled.
+/// Link with -lnccl and the CUDA runtime. For replicas that share one memory use ReplicaGroup
+/// (all_reduce.hpp).
 
-#if defined(__CUDACC__) || defined(STRATA_WITH_NCCL)
+#if defined(STRATA_WITH_NCCL) || (defined(__CUDACC__) && __has_include(<nccl.h>))
+#define STRATA_HAS_NCCL 1
 
 #include <strata/core/error.hpp>
 #include <strata/distribute/collective/common.hpp>
@@ -218,4 +221,4 @@ private:
 
 }  // namespace strata::distribute::collective
 
-#endif  // __CUDACC__ || STRATA_WITH_NCCL
+#endif  // STRATA_WITH_NCCL || (__CUDACC__ && <nccl.h>)
