@@ -137,6 +137,16 @@ TEST_CASE_TEMPLATE("the float sum is accurate", P, STRATA_TEST_PLACES) {
     double ref = 0;
     for (float v : strata::to_vector(x.view())) ref += double(v);
     CHECK(std::abs(double(strata::sum(x.view())) - ref) <= 1e-6 * std::abs(ref));
+    // The grouping of partial sums does not depend on the number of threads.
+    if constexpr (std::is_same_v<P, strata::place::Host>) {
+        const int before = strata::num_threads();
+        strata::set_num_threads(1);
+        const double one = strata::sum(x.view());
+        strata::set_num_threads(2);
+        const double two = strata::sum(x.view());
+        strata::set_num_threads(before);
+        CHECK(one == two);
+    }
 }
 
 TEST_CASE_TEMPLATE("axis reductions match float64 on every axis", P, STRATA_TEST_PLACES) {
