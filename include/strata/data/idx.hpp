@@ -140,7 +140,13 @@ struct FileCloser {
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
 
-inline std::string in_quotes(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+// Built by appending: g++ 12 warns falsely (-Wrestrict) on "'" + std::string.
+inline std::string in_quotes(const std::filesystem::path& p) {
+    std::string s(1, '\'');
+    s += p.string();
+    s += '\'';
+    return s;
+}
 
 inline std::string dims_text(const std::vector<std::size_t>& dims) {
     if (dims.empty()) return "(scalar)";

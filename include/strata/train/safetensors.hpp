@@ -146,7 +146,13 @@ inline std::string shape_text(std::span<const std::size_t> shape) {
 
 namespace detail::st {
 
-inline std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
+// Built by appending: g++ 12 warns falsely (-Wrestrict) on "'" + std::string.
+inline std::string in_quotes(std::string_view s) {
+    std::string out(1, '\'');
+    out += s;
+    out += '\'';
+    return out;
+}
 
 // Number of elements of `shape`, or nullopt when the product overflows 64 bits.
 inline std::optional<std::uint64_t> checked_numel(std::span<const std::size_t> shape) {
