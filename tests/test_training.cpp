@@ -367,3 +367,25 @@ TEST_CASE("after the first step, a training step allocates no heap memory") {
     for (int i = 0; i < 3 && it != std::default_sentinel; ++i, ++it) model.train_step(*it);
     CHECK(g_allocations.load() - before == 0);
 }
+
+TEST_CASE("a Mirrored training step allocates no heap memory either (buckets and all)") {
+    using Cnn = Sequential<Input<8, 8, 1>, Conv2D<4, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<3, Softmax>>;
+    for (std::size_t bucket_bytes : {std::size_t(4) << 20, std::size_t(64)}) {
+        CAPTURE(bucket_bytes);
+        strata::distribute::Mirrored<> strategy(2, {.bucket_bytes = bucket_bytes});
+        strata::Model<Cnn, strata::distribute::Mirrored<>> model(strategy, 2);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+        auto f = lcg(64 * 64, 3, 0, 1);
+        std::vector<std::int32_t> y(64);
+        for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::int32_t(i % 3);
+        auto ds = strata::data::Dataset<>::from_arrays(std::vector<float>(f.begin(), f.end()), {8, 8, 1}, y).batch(16);
+        auto it = ds.iterate(0);
+        model.train_step(*it);
+        ++it;
+        model.train_step(*it);  // the communication threads' queues have grown too
+        ++it;
+        const long before = g_allocations.load();
+        for (int i = 0; i < 2 && it != std::default_sentinel; ++i, ++it) model.train_step(*it);
+        CHECK(g_allocations.load() - before == 0);
+    }
+}
