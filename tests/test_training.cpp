@@ -389,3 +389,19 @@ TEST_CASE("a Mirrored training step allocates no heap memory either (buckets and
         CHECK(g_allocations.load() - before == 0);
     }
 }
+
+TEST_CASE("a float checkpoint loads into a double model") {
+    const auto path = temp_path("f32.safetensors");
+    strata::Model<Small> f32(8);
+    f32.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    f32.fit(blobs(64, 2).batch(16), {.epochs = 1, .verbose = 0});
+    f32.save(path);
+    strata::Model<Small, strata::distribute::Default, double> f64(1);
+    f64.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    f64.load(path);
+    const auto a = f32.get_weights();
+    const auto b = f64.get_weights();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(double(a[i]) == b[i]);
+    fs::remove(path);
+}

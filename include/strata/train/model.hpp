@@ -420,15 +420,12 @@ public:
                      "' has checkpoint format version ", version, ", this strata reads version ", checkpoint_version);
         const auto infos = Net::parameters();
         std::vector<T> params(static_cast<std::size_t>(num_params));
-        for (const auto& p : infos)
-            f.copy_to<T>(p.name, std::span<T>(params.data() + p.offset, std::size_t(p.shape.size())), dims_of(p.shape));
+        for (const auto& p : infos) read_tensor(f, p.name, params.data() + p.offset, p.shape);
         if (compiled_) {
             const int copies = kind == distribute::Kind::Mirrored ? replicas() : 1;
             for (auto& [slot, t] : replicas_[0]->opt.slots()) {
                 std::vector<T> v(static_cast<std::size_t>(num_params));
-                for (const auto& p : infos)
-                    f.copy_to<T>("optimizer/" + slot + "/" + p.name, std::span<T>(v.data() + p.offset, std::size_t(p.shape.size())),
-                                 dims_of(p.shape));
+                for (const auto& p : infos) read_tensor(f, "optimizer/" + slot + "/" + p.name, v.data() + p.offset, p.shape);
                 for (int r = 0; r < copies; ++r)
                     for (auto& [s2, t2] : replicas_[std::size_t(r)]->opt.slots())
                         if (s2 == slot) copy(TensorView<T, place::Host>(v.data(), Shape{num_params}), t2.view());
@@ -682,6 +679,25 @@ private:
     }
 
     static std::vector<std::size_t> dims_of(const Shape& s) { return std::vector<std::size_t>(s.begin(), s.end()); }
+
+    // Reads tensor `name` (shape checked by the reader) into `dst`; a float checkpoint loads into
+    // a double model and the other way round, converting each value.
+    static void read_tensor(const train::SafetensorsFile& f, const std::string& name, T* dst, const Shape& shape) {
+        const auto n = std::size_t(shape.size());
+        const auto dims = dims_of(shape);
+        if (f.contains(name) && f.dtype(name) != train::dtype_of<T>) {
+            if (f.dtype(name) == train::Dtype::F32) return convert_from<float>(f, name, dst, n, dims);
+            if (f.dtype(name) == train::Dtype::F64) return convert_from<double>(f, name, dst, n, dims);
+        }
+        f.copy_to<T>(name, std::span<T>(dst, n), dims);
+    }
+    template <class U>
+    static void convert_from(const train::SafetensorsFile& f, const std::string& name, T* dst, std::size_t n,
+                             const std::vector<std::size_t>& dims) {
+        std::vector<U> tmp(n);
+        f.copy_to<U>(name, std::span<U>(tmp), dims);
+        for (std::size_t i = 0; i < n; ++i) dst[i] = T(tmp[i]);
+    }
 
     std::unique_ptr<Strategy> owned_;
     Strategy* strategy_;
