@@ -18,6 +18,8 @@
 // Only the tensor core: the benchmark measures it and nothing else (and compiles faster).
 #include <strata/tensor/tensor_all.hpp>
 
+#include "bench_common.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,95 +27,44 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
 
-struct Options {
-    int threads = 0;  // 0: all hardware threads
-    int reps = 11;
-    int warmup = 2;
-    double min_time = 0.05;
+struct Options : bench::SamplingOptions {
+    Options() : SamplingOptions(0.05) {}
     double pause = 0.15;
     std::string only;
     std::string json;
 };
 
 [[noreturn]] void usage(const char* prog, int status) {
-    std::fprintf(status ? stderr : stdout,
-                 "usage: %s [--threads N] [--reps N] [--warmup N] [--min-time SECONDS] [--pause SECONDS] [--only NAME] [--json FILE]\n"
-                 "  --threads N     threads for the BLAS and strata's host ops (strata::set_num_threads; default: all)\n"
-                 "  --reps N        timed samples of each side per row; medians are reported (default 11)\n"
-                 "  --warmup N      untimed calls of each implementation before timing (default 2)\n"
-                 "  --min-time S    a sample repeats the call until it lasts at least S seconds (default 0.05)\n"
-                 "  --pause S       idle time before each sample, so the other side's threads settle (default 0.15)\n"
-                 "  --only NAME     run only rows whose name contains NAME (e.g. conv2, square)\n"
-                 "  --json FILE     also write the figures as JSON to FILE\n",
-                 prog);
-    std::exit(status);
+    bench::usage_exit(status,
+                      "usage: %s [--threads N] [--reps N] [--warmup N] [--min-time SECONDS] [--pause SECONDS] [--only NAME] [--json FILE]\n"
+                      "  --threads N     threads for the BLAS and strata's host ops (strata::set_num_threads; default: all)\n"
+                      "  --reps N        timed samples of each side per row; medians are reported (default 11)\n"
+                      "  --warmup N      untimed calls of each implementation before timing (default 2)\n"
+                      "  --min-time S    a sample repeats the call until it lasts at least S seconds (default 0.05)\n"
+                      "  --pause S       idle time before each sample, so the other side's threads settle (default 0.15)\n"
+                      "  --only NAME     run only rows whose name contains NAME (e.g. conv2, square)\n"
+                      "  --json FILE     also write the figures as JSON to FILE\n",
+                      prog);
 }
 
 Options parse(int argc, char** argv) {
     Options o;
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        auto value = [&]() -> std::string {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "%s: %s needs a value\n", argv[0], a.c_str());
-                usage(argv[0], 2);
-            }
-            return argv[++i];
-        };
-        auto integer = [&](int lo) {
-            const std::string v = value();
-            char* end = nullptr;
-            const long x = std::strtol(v.c_str(), &end, 10);
-            if (v.empty() || *end || x < lo || x > 1'000'000) {
-                std::fprintf(stderr, "%s: %s expects an integer >= %d, got '%s'\n", argv[0], a.c_str(), lo, v.c_str());
-                usage(argv[0], 2);
-            }
-            return int(x);
-        };
-        auto seconds = [&] {
-            const std::string v = value();
-            char* end = nullptr;
-            const double x = std::strtod(v.c_str(), &end);
-            if (v.empty() || *end || !(x >= 0)) {
-                std::fprintf(stderr, "%s: %s expects seconds >= 0, got '%s'\n", argv[0], a.c_str(), v.c_str());
-                usage(argv[0], 2);
-            }
-            return x;
-        };
-        if (a == "--threads") o.threads = integer(0);
-        else if (a == "--reps") o.reps = integer(1);
-        else if (a == "--warmup") o.warmup = integer(0);
-        else if (a == "--min-time") o.min_time = seconds();
-        else if (a == "--pause") o.pause = seconds();
-        else if (a == "--only") o.only = value();
-        else if (a == "--json") o.json = value();
-        else if (a == "-h" || a == "--help") usage(argv[0], 0);
-        else {
-            std::fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], a.c_str());
-            usage(argv[0], 2);
-        }
-    }
+    bench::parse_args(argc, argv, usage, [&](bench::Args& args, const std::string& a) {
+        if (a == "--pause") o.pause = args.seconds();
+        else if (a == "--only") o.only = args.value();
+        else if (a == "--json") o.json = args.value();
+        else return o.parse_flag(args, a);
+        return true;
+    });
     return o;
-}
-
-std::string cpu_model() {
-    std::ifstream in("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("model name", 0) == 0) {
-            const auto colon = line.find(':');
-            if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-        }
-    return "unknown";
 }
 
 std::string blas_config() {
@@ -122,27 +73,6 @@ std::string blas_config() {
 #else
     return "CBLAS (not OpenBLAS)";
 #endif
-}
-
-std::string load_average() {
-    // Other processes on the machine skew every figure; the table records how busy it was.
-    std::ifstream in("/proc/loadavg");
-    std::string one, five, fifteen;
-    if (!(in >> one >> five >> fifteen)) return "unknown";
-    return one + " " + five + " " + fifteen;
-}
-
-std::string json_string(const std::string& s) {
-    std::string out = "\"";
-    for (char c : s) {
-        if (c == '"' || c == '\\') out += '\\', out += c;
-        else if (static_cast<unsigned char>(c) < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out += buf;
-        } else out += c;
-    }
-    return out + "\"";
 }
 
 // OpenBLAS 0.3.21 (Debian 12) does not know recent Xeons (e.g. family 6 model 207) and falls
@@ -160,12 +90,6 @@ std::string blas_warning() {
                "Run with OPENBLAS_CORETYPE=Haswell for its fast kernels.";
 #endif
     return "";
-}
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const auto n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // One GEMM: C[m,n] = op(A) op(B), with A and B stored as the training step stores them.
@@ -266,15 +190,14 @@ Row run_case(const Case& c, std::size_t index, const BlasModes& modes, const Opt
         for (int i = 0; i < opt.warmup; ++i) run(use_strata);
         const auto t0 = Clock::now();
         run(use_strata);
-        const double one = std::chrono::duration<double>(Clock::now() - t0).count();
-        return std::max(1L, long(std::ceil(opt.min_time / std::max(one, 1e-9))));
+        return bench::calls_for_min_time(opt.min_time, bench::seconds_since(t0));
     };
     auto sample = [&](bool use_strata, long calls) {
         prepare(use_strata);
         run(use_strata);  // untimed: the first call after a pause wakes the threads up
         const auto t0 = Clock::now();
         for (long i = 0; i < calls; ++i) run(use_strata);
-        return std::chrono::duration<double>(Clock::now() - t0).count() / double(calls);
+        return bench::seconds_since(t0) / double(calls);
     };
     Row row{c};
     row.strata_calls = calls_for(true);
@@ -288,9 +211,9 @@ Row run_case(const Case& c, std::size_t index, const BlasModes& modes, const Opt
         td.push_back(strata_first ? second : first);
         ratios.push_back(td.back() / ts.back());
     }
-    row.strata_s = median(ts);
-    row.direct_s = median(td);
-    row.ratio = median(ratios);
+    row.strata_s = bench::median(ts);
+    row.direct_s = bench::median(td);
+    row.ratio = bench::median(ratios);
     row.strata_best_s = *std::min_element(ts.begin(), ts.end());
     row.direct_best_s = *std::min_element(td.begin(), td.end());
     row.identical = std::memcmp(c_strata.data(), c_direct.data(), std::size_t(c.m * c.n) * sizeof(float)) == 0;
@@ -324,10 +247,13 @@ int main(int argc, char** argv) {
     BlasModes modes;
     modes.strata = get_blas_threads();
     modes.direct = threads;
-    const std::string cpu = cpu_model(), blas = blas_config(), load_before = load_average(), warning = blas_warning();
+    bench::Machine machine;
+    machine.hardware_threads = strata::hardware_threads();
+    const std::string blas = blas_config(), warning = blas_warning();
+    machine.extra = {{"blas", blas}};
 
     std::printf("strata GEMM benchmark: float, row-major, C = op(A) op(B) (alpha 1, beta 0)\n");
-    std::printf("cpu: %s, %d hardware threads; BLAS: %s\n", cpu.c_str(), strata::hardware_threads(), blas.c_str());
+    std::printf("cpu: %s, %d hardware threads; BLAS: %s\n", machine.cpu.c_str(), strata::hardware_threads(), blas.c_str());
     std::printf("threads: %d. strata: strata::gemm on an OpenMP team of %d (BLAS pool left at %d, as strata sets it);\n"
                 "         direct: cblas_sgemm with the BLAS's own pool at %d threads\n",
                 threads, strata::num_threads(), modes.strata, modes.direct);
@@ -335,7 +261,7 @@ int main(int argc, char** argv) {
                 "calls after %.3g s idle\n", opt.reps, opt.min_time, opt.pause);
     std::printf("GFLOP/s = 2*m*n*k / median time; ratio = median over repetitions of (direct time / strata time),\n"
                 "so > 1 means strata is faster\n");
-    std::printf("load average before: %s\n", load_before.c_str());
+    std::printf("load average before: %s\n", machine.load_before.c_str());
     if (!warning.empty()) std::printf("WARNING: %s\n", warning.c_str());
     std::printf("\n");
     std::printf("%-12s %-3s %7s %6s %6s %12s %12s %12s %12s %6s %9s  %s\n", "name", "op", "m", "n", "k", "strata ms",
@@ -345,55 +271,38 @@ int main(int argc, char** argv) {
     for (const auto& c : cases()) {
         if (!opt.only.empty() && c.name.find(opt.only) == std::string::npos) continue;
         Row r = run_case(c, rows.size(), modes, opt);
-        char diff[32];
-        if (r.identical) std::snprintf(diff, sizeof diff, "identical");
-        else std::snprintf(diff, sizeof diff, "%.1e", r.max_rel_diff);
+        const std::string diff = r.identical ? "identical" : bench::format("%.1e", r.max_rel_diff);
         std::printf("%-12s %-3s %7lld %6lld %6lld %12.3f %12.1f %12.3f %12.1f %6.3f %9s  %s\n", c.name.c_str(),
                     trans_name(c.ta, c.tb), (long long)c.m, (long long)c.n, (long long)c.k, r.strata_s * 1e3,
-                    r.gflops(r.strata_s), r.direct_s * 1e3, r.gflops(r.direct_s), r.ratio, diff, c.role.c_str());
+                    r.gflops(r.strata_s), r.direct_s * 1e3, r.gflops(r.direct_s), r.ratio, diff.c_str(), c.role.c_str());
         std::fflush(stdout);
         rows.push_back(r);
     }
-    const std::string load_after = load_average();
+    machine.load_after = bench::load_average();
     std::printf("\nrel diff: max |C_strata - C_direct| / max |C_direct| (\"identical\": bit for bit; the two may split the\n"
-                "work differently, which changes float rounding only). load average after: %s\n", load_after.c_str());
+                "work differently, which changes float rounding only). load average after: %s\n", machine.load_after.c_str());
 
-    if (!opt.json.empty()) {
-        std::ofstream out(opt.json);
-        if (!out) {
-            std::fprintf(stderr, "%s: cannot write %s\n", argv[0], opt.json.c_str());
-            return 1;
-        }
-        out << "{\n  \"benchmark\": \"gemm\",\n  \"dtype\": \"float32\",\n"
-            << "  \"machine\": {\"cpu\": " << json_string(cpu) << ", \"hardware_threads\": " << strata::hardware_threads()
-            << ", \"blas\": " << json_string(blas) << ", \"load_average_before\": " << json_string(load_before)
-            << ", \"load_average_after\": " << json_string(load_after) << "},\n"
-            << "  \"blas_warning\": " << json_string(warning) << ",\n"
-            << "  \"threads\": " << threads << ",\n  \"strata_omp_threads\": " << strata::num_threads()
-            << ",\n  \"strata_blas_threads\": " << modes.strata << ",\n  \"direct_blas_threads\": " << modes.direct
-            << ",\n  \"reps\": " << opt.reps << ",\n  \"warmup\": " << opt.warmup << ",\n  \"min_time_s\": " << opt.min_time
-            << ",\n  \"pause_s\": " << opt.pause << ",\n"
-            << "  \"gflops_definition\": \"2*m*n*k / median seconds per call (*_best_gflops: fastest sample)\",\n  \"rows\": [\n";
-        for (std::size_t i = 0; i < rows.size(); ++i) {
-            const Row& r = rows[i];
-            char buf[640];
-            std::snprintf(buf, sizeof buf,
-                          "    {\"name\": %s, \"op\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"role\": %s, "
-                          "\"strata_seconds\": %.9g, \"strata_gflops\": %.6g, \"direct_seconds\": %.9g, "
-                          "\"direct_gflops\": %.6g, \"ratio\": %.6g, \"strata_best_gflops\": %.6g, \"direct_best_gflops\": %.6g, "
-                          "\"strata_calls_per_sample\": %ld, \"direct_calls_per_sample\": %ld, \"identical\": %s, \"max_rel_diff\": %.3g}%s\n",
-                          json_string(r.c.name).c_str(), trans_name(r.c.ta, r.c.tb), (long long)r.c.m, (long long)r.c.n,
-                          (long long)r.c.k, json_string(r.c.role).c_str(), r.strata_s, r.gflops(r.strata_s), r.direct_s,
-                          r.gflops(r.direct_s), r.ratio, r.gflops(r.strata_best_s),
-                          r.gflops(r.direct_best_s), r.strata_calls, r.direct_calls,
-                          r.identical ? "true" : "false", r.max_rel_diff, i + 1 < rows.size() ? "," : "");
-            out << buf;
-        }
-        out << "  ]\n}\n";
-        if (!out) {
-            std::fprintf(stderr, "%s: error writing %s\n", argv[0], opt.json.c_str());
-            return 1;
-        }
-        std::printf("wrote %s\n", opt.json.c_str());
-    }
+    if (!opt.json.empty() && !bench::write_json(argv[0], opt.json, [&](std::ostream& out) {
+            out << "{\n  \"benchmark\": \"gemm\",\n  \"dtype\": \"float32\",\n"
+                << "  \"machine\": " << machine.json() << ",\n"
+                << "  \"blas_warning\": " << bench::json_string(warning) << ",\n"
+                << "  \"threads\": " << threads << ",\n  \"strata_omp_threads\": " << strata::num_threads()
+                << ",\n  \"strata_blas_threads\": " << modes.strata << ",\n  \"direct_blas_threads\": " << modes.direct
+                << ",\n  \"reps\": " << opt.reps << ",\n  \"warmup\": " << opt.warmup << ",\n  \"min_time_s\": " << opt.min_time
+                << ",\n  \"pause_s\": " << opt.pause << ",\n"
+                << "  \"gflops_definition\": \"2*m*n*k / median seconds per call (*_best_gflops: fastest sample)\",\n";
+            bench::write_json_rows(out, rows, [](const Row& r) {
+                return bench::format(
+                    "\"name\": %s, \"op\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"role\": %s, "
+                    "\"strata_seconds\": %.9g, \"strata_gflops\": %.6g, \"direct_seconds\": %.9g, "
+                    "\"direct_gflops\": %.6g, \"ratio\": %.6g, \"strata_best_gflops\": %.6g, \"direct_best_gflops\": %.6g, "
+                    "\"strata_calls_per_sample\": %ld, \"direct_calls_per_sample\": %ld, \"identical\": %s, \"max_rel_diff\": %.3g",
+                    bench::json_string(r.c.name).c_str(), trans_name(r.c.ta, r.c.tb), (long long)r.c.m, (long long)r.c.n,
+                    (long long)r.c.k, bench::json_string(r.c.role).c_str(), r.strata_s, r.gflops(r.strata_s), r.direct_s,
+                    r.gflops(r.direct_s), r.ratio, r.gflops(r.strata_best_s), r.gflops(r.direct_best_s), r.strata_calls,
+                    r.direct_calls, r.identical ? "true" : "false", r.max_rel_diff);
+            });
+            out << "}\n";
+        }))
+        return 1;
 }
