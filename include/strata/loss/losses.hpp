@@ -53,6 +53,24 @@ namespace detail {
 // Keras clips probabilities to [eps, 1 - eps] before the logarithm.
 inline constexpr double prob_epsilon = 1e-7;
 
+// The row's maximum and log(sum(exp(z - max))): log-softmax is z - (max + log_sum), stable for
+// any logits. Shared by the cross-entropies' fused paths.
+template <class T>
+struct RowLse {
+    T max, sum_exp;
+    STRATA_HD T log_sum_exp() const { using std::log; return max + log(sum_exp); }
+    STRATA_HD T softmax(T z) const { using std::exp; return exp(z - max) / sum_exp; }
+};
+template <class T>
+STRATA_HD RowLse<T> row_lse(const T* z, std::int64_t n) {
+    using std::exp;
+    T m = z[0];
+    for (std::int64_t c = 1; c < n; ++c) m = z[c] > m ? z[c] : m;
+    T s = 0;
+    for (std::int64_t c = 0; c < n; ++c) s += exp(z[c] - m);
+    return {m, s};
+}
+
 template <class T>
 struct SparseCeRow {
     const T* pred;
@@ -69,14 +87,9 @@ struct SparseCeRow {
         T* g = grad + r * classes;
         const auto label = std::int64_t(target[r]);
         if (logits) {
-            T m = z[0];
-            for (std::int64_t c = 1; c < classes; ++c) m = z[c] > m ? z[c] : m;
-            T s = 0;
-            for (std::int64_t c = 0; c < classes; ++c) s += exp(z[c] - m);
-            const T lse = m + log(s);
-            const T inv_s = T(1) / s;
-            for (std::int64_t c = 0; c < classes; ++c) g[c] = (exp(z[c] - m) * inv_s - (c == label ? T(1) : T(0))) * inv_denom;
-            row_loss[r] = lse - z[label];
+            const auto lse = row_lse(z, classes);
+            for (std::int64_t c = 0; c < classes; ++c) g[c] = (lse.softmax(z[c]) - (c == label ? T(1) : T(0))) * inv_denom;
+            row_loss[r] = lse.log_sum_exp() - z[label];
         } else {
             const T eps = T(prob_epsilon);
             for (std::int64_t c = 0; c < classes; ++c) g[c] = 0;
@@ -105,19 +118,13 @@ struct CategoricalCeRow {
         const T* t = target + r * classes;
         T* g = grad + r * classes;
         if (logits) {
-            T m = z[0];
-            for (std::int64_t c = 1; c < classes; ++c) m = z[c] > m ? z[c] : m;
-            T s = 0, tsum = 0;
-            for (std::int64_t c = 0; c < classes; ++c) {
-                s += exp(z[c] - m);
-                tsum += t[c];
-            }
-            const T lse = m + log(s);
-            const T inv_s = T(1) / s;
+            const auto lse = row_lse(z, classes);
+            T tsum = 0;
+            for (std::int64_t c = 0; c < classes; ++c) tsum += t[c];
             T loss = 0;
             for (std::int64_t c = 0; c < classes; ++c) {
-                loss += t[c] * (lse - z[c]);
-                g[c] = (exp(z[c] - m) * inv_s * tsum - t[c]) * inv_denom;
+                loss += t[c] * (lse.log_sum_exp() - z[c]);
+                g[c] = (lse.softmax(z[c]) * tsum - t[c]) * inv_denom;
             }
             row_loss[r] = loss;
         } else {
