@@ -227,3 +227,25 @@ TEST_CASE("with Dropout, N replicas draw the masks one device draws for the same
         CHECK(max_relative_difference(train(m), reference) <= 1e-12);
     }
 }
+
+TEST_CASE("replicas on configured logical devices keep their variables in those devices' memory") {
+    namespace pl = strata::place;
+    pl::reset_devices();
+    const auto cpu = pl::list_physical_devices(pl::DeviceKind::Cpu).at(0);
+    pl::set_logical_device_configuration(cpu, {{.cores = 1, .memory_limit = std::size_t(64) << 20},
+                                               {.cores = 1, .memory_limit = std::size_t(64) << 20}},
+                                         pl::Oversubscribe::Yes);
+    {
+        dist::Mirrored<> strategy(2);
+        REQUIRE(strategy.devices().size() == 2);
+        CHECK(strategy.devices()[1].name == "/device:CPU:1");
+        strata::Model<Cnn, dist::Mirrored<>> model(strategy, 1);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+        const auto bytes = std::size_t(Cnn::num_params) * sizeof(float);
+        // Parameters, gradients and Adam's two slots of replica 1 live on /device:CPU:1.
+        CHECK(pl::memory_info(strategy.devices()[1]).current >= 4 * bytes);
+        model.fit(images(20, 1).batch(10), {.epochs = 1, .verbose = 0});
+        CHECK(pl::memory_info(strategy.devices()[0]).peak >= 4 * bytes);
+    }
+    pl::reset_devices();
+}

@@ -142,7 +142,9 @@ public:
         else if (output_size == 1) acc_kind_ = metrics::AccuracyKind::Binary;
         else acc_kind_ = metrics::AccuracyKind::Categorical;
         const int opt_copies = kind == distribute::Kind::Mirrored ? replicas() : 1;
-        for (int r = 0; r < opt_copies; ++r) replicas_[std::size_t(r)]->opt = optim::OptimizerState<T, P>(optimizer, num_params);
+        strategy_->run_replicas([&](int r) {  // slots on each replica's device, as its variables
+            if (r < opt_copies) replicas_[std::size_t(r)]->opt = optim::OptimizerState<T, P>(optimizer, num_params);
+        });
         compiled_ = true;
     }
 
@@ -527,13 +529,16 @@ private:
 
     void build() {
         const int N = replicas();
-        for (int r = 0; r < N; ++r) {
-            auto rep = std::make_unique<Replica>();
-            rep->grads.resize(Shape{num_params});
-            fill(rep->grads.view(), T(0));
-            if (r == 0 || kind == distribute::Kind::Mirrored) rep->params.resize(Shape{num_params});
-            replicas_.push_back(std::move(rep));
-        }
+        for (int r = 0; r < N; ++r) replicas_.push_back(std::make_unique<Replica>());
+        // Each replica allocates its buffers on its own thread, inside its device scope, so they
+        // come from its logical device's memory (and count against its limit).
+        strategy_->run_replicas([&](int r) {
+            Replica& rep = *replicas_[std::size_t(r)];
+            rep.grads.resize(Shape{num_params});
+            fill(rep.grads.view(), T(0));
+            if (r == 0 || kind == distribute::Kind::Mirrored) rep.params.resize(Shape{num_params});
+            if (r == 0 && kind == distribute::Kind::CentralStorage) central_grads_.resize(Shape{num_params});
+        });
         plan_buckets();
         if (place::get_log_device_placement()) {
             const auto& devices = strategy_->devices();
@@ -703,7 +708,7 @@ private:
     Strategy* strategy_;
     std::uint64_t seed_;
     std::vector<std::unique_ptr<Replica>> replicas_;
-    Tensor<T, P> central_grads_ = kind == distribute::Kind::CentralStorage ? Tensor<T, P>(Shape{num_params}) : Tensor<T, P>();
+    Tensor<T, P> central_grads_;  // CentralStorage: the reduced gradient, on the central device
     loss::Loss loss_{};
     loss::Input input_kind_ = loss::Input::Probabilities;
     metrics::AccuracyKind acc_kind_ = metrics::AccuracyKind::SparseCategorical;
