@@ -105,6 +105,14 @@ TEST_CASE("Mirrored and CentralStorage equal OneDevice on the same global batche
     check_strategies<float>(strata::optim::SGD{.learning_rate = 0.1}, 1e-6);
 }
 
+TEST_CASE("gradient buckets: whole layers, backward order, sized by bucket_bytes") {
+    dist::Mirrored<> small(2, {.bucket_bytes = 64}), large(2), none(2, {.bucket_bytes = 0});
+    strata::Model<Cnn, dist::Mirrored<>> a(small, 1), b(large, 1), c(none, 1);
+    CHECK(a.gradient_buckets() == 3);  // conv2d, dense, dense_1: each over 64 bytes, one bucket each
+    CHECK(b.gradient_buckets() == 1);
+    CHECK(c.gradient_buckets() == 1);
+}
+
 TEST_CASE("Mirrored training is bitwise reproducible, and evaluate/predict match one device") {
     dist::Mirrored<> a(3), b(3);
     const auto wa = train_with<dist::Mirrored<>, float>(a, strata::optim::Adam{}, 3, 10);

@@ -150,6 +150,8 @@ public:
 
     /// Number of replicas that take part in every step.
     int replicas() const { return strategy_->num_replicas_in_sync(); }
+    /// Gradient buckets a step all-reduces (StrategyOptions::bucket_bytes; 1 = after backward).
+    std::size_t gradient_buckets() const { return buckets_.size(); }
     Strategy& strategy() { return *strategy_; }
     /// The Keras-like summary table.
     static std::string summary() { return Net::summary(); }
@@ -487,21 +489,28 @@ private:
     };
     std::vector<GradBucket> buckets_;
 
+    // Buckets come from collective::BucketPlan over the layers' parameter blocks in backward
+    // order; each bucket of consecutive whole layers is one contiguous range of the flat buffer.
     void plan_buckets() {
-        const auto bytes = std::int64_t(strategy_->options().bucket_bytes);
         const auto& off = Net::offsets;
-        std::int64_t hi = num_params, lo = num_params;
-        for (std::size_t l = Net::num_layers; l-- > 0;) {
-            const std::int64_t a = off[l], b = off[l + 1];
-            if (a == b) continue;
-            if (lo < hi && bytes > 0 && (hi - a) * std::int64_t(sizeof(T)) > bytes) {
-                buckets_.push_back({lo, hi - lo});
-                hi = lo;
+        std::vector<std::size_t> sizes, layer_of;
+        for (std::size_t l = Net::num_layers; l-- > 0;)
+            if (off[l + 1] > off[l]) {
+                sizes.push_back(std::size_t(off[l + 1] - off[l]));
+                layer_of.push_back(l);
             }
-            lo = a;
-            (void)b;
+        if (sizes.empty()) return;
+        const std::size_t bytes = strategy_->options().bucket_bytes;
+        if (bytes == 0) {  // one all-reduce after the whole backward pass
+            buckets_.push_back({0, num_params});
+            return;
         }
-        if (lo < hi) buckets_.push_back({lo, hi - lo});
+        const distribute::collective::BucketPlan plan(sizes, sizeof(T), bytes);
+        for (const auto& b : plan.buckets()) {
+            const std::size_t highest = layer_of[b.first_tensor];
+            const std::size_t lowest = layer_of[b.first_tensor + b.tensor_count - 1];
+            buckets_.push_back({off[lowest], off[highest + 1] - off[lowest]});
+        }
     }
 
     bool overlapped() const {
