@@ -2,6 +2,8 @@
 // absence of per-batch allocations, and the speed of an MNIST-sized epoch.
 #include <doctest/doctest.h>
 
+#include "test_util.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -18,6 +20,8 @@
 #include "strata/data/dataset.hpp"
 
 using namespace strata::data;
+using strata_test::error_of;
+using strata_test::has;
 
 // Counts heap allocations while `g_count_allocations` is set (from any thread), to check that
 // iteration does not allocate per batch in the steady state. (GCC cannot see that these
@@ -84,17 +88,6 @@ bool is_permutation_of_iota(std::vector<int> v, int n) {
     return v == iota(n);
 }
 
-template <class E = strata::Error, class F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const E& e) {
-        return e.what();
-    }
-    return "";
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace
 

@@ -2,6 +2,8 @@
 // loaders (on small generated files, and on the real files when data/mnist has them).
 #include <doctest/doctest.h>
 
+#include "test_util.hpp"
+
 #include <array>
 #include <cstdint>
 #include <cstdlib>
@@ -16,24 +18,12 @@
 
 namespace fs = std::filesystem;
 using namespace strata::data;
+using strata_test::error_of;
+using strata_test::has;
+using strata_test::TempDir;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with its contents at scope exit.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static int n = 0;
-        path = fs::temp_directory_path() / ("strata_test_idx_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    fs::path operator/(const std::string& name) const { return path / name; }
-};
 
 void write_bytes(const fs::path& p, const std::vector<unsigned char>& bytes) {
     std::ofstream f(p, std::ios::binary);
@@ -45,18 +35,6 @@ std::vector<unsigned char> read_bytes(const fs::path& p) {
     return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-// The message of the IoError that `f` throws ("" when it throws nothing).
-template <class E = strata::IoError, class F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const E& e) {
-        return e.what();
-    }
-    return "";
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace
 
@@ -136,34 +114,34 @@ TEST_CASE("idx: conversions to other element types") {
     CHECK(has(msg, "0 .. 255"));
 
     write_idx(dir / "f", {1}, std::vector<float>{2.0f});
-    const auto m2 = error_of([&] { read_idx<std::int32_t>(dir / "f"); });
+    const auto m2 = error_of<strata::IoError>([&] { read_idx<std::int32_t>(dir / "f"); });
     CHECK(has(m2, "stores float elements"));
     CHECK(has(m2, "read it as float or double"));
 }
 
 TEST_CASE("idx: a missing file names the path and the OS's reason") {
     TempDir dir;
-    const auto msg = error_of([&] { read_idx<float>(dir / "nope"); });
+    const auto msg = error_of<strata::IoError>([&] { read_idx<float>(dir / "nope"); });
     CHECK(has(msg, (dir / "nope").string()));
     CHECK(has(msg, "No such file or directory"));
 
     write_bytes(dir / "x-idx1-ubyte.gz", {0x1f, 0x8b, 8, 0});
-    const auto gz = error_of([&] { read_idx<float>(dir / "x-idx1-ubyte"); });
+    const auto gz = error_of<strata::IoError>([&] { read_idx<float>(dir / "x-idx1-ubyte"); });
     CHECK(has(gz, "x-idx1-ubyte.gz' exists"));
     CHECK(has(gz, "gzip -dk"));
 
-    CHECK(has(error_of([&] { read_idx<float>(dir.path); }), "is a directory"));
+    CHECK(has(error_of<strata::IoError>([&] { read_idx<float>(dir.path); }), "is a directory"));
 }
 
 TEST_CASE("idx: wrong magic shows the bytes found") {
     TempDir dir;
     write_bytes(dir / "m", {0x01, 0x02, 0x08, 0x01, 0, 0, 0, 0});
-    const auto msg = error_of([&] { read_idx<float>(dir / "m"); });
+    const auto msg = error_of<strata::IoError>([&] { read_idx<float>(dir / "m"); });
     CHECK(has(msg, "not an IDX file"));
     CHECK(has(msg, "expected magic bytes 00 00 <type> <rank>, found 01 02 08 01"));
 
     write_bytes(dir / "g", {0x1f, 0x8b, 0x08, 0x08, 1, 2, 3, 4});
-    const auto g = error_of([&] { read_idx<float>(dir / "g"); });
+    const auto g = error_of<strata::IoError>([&] { read_idx<float>(dir / "g"); });
     CHECK(has(g, "found 1f 8b 08 08"));
     CHECK(has(g, "gzip file"));
 }
@@ -171,7 +149,7 @@ TEST_CASE("idx: wrong magic shows the bytes found") {
 TEST_CASE("idx: unknown type code") {
     TempDir dir;
     write_bytes(dir / "t", {0, 0, 0x07, 1, 0, 0, 0, 1, 5});
-    const auto msg = error_of([&] { read_idx<float>(dir / "t"); });
+    const auto msg = error_of<strata::IoError>([&] { read_idx<float>(dir / "t"); });
     CHECK(has(msg, "unknown IDX type code 0x07"));
     CHECK(has(msg, "0x08 (ubyte)"));
     CHECK(has(msg, "0x0e (double)"));
@@ -181,13 +159,13 @@ TEST_CASE("idx: truncated and oversized files give expected vs found sizes") {
     TempDir dir;
     SUBCASE("shorter than the magic number") {
         write_bytes(dir / "a", {0, 0});
-        const auto msg = error_of([&] { read_idx<float>(dir / "a"); });
+        const auto msg = error_of<strata::IoError>([&] { read_idx<float>(dir / "a"); });
         CHECK(has(msg, "4-byte magic number"));
         CHECK(has(msg, "the file has 2 bytes"));
     }
     SUBCASE("header cut inside the dims") {
         write_bytes(dir / "a", {0, 0, 0x08, 3, 0, 0, 0, 2, 0, 0});
-        const auto msg = error_of([&] { read_idx<float>(dir / "a"); });
+        const auto msg = error_of<strata::IoError>([&] { read_idx<float>(dir / "a"); });
         CHECK(has(msg, "truncated in its header"));
         CHECK(has(msg, "rank 3 needs a 16-byte header"));
         CHECK(has(msg, "file has 10 bytes"));
@@ -196,7 +174,7 @@ TEST_CASE("idx: truncated and oversized files give expected vs found sizes") {
         std::vector<std::uint8_t> v(2 * 3 * 3, 7);
         write_idx(dir / "a", {2, 3, 3}, v);
         fs::resize_file(dir / "a", fs::file_size(dir / "a") - 5);
-        const auto msg = error_of([&] { read_idx<float>(dir / "a"); });
+        const auto msg = error_of<strata::IoError>([&] { read_idx<float>(dir / "a"); });
         CHECK(has(msg, "is truncated"));
         CHECK(has(msg, "dims 2 x 3 x 3 of ubyte"));
         CHECK(has(msg, "need 18 data bytes"));
@@ -206,21 +184,21 @@ TEST_CASE("idx: truncated and oversized files give expected vs found sizes") {
     SUBCASE("shorts: size counts bytes per element") {
         write_idx(dir / "a", {4}, std::vector<std::int16_t>{1, 2, 3, 4});
         fs::resize_file(dir / "a", fs::file_size(dir / "a") - 1);
-        const auto msg = error_of([&] { read_idx<std::int16_t>(dir / "a"); });
+        const auto msg = error_of<strata::IoError>([&] { read_idx<std::int16_t>(dir / "a"); });
         CHECK(has(msg, "(2 bytes each) need 8 data bytes"));
         CHECK(has(msg, "found 7"));
     }
     SUBCASE("trailing bytes") {
         auto bytes = std::vector<unsigned char>{0, 0, 0x08, 1, 0, 0, 0, 2, 1, 2, 3};
         write_bytes(dir / "a", bytes);
-        const auto msg = error_of([&] { read_idx_header(dir / "a"); });
+        const auto msg = error_of<strata::IoError>([&] { read_idx_header(dir / "a"); });
         CHECK(has(msg, "has trailing bytes"));
         CHECK(has(msg, "need 2 data bytes"));
         CHECK(has(msg, "found 3"));
     }
     SUBCASE("dims describing an absurd size") {
         write_bytes(dir / "a", {0, 0, 0x0E, 3, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF});
-        const auto msg = error_of([&] { read_idx<float>(dir / "a"); });
+        const auto msg = error_of<strata::IoError>([&] { read_idx<float>(dir / "a"); });
         CHECK(has(msg, "4294967295 x 4294967295 x 4294967295"));
     }
 }
@@ -230,7 +208,7 @@ TEST_CASE("idx: write_idx checks its arguments") {
     CHECK_THROWS_AS(write_idx(dir / "a", {2, 2}, std::vector<float>{1, 2, 3}), strata::ShapeError);
     CHECK(!fs::exists(dir / "a"));
     CHECK_THROWS_AS(write_idx(dir / "a", {std::size_t(1) << 32}, std::vector<float>{}), strata::ValueError);
-    const auto msg = error_of([&] { write_idx(dir / "no/such/dir/a", {1}, std::vector<float>{1}); });
+    const auto msg = error_of<strata::IoError>([&] { write_idx(dir / "no/such/dir/a", {1}, std::vector<float>{1}); });
     CHECK(has(msg, "cannot create"));
     CHECK(has(msg, "No such file or directory"));
 }
@@ -263,23 +241,23 @@ TEST_CASE("idx: MNIST loaders on small generated files") {
 
     SUBCASE("images and labels disagree") {
         write_idx(dir / "t10k-labels-idx1-ubyte", {2}, std::vector<std::uint8_t>{4, 5});
-        const auto msg = error_of([&] { load_mnist(dir.path); });
+        const auto msg = error_of<strata::IoError>([&] { load_mnist(dir.path); });
         CHECK(has(msg, "has 1 images"));
         CHECK(has(msg, "has 2 labels"));
     }
     SUBCASE("a label file where images belong") {
-        const auto msg = error_of([&] { load_mnist_images(dir / "train-labels-idx1-ubyte"); });
+        const auto msg = error_of<strata::IoError>([&] { load_mnist_images(dir / "train-labels-idx1-ubyte"); });
         CHECK(has(msg, "expected an image file of rank 3"));
         CHECK(has(msg, "found rank 1 (3) of ubyte"));
-        CHECK(has(error_of([&] { load_mnist_labels(dir / "train-images-idx3-ubyte"); }), "found rank 3 (3 x 4 x 5)"));
+        CHECK(has(error_of<strata::IoError>([&] { load_mnist_labels(dir / "train-images-idx3-ubyte"); }), "found rank 3 (3 x 4 x 5)"));
     }
     SUBCASE("a missing file says how to fetch") {
         fs::remove(dir / "t10k-images-idx3-ubyte");
-        const auto msg = error_of([&] { load_mnist(dir.path); });
+        const auto msg = error_of<strata::IoError>([&] { load_mnist(dir.path); });
         CHECK(has(msg, "t10k-images-idx3-ubyte' does not exist"));
         CHECK(has(msg, "scripts/fetch-mnist"));
         write_bytes(dir / "t10k-images-idx3-ubyte.gz", {0x1f, 0x8b});
-        CHECK(has(error_of([&] { load_mnist(dir.path); }), "gzip -dk"));
+        CHECK(has(error_of<strata::IoError>([&] { load_mnist(dir.path); }), "gzip -dk"));
     }
 }
 

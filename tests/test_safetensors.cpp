@@ -2,6 +2,8 @@
 // kind of corrupt file the reader must refuse.
 #include <doctest/doctest.h>
 
+#include "test_util.hpp"
+
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
@@ -18,31 +20,12 @@
 
 namespace fs = std::filesystem;
 using namespace strata::train;
+using strata_test::error_of;
+using strata_test::has;
+using strata_test::TempDir;
 
 namespace {
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        static int n = 0;
-        path = fs::temp_directory_path() / ("strata_test_st_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-        fs::remove_all(path);
-        fs::create_directories(path);
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-        fs::remove_all(path, ec);
-    }
-    fs::path operator/(const std::string& name) const { return path / name; }
-    // Names of the entries in the directory (temporary files included).
-    std::vector<std::string> entries() const {
-        std::vector<std::string> v;
-        for (const auto& e : fs::directory_iterator(path)) v.push_back(e.path().filename().string());
-        std::sort(v.begin(), v.end());
-        return v;
-    }
-};
 
 std::string read_text(const fs::path& p) {
     std::ifstream f(p, std::ios::binary);
@@ -63,21 +46,11 @@ std::vector<std::byte> make_file(const std::string& header, std::size_t data_byt
     return f;
 }
 
-template <class E = strata::CheckpointError, class F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const E& e) {
-        return e.what();
-    }
-    return "";
-}
 
 std::string parse_error(const std::string& header, std::size_t data_bytes) {
-    return error_of([&] { SafetensorsFile::parse(make_file(header, data_bytes), "t.st"); });
+    return error_of<strata::CheckpointError>([&] { SafetensorsFile::parse(make_file(header, data_bytes), "t.st"); });
 }
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // The tensors of tests/check_safetensors.py's SAMPLE.
 SafetensorsWriter sample_writer() {
@@ -180,18 +153,18 @@ TEST_CASE("safetensors: typed reads check dtype and shape, naming the tensor") {
     w.set_metadata("epoch", "3");
     const auto f = SafetensorsFile::parse(w.serialize(), "model.safetensors");
 
-    const auto shape = error_of([&] { f.get<float>("dense/kernel", {64, 784}); });
+    const auto shape = error_of<strata::CheckpointError>([&] { f.get<float>("dense/kernel", {64, 784}); });
     CHECK(has(shape, "'model.safetensors'"));
     CHECK(has(shape, "tensor 'dense/kernel': expected shape [64, 784], found [784, 64]"));
 
-    const auto dtype = error_of([&] { f.get<double>("dense/kernel", {784, 64}); });
+    const auto dtype = error_of<strata::CheckpointError>([&] { f.get<double>("dense/kernel", {784, 64}); });
     CHECK(has(dtype, "tensor 'dense/kernel': expected dtype F64, found F32"));
 
-    const auto missing = error_of([&] { f.get<float>("dense/bias"); });
+    const auto missing = error_of<strata::CheckpointError>([&] { f.get<float>("dense/bias"); });
     CHECK(has(missing, "has no tensor 'dense/bias'"));
     CHECK(has(missing, "its tensors are: dense/kernel"));
 
-    CHECK(has(error_of([&] { f.metadata("step"); }), "no metadata key 'step'"));
+    CHECK(has(error_of<strata::CheckpointError>([&] { f.metadata("step"); }), "no metadata key 'step'"));
     std::vector<float> small(10);
     CHECK_THROWS_AS(f.copy_to<float>("dense/kernel", std::span<float>(small), {784, 64}), strata::ShapeError);
 }
@@ -203,19 +176,19 @@ TEST_CASE("safetensors: corrupt headers and offsets are refused precisely") {
     CHECK(SafetensorsFile::parse(make_file("{" + ok_entry + "}   ", 24)).size() == 1);
 
     SUBCASE("file shorter than the length prefix") {
-        const auto m = error_of([] { SafetensorsFile::parse(std::vector<std::byte>(5), "t.st"); });
+        const auto m = error_of<strata::CheckpointError>([] { SafetensorsFile::parse(std::vector<std::byte>(5), "t.st"); });
         CHECK(has(m, "file is 5 bytes long"));
     }
     SUBCASE("header length beyond the file") {
         auto f = make_file("{}", 0);
         f[0] = std::byte{200};
-        const auto m = error_of([&] { SafetensorsFile::parse(f, "t.st"); });
+        const auto m = error_of<strata::CheckpointError>([&] { SafetensorsFile::parse(f, "t.st"); });
         CHECK(has(m, "header length 200 exceeds the file: only 2 bytes follow"));
     }
     SUBCASE("header length absurd") {
         auto f = make_file("{}", 0);
         f[7] = std::byte{0x7f};
-        CHECK(has(error_of([&] { SafetensorsFile::parse(f, "t.st"); }), "exceeds the file"));
+        CHECK(has(error_of<strata::CheckpointError>([&] { SafetensorsFile::parse(f, "t.st"); }), "exceeds the file"));
     }
     SUBCASE("not JSON") {
         CHECK(has(parse_error("{\"w\":{\"dtype\":F32}}", 0), "invalid JSON at byte 14: expected a value, found 'F'"));
@@ -290,7 +263,7 @@ TEST_CASE("safetensors: load reports files that cannot be read") {
     // A file cut short on disk.
     sample_writer().save(dir / "m.safetensors");
     fs::resize_file(dir / "m.safetensors", fs::file_size(dir / "m.safetensors") - 3);
-    const auto cut = error_of([&] { SafetensorsFile::load(dir / "m.safetensors"); });
+    const auto cut = error_of<strata::CheckpointError>([&] { SafetensorsFile::load(dir / "m.safetensors"); });
     CHECK(has(cut, "but the buffer has only"));
 }
 

@@ -1,0 +1,55 @@
+#pragma once
+// Small helpers the test files share: a temporary directory, the message of an expected error.
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <unistd.h>
+
+#include <strata/core/error.hpp>
+
+namespace strata_test {
+
+/// A fresh directory under the system temp dir (unique per process and object), removed with
+/// its contents at scope exit, also after a test made it read-only.
+struct TempDir {
+    std::filesystem::path path;
+    explicit TempDir(const std::string& prefix = "strata_test") {
+        static int n = 0;
+        path = std::filesystem::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+        std::filesystem::remove_all(path);
+        std::filesystem::create_directories(path);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::permissions(path, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
+        std::filesystem::remove_all(path, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    std::filesystem::path operator/(const std::string& name) const { return path / name; }
+    /// Names of the entries in the directory (temporary files included), sorted.
+    std::vector<std::string> entries() const {
+        std::vector<std::string> v;
+        for (const auto& e : std::filesystem::directory_iterator(path)) v.push_back(e.path().filename().string());
+        std::sort(v.begin(), v.end());
+        return v;
+    }
+};
+
+/// The message of the E that `f` throws; "" when it throws nothing (another exception escapes).
+template <class E = strata::Error, class F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const E& e) {
+        return e.what();
+    }
+    return "";
+}
+
+inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace strata_test
