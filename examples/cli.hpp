@@ -5,10 +5,29 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace example {
+
+// A JSON string literal for `s` (quotes, backslashes and control characters escaped).
+inline std::string json_quote(std::string_view s) {
+    std::string out = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (static_cast<unsigned char>(c) < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            out += buf;
+        } else {
+            out += c;
+        }
+    }
+    return out + "\"";
+}
 
 class Args {
 public:
@@ -51,14 +70,7 @@ public:
         std::snprintf(b, sizeof b, "%.10g", v);
         items_.emplace_back(k, b);
     }
-    void str(const std::string& k, const std::string& v) {
-        std::string e = "\"";
-        for (char c : v) {
-            if (c == '"' || c == '\\') e += '\\';
-            e += c;
-        }
-        items_.emplace_back(k, e + "\"");
-    }
+    void str(const std::string& k, const std::string& v) { items_.emplace_back(k, json_quote(v)); }
     void array(const std::string& k, const std::vector<double>& v) {
         std::string s = "[";
         char b[64];

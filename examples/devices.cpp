@@ -15,24 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
+
 namespace pd = strata::place;
 
 namespace {
 
 constexpr std::size_t MiB = 1024 * 1024;
 
-std::string quoted(std::string_view s) {
-    std::string out = "\"";
-    for (char c : s) {
-        if (c == '"' || c == '\\') out += '\\', out += c;
-        else if (static_cast<unsigned char>(c) < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out += buf;
-        } else out += c;
-    }
-    return out + "\"";
-}
+using example::json_quote;
 
 std::string memory_json(const pd::MemoryInfo& m) {
     std::ostringstream os;
@@ -76,9 +67,9 @@ int main(int argc, char** argv) {
         const auto& d = physical[i];
         std::printf("  %-24s %-4s %-6d %-10s %s\n", d.name.c_str(), pd::kind_name(d.kind), d.cores,
                     pd::format_bytes(d.memory_bytes).c_str(), d.description.c_str());
-        json << (i ? ",\n    " : "\n    ") << "{\"name\": " << quoted(d.name) << ", \"kind\": " << quoted(pd::kind_name(d.kind))
+        json << (i ? ",\n    " : "\n    ") << "{\"name\": " << json_quote(d.name) << ", \"kind\": " << json_quote(pd::kind_name(d.kind))
              << ", \"index\": " << d.index << ", \"cores\": " << d.cores << ", \"memory_bytes\": " << d.memory_bytes
-             << ", \"description\": " << quoted(d.description) << "}";
+             << ", \"description\": " << json_quote(d.description) << "}";
     }
     json << "\n  ],\n";
 
@@ -95,7 +86,7 @@ int main(int argc, char** argv) {
         const auto& d = logical[i];
         std::printf("  %-16s %-9d %-6d %s\n", d.name.c_str(), d.physical_index, d.cores,
                     d.memory_limit ? pd::format_bytes(d.memory_limit).c_str() : "none");
-        json << (i ? ",\n    " : "\n    ") << "{\"name\": " << quoted(d.name) << ", \"kind\": " << quoted(pd::kind_name(d.kind))
+        json << (i ? ",\n    " : "\n    ") << "{\"name\": " << json_quote(d.name) << ", \"kind\": " << json_quote(pd::kind_name(d.kind))
              << ", \"physical_index\": " << d.physical_index << ", \"cores\": " << d.cores
              << ", \"memory_limit\": " << d.memory_limit << "}";
     }
@@ -117,7 +108,7 @@ int main(int argc, char** argv) {
     }
     pd::set_log_device_placement(false);
     json << "  \"placement_log\": [";
-    for (std::size_t i = 0; i < log_lines.size(); ++i) json << (i ? ", " : "") << quoted(log_lines[i]);
+    for (std::size_t i = 0; i < log_lines.size(); ++i) json << (i ? ", " : "") << json_quote(log_lines[i]);
     json << "],\n";
 
     // ---- 4. Memory growth: a 1 MiB buffer made and freed 100 times takes 1 MiB once ----
@@ -156,8 +147,8 @@ int main(int argc, char** argv) {
     print_memory("/device:CPU:0 on entering its scope", on_entry);
     print_memory("/device:CPU:0 holding 200 + 30 MiB", after);
     std::printf("  asking for 64 MiB more: %s\n", overflow.c_str());
-    json << "  \"fixed_limit\": {\"device\": " << quoted(fixed.name) << ", \"on_entry\": " << memory_json(on_entry)
-         << ", \"holding_230_MiB\": " << memory_json(after) << ", \"error\": " << quoted(overflow) << "},\n";
+    json << "  \"fixed_limit\": {\"device\": " << json_quote(fixed.name) << ", \"on_entry\": " << memory_json(on_entry)
+         << ", \"holding_230_MiB\": " << memory_json(after) << ", \"error\": " << json_quote(overflow) << "},\n";
 
     // ---- 6. Soft placement ----
     std::printf("\nSoft placement\n");
@@ -174,8 +165,8 @@ int main(int argc, char** argv) {
     pd::set_soft_device_placement(true);
     std::printf("  /device:GPU:3 with soft placement    -> %s\n", placed.name.c_str());
     std::printf("  /device:GPU:3 without soft placement -> %s\n", strict_error.empty() ? "(found)" : strict_error.c_str());
-    json << "  \"soft_placement\": {\"requested\": \"/device:GPU:3\", \"placed_on\": " << quoted(placed.name)
-         << ", \"warning\": " << quoted(warning) << ", \"error_without_soft_placement\": " << quoted(strict_error)
+    json << "  \"soft_placement\": {\"requested\": \"/device:GPU:3\", \"placed_on\": " << json_quote(placed.name)
+         << ", \"warning\": " << json_quote(warning) << ", \"error_without_soft_placement\": " << json_quote(strict_error)
          << "}\n}\n";
 
     pd::set_placement_log_sink({});
