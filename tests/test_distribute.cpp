@@ -3,6 +3,8 @@
 // failures must end promptly with the right error.
 #include <doctest/doctest.h>
 
+#include "test_util.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -14,19 +16,12 @@
 using namespace strata::nn;
 namespace dist = strata::distribute;
 
+using strata_test::lcg;
+
 namespace {
 
 using Cnn = Sequential<Input<6, 6, 2>, Conv2D<3, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<5, Tanh>, Dense<3, Softmax>>;
 
-std::vector<double> lcg(std::size_t n, std::uint64_t seed, double lo, double hi) {
-    std::vector<double> v(n);
-    std::uint64_t s = seed * 2862933555777941757ull + 3037000493ull;
-    for (auto& x : v) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        x = lo + (hi - lo) * double(s >> 11) / 9007199254740992.0;
-    }
-    return v;
-}
 
 strata::data::Dataset<> images(std::size_t n, std::uint64_t seed) {
     auto f = lcg(n * 72, seed, 0, 1);

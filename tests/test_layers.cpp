@@ -14,6 +14,8 @@
 // of 0, and pooling inputs are distinct values at least 1e-3 apart (no ties within a window).
 #include <doctest/doctest.h>
 
+#include "test_util.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -31,21 +33,11 @@ using strata::Tensor;
 using strata::TensorView;
 using namespace strata::nn;
 
+using strata_test::reference_values;
+
 namespace {
 
 using Host = strata::place::Host;
-
-// Inputs come from a generator independent of the library's own (an LCG), so a bug in strata's
-// Philox cannot hide a bug elsewhere.
-std::vector<double> reference_values(std::int64_t n, std::uint64_t seed, double lo = -1, double hi = 1) {
-    std::vector<double> v(static_cast<std::size_t>(n));
-    std::uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
-    for (auto& x : v) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        x = lo + (hi - lo) * double(s >> 11) / 9007199254740992.0;
-    }
-    return v;
-}
 
 // n distinct values, a shuffled grid with spacing 1e-3 (no ties anywhere, gaps far above h).
 std::vector<double> distinct_values(std::int64_t n, std::uint64_t seed) {

@@ -2,6 +2,8 @@
 // The same source is compiled for Host (g++) and, as test_tensor.cu, for Host + Cuda (nvcc).
 #include <doctest/doctest.h>
 
+#include "test_util.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -13,19 +15,9 @@
 using strata::Shape;
 using strata::Tensor;
 
-namespace {
+using strata_test::reference_values;
 
-// Inputs come from a generator independent of the library's own (std-free LCG), so a bug in
-// strata's Philox cannot hide a bug elsewhere.
-std::vector<double> reference_values(std::int64_t n, std::uint64_t seed, double lo = -1, double hi = 1) {
-    std::vector<double> v(static_cast<std::size_t>(n));
-    std::uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
-    for (auto& x : v) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        x = lo + (hi - lo) * double(s >> 11) / 9007199254740992.0;
-    }
-    return v;
-}
+namespace {
 
 template <class T, class P>
 Tensor<T, P> make(const Shape& shape, std::uint64_t seed, double lo = -1, double hi = 1) {

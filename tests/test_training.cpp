@@ -2,6 +2,8 @@
 // predict, callbacks, checkpoints, reproducibility and the allocation-free training step.
 #include <doctest/doctest.h>
 
+#include "test_util.hpp"
+
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +17,8 @@
 
 // ---- allocation counter: every operator new in this binary is counted ----------------------
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+using strata_test::lcg;
+
 namespace {
 std::atomic<long> g_allocations{0};
 }
@@ -34,15 +38,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<double> lcg(std::size_t n, std::uint64_t seed, double lo = -1, double hi = 1) {
-    std::vector<double> v(n);
-    std::uint64_t s = seed * 2862933555777941757ull + 3037000493ull;
-    for (auto& x : v) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        x = lo + (hi - lo) * double(s >> 11) / 9007199254740992.0;
-    }
-    return v;
-}
 
 // A small classification problem: 4 features, 3 classes decided by the sign of two linear forms.
 strata::data::Dataset<> blobs(std::size_t n, std::uint64_t seed) {

@@ -1,6 +1,7 @@
 #pragma once
 // Small helpers the test files share: a temporary directory, the message of an expected error.
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -48,6 +49,29 @@ std::string error_of(F&& f) {
         return e.what();
     }
     return "";
+}
+
+/// n values in [lo, hi) from an LCG independent of strata's own generator, so a bug in strata's
+/// Philox cannot hide a bug elsewhere.
+inline std::vector<double> reference_values(std::int64_t n, std::uint64_t seed, double lo = -1, double hi = 1) {
+    std::vector<double> v(static_cast<std::size_t>(n));
+    std::uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+    for (auto& x : v) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x = lo + (hi - lo) * double(s >> 11) / 9007199254740992.0;
+    }
+    return v;
+}
+
+/// The same kind of stream with another seed mix (the training tests' data).
+inline std::vector<double> lcg(std::size_t n, std::uint64_t seed, double lo = -1, double hi = 1) {
+    std::vector<double> v(n);
+    std::uint64_t s = seed * 2862933555777941757ull + 3037000493ull;
+    for (auto& x : v) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x = lo + (hi - lo) * double(s >> 11) / 9007199254740992.0;
+    }
+    return v;
 }
 
 inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
