@@ -360,7 +360,6 @@ public:
         STRATA_CHECK(ds.batch_size() > 0, ValueError, "predict: the dataset is not batched; call .batch(n) first");
         STRATA_CHECK(ds.cardinality() != data::infinite_cardinality, ValueError, "predict: the dataset repeats forever");
         std::vector<T> all;
-        const int N = replicas();
         path_.prepare_inference();
         for (auto it = ds.iterate(0); it != std::default_sentinel; ++it) {
             const auto& batch = *it;

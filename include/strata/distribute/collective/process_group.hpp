@@ -43,6 +43,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -79,6 +80,14 @@ struct ProcessGroupOptions {
 
 namespace mpi {
 
+/// Set when any ProcessGroup of this process failed: MPI_Finalize, which waits for every
+/// rank, is then skipped at exit, and the launcher ends the job (it sees a process exit
+/// without finalizing).
+inline std::atomic<bool>& job_failed() {
+    static std::atomic<bool> failed{false};
+    return failed;
+}
+
 /// Initializes MPI (MPI_THREAD_MULTIPLE asked for) unless the program already did, and
 /// finalizes it at exit if strata initialized it. Returns the thread level MPI provides.
 inline int ensure_initialized() {
@@ -91,7 +100,7 @@ inline int ensure_initialized() {
         std::atexit([] {
             int finalized = 0;
             MPI_Finalized(&finalized);
-            if (!finalized) MPI_Finalize();
+            if (!finalized && !job_failed()) MPI_Finalize();
         });
     } else {
         MPI_Query_thread(&provided);
@@ -177,17 +186,26 @@ public:
                 MPI_Comm_dup(comm_, &control_comms_[std::size_t(l)]);
             }
             seq_.assign(std::size_t(lanes_), 0);
+            control_ = std::make_unique<ControlBuffers[]>(std::size_t(lanes_));
         }
     }
 
     ProcessGroup(const ProcessGroup&) = delete;
     ProcessGroup& operator=(const ProcessGroup&) = delete;
 
+    /// Frees the window and communicators, which MPI does collectively: only after a closing
+    /// barrier with the usual deadline shows that every rank is here too. When a rank is
+    /// missing (or the group failed) nothing is freed: a collective free would hang.
     ~ProcessGroup() {
         int finalized = 0;
         MPI_Finalized(&finalized);
-        if (finalized) return;
-        if (failed_) return;  // peers may be gone: a collective free could hang
+        if (failed_) (void)control_.release();  // receives may still be posted into it
+        if (finalized || failed_) return;
+        try {
+            barrier(0, SyncPoint{"barrier", "closing the process group"});
+        } catch (...) {
+            return;  // named on stderr by nobody: the job is failing already
+        }
         if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
         for (auto& c : lane_comms_) MPI_Comm_free(&c);
         for (auto& c : control_comms_) MPI_Comm_free(&c);
@@ -251,7 +269,7 @@ public:
     /// other ranks' waits end at once with DistributedError naming this rank. Never throws.
     void abort(std::string_view message) noexcept {
         if (failed_) return;
-        failed_ = true;
+        mark_failed();
         if (transport_ == Transport::SharedMemory && ctl_ != nullptr) {
             Control& me = control(rank_);
             const std::size_t n = std::min(message.size(), sizeof(me.message) - 1);
@@ -264,6 +282,11 @@ public:
     }
 
 private:
+    void mark_failed() noexcept {
+        failed_ = true;
+        mpi::job_failed() = true;
+    }
+
     // ---- shared-memory transport --------------------------------------------------------------
 
     // Per rank, in its part of the window: a control block, then lanes × 2 staging buffers.
@@ -272,7 +295,8 @@ private:
         char message[252]{};
     };
     struct alignas(64) Counter {
-        std::atomic<std::uint64_t> value{0};
+        std::atomic<std::uint64_t> value{0};    // the last arrival number this rank published
+        std::atomic<std::uint64_t> gave_up{0};  // the arrival number it timed out on, if any
     };
     struct alignas(64) Descriptor {  // what a rank passed to a collective call, for validation
         std::atomic<std::uint64_t> call{0};
@@ -292,7 +316,9 @@ private:
     }
 
     void open_window() {
-        const std::size_t bytes = control_bytes() + std::size_t(lanes_) * 2 * align_up(options_.chunk_bytes);
+        // + 64: MPI aligns a rank's part to 8 bytes only; every process rounds it up to a cache
+        // line (the mappings are page-aligned, so each process gets the same offset).
+        const std::size_t bytes = 64 + control_bytes() + std::size_t(lanes_) * 2 * align_up(options_.chunk_bytes);
         void* base = nullptr;
         MPI_Info info;
         MPI_Info_create(&info);
@@ -307,7 +333,8 @@ private:
             int disp = 0;
             void* p = nullptr;
             MPI_Win_shared_query(win_, q, &sz, &disp, &p);
-            bases_[std::size_t(q)] = static_cast<char*>(p);
+            const auto addr = reinterpret_cast<std::uintptr_t>(p);
+            bases_[std::size_t(q)] = static_cast<char*>(p) + (std::uintptr_t(64) - addr % 64) % 64;
         }
         char* mine = bases_[std::size_t(rank_)];
         ctl_ = new (mine) Control();
@@ -348,13 +375,15 @@ private:
             bool all = true;
             for (int q = 0; q < size_ && all; ++q)
                 if (counter_ptr(q, lane)->value.load(std::memory_order_acquire) < seq) all = false;
-            if (all) return;
+            if (all) {
+                // Everyone arrived, but a peer may have given up on this very barrier before we
+                // came: then it is gone, and so is the barrier.
+                for (int q = 0; q < size_; ++q)
+                    if (q != rank_ && counter_ptr(q, lane)->gave_up.load(std::memory_order_acquire) >= seq) peer_failed(q, at, lane);
+                return;
+            }
             for (int q = 0; q < size_; ++q)
-                if (q != rank_ && control(q).aborted.load(std::memory_order_acquire)) {
-                    failed_ = true;
-                    throw_error<DistributedError>(where(at, lane), ": rank ", q, " of ", size_, " failed: ",
-                                                  std::string(control(q).message));
-                }
+                if (q != rank_ && control(q).aborted.load(std::memory_order_acquire)) peer_failed(q, at, lane);
             // Spin briefly (a peer on its own core arrives within microseconds), then yield,
             // then sleep: processes may outnumber cores.
             if (++spins < 256) {
@@ -374,12 +403,17 @@ private:
                              missing(lane, seq).c_str(), static_cast<long long>(options_.timeout.count()));
             }
             if (waited > options_.timeout) {
-                std::string msg = where(at, lane) + ": " + missing(lane, seq) + " did not arrive within " +
-                                  std::to_string(options_.timeout.count()) + " ms";
-                abort("rank " + std::to_string(rank_) + " gave up: " + msg);
-                throw DistributedError(msg);
+                const std::string who = missing(lane, seq) + " did not arrive within " + std::to_string(options_.timeout.count()) + " ms";
+                counter_ptr(rank_, lane)->gave_up.store(seq, std::memory_order_release);
+                abort("it gave up waiting: " + who);
+                throw DistributedError(where(at, lane) + ": " + who);
             }
         }
+    }
+
+    [[noreturn]] void peer_failed(int q, const SyncPoint& at, int lane) {
+        mark_failed();
+        throw_error<DistributedError>(where(at, lane), ": rank ", q, " of ", size_, " failed: ", std::string(control(q).message));
     }
 
     // "rank 2 of 3" / "ranks 1, 2 of 4": who has not reached arrival number `seq` on `lane`.
@@ -422,7 +456,7 @@ private:
         for (int q = 1; q < size_; ++q) {
             const Descriptor& b = *descriptor_ptr(q, lane, parity);
             if (b.type != a.type || b.root != a.root) {
-                failed_ = true;
+                mark_failed();
                 throw_error<DistributedError>(where(at, lane), ": rank ", q, " called with a different element type or root than rank 0; "
                                               "every rank must make the same collective calls in the same order");
             }
@@ -519,7 +553,7 @@ private:
             }
             if (done) return;
             if (clock::now() > deadline) {
-                failed_ = true;
+                mark_failed();
                 throw_error<DistributedError>(where(at, lane), ": ", who, " did not arrive within ", options_.timeout.count(), " ms");
             }
             if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -531,6 +565,9 @@ private:
     void arrival_check(int lane, const SyncPoint& at) {
         throw_if_failed(at);
         MPI_Comm c = control_comms_[std::size_t(lane)];
+        // The messages' buffers live in the group (and are leaked with it when it fails): a
+        // receive still posted when this rank gives up must not write into a dead stack frame.
+        ControlBuffers& cb = control_[std::size_t(lane)];
         const std::uint64_t seq = ++seq_[std::size_t(lane)];
         const auto deadline = clock::now() + options_.timeout;
         auto locked = [&](auto&& f) {
@@ -539,32 +576,36 @@ private:
             f();
         };
         if (rank_ != 0) {
-            std::uint64_t mine = seq;
-            std::int64_t answer = 0;
+            cb.mine = seq;
+            cb.answer = 0;
             MPI_Request send, recv;
             locked([&] {
-                MPI_Isend(&mine, 1, MPI_UINT64_T, 0, 1, c, &send);
-                MPI_Irecv(&answer, 1, MPI_INT64_T, 0, 2, c, &recv);
+                MPI_Isend(&cb.mine, 1, MPI_UINT64_T, 0, 1, c, &send);
+                MPI_Irecv(&cb.answer, 1, MPI_INT64_T, 0, 2, c, &recv);
             });
-            wait_request(recv, deadline, at, lane, "rank 0 of " + std::to_string(size_));
-            wait_request(send, deadline, at, lane, "rank 0 of " + std::to_string(size_));
-            if (answer > 0) {  // a bitmask-free answer: the number of missing ranks; the names follow
-                std::vector<int> late(std::size_t(answer), 0);
+            // Rank 0 answers at its own deadline at the latest: wait longer than that before
+            // naming rank 0 itself.
+            const auto root_deadline = deadline + options_.timeout;
+            const std::string root = "rank 0 of " + std::to_string(size_);
+            wait_request(recv, root_deadline, at, lane, root);
+            wait_request(send, root_deadline, at, lane, root);
+            if (cb.answer > 0) {  // the number of missing ranks; their ranks follow
+                cb.late_in.assign(std::size_t(cb.answer), 0);
                 MPI_Request r2;
-                locked([&] { MPI_Irecv(late.data(), int(answer), MPI_INT, 0, 3, c, &r2); });
-                wait_request(r2, deadline + options_.timeout, at, lane, "rank 0 of " + std::to_string(size_));
-                failed_ = true;
-                throw_error<DistributedError>(where(at, lane), ": ", ranks_text(late), " did not arrive within ",
+                locked([&] { MPI_Irecv(cb.late_in.data(), int(cb.answer), MPI_INT, 0, 3, c, &r2); });
+                wait_request(r2, root_deadline, at, lane, root);
+                mark_failed();
+                throw_error<DistributedError>(where(at, lane), ": ", ranks_text(cb.late_in), " did not arrive within ",
                                               options_.timeout.count(), " ms");
             }
             return;
         }
-        std::vector<std::uint64_t> got(std::size_t(size_), 0);
+        cb.got.assign(std::size_t(size_), 0);
         std::vector<MPI_Request> reqs(std::size_t(size_), MPI_REQUEST_NULL);
         locked([&] {
-            for (int q = 1; q < size_; ++q) MPI_Irecv(&got[std::size_t(q)], 1, MPI_UINT64_T, q, 1, c, &reqs[std::size_t(q)]);
+            for (int q = 1; q < size_; ++q) MPI_Irecv(&cb.got[std::size_t(q)], 1, MPI_UINT64_T, q, 1, c, &reqs[std::size_t(q)]);
         });
-        std::vector<int> late;
+        std::vector<int>& late = cb.late;
         bool warned = false;
         const auto start = clock::now();
         for (int spins = 0;; ++spins) {
@@ -588,24 +629,25 @@ private:
             if (clock::now() > deadline) break;
             if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
         }
-        const std::int64_t answer = std::int64_t(late.size());
+        cb.answer = std::int64_t(late.size());
         std::vector<MPI_Request> sends;
         for (int q = 1; q < size_; ++q) {
             if (std::find(late.begin(), late.end(), q) != late.end()) continue;
             MPI_Request s1 = MPI_REQUEST_NULL, s2 = MPI_REQUEST_NULL;
             locked([&] {
-                MPI_Isend(&answer, 1, MPI_INT64_T, q, 2, c, &s1);
-                if (answer > 0) MPI_Isend(late.data(), int(late.size()), MPI_INT, q, 3, c, &s2);
+                MPI_Isend(&cb.answer, 1, MPI_INT64_T, q, 2, c, &s1);
+                if (cb.answer > 0) MPI_Isend(late.data(), int(late.size()), MPI_INT, q, 3, c, &s2);
             });
             sends.push_back(s1);
             if (s2 != MPI_REQUEST_NULL) sends.push_back(s2);
         }
-        for (auto& s : sends) wait_request(s, deadline + options_.timeout, at, lane, "a rank");
         if (!late.empty()) {
-            failed_ = true;
+            mark_failed();
+            // The answers go out eagerly (a few bytes); ranks that are gone never take theirs.
             throw_error<DistributedError>(where(at, lane), ": ", ranks_text(late), " did not arrive within ",
                                           options_.timeout.count(), " ms");
         }
+        for (auto& s : sends) wait_request(s, deadline + options_.timeout, at, lane, "a rank");
     }
 
     template <Reducible T>
@@ -648,6 +690,13 @@ private:
     std::vector<char*> bases_;
     std::vector<Lane> lane_;
     // MPI
+    struct ControlBuffers {
+        std::uint64_t mine = 0;
+        std::int64_t answer = 0;
+        std::vector<std::uint64_t> got;
+        std::vector<int> late, late_in;
+    };
+    std::unique_ptr<ControlBuffers[]> control_;
     std::vector<MPI_Comm> lane_comms_, control_comms_;
     std::vector<std::uint64_t> seq_;
     std::mutex mpi_mutex_;

@@ -1,0 +1,271 @@
+// MultiWorkerMirrored and its cross-process communicator, run by mpirun with 2 and 3 processes
+// (tests/meson.build). Every process runs every case; the strategies must train exactly like
+// one device on the same global batches, whatever the processes × replicas split, and a rank
+// that is late or fails must be named on the others, never hang them.
+#include <doctest/doctest.h>
+
+#include "test_util.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <strata/strata.hpp>
+#include <strata/distribute/multi_worker_mirrored.hpp>
+
+using namespace strata::nn;
+namespace dist = strata::distribute;
+namespace coll = strata::distribute::collective;
+using strata_test::lcg;
+using strata_test::max_relative_difference;
+
+namespace {
+
+using Cnn = Sequential<Input<6, 6, 2>, Conv2D<3, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<5, Tanh>, Dropout<25>, Dense<3, Softmax>>;
+
+int world_rank() { return coll::mpi::world_rank(); }
+int world_size() { return coll::mpi::world_size(); }
+
+std::vector<float> features(std::size_t n, std::uint64_t seed) {
+    auto f = lcg(n * 72, seed, 0, 1);
+    return std::vector<float>(f.begin(), f.end());
+}
+std::vector<std::int32_t> labels_of(const std::vector<float>& f, std::size_t n) {
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) y[i] = std::int32_t((f[i * 72] + f[i * 72 + 7] > 1.0) + (f[i * 72 + 40] > 0.5));
+    return y;
+}
+strata::data::Dataset<> images(std::size_t n, std::uint64_t seed) {
+    auto f = features(n, seed);
+    auto y = labels_of(f, n);
+    return strata::data::Dataset<>::from_arrays(std::move(f), {6, 6, 2}, std::move(y));
+}
+
+// True when `v` is bitwise the same on every rank.
+template <class T>
+bool same_on_every_rank(std::vector<T> v) {
+    auto root = v;
+    MPI_Bcast(root.data(), int(root.size() * sizeof(T)), MPI_BYTE, 0, MPI_COMM_WORLD);
+    int same = std::memcmp(root.data(), v.data(), v.size() * sizeof(T)) == 0;
+    MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return same == 1;
+}
+
+template <class T, class Strategy>
+std::vector<T> train(Strategy& s, strata::optim::Optimizer opt, const strata::data::Dataset<>& ds, int epochs = 2) {
+    strata::Model<Cnn, Strategy, T> model(s, 11);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    model.fit(ds, {.epochs = epochs, .verbose = 0});
+    return model.get_weights();
+}
+
+template <class T>
+void check_exact(strata::optim::Optimizer opt, double tolerance) {
+    // 10 per global batch does not divide by 2 × 2 or 3 × 2 replicas; 46 examples end with a
+    // partial batch of 6.
+    const auto ds = images(46, 5).batch(10);
+    dist::OneDevice<> one;
+    const auto reference = train<T>(one, opt, ds);
+    for (int replicas : {1, 2}) {
+        for (std::size_t bucket : {std::size_t(0), std::size_t(64)}) {
+            CAPTURE(replicas);
+            CAPTURE(bucket);
+            dist::MultiWorkerMirrored<> mw(replicas, {.bucket_bytes = bucket});
+            CHECK(mw.num_replicas_in_sync() == replicas * world_size());
+            CHECK(mw.num_workers() == world_size());
+            CHECK(mw.worker_index() == world_rank());
+            const auto w = train<T>(mw, opt, ds);
+            CHECK(max_relative_difference(w, reference) <= tolerance);
+            CHECK(same_on_every_rank(w));
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("MultiWorkerMirrored equals OneDevice on the same global batches (float64, Adam)") {
+    check_exact<double>(strata::optim::Adam{.learning_rate = 0.01}, 1e-12);
+}
+
+TEST_CASE("MultiWorkerMirrored equals OneDevice on the same global batches (float32, SGD momentum)") {
+    check_exact<float>(strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9}, 1e-6);
+}
+
+TEST_CASE("MultiWorkerMirrored over the MPI transport equals the shared-memory one") {
+    const auto ds = images(40, 3).batch(8);
+    const strata::optim::Optimizer opt = strata::optim::RMSprop{.learning_rate = 0.01};
+    dist::MultiWorkerMirrored<> shm(2, {}, {.transport = coll::Transport::SharedMemory});
+    dist::MultiWorkerMirrored<> mpi(2, {}, {.transport = coll::Transport::Mpi});
+    CHECK(shm.process_group().transport() == coll::Transport::SharedMemory);
+    CHECK(mpi.process_group().transport() == coll::Transport::Mpi);
+    const auto a = train<double>(shm, opt, ds), b = train<double>(mpi, opt, ds);
+    CHECK(max_relative_difference(a, b) <= 1e-13);
+}
+
+TEST_CASE("evaluate and predict under MultiWorkerMirrored give one device's figures on every rank") {
+    const auto ds = images(37, 9).batch(9);
+    dist::OneDevice<> one;
+    strata::Model<Cnn, dist::OneDevice<>, double> ref(one, 3);
+    dist::MultiWorkerMirrored<> mw(2);
+    strata::Model<Cnn, dist::MultiWorkerMirrored<>, double> model(mw, 3);
+    ref.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
+    const auto e1 = ref.evaluate(ds), e2 = model.evaluate(ds);
+    CHECK(e2.examples == 37);
+    CHECK(std::abs(e1.loss - e2.loss) <= 1e-12 * std::abs(e1.loss));
+    CHECK(e1.accuracy == e2.accuracy);
+    const auto p1 = ref.predict(ds), p2 = model.predict(ds);
+    CHECK(p2.shape() == p1.shape());
+    std::vector<double> a(p1.data(), p1.data() + p1.size()), b(p2.data(), p2.data() + p2.size());
+    CHECK(max_relative_difference(b, a) <= 1e-12);
+    CHECK(same_on_every_rank(b));
+}
+
+TEST_CASE("the initial variables are rank 0's, even when the processes are seeded differently") {
+    dist::MultiWorkerMirrored<> mw(1);
+    strata::Model<Cnn, dist::MultiWorkerMirrored<>, float> model(mw, std::uint64_t(100 + world_rank()));
+    strata::Model<Cnn> chief(100);
+    CHECK(model.get_weights() == chief.get_weights());
+}
+
+TEST_CASE("per-worker input: uneven shards join with zero gradients and equal one device on the concatenation") {
+    // Worker w holds (w == 0 ? 3 : 2) batches of 4 examples. Step k trains on the k-th batch of
+    // every worker that still has one, so one device sees the k-th batches concatenated in
+    // worker order: batches of 4 N, 4 N, then 4 (worker 0 alone).
+    const int n = world_size(), me = world_rank();
+    auto count = [](int w) { return std::size_t(w == 0 ? 12 : 8); };
+    std::vector<std::vector<float>> x(static_cast<std::size_t>(n));
+    for (int w = 0; w < n; ++w) x[std::size_t(w)] = features(count(w), 100 + std::uint64_t(w));
+    std::vector<float> joined;
+    for (std::size_t b = 0; b < 3; ++b)
+        for (int w = 0; w < n; ++w)
+            if (4 * (b + 1) <= count(w))
+                joined.insert(joined.end(), x[std::size_t(w)].begin() + std::ptrdiff_t(b * 4 * 72),
+                              x[std::size_t(w)].begin() + std::ptrdiff_t((b + 1) * 4 * 72));
+    const std::size_t total = joined.size() / 72;
+    auto ref_ds = strata::data::Dataset<>::from_arrays(joined, {6, 6, 2}, labels_of(joined, total)).batch(4 * std::size_t(n));
+    auto mine = strata::data::Dataset<>::from_arrays(x[std::size_t(me)], {6, 6, 2}, labels_of(x[std::size_t(me)], count(me))).batch(4);
+    const strata::optim::Optimizer opt = strata::optim::Adam{.learning_rate = 0.02};
+    dist::OneDevice<> one;
+    const auto reference = train<double>(one, opt, ref_ds);
+    for (int replicas : {1, 2}) {
+        CAPTURE(replicas);
+        dist::MultiWorkerMirrored<> mw(replicas, {}, {.input = dist::WorkerInput::PerWorker});
+        strata::Model<Cnn, dist::MultiWorkerMirrored<>, double> model(mw, 11);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+        const auto h = model.fit(mine, {.epochs = 2, .verbose = 0});
+        CHECK(max_relative_difference(model.get_weights(), reference) <= 1e-12);
+        CHECK(same_on_every_rank(model.get_weights()));
+        // evaluate over the shards: every example of every worker counted once.
+        const auto e = model.evaluate(mine);
+        CHECK(e.examples == std::int64_t(12 + 8 * (n - 1)));
+        CHECK(same_on_every_rank(std::vector<double>{double(h["loss"].back()), double(e.loss)}));
+    }
+}
+
+TEST_CASE("save writes once (the chief) and every rank loads it") {
+    strata_test::TempDir dir("strata_mw");
+    // The same path on every rank: rank 0's directory name.
+    std::string path = (dir / "w.safetensors").string();
+    std::vector<char> buf(path.begin(), path.end());
+    buf.resize(512, '\0');
+    MPI_Bcast(buf.data(), 512, MPI_CHAR, 0, MPI_COMM_WORLD);
+    path = buf.data();
+    dist::MultiWorkerMirrored<> mw(1);
+    strata::Model<Cnn, dist::MultiWorkerMirrored<>, float> model(mw, 4);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    model.fit(images(24, 1).batch(6), {.epochs = 1, .verbose = 0});
+    model.save(path);
+    strata::Model<Cnn> back(0);
+    back.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    back.load(path);
+    CHECK(back.get_weights() == model.get_weights());
+    MPI_Barrier(MPI_COMM_WORLD);  // nobody removes rank 0's directory before all loaded
+}
+
+TEST_CASE("ProcessGroup all-reduce, broadcast and barrier over both transports") {
+    const int n = world_size(), me = world_rank();
+    for (auto t : {coll::Transport::SharedMemory, coll::Transport::Mpi}) {
+        CAPTURE(coll::to_string(t));
+        coll::ProcessGroup pg(MPI_COMM_WORLD, 2, {.transport = t, .chunk_bytes = 1024});
+        CHECK(pg.size() == n);
+        CHECK(pg.rank() == me);
+        for (std::size_t len : {std::size_t(0), std::size_t(1), std::size_t(5), std::size_t(1000), std::size_t(100003)}) {
+            CAPTURE(len);
+            std::vector<double> v(len);
+            for (std::size_t i = 0; i < len; ++i) v[i] = double(i % 97) * (me + 1) + 0.5;
+            pg.all_reduce(0, std::span<double>(v));
+            bool ok = true;
+            for (std::size_t i = 0; i < len; ++i)  // sum over ranks of (i%97)(r+1) + 0.5
+                ok = ok && v[i] == double(i % 97) * (n * (n + 1) / 2) + 0.5 * n;
+            CHECK(ok);
+            std::vector<float> f(len, float(me + 1));
+            pg.all_reduce(1, std::span<float>(f), coll::ReduceOp::Mean);
+            CHECK(std::all_of(f.begin(), f.end(), [&](float x) { return x == float(n + 1) / 2; }));
+            std::vector<double> b(len, double(me));
+            pg.broadcast(0, std::span<double>(b), n - 1);
+            CHECK(std::all_of(b.begin(), b.end(), [&](double x) { return x == double(n - 1); }));
+        }
+        // Both lanes at once, from two threads (a process's replicas do this with gradient slices).
+        std::vector<float> a(30000, 1.0f), c(20000, 2.0f);
+        std::thread other([&] { pg.all_reduce(1, std::span<float>(c)); });
+        pg.all_reduce(0, std::span<float>(a));
+        other.join();
+        CHECK(a[29999] == float(n));
+        CHECK(c[0] == float(2 * n));
+        pg.barrier(0);
+    }
+}
+
+TEST_CASE("ProcessGroup: ranks that pass different lengths all get a ShapeError naming both") {
+    coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.transport = coll::Transport::SharedMemory});
+    std::vector<float> v(world_rank() == 1 ? 7 : 5, 1.0f);
+    const auto msg = strata_test::error_of<strata::ShapeError>([&] { pg.all_reduce(0, std::span<float>(v)); });
+    CHECK(msg.find("rank 1 passed 7 elements but rank 0 passed 5") != std::string::npos);
+    // The group stays usable.
+    std::vector<float> w(5, 1.0f);
+    pg.all_reduce(0, std::span<float>(w));
+    CHECK(w[4] == float(world_size()));
+}
+
+TEST_CASE("a rank that does not arrive is named on the others within the timeout") {
+    const int n = world_size(), me = world_rank();
+    for (auto t : {coll::Transport::SharedMemory, coll::Transport::Mpi}) {
+        CAPTURE(coll::to_string(t));
+        coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.timeout = std::chrono::milliseconds(400), .stall_warning = std::chrono::milliseconds(-1), .transport = t});
+        pg.barrier(0);
+        const auto start = std::chrono::steady_clock::now();
+        std::string msg;
+        if (me == n - 1) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(900));  // late: the others gave up
+            msg = strata_test::error_of<strata::DistributedError>([&] { pg.barrier(0); });
+            CHECK(!msg.empty());
+        } else {
+            msg = strata_test::error_of<strata::DistributedError>([&] { pg.barrier(0); });
+            const auto waited = std::chrono::steady_clock::now() - start;
+            CHECK(msg.find("rank " + std::to_string(n - 1) + " of " + std::to_string(n) + " did not arrive within 400 ms") != std::string::npos);
+            CHECK(waited < std::chrono::milliseconds(850));
+        }
+        CHECK(pg.failed());
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+}
+
+TEST_CASE("a rank that fails stops the others at once, naming it") {
+    const int me = world_rank();
+    coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.timeout = std::chrono::seconds(30), .transport = coll::Transport::SharedMemory});
+    pg.barrier(0);
+    const auto start = std::chrono::steady_clock::now();
+    if (me == 1) {
+        pg.abort("worker 1: out of memory in layer dense_1");
+    } else {
+        const auto msg = strata_test::error_of<strata::DistributedError>([&] { pg.barrier(0); });
+        CHECK(msg.find("rank 1 of " + std::to_string(world_size()) + " failed: worker 1: out of memory in layer dense_1") != std::string::npos);
+        CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
