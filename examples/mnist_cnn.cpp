@@ -5,7 +5,9 @@
 //
 //   scripts/fetch-mnist data/mnist && build/examples/mnist_cnn --data data/mnist --epochs 3
 //   build/examples/mnist_cnn --strategy mirrored --replicas 2 --threads 1 ...
-//   build/examples/mnist_cnn --strategy parameter_server --workers 4 --servers 2 --sync kbatch_sync --k 2 \
+//   mpirun -np 2 build/examples/mnist_cnn --strategy multi_worker_mirrored --replicas 1 (...)
+//       (--replicas per process; rank 0 prints and writes the files)
+//   build/examples/mnist_cnn --strategy parameter_server --workers 4 --servers 2 --sync kbatch_sync --k 2
 //       --straggler exp:20 --clock virtual ...   (--batch-size is per worker; steps count updates)
 //   build/examples/mnist_cnn --plot curves.svg  training curves (loss, accuracy per epoch) as SVG
 //   build/examples/mnist_cnn --tensorboard logs  TensorBoard scalars (tensorboard --logdir logs)
@@ -21,6 +23,16 @@
 #include <vector>
 
 using namespace mnist_example;
+
+#ifndef MNIST_CNN_HAVE_MPI
+// Built without MPI: the strategy exists in the library, but this program was not linked with MPI.
+namespace mnist_example {
+int multi_worker_rank() {
+    throw cli::usage_error("--strategy multi_worker_mirrored: this build has no MPI (install libopenmpi-dev and reconfigure)");
+}
+Report train_multi_worker(const Flags&, const strata::data::Mnist&, int&) { return multi_worker_rank(), Report{}; }
+}  // namespace mnist_example
+#endif
 
 namespace {
 
@@ -44,7 +56,7 @@ void declare_flags(CLI::App& app, Flags& f) {
     app.add_option("--seed", f.seed, "seed of the weights and the shuffle")
         ->transform(cli::integer<std::uint64_t>(0, std::numeric_limits<std::uint64_t>::max()))->capture_default_str();
     app.add_option("--strategy", f.strategy, "distribution strategy")
-        ->check(cli::one_of({"one_device", "mirrored", "central_storage", "parameter_server"}))->capture_default_str();
+        ->check(cli::one_of({"one_device", "mirrored", "central_storage", "parameter_server", "multi_worker_mirrored"}))->capture_default_str();
     app.add_option("--workers", f.workers, "parameter_server: workers")->transform(cli::integer(1, 1024))->capture_default_str();
     app.add_option("--servers", f.servers, "parameter_server: parameter servers")->transform(cli::integer(1, 1024))->capture_default_str();
     app.add_option("--shards", f.shards, "parameter_server: split each variable into N shards along axis 0 (FixedShards; 0: whole)")
@@ -59,7 +71,11 @@ void declare_flags(CLI::App& app, Flags& f) {
         ->capture_default_str();
     app.add_option("--clock", f.clock, "parameter_server: real (delays slept) or virtual (times drawn, reproducible)")
         ->check(cli::one_of({"real", "virtual"}))->capture_default_str();
-    app.add_option("--replicas", f.replicas, "replicas in sync (one_device: 1)")
+    app.add_option("--timeout-ms", f.timeout_ms, "a collective that waits longer than this fails, naming who did not arrive")
+        ->transform(cli::integer(1, 86'400'000))->capture_default_str();
+    app.add_option("--transport", f.transport, "multi_worker_mirrored: how processes exchange gradients (auto: shared memory on one host)")
+        ->check(cli::one_of({"auto", "shared_memory", "mpi"}))->capture_default_str();
+    app.add_option("--replicas", f.replicas, "replicas in sync (one_device: 1; multi_worker_mirrored: per process)")
         ->transform(cli::integer(1, 1024))->capture_default_str();
     app.add_option("--save", f.save, "write the trained weights to FILE.safetensors");
     app.add_option("--json", f.json, "also write the figures as JSON to FILE");
@@ -129,6 +145,8 @@ void check_flags(const CLI::App& app, const Flags& f) {
     }
     if (f.steps_per_epoch == 0)
         throw cli::usage_error("--steps-per-epoch: expected -1 (the whole training set) or a count >= 1, found 0");
+    if (f.strategy != "multi_worker_mirrored" && app.count("--transport"))
+        throw cli::usage_error("--transport is a multi_worker_mirrored flag; it means nothing for --strategy " + f.strategy);
     if (f.strategy == "one_device" && f.replicas != 1)
         throw cli::usage_error("--strategy one_device takes --replicas 1, found --replicas " + std::to_string(f.replicas));
 }
@@ -145,14 +163,18 @@ int main(int argc, char** argv) {
         const int threads = flags.threads;
         strata::set_num_threads(threads);
 
+        // Under multi_worker_mirrored every process runs this program; rank 0 reports.
+        const bool chief = flags.strategy != "multi_worker_mirrored" || multi_worker_rank() == 0;
         const auto mnist = strata::data::load_mnist(flags.data);
-        std::printf("%s", Net::summary().c_str());
-        std::printf("MNIST: %zu training and %zu test images from %s\n", mnist.train.size(), mnist.test.size(),
-                    flags.data.c_str());
+        if (chief) {
+            std::printf("%s", Net::summary().c_str());
+            std::printf("MNIST: %zu training and %zu test images from %s\n", mnist.train.size(), mnist.test.size(),
+                        flags.data.c_str());
+        }
 
         Report rep;
         int used_replicas = 1;
-        strata::distribute::StrategyOptions opts{.cores_per_replica = threads};
+        strata::distribute::StrategyOptions opts{.cores_per_replica = threads, .timeout = std::chrono::milliseconds(flags.timeout_ms)};
         if (flags.strategy == "one_device") {
             strata::distribute::OneDevice<> s(threads);
             rep = train(s, flags, mnist);
@@ -164,11 +186,14 @@ int main(int argc, char** argv) {
             strata::distribute::CentralStorage<> s(flags.replicas, opts);
             used_replicas = s.num_replicas_in_sync();
             rep = train(s, flags, mnist);
+        } else if (flags.strategy == "multi_worker_mirrored") {
+            rep = train_multi_worker(flags, mnist, used_replicas);
         } else {
             used_replicas = flags.workers;
             rep = train_parameter_server(flags, mnist);
         }
 
+        if (!chief) return rep.interrupted_by ? 128 + rep.interrupted_by : 0;
         if (rep.interrupted_by) {
             std::printf("\ninterrupted by %s after %d complete epoch(s): %s\n", rep.interrupted_by == SIGINT ? "SIGINT" : "SIGTERM",
                         rep.epochs_done,

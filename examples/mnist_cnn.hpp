@@ -1,7 +1,8 @@
 #pragma once
-// What the two translation units of examples/mnist_cnn share: the network, the flags, the report and
-// the training function. The parameter-server modes live in mnist_cnn_ps.cpp so that the two
-// halves compile in parallel (compile time is part of the product).
+// What the translation units of examples/mnist_cnn share: the network, the flags, the report and
+// the training function. The parameter-server modes live in mnist_cnn_ps.cpp and
+// MultiWorkerMirrored (which needs MPI) in mnist_cnn_mw.cpp, so that they compile in parallel
+// (compile time is part of the product) and a build without MPI still has the rest.
 #include <strata/strata.hpp>
 
 #include <chrono>
@@ -41,6 +42,9 @@ struct Flags {
     int verbose = 1;
     std::string plot;
     std::string tensorboard;
+    int timeout_ms = 60000;  // collectives among replicas and processes
+    // multi_worker_mirrored only
+    std::string transport = "auto";
     // parameter_server only
     int workers = 2;
     int servers = 1;
@@ -121,5 +125,12 @@ Report train(Strategy& strategy, const Flags& flags, const strata::data::Mnist& 
 
 /// --strategy parameter_server (mnist_cnn_ps.cpp): one instantiation per sync mode.
 Report train_parameter_server(const Flags& f, const strata::data::Mnist& mnist);
+
+/// --strategy multi_worker_mirrored (mnist_cnn_mw.cpp): `replicas_in_sync` gets processes ×
+/// --replicas. Throws a usage error where the build has no MPI.
+Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync);
+/// This process's rank in the MPI job (MPI is initialized by the call), for
+/// --strategy multi_worker_mirrored: only rank 0 prints and writes files.
+int multi_worker_rank();
 
 }  // namespace mnist_example
