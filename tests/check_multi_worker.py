@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""mnist_cnn --strategy multi_worker_mirrored run by mpirun, the way users run it, and what it
+promises when a process stalls or dies.
+
+  check_multi_worker.py --mpirun PATH --mnist-cnn PATH
+
+  * 2 processes x 1 replica train like one device on the same global batches (the test loss of
+    both runs agrees to 1e-5), only rank 0 prints the report and writes --json and --save, and
+    the saved weights load into a one-device run;
+  * 3 processes, one stopped with SIGSTOP mid-training: the job ends non-zero within the
+    timeout plus a margin, every surviving rank names "rank 2 of 3 ... did not arrive", and a
+    stall warning named it before the deadline;
+  * 3 processes, one killed with SIGKILL: the job ends non-zero within seconds.
+The data is a tiny MNIST-shaped set written here. Standard library only; Open MPI's mpirun
+(as root it needs OMPI_ALLOW_RUN_AS_ROOT{,_CONFIRM}=1, set here).
+"""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_examples import check, failures, fake_mnist, strict_json  # noqa: E402 - beside this file
+
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_hwloc_base_binding_policy": "none",
+           "STRATA_QUIET_BLAS": "1"}
+
+
+def env():
+    e = dict(os.environ)
+    e.update(MPI_ENV)
+    return e
+
+
+def ranks_of(job_pid, exe_name):
+    """{MPI rank: pid} of the job's processes, read from /proc (Open MPI sets OMPI_COMM_WORLD_RANK)."""
+    found = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+            if not cmd or not cmd[0].endswith(exe_name.encode()):
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                for item in f.read().split(b"\0"):
+                    if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                        found[int(item.split(b"=")[1])] = int(pid)
+        except OSError:
+            continue
+    return found
+
+
+def fault(mpirun, exe, data, how, timeout_ms=3000):
+    """Starts 3 processes training for long, then stops (SIGSTOP) or kills (SIGKILL) rank 2 once
+    all three are training. Returns (exit status, seconds from the signal to the end, stderr)."""
+    cmd = [mpirun, "-np", "3", exe, "--data", data, "--strategy", "multi_worker_mirrored", "--epochs", "100000",
+           "--batch-size", "12", "--verbose", "0", "--threads", "1", "--timeout-ms", str(timeout_ms)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    victim = None
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and victim is None:
+            r = ranks_of(p.pid, os.path.basename(exe))
+            if len(r) == 3:
+                victim = r[2]
+            time.sleep(0.2)
+        if not check(victim is not None, f"multi_worker {how}: the 3 processes did not start"):
+            p.kill()
+            return None, None, ""
+        time.sleep(2.0)  # well into training
+        os.kill(victim, signal.SIGSTOP if how == "stall" else signal.SIGKILL)
+        t0 = time.time()
+        try:
+            _, err = p.communicate(timeout=timeout_ms / 1000 + 60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            check(False, f"multi_worker {how}: the job was still running 60 s after the deadline (a hang)")
+            return None, None, err
+        return p.returncode, time.time() - t0, err
+    finally:
+        if victim is not None:
+            try:
+                os.kill(victim, signal.SIGCONT)
+                os.kill(victim, signal.SIGKILL)
+            except OSError:
+                pass
+        if p.poll() is None:
+            p.kill()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mpirun", required=True)
+    ap.add_argument("--mnist-cnn", required=True)
+    args = ap.parse_args()
+    exe = args.mnist_cnn
+    with tempfile.TemporaryDirectory() as d:
+        data = os.path.join(d, "mnist")
+        os.mkdir(data)
+        fake_mnist(data)
+        common = ["--data", data, "--epochs", "2", "--steps-per-epoch", "3", "--batch-size", "24", "--verbose", "0"]
+
+        # One device as the reference, then 2 processes x 1 replica on the same global batches.
+        one_json, mw_json = os.path.join(d, "one.json"), os.path.join(d, "mw.json")
+        mw_save = os.path.join(d, "mw.safetensors")
+        r = subprocess.run([exe] + common + ["--json", one_json], capture_output=True, text=True, env=env(), timeout=300)
+        check(r.returncode == 0, f"mnist_cnn one_device: exit {r.returncode}: {r.stderr[-500:]!r}")
+        r = subprocess.run([args.mpirun, "-np", "2", exe] + common + ["--strategy", "multi_worker_mirrored", "--json", mw_json,
+                                                                      "--save", mw_save],
+                           capture_output=True, text=True, env=env(), timeout=300)
+        if check(r.returncode == 0, f"mpirun -np 2 mnist_cnn: exit {r.returncode}: {r.stderr[-800:]!r}"):
+            check(r.stdout.count("test accuracy") == 1, f"mpirun -np 2 mnist_cnn: the report must be printed once (by rank 0): "
+                                                        f"{r.stdout.count('test accuracy')} times")
+            one, mw = strict_json(one_json), strict_json(mw_json)
+            check(mw["replicas"] == 2 and mw["strategy"] == "multi_worker_mirrored", f"mnist_cnn multi_worker JSON: {mw}")
+            check(abs(one["test_loss"] - mw["test_loss"]) <= 1e-5 * abs(one["test_loss"]),
+                  f"2 processes and one device disagree: test loss {mw['test_loss']} vs {one['test_loss']}")
+            check(not [f for f in os.listdir(d) if ".tmp." in f], f"temporary files left: {os.listdir(d)}")
+            r = subprocess.run([exe, "--data", data, "--load", mw_save, "--epochs", "0", "--verbose", "0", "--json", one_json],
+                               capture_output=True, text=True, env=env(), timeout=300)
+            check(r.returncode == 0 and abs(strict_json(one_json)["test_loss"] - mw["test_loss"]) <= 1e-6 * abs(mw["test_loss"]),
+                  f"the weights saved by rank 0 do not reproduce its test loss on one device: {r.stderr[-300:]!r}")
+
+        # A process that stalls: the others name it and the job ends non-zero.
+        rc, seconds, err = fault(args.mpirun, exe, data, "stall")
+        if rc is not None:
+            check(rc != 0, "multi_worker stall: the job exited 0")
+            check(seconds < 3 + 30, f"multi_worker stall: the job took {seconds:.1f} s after the stall to end")
+            check("rank 2 of 3 did not arrive within 3000 ms" in err,
+                  f"multi_worker stall: no error naming rank 2: {err[-1500:]!r}")
+            check("warning" in err and "rank 2 of 3" in err, f"multi_worker stall: no stall warning: {err[-1500:]!r}")
+
+        # A process that dies: the launcher ends the job.
+        rc, seconds, err = fault(args.mpirun, exe, data, "kill")
+        if rc is not None:
+            check(rc != 0, "multi_worker kill -9: the job exited 0")
+            check(seconds < 30, f"multi_worker kill -9: the job took {seconds:.1f} s to end")
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("multi_worker: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
