@@ -188,6 +188,7 @@ struct AllReduceRow {
     std::size_t bytes = 0;
     std::string algorithm;
     double seconds = 0, memcpy_seconds = 0;  // median time of one all-reduce, of one memcpy
+    double speedup_vs_baseline = 0;          // a baseline's time / seconds (0: no baseline)
     /// bytes / time, GB/s.
     double algbw() const { return double(bytes) / seconds * 1e-9; }
     /// algbw * 2(N-1)/N: what each rank must send and receive at least, over time.
@@ -197,6 +198,11 @@ struct AllReduceRow {
     /// Its JSON row, from "participants" to "busbw_over_memcpy"; oversubscribed means more
     /// participants than the `hardware_threads`.
     cli::Json json(unsigned hardware_threads) const {
+        cli::Json j = json_fields(hardware_threads);
+        if (speedup_vs_baseline > 0) j["speedup_vs_baseline"] = speedup_vs_baseline;
+        return j;
+    }
+    cli::Json json_fields(unsigned hardware_threads) const {
         return {{"participants", participants}, {"oversubscribed", unsigned(participants) > hardware_threads},
                 {"mib", mib}, {"bytes", bytes}, {"algorithm", algorithm}, {"seconds", seconds},
                 {"algbw_gbps", algbw()}, {"busbw_gbps", busbw()}, {"memcpy_seconds", memcpy_seconds},
