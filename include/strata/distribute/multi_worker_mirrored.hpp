@@ -33,15 +33,19 @@
 /// - Every wait across processes has a deadline (StrategyOptions::timeout): a rank that stalls
 ///   makes the others throw DistributedError naming it; a rank that throws makes the others
 ///   fail at once, naming it; a stall warning names late ranks at half the timeout.
-/// - Place: host memory. CUDA places across processes need the NCCL communicator
-///   (collective/nccl.hpp) wired into this strategy, which is not done yet (a static_assert says so).
+/// - Place: host memory, or place::Cuda in files nvcc compiles where NCCL is found: then each
+///   process takes local replicas' worth of GPUs after those of the processes before it on its
+///   host, and the slices cross processes through NCCL (collective/nccl_process.hpp; rank 0's
+///   ncclGetUniqueId is broadcast over the process group, then ncclCommInitRank per lane).
 
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <memory>
 #include <string>
 #include <utility>
 
+#include "strata/distribute/collective/nccl_process.hpp"
 #include "strata/distribute/collective/process_group.hpp"
 #include "strata/distribute/path/mirrored.hpp"
 #include "strata/distribute/strategy.hpp"
@@ -101,7 +105,8 @@ public:
     /// `local_replicas` replicas in this process (the same number in every process).
     explicit MultiWorkerMirrored(int local_replicas = 1, StrategyOptions options = {}, MultiWorkerOptions mw = {})
         : Runtime(local_replicas, detail::multi_worker_cores(local_replicas, options, mw.comm), "MultiWorkerMirrored", false,
-                  "/job:worker/task:" + std::to_string(detail::comm_rank(mw.comm))),
+                  "/job:worker/task:" + std::to_string(detail::comm_rank(mw.comm)),
+                  local_replicas * collective::mpi::local_rank(mw.comm)),
           mw_(mw),
           pg_(mw.comm, local_replicas,
               collective::ProcessGroupOptions{options.timeout, mw.stall_warning, mw.transport, mw.chunk_bytes}) {
@@ -117,6 +122,15 @@ public:
         stage.sum_double = &sum_across<double>;
         stage.processes = pg_.size();
         this->group().set_outer_stage(stage);
+        if constexpr (!place::host_accessible_v<P>) {
+#if defined(STRATA_HAS_NCCL_PROCESS)
+            nccl_ = std::make_unique<collective::NcclProcessStage>(pg_, options.timeout);
+            Runtime::run_replicas([&](int r) { nccl_->init_lane(r); });  // on each replica's GPU
+#else
+            static_assert(place::host_accessible_v<P>, "strata::distribute::MultiWorkerMirrored<place::Cuda>: GPUs across "
+                                                       "processes need NCCL (<nccl.h>, compiled by nvcc or with STRATA_WITH_NCCL)");
+#endif
+        }
         if (place::get_log_device_placement())
             place::log_placement("MultiWorkerMirrored worker " + std::to_string(pg_.rank()) + " of " + std::to_string(pg_.size()) +
                                      " (" + std::string(collective::to_string(pg_.transport())) + " transport, " +
@@ -136,6 +150,10 @@ public:
     bool per_worker_input() const { return mw_.input == WorkerInput::PerWorker; }
     const MultiWorkerOptions& multi_worker_options() const { return mw_; }
     collective::ProcessGroup& process_group() { return pg_; }
+#if defined(STRATA_HAS_NCCL_PROCESS)
+    /// GPU places: the NCCL communicators across processes, one per local replica.
+    collective::NcclProcessStage& device_stage() { return *nccl_; }
+#endif
 
     /// Runs fn(replica) on this process's replicas; a replica that throws also fails the
     /// process group, so that the other processes stop at once, naming this one.
@@ -158,6 +176,9 @@ private:
 
     MultiWorkerOptions mw_;
     collective::ProcessGroup pg_;
+#if defined(STRATA_HAS_NCCL_PROCESS)
+    std::unique_ptr<collective::NcclProcessStage> nccl_;
+#endif
 };
 
 template <class P, class Net, class T>

@@ -107,9 +107,12 @@ public:
     /// server's workers run beside the coordinator on the caller's thread).
     /// `device_prefix`: put before every replica's device name (MultiWorkerMirrored's
     /// "/job:worker/task:K").
+    /// `first_device`: on GPUs, the replicas take the configured devices from this index on
+    /// (MultiWorkerMirrored's processes on one host each take their own).
     ReplicaRuntime(int replicas, const StrategyOptions& options, const char* name, bool threads_always = false,
-                   std::string device_prefix = {})
-        : options_(options), group_(replicas, collective::GroupOptions{options.timeout}), prefix_(std::move(device_prefix)) {
+                   std::string device_prefix = {}, int first_device = 0)
+        : options_(options), group_(replicas, collective::GroupOptions{options.timeout}), prefix_(std::move(device_prefix)),
+          first_device_(first_device) {
         STRATA_CHECK(replicas >= 1, ValueError, name, ": the number of replicas must be >= 1, got ", replicas);
         STRATA_CHECK(options.cores_per_replica >= 0, ValueError, name, ": cores_per_replica must be >= 0, got ",
                      options.cores_per_replica);
@@ -216,8 +219,10 @@ private:
             }
             cores_ = cores;
         } else {
+            if (first_device_ > 0)
+                configured.erase(configured.begin(), configured.begin() + std::min<std::ptrdiff_t>(first_device_, std::ptrdiff_t(configured.size())));
             STRATA_CHECK(int(configured.size()) >= replicas, DeviceError, name, ": ", replicas,
-                         " replicas need as many GPUs or logical GPUs; found ", configured.size(),
+                         " replicas need as many GPUs or logical GPUs (from number ", first_device_, " on); found ", configured.size(),
                          " (split a GPU with set_logical_device_configuration, see docs/devices.md)");
             configured.resize(std::size_t(replicas));
             devices_ = configured;
@@ -271,6 +276,7 @@ private:
     std::unique_ptr<ReplicaPool> pool_;
     std::vector<place::LogicalDevice> devices_;
     std::string prefix_;
+    int first_device_ = 0;
     int cores_ = 1;
     int restore_threads_ = 0;
     bool use_scopes_ = false;

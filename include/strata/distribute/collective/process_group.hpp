@@ -122,6 +122,17 @@ inline int world_size() {
     return n;
 }
 
+/// This process's index among the processes of `comm` on its host.
+inline int local_rank(MPI_Comm comm = MPI_COMM_WORLD) {
+    ensure_initialized();
+    MPI_Comm node;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int r = 0;
+    MPI_Comm_rank(node, &r);
+    MPI_Comm_free(&node);
+    return r;
+}
+
 /// Processes of `comm` on this host (MPI_COMM_TYPE_SHARED).
 inline int local_size(MPI_Comm comm = MPI_COMM_WORLD) {
     ensure_initialized();

@@ -19,6 +19,29 @@
 namespace strata::distribute {
 
 namespace detail {
+// Across processes on GPUs: replica r sums its slice of every local replica's gradient into its
+// own buffer only; the slice then crosses processes (NCCL), and DeviceSliceCopy hands it back.
+template <class T>
+struct DeviceSliceReduce {
+    T* grads[16];
+    int replicas, owner;
+    std::int64_t first;
+    STRATA_HD void operator()(std::int64_t i) const {
+        T s = 0;
+        for (int q = 0; q < replicas; ++q) s += grads[q][first + i];
+        grads[owner][first + i] = s;
+    }
+};
+template <class T>
+struct DeviceSliceCopy {
+    T* grads[16];
+    int replicas, owner;
+    std::int64_t first;
+    STRATA_HD void operator()(std::int64_t i) const {
+        for (int q = 0; q < replicas; ++q)
+            if (q != owner) grads[q][first + i] = grads[owner][first + i];
+    }
+};
 // Replica r sums its slice of every replica's gradient, in replica order, and writes the sum
 // back into every replica's buffer; nobody else touches that slice, so it works in place. (At
 // namespace scope: nvcc needs kernel functors it can name.)
@@ -96,10 +119,7 @@ public:
     void apply(int r) {
         T* g = this->grads(r);
         if constexpr (!place::host_accessible_v<P>) {
-            static_assert(!MultiProcess<S>, "strata::distribute::MultiWorkerMirrored: device (CUDA) places across processes "
-                                            "need the NCCL communicator, which is not wired into the strategy yet; use "
-                                            "place::Host (docs/multi_worker.md)");
-            if (this->units() > 1) device_all_reduce(r);
+            if (reduces()) device_all_reduce(r);
         } else if (overlapped()) {
             gradient_ready(r, 0);  // whatever the backward hook has not handed over yet
             comm_of(r).wait();
@@ -273,9 +293,20 @@ private:
         P::synchronize();  // this replica's gradients are complete
         this->strategy_->group().barrier(r);
         const auto sl = replica_slice(num_params, n, r);
-        detail::DeviceSliceSum<T> f{{}, n, sl.first};
-        for (int q = 0; q < n; ++q) f.grads[q] = this->grads(q);
-        if (sl.count > 0) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), sl.count, f);
+        if constexpr (MultiProcess<S>) {
+            // Sum the slice here, across processes (NCCL on lane r), then hand it to the others.
+            detail::DeviceSliceReduce<T> f{{}, n, r, sl.first};
+            detail::DeviceSliceCopy<T> g{{}, n, r, sl.first};
+            for (int q = 0; q < n; ++q) f.grads[q] = g.grads[q] = this->grads(q);
+            if (sl.count > 0) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), sl.count, f);
+            P::synchronize();
+            this->strategy_->device_stage().all_reduce(r, this->grads(r) + sl.first, std::size_t(sl.count));
+            if (sl.count > 0 && n > 1) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), sl.count, g);
+        } else {
+            detail::DeviceSliceSum<T> f{{}, n, sl.first};
+            for (int q = 0; q < n; ++q) f.grads[q] = this->grads(q);
+            if (sl.count > 0) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), sl.count, f);
+        }
         P::synchronize();
         this->strategy_->group().barrier(r);  // every slice summed: all buffers hold the total
     }
