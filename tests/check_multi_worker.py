@@ -10,7 +10,10 @@ promises when a process stalls or dies.
   * 3 processes, one stopped with SIGSTOP mid-training: the job ends non-zero within the
     timeout plus a margin, every surviving rank names "rank 2 of 3 ... did not arrive", and a
     stall warning named it before the deadline;
-  * 3 processes, one killed with SIGKILL: the job ends non-zero within seconds.
+  * 3 processes, one killed with SIGKILL: the job ends non-zero within seconds;
+  * 2 processes with --backup-dir, one killed with SIGKILL after a backup exists, relaunched
+    with the same flags: the job resumes from the backup and rank 0 saves weights bitwise
+    equal to those of an uninterrupted 2-process run.
 The data is a tiny MNIST-shaped set written here. Standard library only; Open MPI's mpirun
 (as root it needs OMPI_ALLOW_RUN_AS_ROOT{,_CONFIRM}=1, set here).
 """
@@ -95,6 +98,46 @@ def fault(mpirun, exe, data, how, timeout_ms=3000):
             p.kill()
 
 
+def backup_resume(mpirun, exe, data, d):
+    """2 processes: killed after a backup, relaunched, resumed bitwise."""
+    common = [mpirun, "-np", "2", exe, "--data", data, "--strategy", "multi_worker_mirrored", "--epochs", "3",
+              "--steps-per-epoch", "24", "--batch-size", "8", "--threads", "1", "--verbose", "0"]
+    straight = os.path.join(d, "straight.safetensors")
+    r = subprocess.run(common + ["--save", straight], capture_output=True, text=True, env=env(), timeout=300)
+    if not check(r.returncode == 0, f"mpirun -np 2 uninterrupted: exit {r.returncode}: {r.stderr[-500:]!r}"):
+        return
+    backup_dir = os.path.join(d, "backup")
+    backup = os.path.join(backup_dir, "backup.safetensors")
+    resumed = os.path.join(d, "resumed.safetensors")
+    flags = common + ["--backup-dir", backup_dir, "--backup-every-steps", "5", "--save", resumed]
+    p = subprocess.Popen(flags, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env())
+    deadline = time.time() + 60
+    while not os.path.exists(backup) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.002)
+    time.sleep(0.05)  # part-way through the next steps
+    victims = ranks_of(p.pid, os.path.basename(exe))
+    for pid in victims.values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+    if not check(os.path.exists(backup) and not os.path.exists(resumed),
+                 f"mpirun -np 2 --backup-dir: killed too late or no backup written (exit {p.returncode})"):
+        return
+    r = subprocess.run(flags, capture_output=True, text=True, env=env(), timeout=300)
+    check(r.returncode == 0, f"mpirun -np 2 relaunched with --backup-dir: exit {r.returncode}: {r.stderr[-500:]!r}")
+    check("resumed from the backup" in r.stdout, f"mpirun -np 2 relaunched did not resume: {r.stdout.strip()[-300:]!r}")
+    if os.path.exists(resumed):
+        with open(straight, "rb") as a, open(resumed, "rb") as b:
+            check(a.read() == b.read(), "2 processes killed and resumed: weights differ from the uninterrupted run's")
+    check(not os.path.exists(backup), "the backup was left after training ended")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpirun", required=True)
@@ -142,6 +185,7 @@ def main():
         if rc is not None:
             check(rc != 0, "multi_worker kill -9: the job exited 0")
             check(seconds < 30, f"multi_worker kill -9: the job took {seconds:.1f} s to end")
+        backup_resume(args.mpirun, exe, data, d)
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1
