@@ -338,3 +338,40 @@ TEST_CASE("only the chief writes: backups, checkpoints, CSV logs and TensorBoard
     restored.fit(blobs(), {.epochs = 1, .callbacks = {keep}, .verbose = 0});
     CHECK(restored.get_weights() == chief.model.get_weights());
 }
+
+TEST_CASE("BackupAndRestore under ParameterServer: resumes at an epoch end, refuses a mid-epoch position") {
+    using PS = strata::distribute::ParameterServer<strata::place::Host, strata::sync::Synchronous>;
+    auto make = [](PS& ps) {
+        auto m = std::make_unique<strata::Model<Net, PS>>(ps, seed);
+        m->compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+        return m;
+    };
+    PS ps_straight(2, 1);
+    auto straight = make(ps_straight);
+    straight->fit(blobs(), {.epochs = 3, .verbose = 0});
+
+    TempDir dir("strata_backup");
+    auto backup = std::make_shared<tr::BackupAndRestore>(dir.path);
+    {
+        PS ps(2, 1);
+        auto first = make(ps);
+        CHECK_THROWS(first->fit(blobs(), {.epochs = 3,
+                                          .callbacks = {backup, std::make_shared<Interrupt>(Interrupt::ThrowAtEpochBegin, 2)},
+                                          .verbose = 0}));
+    }
+    PS ps(2, 1);
+    auto second = make(ps);
+    const auto history = second->fit(blobs(), {.epochs = 3, .callbacks = {backup}, .verbose = 0});
+    CHECK(history.epoch == std::vector<int>{2});
+    CHECK(second->get_weights() == straight->get_weights());
+
+    // A position inside an epoch has no meaning here: refused, naming the strategy.
+    second->save(backup->file().string(), {{"backup_format", "strata-backup"}, {"backup_version", "1"}, {"backup_epoch", "1"},
+                                           {"backup_batches", "2"}, {"backup_loss_sum", "1.5"}, {"backup_correct", "3"},
+                                           {"backup_seen", "48"}});
+    PS ps3(2, 1);
+    auto third = make(ps3);
+    const auto msg = strata_test::error_of<strata::ValueError>(
+        [&] { third->fit(blobs(), {.epochs = 3, .callbacks = {backup}, .verbose = 0}); });
+    CHECK(msg.find("ParameterServer") != std::string::npos);
+}

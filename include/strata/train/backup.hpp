@@ -169,11 +169,6 @@ public:
             at.seen = parse_metadata_int("backup_seen", meta("backup_seen"), 0, i64_max);
             at.loss_sum = parse_double(where, "backup_loss_sum", meta("backup_loss_sum"));
             at.correct = parse_double(where, "backup_correct", meta("backup_correct"));
-            // The checkpoint's own epoch counts epochs done: inside epoch e, e are done.
-            if (f.has_metadata("epoch") &&
-                parse_metadata_int("epoch", f.metadata("epoch"), 0, std::numeric_limits<int>::max()) != at.epoch)
-                throw_error<CheckpointError>(where, "metadata epoch = ", f.metadata("epoch"), " disagrees with backup_epoch = ",
-                                             at.epoch, " (the file is damaged; remove it to start over)");
         } catch (const CheckpointError& e) {
             const std::string_view what = e.what();
             if (what.starts_with(where)) throw;
