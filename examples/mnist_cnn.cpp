@@ -11,6 +11,7 @@
 //       --straggler exp:20 --clock virtual ...   (--batch-size is per worker; steps count updates)
 //   build/examples/mnist_cnn --plot curves.svg  training curves (loss, accuracy per epoch) as SVG
 //   build/examples/mnist_cnn --tensorboard logs  TensorBoard scalars (tensorboard --logdir logs)
+//   build/examples/mnist_cnn --backup-dir run1 --backup-every-steps 100   killed? the same command resumes
 //   build/examples/mnist_cnn --help             every flag, its default and its range
 #include "mnist_cnn.hpp"
 
@@ -83,6 +84,10 @@ void declare_flags(CLI::App& app, Flags& f) {
         ->transform(cli::integer(0, 2))->capture_default_str();
     app.add_option("--plot", f.plot, "draw loss and accuracy per epoch (train, validation) as FILE.svg");
     app.add_option("--tensorboard", f.tensorboard, "write TensorBoard scalars per epoch to DIR (tensorboard --logdir DIR)");
+    app.add_option("--backup-dir", f.backup_dir, "back the training state up into DIR at every epoch end (BackupAndRestore); "
+                                                 "run again with the same flags after a crash to resume; removed at the end");
+    app.add_option("--backup-every-steps", f.backup_every_steps, "with --backup-dir: back up every N batches instead")
+        ->transform(cli::integer<std::int64_t>(1, 1'000'000'000));
 }
 
 /// Checks what a single flag's range cannot (combinations), before any data is loaded.
@@ -143,6 +148,16 @@ void check_flags(const CLI::App& app, const Flags& f) {
             throw cli::usage_error(std::string("--straggler: ") + e.what());
         }
     }
+    if (app.count("--backup-every-steps") && f.backup_dir.empty())
+        throw cli::usage_error("--backup-every-steps needs --backup-dir DIR");
+    if (ps && app.count("--backup-every-steps"))
+        throw cli::usage_error("--backup-every-steps: parameter_server backs up at epoch ends only (its updates do not follow "
+                               "the data's order, so there is no batch to resume at)");
+    if (!f.backup_dir.empty()) {
+        std::error_code ec;
+        if (std::filesystem::exists(f.backup_dir, ec) && !std::filesystem::is_directory(f.backup_dir, ec))
+            throw cli::usage_error("--backup-dir " + f.backup_dir + ": is a file; expected a directory");
+    }
     if (f.steps_per_epoch == 0)
         throw cli::usage_error("--steps-per-epoch: expected -1 (the whole training set) or a count >= 1, found 0");
     if (f.strategy != "multi_worker_mirrored" && app.count("--transport"))
@@ -194,11 +209,16 @@ int main(int argc, char** argv) {
         }
 
         if (!chief) return rep.interrupted_by ? 128 + rep.interrupted_by : 0;
+        if (rep.resumed_from)
+            std::printf("resumed from the backup in %s at epoch %d, batch %lld\n", flags.backup_dir.c_str(),
+                        rep.resumed_from->epoch + 1, (long long)rep.resumed_from->batches);
         if (rep.interrupted_by) {
             std::printf("\ninterrupted by %s after %d complete epoch(s): %s\n", rep.interrupted_by == SIGINT ? "SIGINT" : "SIGTERM",
                         rep.epochs_done,
                         flags.save.empty() ? "nothing saved (give --save FILE to keep the state)"
                                            : ("state saved to " + flags.save + " (continue with --load " + flags.save + ")").c_str());
+            if (!flags.backup_dir.empty())
+                std::printf("backup kept in %s: run again with the same flags to resume where it stopped\n", flags.backup_dir.c_str());
             return 128 + rep.interrupted_by;
         }
         const int used_threads = threads > 0 ? threads : strata::hardware_threads();

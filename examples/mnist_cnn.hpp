@@ -45,6 +45,8 @@ struct Flags {
     int timeout_ms = 60000;  // collectives among replicas and processes
     // multi_worker_mirrored only
     std::string transport = "auto";
+    std::string backup_dir;                // BackupAndRestore: a relaunch with the same flags resumes
+    std::int64_t backup_every_steps = 0;   // 0: back up at every epoch end
     // parameter_server only
     int workers = 2;
     int servers = 1;
@@ -63,6 +65,7 @@ struct Report {
     std::optional<strata::distribute::ParameterServerStats> ps;  // parameter_server only
     strata::train::History history;
     int interrupted_by = 0;  // SIGINT or SIGTERM stopped training (the state was saved if --save)
+    std::optional<strata::train::TrainingPosition> resumed_from;  // --backup-dir held a backup
     int epochs_done = 0;
 };
 
@@ -93,6 +96,13 @@ Report train(Strategy& strategy, const Flags& flags, const strata::data::Mnist& 
     // Ctrl-C or SIGTERM: finish the step in progress, save what --save asks for, report.
     auto stop = std::make_shared<strata::train::StopOnSignal>();
     strata::train::CallbackList callbacks{timer, stop};
+    std::shared_ptr<strata::train::BackupAndRestore> backup;
+    if (!flags.backup_dir.empty()) {
+        // First, so that the backup is restored before any other callback starts.
+        backup = std::make_shared<strata::train::BackupAndRestore>(
+            flags.backup_dir, strata::train::BackupOptions{.save_every_steps = flags.backup_every_steps});
+        callbacks.insert(callbacks.begin(), backup);
+    }
     if (!flags.tensorboard.empty()) callbacks.push_back(std::make_shared<strata::train::TensorBoard>(flags.tensorboard));
     const auto t0 = std::chrono::steady_clock::now();
     auto history = model.fit(train, {.epochs = flags.epochs,
@@ -102,6 +112,7 @@ Report train(Strategy& strategy, const Flags& flags, const strata::data::Mnist& 
                                      .verbose = flags.verbose,
                                      .initial_epoch = model.epoch()});
     rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (backup) rep.resumed_from = backup->restored();
     rep.epochs_done = model.epoch();
     if (stop->interrupted()) {
         rep.interrupted_by = stop->signal_number();

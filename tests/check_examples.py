@@ -174,6 +174,42 @@ def mnist_cnn_more(exe, data, missing):
                 check(doc["epoch_loss"] == [] and 0 <= doc["test_accuracy"] <= 1, f"mnist_cnn --epochs 0 --load: {doc}")
 
 
+def mnist_cnn_backup(exe, data):
+    """--backup-dir: a run killed with SIGKILL after a backup, relaunched with the same flags,
+    resumes from the backup and saves weights bitwise equal to an uninterrupted run's."""
+    import signal
+    import time
+    with tempfile.TemporaryDirectory() as d:
+        common = ["--data", data, "--epochs", "3", "--steps-per-epoch", "24", "--batch-size", "8", "--threads", "1",
+                  "--verbose", "0"]
+        straight = os.path.join(d, "straight.safetensors")
+        r = run([exe] + common + ["--save", straight])
+        if not check(r.returncode == 0, f"mnist_cnn uninterrupted: exit {r.returncode} ({r.stderr.strip()[-300:]!r})"):
+            return
+        backup_dir = os.path.join(d, "backup")
+        backup = os.path.join(backup_dir, "backup.safetensors")
+        resumed = os.path.join(d, "resumed.safetensors")
+        flags = common + ["--backup-dir", backup_dir, "--backup-every-steps", "5", "--save", resumed]
+        p = subprocess.Popen([exe] + flags, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(backup) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(0.05)  # a few more steps: killed part-way through, maybe mid-write of the next backup
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        if not check(os.path.exists(backup) and not os.path.exists(resumed),
+                     f"mnist_cnn --backup-dir: killed too late or no backup written (exit {p.returncode}, "
+                     f"backup dir {os.listdir(backup_dir) if os.path.isdir(backup_dir) else 'missing'})"):
+            return
+        r = run([exe] + flags)
+        check(r.returncode == 0, f"mnist_cnn relaunched with --backup-dir: exit {r.returncode} ({r.stderr.strip()[-300:]!r})")
+        check("resumed from the backup" in r.stdout, f"mnist_cnn relaunched did not resume: {r.stdout.strip()[-300:]!r}")
+        with open(straight, "rb") as a, open(resumed, "rb") as b:
+            check(a.read() == b.read(), "mnist_cnn killed and resumed: weights differ from the uninterrupted run's")
+        check(os.listdir(backup_dir) == [], f"mnist_cnn --backup-dir left {os.listdir(backup_dir)} after training ended")
+        bad_flag(exe, "mnist_cnn", ["--data", data, "--backup-every-steps", "5"], "--backup-every-steps")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", action="append", default=[], help="NAME=PATH of a built example or benchmark")
@@ -188,7 +224,8 @@ def main():
         if "mnist_cnn" in bins:
             exe = bins["mnist_cnn"]
             help_lists(exe, "mnist_cnn", ["--data", "--epochs", "--steps-per-epoch", "--batch-size", "--threads", "--seed",
-                                          "--strategy", "--replicas", "--save", "--json", "--verbose", "--plot", "--tensorboard"])
+                                          "--strategy", "--replicas", "--save", "--json", "--verbose", "--plot", "--tensorboard",
+                                          "--backup-dir", "--backup-every-steps"])
             common_checks(exe, "mnist_cnn", "--epochs")
             # Flag mistakes come before the data is read: the data directory does not exist here.
             for args, flag in ((["--batch-size", "0"], "--batch-size"), (["--replicas", "2"], "--replicas"),
@@ -228,6 +265,7 @@ def main():
                 check(doc["epochs"] == 2 and len(doc["epoch_loss"]) == 2 and doc["steps_per_epoch"] == 2,
                       f"mnist_cnn JSON: {doc}")
             mnist_cnn_more(exe, data, missing)
+            mnist_cnn_backup(exe, data)
 
         if "custom_training_loop" in bins:
             exe = bins["custom_training_loop"]

@@ -27,6 +27,7 @@
 #include "strata/distribute/strategy.hpp"
 #include "strata/distribute/straggler.hpp"
 #include "strata/distribute/parameter_server.hpp"
+#include "strata/train/backup.hpp"
 #include "strata/train/callbacks.hpp"
 #include "strata/train/checkpoint.hpp"
 #include "strata/train/interrupt.hpp"

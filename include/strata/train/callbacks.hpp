@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,12 +60,32 @@ private:
     int n_ = 0;
 };
 
+/// Where `fit` is: the epoch it is in, the batches of that epoch it has trained on, and the
+/// running sums the epoch's figures are made of (loss = loss_sum / seen, accuracy = correct /
+/// seen). At the end of a whole epoch e it is {e + 1, 0, 0, 0, 0}. BackupAndRestore saves it and
+/// gives it back to fit, so that a resumed epoch reports the figures of an uninterrupted one.
+struct TrainingPosition {
+    int epoch = 0;
+    std::int64_t batches = 0;
+    double loss_sum = 0;
+    double correct = 0;
+    std::int64_t seen = 0;
+    friend bool operator==(const TrainingPosition&, const TrainingPosition&) = default;
+};
+
 /// What a callback may ask of the model it is attached to.
 class TrainingContext {
 public:
     virtual ~TrainingContext() = default;
     /// Set to true to stop `fit` after the current epoch (EarlyStopping does).
     bool stop_training = false;
+    /// Where fit is; fit updates it before every on_train_batch_end and on_epoch_end.
+    TrainingPosition position{};
+    /// Set during on_train_begin (BackupAndRestore does) to make fit start at `resume->epoch`,
+    /// skip the first `resume->batches` batches of that epoch without training on them, and
+    /// start the epoch's sums from the stored ones. fit clears it once taken.
+    std::optional<TrainingPosition> resume{};
+
     virtual double learning_rate() const = 0;
     virtual void set_learning_rate(double lr) = 0;
     /// Writes a checkpoint (weights, optimizer state, epoch) atomically to `path`.
@@ -72,9 +93,20 @@ public:
     /// A host copy of all weights, and its inverse (EarlyStopping's restore_best_weights).
     virtual std::vector<double> weights_snapshot() const = 0;
     virtual void restore_weights(const std::vector<double>& snapshot) = 0;
-    /// Whether this process writes files and prints (false on all but rank 0 of a
-    /// multi-process strategy: callbacks that write skip it there).
+    /// Whether this process writes files (checkpoints, logs, backups). Every process of a
+    /// multi-process job trains; only the chief (rank 0) writes. One process: always.
     virtual bool is_chief() const { return true; }
+    /// Writes the model's whole state as it is now (weights, optimizer slots and iterations,
+    /// learning rate, epochs done, step counter) atomically to `path`, with `metadata` added
+    /// to the checkpoint's metadata (BackupAndRestore's position).
+    virtual void save_state(const std::string& /*path*/, const std::map<std::string, std::string>& /*metadata*/) {
+        throw_error<ValueError>("TrainingContext: this context cannot save its state (BackupAndRestore needs a strata::Model)");
+    }
+    /// Restores what save_state wrote, strictly: the whole file is validated first, and a
+    /// checkpoint of another model or optimizer is a CheckpointError with the model unchanged.
+    virtual void load_state(const std::string& /*path*/) {
+        throw_error<ValueError>("TrainingContext: this context cannot load a state (BackupAndRestore needs a strata::Model)");
+    }
 };
 
 /// Base of all callbacks: override what you need. Epochs are numbered from 0 here (Keras
@@ -114,12 +146,14 @@ class CsvLogger : public Callback {
 public:
     explicit CsvLogger(std::string path, char separator = ',', bool append = false)
         : path_(std::move(path)), sep_(separator), append_(append) {}
-    void on_train_begin(TrainingContext&) override {
+    void on_train_begin(TrainingContext& ctx) override {
+        if (!ctx.is_chief()) return;  // only the chief writes; out_ stays closed elsewhere
         out_.open(path_, append_ ? std::ios::app : std::ios::trunc);
         if (!out_) throw_error<IoError>("CsvLogger: cannot open '", path_, "' for writing: ", std::strerror(errno));
         header_written_ = append_ && out_.tellp() > 0;
     }
     void on_epoch_end(TrainingContext&, int epoch, const Logs& logs) override {
+        if (!out_.is_open()) return;
         if (!header_written_) {
             out_ << "epoch";
             for (int i = 0; i < logs.size(); ++i) out_ << sep_ << logs.name(i);
@@ -338,6 +372,7 @@ public:
             if (!better) return;
             best_ = v;
         }
+        if (!ctx.is_chief()) return;  // every process tracks the best figure; the chief writes
         ctx.save_checkpoint(path, epoch);
         ++saved_;
     }

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -238,9 +239,21 @@ public:
         train::History history;
         train::ProgressBar bar(is_chief() ? options.verbose : 0);  // one process prints
         stop_training = false;
+        resume.reset();
+        position = {options.initial_epoch, 0, 0, 0, 0};
         for (auto& cb : options.callbacks) cb->on_train_begin(*this);
+        // A callback (BackupAndRestore) restored a backup: start where it was taken.
+        const std::optional<train::TrainingPosition> from = std::exchange(resume, std::nullopt);
+        if (from) {
+            STRATA_CHECK(from->epoch >= 0 && from->batches >= 0 && from->seen >= 0, ValueError, "fit: cannot resume at epoch ",
+                         from->epoch, ", batch ", from->batches, " (", from->seen, " examples seen)");
+            // ParameterServer's updates do not follow the data's order one to one: there is no
+            // batch to resume at, only an epoch.
+            STRATA_CHECK(lockstep || from->batches == 0, ValueError, "fit: cannot resume part-way through epoch ", from->epoch,
+                         " (after ", from->batches, " updates) under ParameterServer; back up at epoch ends only");
+        }
         train::Logs logs;
-        for (int epoch = options.initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
+        for (int epoch = from ? from->epoch : options.initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
             for (auto& cb : options.callbacks) cb->on_epoch_begin(*this, epoch);
             std::int64_t steps = options.steps_per_epoch > 0 ? options.steps_per_epoch : expected_steps(train);
             if (steps < 0) steps = 0;  // unknown: the bar shows steps as they come
@@ -249,25 +262,40 @@ public:
             std::int64_t seen = 0, done = 0;
             bool interrupted = false;
             auto it = train.iterate(std::uint64_t(epoch));
+            if (from && epoch == from->epoch) {
+                loss_sum = from->loss_sum;
+                correct = from->correct;
+                seen = from->seen;
+                // A pass is a pure function of the epoch (data/dataset.hpp): skipping the batches
+                // already trained on puts it where the backup was taken. Skipped, not trained on.
+                for (; done < from->batches && it != std::default_sentinel; ++done) ++it;
+                STRATA_CHECK(done == from->batches, ValueError, "fit: cannot resume epoch ", epoch, " after batch ", from->batches,
+                             ": this epoch's pass has only ", done, " batches (the training data changed since the backup)");
+            }
+            position = {epoch, done, loss_sum, correct, seen};
             CheckedSource source{distribute::detail::IteratorSource<Y, decltype(it)>(it), [this](const data::Batch<Y>& b) { check_batch(b, "fit"); }};
-            path_.run_epoch(source, step_, unit_work<Y>(), [&](const distribute::StepTotals& t) {
-                loss_sum += t.loss_sum;
-                correct += t.correct;
-                seen += t.examples;
-                ++done;
-                logs.clear();
-                logs.set("loss", seen ? loss_sum / double(seen) : 0.0);
-                if (accuracy_) logs.set("accuracy", seen ? correct / double(seen) : 0.0);
-                bar.step(done, logs);
-                for (auto& cb : options.callbacks) cb->on_train_batch_end(*this, done, logs);
-                // Keras: stop_training set during a batch (StopOnSignal, a user callback) ends
-                // fit after that batch.
-                if (stop_training) {
-                    interrupted = true;
-                    return false;
-                }
-                return !(options.steps_per_epoch > 0 && done >= options.steps_per_epoch);
-            });
+            // A resumed epoch whose steps were all done before the backup trains on nothing.
+            if (!(options.steps_per_epoch > 0 && done >= options.steps_per_epoch)) {
+                path_.run_epoch(source, step_, unit_work<Y>(), [&](const distribute::StepTotals& t) {
+                    loss_sum += t.loss_sum;
+                    correct += t.correct;
+                    seen += t.examples;
+                    ++done;
+                    position = {epoch, done, loss_sum, correct, seen};
+                    logs.clear();
+                    logs.set("loss", seen ? loss_sum / double(seen) : 0.0);
+                    if (accuracy_) logs.set("accuracy", seen ? correct / double(seen) : 0.0);
+                    bar.step(done, logs);
+                    for (auto& cb : options.callbacks) cb->on_train_batch_end(*this, done, logs);
+                    // Keras: stop_training set during a batch (StopOnSignal, a user callback) ends
+                    // fit after that batch.
+                    if (stop_training) {
+                        interrupted = true;
+                        return false;
+                    }
+                    return !(options.steps_per_epoch > 0 && done >= options.steps_per_epoch);
+                });
+            }
             last_epoch_seconds_ = bar.epoch_seconds();
             last_epoch_examples_ = seen;
             logs.clear();
@@ -283,7 +311,10 @@ public:
             bar.epoch_end(done, logs);
             // An epoch stopped part-way is not counted as trained: resuming from a checkpoint
             // (load, then fit with initial_epoch = epoch()) runs it again.
-            if (!interrupted) epoch_ = epoch + 1;
+            if (!interrupted) {
+                epoch_ = epoch + 1;
+                position = {epoch + 1, 0, 0, 0, 0};
+            }
             history.record(epoch, logs);
             if constexpr (requires { path_.staleness_histogram(); }) history.staleness.push_back(path_.staleness_histogram());
             for (auto& cb : options.callbacks) cb->on_epoch_end(*this, epoch, logs);
@@ -410,8 +441,21 @@ public:
     /// epoch, step, optimizer, optimizer_iterations, learning_rate (the current one, a
     /// schedule's value included), seed. The layout does not depend on the strategy: a
     /// checkpoint written under one loads under any other.
-    void save(const std::string& path) const {
+    /// `extra_metadata` is added to the file's metadata (save()'s own keys win over it):
+    /// BackupAndRestore stores its position there.
+    /// Under MultiWorkerMirrored call it on every process: the chief writes, and every process
+    /// returns once the file is complete (so each may load it at once).
+    void save(const std::string& path, const std::map<std::string, std::string>& extra_metadata = {}) const {
+        write_checkpoint(path, extra_metadata);
+        if constexpr (requires { strategy_->process_group(); }) strategy_->process_group().barrier(0, distribute::SyncPoint{"barrier", "save"});
+    }
+
+private:
+    // save() without the wait for the other processes: what callbacks call on the chief alone.
+    void write_checkpoint(const std::string& path, const std::map<std::string, std::string>& extra_metadata) const {
+        if (!is_chief()) return;  // across processes only the chief writes
         train::SafetensorsWriter w;
+        for (const auto& [key, value] : extra_metadata) w.set_metadata(key, value);
         const auto params = get_weights();
         const auto infos = Net::parameters();
         for (const auto& p : infos)
@@ -432,10 +476,10 @@ public:
         w.set_metadata("epoch", std::to_string(epoch_));
         w.set_metadata("step", std::to_string(step_));
         w.set_metadata("seed", std::to_string(seed_));
-        // Across processes only the chief writes; the others wait until the file is there.
-        if (is_chief()) w.save(path);
-        if constexpr (requires { strategy_->process_group(); }) strategy_->process_group().barrier(0, distribute::SyncPoint{"barrier", "save"});
+        w.save(path);
     }
+
+public:
 
     /// Loads a checkpoint written by save() (under any strategy: the layout is the same).
     /// The whole file is validated before anything changes (train::read_checkpoint): a missing
@@ -488,7 +532,7 @@ public:
     void save_checkpoint(const std::string& path, int epoch) override {
         const int keep = epoch_;
         epoch_ = epoch + 1;
-        save(path);
+        write_checkpoint(path, {});  // callbacks write on the chief alone: no waiting for the others
         epoch_ = keep;
     }
     std::vector<double> weights_snapshot() const override {
@@ -496,6 +540,10 @@ public:
         return std::vector<double>(w.begin(), w.end());
     }
     void restore_weights(const std::vector<double>& s) override { set_weights(std::vector<T>(s.begin(), s.end())); }
+    void save_state(const std::string& path, const std::map<std::string, std::string>& metadata) override {
+        write_checkpoint(path, metadata);
+    }
+    void load_state(const std::string& path) override { load(path, /*strict=*/true); }
 
 private:
     // What one compute unit (replica or worker) owns: its network's activations and the staging

@@ -260,13 +260,17 @@ public:
                      options_.update_freq);
     }
 
-    void on_train_begin(TrainingContext&) override {
+    void on_train_begin(TrainingContext& ctx) override {
         // Fresh files per fit call, as Keras's writers are per run; the validation writer only
         // once there is something to write, so a run without validation has no empty folder.
+        // Only the chief writes: elsewhere train_ stays null and nothing is written.
         validation_.reset();
+        train_.reset();
+        files_.clear();
+        step_ = 0;
+        if (!ctx.is_chief()) return;
         train_ = std::make_unique<tensorboard::EventFileWriter>(log_dir_ / "train");
         files_ = {train_->path()};
-        step_ = 0;
     }
     void on_train_batch_end(TrainingContext&, std::int64_t, const Logs& logs) override {
         ++step_;
