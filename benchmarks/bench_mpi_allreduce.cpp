@@ -48,6 +48,7 @@ struct Options {
     std::vector<double> sizes_mib{1, 16, 64};
     int reps = 11;
     int warmup = 2;
+    std::size_t chunk_kib = 512;
     std::string json;
 };
 
@@ -58,6 +59,8 @@ void declare_flags(CLI::App& app, Options& o) {
     app.add_option("--reps", o.reps, "timed samples per figure; the median is reported")
         ->transform(cli::integer(1, 1'000'000))->capture_default_str();
     app.add_option("--warmup", o.warmup, "untimed samples first")->transform(cli::integer(0, 1'000'000))->capture_default_str();
+    app.add_option("--chunk-kb", o.chunk_kib, "strata shm: staging bytes per chunk, KiB (ProcessGroupOptions::chunk_bytes)")
+        ->transform(cli::integer<std::size_t>(1, 1 << 20))->capture_default_str();
     app.add_option("--json", o.json, "also write the figures as JSON to FILE (rank 0)");
 }
 
@@ -95,7 +98,7 @@ int run(const Options& opt, int rank, int size, const char* prog) {
     }
 
     namespace coll = strata::distribute::collective;
-    coll::ProcessGroup shm(MPI_COMM_WORLD, 1, {.transport = coll::Transport::SharedMemory});
+    coll::ProcessGroup shm(MPI_COMM_WORLD, 1, {.transport = coll::Transport::SharedMemory, .chunk_bytes = opt.chunk_kib << 10});
     coll::ProcessGroup mpi(MPI_COMM_WORLD, 1, {.transport = coll::Transport::Mpi});
     const char* methods[] = {"MPI_Allreduce", "strata shm", "strata mpi"};
 

@@ -66,7 +66,9 @@ struct MultiWorkerOptions {
     std::chrono::milliseconds stall_warning{0};
     WorkerInput input = WorkerInput::Replicated;
     /// Staging bytes per replica of the shared-memory transport.
-    std::size_t chunk_bytes = std::size_t(4) << 20;
+    /// 512 KiB measured best here (benchmarks/bench_mpi_allreduce --chunk-kb, docs/benchmarks.md):
+    /// a chunk and its partner stay in the cores' L2 between staging and reading.
+    std::size_t chunk_bytes = std::size_t(512) << 10;
     /// The processes that train together.
     MPI_Comm comm = MPI_COMM_WORLD;
 };

@@ -75,7 +75,9 @@ struct ProcessGroupOptions {
     Transport transport = Transport::Auto;
     /// Bytes each rank stages per lane and step of the shared-memory transport (two such
     /// buffers per lane, so the next chunk is staged while others still read the last).
-    std::size_t chunk_bytes = std::size_t(4) << 20;
+    /// 512 KiB measured best here (benchmarks/bench_mpi_allreduce --chunk-kb, docs/benchmarks.md):
+    /// a chunk and its partner stay in the cores' L2 between staging and reading.
+    std::size_t chunk_bytes = std::size_t(512) << 10;
 };
 
 namespace mpi {
