@@ -63,6 +63,12 @@ struct FitOptions {
     /// Used by the array overload of fit only.
     std::int64_t batch_size = 32;
     bool shuffle = true;
+    /// Array overload of fit only (Keras's validation_split): the last fraction of the examples,
+    /// taken before shuffling, is held out and evaluated at the end of every epoch; the first
+    /// floor(n * (1 - validation_split)) train. In [0, 1); 0 holds nothing out. validation_data,
+    /// when given, takes precedence and nothing is held out, as in Keras. With a Dataset it is a
+    /// ValueError: pass validation_data instead.
+    double validation_split = 0.0;
 };
 
 /// Loss and metrics of evaluate().
@@ -230,6 +236,9 @@ public:
     train::History fit(const data::Dataset<Y>& train, const FitOptions<Y>& options = {}) {
         require_compiled("fit");
         STRATA_CHECK(options.epochs >= 0, ValueError, "fit: epochs must be >= 0, got ", options.epochs);
+        STRATA_CHECK(options.validation_split == 0.0, ValueError, "fit: validation_split (", options.validation_split,
+                     ") needs arrays, which can be split before shuffling; a Dataset cannot: pass validation_data "
+                     "(a held-out dataset) instead");
         STRATA_CHECK(train.batch_size() > 0, ValueError,
                      "fit: the dataset is not batched; call .batch(n) on it first (Keras's fit batches arrays for you: "
                      "use the array overload with options.batch_size)");
@@ -294,15 +303,39 @@ public:
 
     /// fit on in-memory arrays: `x` holds n examples (n × input size floats), `y` their labels;
     /// shuffled each epoch (from the model's seed) and batched by options.batch_size.
+    /// options.validation_split holds out the last fraction of the examples, before shuffling.
     template <class Y>
     train::History fit(std::vector<float> x, std::vector<Y> y, const FitOptions<Y>& options) {
         auto shape = std::vector<std::size_t>(Net::input_shape::dims.begin(), Net::input_shape::dims.end());
         const std::size_t per = y.size() && x.size() ? y.size() / (x.size() / std::size_t(input_size)) : 1;
+        FitOptions<Y> opts = options;
+        opts.validation_split = 0.0;
+        const double split = options.validation_split;
+        STRATA_CHECK(split >= 0.0 && split < 1.0, ValueError, "fit: validation_split must be in [0, 1), got ", split);
+        if (split > 0.0 && !opts.validation_data) {
+            // Keras (trainers/data_adapters/array_slicing.py, train_validation_split): the first
+            // floor(n * (1 - split)) examples train, the rest validate; both parts non-empty.
+            // Keras's fit splits only when validation_data is not given.
+            const std::size_t n = x.size() / std::size_t(input_size);
+            const auto split_at = std::size_t(std::floor(double(n) * (1.0 - split)));
+            STRATA_CHECK(split_at > 0 && split_at < n, ValueError, "fit: ", n, " examples cannot be split into a training "
+                         "and a validation set by validation_split = ", split, " (", split_at, " would train, ",
+                         n - split_at, " validate); give more data or another fraction");
+            STRATA_CHECK(y.size() == n * (per ? per : 1), ShapeError, "fit: ", n, " examples but ", y.size(), " labels");
+            const auto xs = std::ptrdiff_t(split_at * std::size_t(input_size));
+            const auto ys = std::ptrdiff_t(split_at * (per ? per : 1));
+            std::vector<float> vx(x.begin() + xs, x.end());
+            std::vector<Y> vy(y.begin() + ys, y.end());
+            opts.validation_data = data::Dataset<Y>::from_arrays(std::move(vx), shape, std::move(vy), per ? per : 1)
+                                       .batch(std::size_t(options.batch_size));
+            x.resize(split_at * std::size_t(input_size));
+            y.resize(split_at * (per ? per : 1));
+        }
         auto ds = data::Dataset<Y>::from_arrays(std::move(x), shape, std::move(y), per ? per : 1);
         const auto n = std::size_t(ds.cardinality());
-        if (options.shuffle) ds = ds.shuffle(n > 0 ? n : 1, seed_);
-        ds = ds.batch(std::size_t(options.batch_size));
-        return fit(ds, options);
+        if (opts.shuffle) ds = ds.shuffle(n > 0 ? n : 1, seed_);
+        ds = ds.batch(std::size_t(opts.batch_size));
+        return fit(ds, opts);
     }
 
     /// Loss and accuracy over a batched dataset (one pass), distributed like training.

@@ -1,0 +1,144 @@
+// Keras's fit options beyond epochs and batches: validation_split (the last fraction of the
+// arrays, taken before shuffling, validates), checked against fitting on the two parts by hand.
+#include <doctest/doctest.h>
+
+#include "test_util.hpp"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <strata/strata.hpp>
+
+using namespace strata::nn;
+using strata_test::error_of;
+using strata_test::has;
+
+namespace {
+
+using Small = Sequential<Input<4>, Dense<8, Tanh>, Dense<3, Softmax>>;
+
+struct Arrays {
+    std::vector<float> x;
+    std::vector<std::int32_t> y;
+};
+
+// n examples of 4 features; the class is decided by the signs of two linear forms.
+Arrays arrays(std::size_t n, std::uint64_t seed) {
+    const auto f = strata_test::lcg(n * 4, seed);
+    Arrays a{std::vector<float>(f.begin(), f.end()), std::vector<std::int32_t>(n)};
+    for (std::size_t i = 0; i < n; ++i) {
+        const double p = f[i * 4] + 0.5 * f[i * 4 + 1], q = f[i * 4 + 2] - f[i * 4 + 3];
+        a.y[i] = p > 0 ? (q > 0 ? 2 : 1) : 0;
+    }
+    return a;
+}
+
+// Models are not movable: each test declares its own and compiles it here.
+void compile(strata::Model<Small>& m) {
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+}
+
+}  // namespace
+
+TEST_CASE("validation_split holds out the last fraction of the arrays, before shuffling (Keras)") {
+    const std::size_t n = 103;
+    const double split = 0.25;
+    const auto split_at = std::size_t(std::floor(double(n) * (1.0 - split)));   // Keras: floor(n * (1 - split))
+    REQUIRE(split_at == 77);
+    const Arrays all = arrays(n, 3);
+
+    strata::Model<Small> with_split(5);
+    compile(with_split);
+    const auto h = with_split.fit(all.x, all.y, {.epochs = 4, .verbose = 0, .batch_size = 16, .validation_split = split});
+
+    // By hand: train on the first 77 examples (shuffled the same way: same seed, same count),
+    // validate on the last 26 in their order.
+    std::vector<float> tx(all.x.begin(), all.x.begin() + split_at * 4), vx(all.x.begin() + split_at * 4, all.x.end());
+    std::vector<std::int32_t> ty(all.y.begin(), all.y.begin() + split_at), vy(all.y.begin() + split_at, all.y.end());
+    auto val = strata::data::from_arrays(vx, {4}, vy).batch(16);
+    strata::Model<Small> by_hand(5);
+    compile(by_hand);
+    const auto r = by_hand.fit(tx, ty, {.epochs = 4, .validation_data = val, .verbose = 0, .batch_size = 16});
+
+    CHECK(with_split.get_weights() == by_hand.get_weights());
+    REQUIRE(h["val_loss"].size() == 4);
+    CHECK(h["loss"] == r["loss"]);
+    CHECK(h["val_loss"] == r["val_loss"]);
+    CHECK(h["val_accuracy"] == r["val_accuracy"]);
+    // The validation figures of the last epoch are those of evaluate on the held-out part.
+    const auto ev = with_split.evaluate(val);
+    CHECK(h["val_loss"].back() == doctest::Approx(ev.loss).epsilon(1e-12));
+    CHECK(h["val_accuracy"].back() == doctest::Approx(ev.accuracy).epsilon(1e-12));
+
+    // Trained on fewer examples than without a split: the weights differ from a fit on all.
+    strata::Model<Small> no_split(5);
+    compile(no_split);
+    const auto full = no_split.fit(all.x, all.y, {.epochs = 4, .verbose = 0, .batch_size = 16});
+    CHECK(no_split.get_weights() != with_split.get_weights());
+    CHECK(full.history.count("val_loss") == 0);
+}
+
+TEST_CASE("validation_split: validation_data takes precedence and nothing is held out (Keras)") {
+    const Arrays all = arrays(60, 4);
+    const Arrays other = arrays(20, 9);
+    auto val = strata::data::from_arrays(other.x, {4}, other.y).batch(8);
+    strata::Model<Small> a(5);
+    compile(a);
+    const auto ha = a.fit(all.x, all.y, {.epochs = 2, .validation_data = val, .verbose = 0, .batch_size = 8, .validation_split = 0.5});
+    strata::Model<Small> b(5);
+    compile(b);
+    const auto hb = b.fit(all.x, all.y, {.epochs = 2, .validation_data = val, .verbose = 0, .batch_size = 8});
+    CHECK(a.get_weights() == b.get_weights());
+    CHECK(ha["val_loss"] == hb["val_loss"]);
+}
+
+TEST_CASE("validation_split: regression targets (several values per example) are split by example") {
+    using Reg = Sequential<Input<2>, Dense<3>>;
+    const std::size_t n = 40;
+    const auto f = strata_test::lcg(n * 2, 7);
+    std::vector<float> x(f.begin(), f.end()), y(n * 3);
+    for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < 3; ++j) y[i * 3 + j] = float(x[i * 2] * double(j) - x[i * 2 + 1]);
+    auto fit = [&](bool split) {
+        strata::Model<Reg> m(2);
+        m.compile(strata::loss::MeanSquaredError{}, strata::optim::SGD{.learning_rate = 0.05}, {});
+        if (split) return std::pair{m.fit(x, y, {.epochs = 3, .verbose = 0, .batch_size = 5, .validation_split = 0.2}), m.get_weights()};
+        std::vector<float> tx(x.begin(), x.begin() + 32 * 2), ty(y.begin(), y.begin() + 32 * 3);
+        auto val = strata::data::Dataset<float>::from_arrays(std::vector<float>(x.begin() + 32 * 2, x.end()), {2},
+                                                              std::vector<float>(y.begin() + 32 * 3, y.end()), 3).batch(5);
+        return std::pair{m.fit(tx, ty, {.epochs = 3, .validation_data = val, .verbose = 0, .batch_size = 5}), m.get_weights()};
+    };
+    const auto [hs, ws] = fit(true);
+    const auto [hh, wh] = fit(false);
+    CHECK(ws == wh);
+    CHECK(hs["val_loss"] == hh["val_loss"]);
+}
+
+TEST_CASE("validation_split: errors") {
+    const Arrays all = arrays(10, 1);
+    for (const double bad : {-0.1, 1.0, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
+        strata::Model<Small> m(5);
+    compile(m);
+        const auto msg = error_of<strata::ValueError>([&] { m.fit(all.x, all.y, {.verbose = 0, .validation_split = bad}); });
+        CAPTURE(bad);
+        CHECK(has(msg, "validation_split must be in [0, 1)"));
+    }
+    {   // Keras: both parts must be non-empty (10 * (1 - 0.01) = 9.9 -> 9 train, 1 validates: fine;
+        // 1 example cannot be split).
+        strata::Model<Small> m(5);
+    compile(m);
+        CHECK_NOTHROW(m.fit(all.x, all.y, {.verbose = 0, .validation_split = 0.01}));
+        const Arrays one = arrays(1, 2);
+        const auto msg = error_of<strata::ValueError>([&] { m.fit(one.x, one.y, {.verbose = 0, .validation_split = 0.5}); });
+        CHECK(has(msg, "1 examples cannot be split"));
+    }
+    {   // A Dataset cannot be split before shuffling: the message says to pass validation_data.
+        strata::Model<Small> m(5);
+    compile(m);
+        auto ds = strata::data::from_arrays(all.x, {4}, all.y).batch(5);
+        const auto msg = error_of<strata::ValueError>([&] { m.fit(ds, {.verbose = 0, .validation_split = 0.2}); });
+        CHECK(has(msg, "validation_split"));
+        CHECK(has(msg, "pass validation_data"));
+    }
+}
