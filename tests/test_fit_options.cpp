@@ -1,11 +1,14 @@
 // Keras's fit options beyond epochs and batches: validation_split (the last fraction of the
-// arrays, taken before shuffling, validates), checked against fitting on the two parts by hand.
+// arrays, taken before shuffling, validates), checked against fitting on the two parts by hand;
+// class_weight, checked against a float64 reference of the weighted loss and its gradient.
 #include <doctest/doctest.h>
 
 #include "test_util.hpp"
 
 #include <cmath>
 #include <limits>
+#include <map>
+#include <algorithm>
 #include <vector>
 
 #include <strata/strata.hpp>
@@ -140,5 +143,100 @@ TEST_CASE("validation_split: errors") {
         const auto msg = error_of<strata::ValueError>([&] { m.fit(ds, {.verbose = 0, .validation_split = 0.2}); });
         CHECK(has(msg, "validation_split"));
         CHECK(has(msg, "pass validation_data"));
+    }
+}
+
+// ---- class_weight ------------------------------------------------------------------------------
+namespace {
+
+using Linear3 = Sequential<Input<4>, Dense<3, Softmax>>;
+
+// One full-batch SGD step of a softmax regression in float64, weighted as Keras weighs
+// (keras/src/losses/loss.py: reduce_weighted_values multiplies each example's loss by its
+// weight, then the "sum_over_batch_size" reduction divides the sum by the number of examples).
+// Returns the loss before the step; `w` (kernel [4, 3] then bias [3]) is updated in place.
+double reference_step(std::vector<double>& w, const std::vector<float>& x, const std::vector<std::int32_t>& y,
+                      const std::map<std::int64_t, double>& class_weight, double lr) {
+    const std::size_t n = y.size();
+    std::vector<double> grad(w.size(), 0.0);
+    double loss = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        double z[3];
+        for (int c = 0; c < 3; ++c) {
+            z[c] = w[12 + std::size_t(c)];
+            for (int k = 0; k < 4; ++k) z[c] += double(x[i * 4 + std::size_t(k)]) * w[std::size_t(k * 3 + c)];
+        }
+        const double m = std::max({z[0], z[1], z[2]});
+        const double s = std::exp(z[0] - m) + std::exp(z[1] - m) + std::exp(z[2] - m);
+        const auto it = class_weight.find(y[i]);
+        const double cw = it == class_weight.end() ? 1.0 : it->second;
+        loss += cw * (m + std::log(s) - z[y[i]]);
+        for (int c = 0; c < 3; ++c) {
+            const double d = cw * (std::exp(z[c] - m) / s - (c == y[i] ? 1.0 : 0.0)) / double(n);
+            grad[12 + std::size_t(c)] += d;
+            for (int k = 0; k < 4; ++k) grad[std::size_t(k * 3 + c)] += d * double(x[i * 4 + std::size_t(k)]);
+        }
+    }
+    for (std::size_t j = 0; j < w.size(); ++j) w[j] -= lr * grad[j];
+    return loss / double(n);
+}
+
+}  // namespace
+
+TEST_CASE("class_weight weighs each example's loss by its class, as Keras does (float64 reference)") {
+    const Arrays a = arrays(24, 6);
+    const std::map<std::int64_t, double> cw{{0, 2.5}, {2, 0.25}};   // class 1 unlisted: weight 1
+    strata::Model<Linear3, strata::distribute::Default, double> model(3);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.5});
+    std::vector<double> w = model.get_weights();
+    auto ds = strata::data::from_arrays(a.x, {4}, a.y).batch(24);   // one full batch per epoch
+    const auto h = model.fit(ds, {.epochs = 3, .verbose = 0, .class_weight = cw});
+    for (int e = 0; e < 3; ++e) {
+        const double ref_loss = reference_step(w, a.x, a.y, cw, 0.5);
+        CAPTURE(e);
+        CHECK(h["loss"][std::size_t(e)] == doctest::Approx(ref_loss).epsilon(1e-12));
+    }
+    CHECK(strata_test::max_relative_difference(model.get_weights(), w) < 1e-12);
+    // Unweighted afterwards: class_weight lasts for its fit only.
+    std::vector<double> w2 = model.get_weights();
+    const auto h2 = model.fit(ds, {.epochs = 1, .verbose = 0});
+    CHECK(h2["loss"][0] == doctest::Approx(reference_step(w2, a.x, a.y, {}, 0.5)).epsilon(1e-12));
+    // Accuracy is not weighted (Keras's `metrics`, as opposed to `weighted_metrics`).
+    const auto ev = model.evaluate(ds);
+    CHECK(h2["accuracy"][0] >= 0.0);
+    CHECK(ev.examples == 24);
+}
+
+TEST_CASE("class_weight: one-hot targets use the argmax; Mirrored weighs as one device does; errors") {
+    const Arrays a = arrays(32, 8);
+    const std::map<std::int64_t, double> cw{{1, 3.0}, {2, 0.5}};
+    // Sparse labels and their one-hot rows with CategoricalCrossentropy give the same training.
+    std::vector<float> onehot(a.y.size() * 3, 0.0f);
+    for (std::size_t i = 0; i < a.y.size(); ++i) onehot[i * 3 + std::size_t(a.y[i])] = 1.0f;
+    strata::Model<Linear3, strata::distribute::Default, double> sparse(4), dense(4);
+    sparse.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.3});
+    dense.compile(strata::loss::CategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.3});
+    const auto hs = sparse.fit(strata::data::from_arrays(a.x, {4}, a.y).batch(8), {.epochs = 2, .verbose = 0, .class_weight = cw});
+    const auto hd = dense.fit(strata::data::Dataset<float>::from_arrays(a.x, {4}, onehot, 3).batch(8),
+                              {.epochs = 2, .verbose = 0, .class_weight = cw});
+    CHECK(strata_test::max_relative_difference(sparse.get_weights(), dense.get_weights()) < 1e-12);
+    CHECK(hs["loss"].back() == doctest::Approx(hd["loss"].back()).epsilon(1e-12));
+
+    // Two replicas: each weighs its share; the summed gradient is the one-device one.
+    strata::distribute::Mirrored<> strategy(2);
+    strata::Model<Linear3, strata::distribute::Mirrored<>, double> mirrored(strategy, 4);
+    mirrored.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.3});
+    const auto hm = mirrored.fit(strata::data::from_arrays(a.x, {4}, a.y).batch(8), {.epochs = 2, .verbose = 0, .class_weight = cw});
+    CHECK(strata_test::max_relative_difference(mirrored.get_weights(), sparse.get_weights()) < 1e-12);
+    CHECK(hm["loss"].back() == doctest::Approx(hs["loss"].back()).epsilon(1e-12));
+
+    strata::Model<Small> m(1);
+    compile(m);
+    auto ds = strata::data::from_arrays(a.x, {4}, a.y).batch(8);
+    for (const auto& bad : {std::map<std::int64_t, double>{{3, 1.0}}, std::map<std::int64_t, double>{{-1, 1.0}},
+                            std::map<std::int64_t, double>{{0, -1.0}},
+                            std::map<std::int64_t, double>{{0, std::numeric_limits<double>::infinity()}}}) {
+        const auto msg = error_of<strata::ValueError>([&] { m.fit(ds, {.verbose = 0, .class_weight = bad}); });
+        CHECK(has(msg, "fit: class_weight {"));
     }
 }

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -69,6 +70,12 @@ struct FitOptions {
     /// when given, takes precedence and nothing is held out, as in Keras. With a Dataset it is a
     /// ValueError: pass validation_data instead.
     double validation_split = 0.0;
+    /// Keras's class_weight: class id -> weight. Each training example's loss (and gradient) is
+    /// multiplied by the weight of its class (class id = the label, rounded, for one label per
+    /// example; the argmax of the target row otherwise); classes not listed weigh 1. The loss
+    /// fit reports is then the weighted sum over the examples divided by their number, as
+    /// Keras computes it. Validation figures and metrics are not weighted (Keras's `metrics`).
+    std::map<std::int64_t, double> class_weight{};
 };
 
 /// Loss and metrics of evaluate().
@@ -239,6 +246,16 @@ public:
         STRATA_CHECK(options.validation_split == 0.0, ValueError, "fit: validation_split (", options.validation_split,
                      ") needs arrays, which can be split before shuffling; a Dataset cannot: pass validation_data "
                      "(a held-out dataset) instead");
+        for (const auto& [c, w] : options.class_weight)
+            STRATA_CHECK(c >= 0 && c < (output_size == 1 ? 2 : output_size) && std::isfinite(w) && w >= 0, ValueError,
+                         "fit: class_weight {", c, ": ", w, "}: classes are 0 to ", (output_size == 1 ? 2 : output_size) - 1,
+                         " and weights finite and >= 0");
+        // Read by every unit's loss while this fit runs; cleared however fit ends.
+        struct ClassWeights {
+            std::map<std::int64_t, double>& held;
+            ~ClassWeights() { held.clear(); }
+        } class_weights{class_weight_};
+        class_weight_ = options.class_weight;
         STRATA_CHECK(train.batch_size() > 0, ValueError,
                      "fit: the dataset is not batched; call .batch(n) on it first (Keras's fit batches arrays for you: "
                      "use the array overload with options.batch_size)");
@@ -518,6 +535,8 @@ private:
         network_type net;
         Tensor<T, P> x, target;
         Tensor<T, place::Host> target_host, x_host;
+        Tensor<T, P> weights;                    // class weights of the batch (not host places)
+        Tensor<T, place::Host> weights_host;
         double loss_sum = 0;
         std::int64_t correct = 0;
     };
@@ -565,7 +584,8 @@ private:
             auto x = stage_input(u, b.x.data(), b.size);
             auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
             auto out = u.net.forward(params, x, mode);
-            u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), denominator, input_kind_);
+            const T* weights = class_weight_.empty() ? nullptr : stage_class_weights(u, b.size, b.y_per_example);
+            u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), denominator, input_kind_, weights);
             if (accuracy_) u.correct = correct_count(out, target);
             u.net.backward(params, grads, mode, on_ready);
             return {u.loss_sum, u.correct, b.size};
@@ -619,6 +639,31 @@ private:
         }
     }
 
+    // Keras (trainers/data_adapters/data_adapter_utils.py, class_weight_to_sample_weights): the
+    // class is the rounded label, or the argmax of a target row; an unlisted class weighs 1.
+    const T* stage_class_weights(Unit& u, std::int64_t count, std::int64_t per) {
+        u.weights_host.resize(Shape{count});
+        const T* t = u.target_host.data();
+        for (std::int64_t i = 0; i < count; ++i) {
+            std::int64_t c = 0;
+            if (per == 1) {
+                c = std::int64_t(std::nearbyint(double(t[i])));
+            } else {
+                for (std::int64_t j = 1; j < per; ++j)
+                    if (t[i * per + j] > t[i * per + c]) c = j;
+            }
+            const auto it = class_weight_.find(c);
+            u.weights_host.data()[i] = T(it == class_weight_.end() ? 1.0 : it->second);
+        }
+        if constexpr (place::host_accessible_v<P>) {
+            return u.weights_host.data();
+        } else {
+            u.weights.resize(Shape{count});
+            copy(u.weights_host.view(), u.weights.view());
+            return u.weights.data();
+        }
+    }
+
     std::int64_t correct_count(const TensorView<T, P>& out, const TensorView<T, P>& target) {
         return metrics::count_correct(out, target, acc_kind_);
     }
@@ -664,6 +709,7 @@ private:
     loss::Loss loss_{};
     loss::Input input_kind_ = loss::Input::Probabilities;
     metrics::AccuracyKind acc_kind_ = metrics::AccuracyKind::SparseCategorical;
+    std::map<std::int64_t, double> class_weight_;   // FitOptions::class_weight while fit runs
     bool fused_ = false, accuracy_ = true, compiled_ = false, constant_lr_ = true;
     std::uint64_t step_ = 0;
     int epoch_ = 0;
