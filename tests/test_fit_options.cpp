@@ -240,3 +240,110 @@ TEST_CASE("class_weight: one-hot targets use the argmax; Mirrored weighs as one 
         CHECK(has(msg, "fit: class_weight {"));
     }
 }
+
+// ---- metrics beyond accuracy -------------------------------------------------------------------
+namespace {
+
+// The reference, from predict's outputs: tf.math.in_top_k (ties at the boundary count as in).
+double top_k_reference(const strata::Tensor<float>& p, const std::vector<std::int32_t>& y, int k) {
+    std::int64_t in = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) {
+        int higher = 0;
+        for (std::int64_t c = 0; c < p.dim(1); ++c) higher += p.at(std::int64_t(i), c) > p.at(std::int64_t(i), y[i]) ? 1 : 0;
+        in += higher < k;
+    }
+    return double(in) / double(y.size());
+}
+
+}  // namespace
+
+TEST_CASE("sparse_top_k_categorical_accuracy(k): evaluate and fit against a reference from predict") {
+    const Arrays a = arrays(50, 12);
+    auto ds = strata::data::from_arrays(a.x, {4}, a.y).batch(50);
+    strata::Model<Small> model(2);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.2},
+                  {"accuracy", strata::metrics::sparse_top_k_categorical_accuracy(2)});
+    const auto before = model.evaluate(ds);
+    const auto p = model.predict(ds);
+    REQUIRE(before.metrics.count("sparse_top_k_categorical_accuracy") == 1);
+    CHECK(before.metrics.at("sparse_top_k_categorical_accuracy") == top_k_reference(p, a.y, 2));
+    CHECK(top_k_reference(p, a.y, 2) > before.accuracy);   // the figure is not accuracy in disguise
+    // One full batch per epoch: the epoch's training figure is that of the weights before its step.
+    const auto h = model.fit(ds, {.epochs = 2, .validation_data = ds, .verbose = 0});
+    CHECK(h["sparse_top_k_categorical_accuracy"][0] == before.metrics.at("sparse_top_k_categorical_accuracy"));
+    CHECK(h["val_sparse_top_k_categorical_accuracy"][1] == top_k_reference(model.predict(ds), a.y, 2));
+    // k = 1 is accuracy; k = classes is 1.
+    strata::Model<Small> m1(2), m3(2);
+    m1.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{}, {"accuracy", strata::metrics::sparse_top_k_categorical_accuracy(1)});
+    m3.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{}, {strata::metrics::sparse_top_k_categorical_accuracy(3)});
+    const auto e1 = m1.evaluate(ds);
+    CHECK(e1.metrics.at("sparse_top_k_categorical_accuracy") == e1.accuracy);
+    CHECK(m3.evaluate(ds).metrics.at("sparse_top_k_categorical_accuracy") == 1.0);
+    // The string alone means Keras's default k = 5.
+    CHECK(strata::metrics::Metric("sparse_top_k_categorical_accuracy").k == 5);
+}
+
+TEST_CASE("precision and recall of one binary output, against a reference; Mirrored agrees") {
+    using Bin = Sequential<Input<4>, Dense<6, Tanh>, Dense<1, Sigmoid>>;
+    const Arrays a = arrays(64, 21);
+    std::vector<float> y(a.y.size());
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = a.y[i] == 2 ? 1.0f : 0.0f;
+    auto ds = strata::data::Dataset<float>::from_arrays(a.x, {4}, y).batch(16);
+    auto reference = [&](const strata::Tensor<float>& p) {
+        double tp = 0, fp = 0, fn = 0;
+        for (std::size_t i = 0; i < y.size(); ++i) {
+            const bool pos = p.at(std::int64_t(i), 0) > 0.5f, t = y[i] > 0.5f;
+            tp += pos && t;
+            fp += pos && !t;
+            fn += !pos && t;
+        }
+        return std::pair{tp + fp > 0 ? tp / (tp + fp) : 0.0, tp + fn > 0 ? tp / (tp + fn) : 0.0};
+    };
+    strata::Model<Bin> model(9);
+    model.compile(strata::loss::MeanSquaredError{}, strata::optim::Adam{.learning_rate = 0.05}, {"accuracy", "precision", "recall"});
+    const auto h = model.fit(ds, {.epochs = 5, .validation_data = ds, .verbose = 0});
+    const auto [prec, rec] = reference(model.predict(ds));
+    const auto ev = model.evaluate(ds);
+    CAPTURE(prec);
+    CAPTURE(rec);
+    CHECK(prec > 0.0);
+    CHECK(rec > 0.0);
+    CHECK(ev.metrics.at("precision") == doctest::Approx(prec).epsilon(1e-15));
+    CHECK(ev.metrics.at("recall") == doctest::Approx(rec).epsilon(1e-15));
+    CHECK(h["val_precision"].back() == ev.metrics.at("precision"));
+    CHECK(h["val_recall"].back() == ev.metrics.at("recall"));
+    CHECK(h["precision"].size() == 5);
+    CHECK(h["recall"].size() == 5);
+
+    // Two replicas count their shares; the ratio is over the summed counts.
+    strata::distribute::Mirrored<> strategy(2);
+    strata::Model<Bin, strata::distribute::Mirrored<>> mirrored(strategy, 9);
+    mirrored.compile(strata::loss::MeanSquaredError{}, strata::optim::Adam{.learning_rate = 0.05}, {"precision", "recall"});
+    mirrored.set_weights(model.get_weights());
+    const auto em = mirrored.evaluate(ds);
+    const auto [mp, mr] = reference(mirrored.predict(ds));
+    CHECK(em.metrics.at("precision") == doctest::Approx(mp).epsilon(1e-15));
+    CHECK(em.metrics.at("recall") == doctest::Approx(mr).epsilon(1e-15));
+}
+
+TEST_CASE("metrics: misuse is a ValueError that names the metric") {
+    strata::Model<Small> m(1);
+    auto msg = error_of<strata::ValueError>([&] { m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{}, {"precision"}); });
+    CHECK(has(msg, "precision is for one binary output"));
+    msg = error_of<strata::ValueError>([&] {
+        m.compile(strata::loss::MeanSquaredError{}, strata::optim::SGD{}, {"sparse_top_k_categorical_accuracy"});
+    });
+    CHECK(has(msg, "needs class ids"));
+    msg = error_of<strata::ValueError>([&] {
+        m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{}, {strata::metrics::sparse_top_k_categorical_accuracy(0)});
+    });
+    CHECK(has(msg, "k must be >= 1"));
+    msg = error_of<strata::ValueError>([&] { m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{}, {"auc"}); });
+    CHECK(has(msg, "unknown metric 'auc'"));
+    // Without "accuracy" in the list, there is no accuracy figure.
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{}, {strata::metrics::sparse_top_k_categorical_accuracy(2)});
+    const Arrays a = arrays(8, 1);
+    const auto h = m.fit(strata::data::from_arrays(a.x, {4}, a.y).batch(4), {.verbose = 0});
+    CHECK(h.history.count("accuracy") == 0);
+    CHECK(h.history.count("sparse_top_k_categorical_accuracy") == 1);
+}

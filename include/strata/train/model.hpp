@@ -40,6 +40,7 @@
 #include "strata/distribute/path/parameter_server.hpp"
 #include "strata/loss/losses.hpp"
 #include "strata/metrics/accuracy.hpp"
+#include "strata/metrics/metric.hpp"
 #include "strata/nn/sequential.hpp"
 #include "strata/optim/optimizers.hpp"
 #include "strata/train/callbacks.hpp"
@@ -83,6 +84,9 @@ struct Evaluation {
     double loss = 0;
     double accuracy = 0;
     std::int64_t examples = 0;
+    /// The compiled metrics beyond accuracy, by Keras name ("precision", "recall",
+    /// "sparse_top_k_categorical_accuracy").
+    std::map<std::string, double> metrics{};
 };
 
 /// Figures of one training step.
@@ -145,14 +149,34 @@ public:
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
 
-    /// Sets the loss, the optimizer and the metrics ("accuracy" is the one supported besides
-    /// the loss). Resets the optimizer state.
-    void compile(loss::Loss loss, optim::Optimizer optimizer = optim::RMSprop{}, std::vector<std::string> metrics = {"accuracy"}) {
-        for (const auto& m : metrics)
-            STRATA_CHECK(m == "accuracy" || m == "acc" || m == "sparse_categorical_accuracy" || m == "categorical_accuracy",
-                         ValueError, "compile: unknown metric '", m, "' (known: accuracy, sparse_categorical_accuracy, categorical_accuracy)");
+    /// Sets the loss, the optimizer and the metrics (strata/metrics/metric.hpp: "accuracy",
+    /// "sparse_top_k_categorical_accuracy" or metrics::sparse_top_k_categorical_accuracy(k),
+    /// "precision", "recall"). Resets the optimizer state.
+    void compile(loss::Loss loss, optim::Optimizer optimizer = optim::RMSprop{}, std::vector<metrics::Metric> metrics = {"accuracy"}) {
+        bool accuracy = false;
+        top_k_ = 0;
+        precision_ = recall_ = false;
+        for (const auto& m : metrics) {
+            const auto& n = m.name;
+            if (n == "accuracy" || n == "acc" || n == "sparse_categorical_accuracy" || n == "categorical_accuracy") {
+                accuracy = true;
+            } else if (n == "sparse_top_k_categorical_accuracy") {
+                STRATA_CHECK(std::holds_alternative<loss::SparseCategoricalCrossentropy>(loss), ValueError,
+                             "compile: sparse_top_k_categorical_accuracy needs class ids, i.e. SparseCategoricalCrossentropy; "
+                             "the loss is ", loss::name(loss));
+                STRATA_CHECK(m.k >= 1, ValueError, "compile: sparse_top_k_categorical_accuracy: k must be >= 1, got ", m.k);
+                top_k_ = m.k;
+            } else if (n == "precision" || n == "recall") {
+                STRATA_CHECK(output_size == 1, ValueError, "compile: ", n, " is for one binary output (probability > 0.5 "
+                             "is positive); the model has ", output_size, " outputs");
+                (n == "precision" ? precision_ : recall_) = true;
+            } else {
+                throw_error<ValueError>("compile: unknown metric '", n, "' (known: accuracy, sparse_categorical_accuracy, "
+                                        "categorical_accuracy, sparse_top_k_categorical_accuracy, precision, recall)");
+            }
+        }
         loss_ = std::move(loss);
-        accuracy_ = !metrics.empty();
+        accuracy_ = accuracy;
         input_kind_ = loss::input_kind(loss_, last_is_softmax);
         fused_ = input_kind_ == loss::Input::Logits && last_is_softmax;
         if (std::holds_alternative<loss::SparseCategoricalCrossentropy>(loss_)) acc_kind_ = metrics::AccuracyKind::SparseCategorical;
@@ -271,6 +295,7 @@ public:
             std::int64_t steps = options.steps_per_epoch > 0 ? options.steps_per_epoch : expected_steps(train);
             if (steps < 0) steps = 0;  // unknown: the bar shows steps as they come
             bar.epoch_begin(epoch, options.epochs, steps);
+            for (auto& u : units_) u->counts = {};
             double loss_sum = 0, correct = 0;
             std::int64_t seen = 0, done = 0;
             bool interrupted = false;
@@ -299,10 +324,12 @@ public:
             logs.clear();
             logs.set("loss", seen ? loss_sum / double(seen) : 0.0);
             if (accuracy_) logs.set("accuracy", seen ? correct / double(seen) : 0.0);
+            for (const auto& [name, value] : metric_figures(seen)) logs.set(metric_log_name(name, false), value);
             if (options.validation_data) {
                 const auto ev = evaluate(*options.validation_data);
                 logs.set("val_loss", ev.loss);
                 if (accuracy_) logs.set("val_accuracy", ev.accuracy);
+                for (const auto& [name, value] : ev.metrics) logs.set(metric_log_name(name, true), value);
             }
             logs.set("lr", learning_rate());
             if constexpr (requires { path_.epoch_figures(logs); }) path_.epoch_figures(logs);
@@ -365,6 +392,7 @@ public:
         std::int64_t seen = 0;
         const int N = replicas();
         path_.prepare_inference();
+        for (auto& u : units_) u->counts = {};
         for (auto it = ds.iterate(0); it != std::default_sentinel; ++it) {
             const auto& batch = *it;
             check_batch(batch, "evaluate");
@@ -381,6 +409,7 @@ public:
                 auto out = u.net.forward(path_.inference_params(r), x, mode);
                 u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), 1.0, input_kind_);
                 if (accuracy_) u.correct = correct_count(out, target);
+                count_metrics(u, out, target);
             });
             for (int r = 0; r < N; ++r) {
                 loss_sum += units_[std::size_t(r)]->loss_sum;
@@ -388,7 +417,7 @@ public:
             }
             seen += n;
         }
-        return {seen ? loss_sum / double(seen) : 0.0, seen ? correct / double(seen) : 0.0, seen};
+        return {seen ? loss_sum / double(seen) : 0.0, seen ? correct / double(seen) : 0.0, seen, metric_figures(seen)};
     }
 
     /// The model's outputs for every example of a batched dataset, in order, on the host:
@@ -537,6 +566,7 @@ private:
         Tensor<T, place::Host> target_host, x_host;
         Tensor<T, P> weights;                    // class weights of the batch (not host places)
         Tensor<T, place::Host> weights_host;
+        metrics::Counts counts;                  // since the epoch or evaluated pass began
         double loss_sum = 0;
         std::int64_t correct = 0;
     };
@@ -587,6 +617,7 @@ private:
             const T* weights = class_weight_.empty() ? nullptr : stage_class_weights(u, b.size, b.y_per_example);
             u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), denominator, input_kind_, weights);
             if (accuracy_) u.correct = correct_count(out, target);
+            count_metrics(u, out, target);
             u.net.backward(params, grads, mode, on_ready);
             return {u.loss_sum, u.correct, b.size};
         };
@@ -664,6 +695,32 @@ private:
         }
     }
 
+    // The metrics beyond accuracy, counted per unit and summed by metric_figures on the
+    // caller's thread once the units are done (an epoch, an evaluated pass).
+    void count_metrics(Unit& u, const TensorView<T, P>& out, const TensorView<T, P>& target) {
+        if (top_k_ > 0) u.counts.in_top_k += metrics::count_in_top_k(out, target, top_k_);
+        if (precision_ || recall_) u.counts += metrics::count_binary(out, target);
+    }
+    // Logs keep names by pointer (no allocation in a step): the literals of the known metrics.
+    static const char* metric_log_name(const std::string& name, bool validation) {
+        static constexpr const char* names[][2] = {
+            {"sparse_top_k_categorical_accuracy", "val_sparse_top_k_categorical_accuracy"},
+            {"precision", "val_precision"},
+            {"recall", "val_recall"}};
+        for (const auto& n : names)
+            if (name == n[0]) return n[validation ? 1 : 0];
+        throw_error<ValueError>("fit: no log name for metric '", name, "'");
+    }
+    std::map<std::string, double> metric_figures(std::int64_t seen) const {
+        metrics::Counts c;
+        for (const auto& u : units_) c += u->counts;
+        std::map<std::string, double> m;
+        if (top_k_ > 0) m["sparse_top_k_categorical_accuracy"] = seen ? double(c.in_top_k) / double(seen) : 0.0;
+        if (precision_) m["precision"] = metrics::precision(c);
+        if (recall_) m["recall"] = metrics::recall(c);
+        return m;
+    }
+
     std::int64_t correct_count(const TensorView<T, P>& out, const TensorView<T, P>& target) {
         return metrics::count_correct(out, target, acc_kind_);
     }
@@ -710,6 +767,8 @@ private:
     loss::Input input_kind_ = loss::Input::Probabilities;
     metrics::AccuracyKind acc_kind_ = metrics::AccuracyKind::SparseCategorical;
     std::map<std::int64_t, double> class_weight_;   // FitOptions::class_weight while fit runs
+    int top_k_ = 0;                                 // sparse_top_k_categorical_accuracy's k; 0: off
+    bool precision_ = false, recall_ = false;
     bool fused_ = false, accuracy_ = true, compiled_ = false, constant_lr_ = true;
     std::uint64_t step_ = 0;
     int epoch_ = 0;
