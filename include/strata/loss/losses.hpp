@@ -203,6 +203,22 @@ struct MseRow {
     }
 };
 
+// Keras's sample weights (keras/src/losses/loss.py, reduce_weighted_values): each example's
+// loss, and so its gradient, is multiplied by its weight; the reduction stays
+// "sum_over_batch_size", i.e. the weighted sum divided by the examples, not by the weights.
+template <class T>
+struct WeightRow {
+    const T* weights;
+    T* grad;
+    T* row_loss;
+    std::int64_t cols;
+    STRATA_HD void operator()(std::int64_t r) const {
+        const T w = weights[r];
+        row_loss[r] *= w;
+        for (std::int64_t c = 0; c < cols; ++c) grad[r * cols + c] *= w;
+    }
+};
+
 // Row by row in float64, serially: user functions need not be thread-safe within one replica.
 template <class T>
 void custom_rows(const Custom& l, const T* pred, const T* target, T* grad, T* row_loss, std::int64_t n,
@@ -233,9 +249,13 @@ struct LossScratchTag {};
 /// `target` holds class ids as numbers ([n]) for SparseCategoricalCrossentropy, and the same
 /// shape as `pred` otherwise. Class ids must have been checked to be in range by the caller
 /// (the Model does, with a clear error, before the data reach a device).
+///
+/// `weights`, when not null, points to n per-example weights on the place P (Keras's
+/// sample_weight): each example's loss and gradient are multiplied by its weight, and the
+/// weighted losses are summed.
 template <class T, class P>
 double loss_and_grad(const Loss& loss, const TensorView<T, P>& pred, const TensorView<T, P>& target,
-                     const TensorView<T, P>& grad, double denominator, Input input) {
+                     const TensorView<T, P>& grad, double denominator, Input input, const T* weights = nullptr) {
     static_assert(std::is_floating_point_v<T>, "strata::loss: T must be float or double");
     const std::int64_t n = pred.dim(0);
     STRATA_CHECK(grad.size() == pred.size(), ShapeError, "loss: the gradient buffer ", grad.shape(),
@@ -278,6 +298,7 @@ double loss_and_grad(const Loss& loss, const TensorView<T, P>& pred, const Tenso
             }
         },
         loss);
+    if (weights) thrust::for_each_n(P::policy(), range, n, detail::WeightRow<T>{weights, grad.data(), rows, cols});
     // n values: summed on the host in a fixed order (n is a batch, small), no allocation.
     if constexpr (place::host_accessible_v<P>) {
         double s = 0;

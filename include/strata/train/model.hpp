@@ -40,6 +40,7 @@
 #include "strata/distribute/path/parameter_server.hpp"
 #include "strata/loss/losses.hpp"
 #include "strata/metrics/accuracy.hpp"
+#include "strata/metrics/metric.hpp"
 #include "strata/nn/sequential.hpp"
 #include "strata/optim/optimizers.hpp"
 #include "strata/train/callbacks.hpp"
@@ -64,6 +65,18 @@ struct FitOptions {
     /// Used by the array overload of fit only.
     std::int64_t batch_size = 32;
     bool shuffle = true;
+    /// Array overload of fit only (Keras's validation_split): the last fraction of the examples,
+    /// taken before shuffling, is held out and evaluated at the end of every epoch; the first
+    /// floor(n * (1 - validation_split)) train. In [0, 1); 0 holds nothing out. validation_data,
+    /// when given, takes precedence and nothing is held out, as in Keras. With a Dataset it is a
+    /// ValueError: pass validation_data instead.
+    double validation_split = 0.0;
+    /// Keras's class_weight: class id -> weight. Each training example's loss (and gradient) is
+    /// multiplied by the weight of its class (class id = the label, rounded, for one label per
+    /// example; the argmax of the target row otherwise); classes not listed weigh 1. The loss
+    /// fit reports is then the weighted sum over the examples divided by their number, as
+    /// Keras computes it. Validation figures and metrics are not weighted (Keras's `metrics`).
+    std::map<std::int64_t, double> class_weight{};
 };
 
 /// Loss and metrics of evaluate().
@@ -71,6 +84,9 @@ struct Evaluation {
     double loss = 0;
     double accuracy = 0;
     std::int64_t examples = 0;
+    /// The compiled metrics beyond accuracy, by Keras name ("precision", "recall",
+    /// "sparse_top_k_categorical_accuracy").
+    std::map<std::string, double> metrics{};
 };
 
 /// Figures of one training step.
@@ -133,14 +149,34 @@ public:
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
 
-    /// Sets the loss, the optimizer and the metrics ("accuracy" is the one supported besides
-    /// the loss). Resets the optimizer state.
-    void compile(loss::Loss loss, optim::Optimizer optimizer = optim::RMSprop{}, std::vector<std::string> metrics = {"accuracy"}) {
-        for (const auto& m : metrics)
-            STRATA_CHECK(m == "accuracy" || m == "acc" || m == "sparse_categorical_accuracy" || m == "categorical_accuracy",
-                         ValueError, "compile: unknown metric '", m, "' (known: accuracy, sparse_categorical_accuracy, categorical_accuracy)");
+    /// Sets the loss, the optimizer and the metrics (strata/metrics/metric.hpp: "accuracy",
+    /// "sparse_top_k_categorical_accuracy" or metrics::sparse_top_k_categorical_accuracy(k),
+    /// "precision", "recall"). Resets the optimizer state.
+    void compile(loss::Loss loss, optim::Optimizer optimizer = optim::RMSprop{}, std::vector<metrics::Metric> metrics = {"accuracy"}) {
+        bool accuracy = false;
+        top_k_ = 0;
+        precision_ = recall_ = false;
+        for (const auto& m : metrics) {
+            const auto& n = m.name;
+            if (n == "accuracy" || n == "acc" || n == "sparse_categorical_accuracy" || n == "categorical_accuracy") {
+                accuracy = true;
+            } else if (n == "sparse_top_k_categorical_accuracy") {
+                STRATA_CHECK(std::holds_alternative<loss::SparseCategoricalCrossentropy>(loss), ValueError,
+                             "compile: sparse_top_k_categorical_accuracy needs class ids, i.e. SparseCategoricalCrossentropy; "
+                             "the loss is ", loss::name(loss));
+                STRATA_CHECK(m.k >= 1, ValueError, "compile: sparse_top_k_categorical_accuracy: k must be >= 1, got ", m.k);
+                top_k_ = m.k;
+            } else if (n == "precision" || n == "recall") {
+                STRATA_CHECK(output_size == 1, ValueError, "compile: ", n, " is for one binary output (probability > 0.5 "
+                             "is positive); the model has ", output_size, " outputs");
+                (n == "precision" ? precision_ : recall_) = true;
+            } else {
+                throw_error<ValueError>("compile: unknown metric '", n, "' (known: accuracy, sparse_categorical_accuracy, "
+                                        "categorical_accuracy, sparse_top_k_categorical_accuracy, precision, recall)");
+            }
+        }
         loss_ = std::move(loss);
-        accuracy_ = !metrics.empty();
+        accuracy_ = accuracy;
         input_kind_ = loss::input_kind(loss_, last_is_softmax);
         fused_ = input_kind_ == loss::Input::Logits && last_is_softmax;
         if (std::holds_alternative<loss::SparseCategoricalCrossentropy>(loss_)) acc_kind_ = metrics::AccuracyKind::SparseCategorical;
@@ -231,6 +267,19 @@ public:
     train::History fit(const data::Dataset<Y>& train, const FitOptions<Y>& options = {}) {
         require_compiled("fit");
         STRATA_CHECK(options.epochs >= 0, ValueError, "fit: epochs must be >= 0, got ", options.epochs);
+        STRATA_CHECK(options.validation_split == 0.0, ValueError, "fit: validation_split (", options.validation_split,
+                     ") needs arrays, which can be split before shuffling; a Dataset cannot: pass validation_data "
+                     "(a held-out dataset) instead");
+        for (const auto& [c, w] : options.class_weight)
+            STRATA_CHECK(c >= 0 && c < (output_size == 1 ? 2 : output_size) && std::isfinite(w) && w >= 0, ValueError,
+                         "fit: class_weight {", c, ": ", w, "}: classes are 0 to ", (output_size == 1 ? 2 : output_size) - 1,
+                         " and weights finite and >= 0");
+        // Read by every unit's loss while this fit runs; cleared however fit ends.
+        struct ClassWeights {
+            std::map<std::int64_t, double>& held;
+            ~ClassWeights() { held.clear(); }
+        } class_weights{class_weight_};
+        class_weight_ = options.class_weight;
         STRATA_CHECK(train.batch_size() > 0, ValueError,
                      "fit: the dataset is not batched; call .batch(n) on it first (Keras's fit batches arrays for you: "
                      "use the array overload with options.batch_size)");
@@ -258,6 +307,7 @@ public:
             std::int64_t steps = options.steps_per_epoch > 0 ? options.steps_per_epoch : expected_steps(train);
             if (steps < 0) steps = 0;  // unknown: the bar shows steps as they come
             bar.epoch_begin(epoch, options.epochs, steps);
+            for (auto& u : units_) u->counts = {};
             double loss_sum = 0, correct = 0;
             std::int64_t seen = 0, done = 0;
             bool interrupted = false;
@@ -301,10 +351,12 @@ public:
             logs.clear();
             logs.set("loss", seen ? loss_sum / double(seen) : 0.0);
             if (accuracy_) logs.set("accuracy", seen ? correct / double(seen) : 0.0);
+            for (const auto& [name, value] : metric_figures(seen)) logs.set(metric_log_name(name, false), value);
             if (options.validation_data) {
                 const auto ev = evaluate(*options.validation_data);
                 logs.set("val_loss", ev.loss);
                 if (accuracy_) logs.set("val_accuracy", ev.accuracy);
+                for (const auto& [name, value] : ev.metrics) logs.set(metric_log_name(name, true), value);
             }
             logs.set("lr", learning_rate());
             if constexpr (requires { path_.epoch_figures(logs); }) path_.epoch_figures(logs);
@@ -325,15 +377,39 @@ public:
 
     /// fit on in-memory arrays: `x` holds n examples (n × input size floats), `y` their labels;
     /// shuffled each epoch (from the model's seed) and batched by options.batch_size.
+    /// options.validation_split holds out the last fraction of the examples, before shuffling.
     template <class Y>
     train::History fit(std::vector<float> x, std::vector<Y> y, const FitOptions<Y>& options) {
         auto shape = std::vector<std::size_t>(Net::input_shape::dims.begin(), Net::input_shape::dims.end());
         const std::size_t per = y.size() && x.size() ? y.size() / (x.size() / std::size_t(input_size)) : 1;
+        FitOptions<Y> opts = options;
+        opts.validation_split = 0.0;
+        const double split = options.validation_split;
+        STRATA_CHECK(split >= 0.0 && split < 1.0, ValueError, "fit: validation_split must be in [0, 1), got ", split);
+        if (split > 0.0 && !opts.validation_data) {
+            // Keras (trainers/data_adapters/array_slicing.py, train_validation_split): the first
+            // floor(n * (1 - split)) examples train, the rest validate; both parts non-empty.
+            // Keras's fit splits only when validation_data is not given.
+            const std::size_t n = x.size() / std::size_t(input_size);
+            const auto split_at = std::size_t(std::floor(double(n) * (1.0 - split)));
+            STRATA_CHECK(split_at > 0 && split_at < n, ValueError, "fit: ", n, " examples cannot be split into a training "
+                         "and a validation set by validation_split = ", split, " (", split_at, " would train, ",
+                         n - split_at, " validate); give more data or another fraction");
+            STRATA_CHECK(y.size() == n * (per ? per : 1), ShapeError, "fit: ", n, " examples but ", y.size(), " labels");
+            const auto xs = std::ptrdiff_t(split_at * std::size_t(input_size));
+            const auto ys = std::ptrdiff_t(split_at * (per ? per : 1));
+            std::vector<float> vx(x.begin() + xs, x.end());
+            std::vector<Y> vy(y.begin() + ys, y.end());
+            opts.validation_data = data::Dataset<Y>::from_arrays(std::move(vx), shape, std::move(vy), per ? per : 1)
+                                       .batch(std::size_t(options.batch_size));
+            x.resize(split_at * std::size_t(input_size));
+            y.resize(split_at * (per ? per : 1));
+        }
         auto ds = data::Dataset<Y>::from_arrays(std::move(x), shape, std::move(y), per ? per : 1);
         const auto n = std::size_t(ds.cardinality());
-        if (options.shuffle) ds = ds.shuffle(n > 0 ? n : 1, seed_);
-        ds = ds.batch(std::size_t(options.batch_size));
-        return fit(ds, options);
+        if (opts.shuffle) ds = ds.shuffle(n > 0 ? n : 1, seed_);
+        ds = ds.batch(std::size_t(opts.batch_size));
+        return fit(ds, opts);
     }
 
     /// Loss and accuracy over a batched dataset (one pass), distributed like training.
@@ -346,6 +422,7 @@ public:
         std::int64_t seen = 0;
         const int N = replicas();
         path_.prepare_inference();
+        for (auto& u : units_) u->counts = {};
         for (auto it = ds.iterate(0); it != std::default_sentinel; ++it) {
             const auto& batch = *it;
             check_batch(batch, "evaluate");
@@ -362,6 +439,7 @@ public:
                 auto out = u.net.forward(path_.inference_params(r), x, mode);
                 u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), 1.0, input_kind_);
                 if (accuracy_) u.correct = correct_count(out, target);
+                count_metrics(u, out, target);
             });
             for (int r = 0; r < N; ++r) {
                 loss_sum += units_[std::size_t(r)]->loss_sum;
@@ -381,7 +459,7 @@ public:
         loss_sum = totals[0];
         correct = totals[1];
         seen = std::int64_t(totals[2]);
-        return {seen ? loss_sum / double(seen) : 0.0, seen ? correct / double(seen) : 0.0, seen};
+        return {seen ? loss_sum / double(seen) : 0.0, seen ? correct / double(seen) : 0.0, seen, metric_figures(seen)};
     }
 
     /// The model's outputs for every example of a batched dataset, in order, on the host:
@@ -552,6 +630,9 @@ private:
         network_type net;
         Tensor<T, P> x, target;
         Tensor<T, place::Host> target_host, x_host;
+        Tensor<T, P> weights;                    // class weights of the batch (not host places)
+        Tensor<T, place::Host> weights_host;
+        metrics::Counts counts;                  // since the epoch or evaluated pass began
         double loss_sum = 0;
         std::int64_t correct = 0;
     };
@@ -599,8 +680,10 @@ private:
             auto x = stage_input(u, b.x.data(), b.size);
             auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
             auto out = u.net.forward(params, x, mode);
-            u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), denominator, input_kind_);
+            const T* weights = class_weight_.empty() ? nullptr : stage_class_weights(u, b.size, b.y_per_example);
+            u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), denominator, input_kind_, weights);
             if (accuracy_) u.correct = correct_count(out, target);
+            count_metrics(u, out, target);
             u.net.backward(params, grads, mode, on_ready);
             return {u.loss_sum, u.correct, b.size};
         };
@@ -653,6 +736,65 @@ private:
         }
     }
 
+    // Keras (trainers/data_adapters/data_adapter_utils.py, class_weight_to_sample_weights): the
+    // class is the rounded label, or the argmax of a target row; an unlisted class weighs 1.
+    const T* stage_class_weights(Unit& u, std::int64_t count, std::int64_t per) {
+        u.weights_host.resize(Shape{count});
+        const T* t = u.target_host.data();
+        for (std::int64_t i = 0; i < count; ++i) {
+            std::int64_t c = 0;
+            if (per == 1) {
+                c = std::int64_t(std::nearbyint(double(t[i])));
+            } else {
+                for (std::int64_t j = 1; j < per; ++j)
+                    if (t[i * per + j] > t[i * per + c]) c = j;
+            }
+            const auto it = class_weight_.find(c);
+            u.weights_host.data()[i] = T(it == class_weight_.end() ? 1.0 : it->second);
+        }
+        if constexpr (place::host_accessible_v<P>) {
+            return u.weights_host.data();
+        } else {
+            u.weights.resize(Shape{count});
+            copy(u.weights_host.view(), u.weights.view());
+            return u.weights.data();
+        }
+    }
+
+    // The metrics beyond accuracy, counted per unit and summed by metric_figures on the
+    // caller's thread once the units are done (an epoch, an evaluated pass).
+    void count_metrics(Unit& u, const TensorView<T, P>& out, const TensorView<T, P>& target) {
+        if (top_k_ > 0) u.counts.in_top_k += metrics::count_in_top_k(out, target, top_k_);
+        if (precision_ || recall_) u.counts += metrics::count_binary(out, target);
+    }
+    // Logs keep names by pointer (no allocation in a step): the literals of the known metrics.
+    static const char* metric_log_name(const std::string& name, bool validation) {
+        static constexpr const char* names[][2] = {
+            {"sparse_top_k_categorical_accuracy", "val_sparse_top_k_categorical_accuracy"},
+            {"precision", "val_precision"},
+            {"recall", "val_recall"}};
+        for (const auto& n : names)
+            if (name == n[0]) return n[validation ? 1 : 0];
+        throw_error<ValueError>("fit: no log name for metric '", name, "'");
+    }
+    std::map<std::string, double> metric_figures(std::int64_t seen) {
+        metrics::Counts c;
+        for (const auto& u : units_) c += u->counts;
+        if (top_k_ > 0 || precision_ || recall_) {  // across processes: every process's counts
+            double v[4] = {double(c.in_top_k), double(c.true_positives), double(c.false_positives), double(c.false_negatives)};
+            distribute::detail::sum_over_workers(path_, std::span<double>(v, 4));
+            c.in_top_k = std::int64_t(v[0]);
+            c.true_positives = std::int64_t(v[1]);
+            c.false_positives = std::int64_t(v[2]);
+            c.false_negatives = std::int64_t(v[3]);
+        }
+        std::map<std::string, double> m;
+        if (top_k_ > 0) m["sparse_top_k_categorical_accuracy"] = seen ? double(c.in_top_k) / double(seen) : 0.0;
+        if (precision_) m["precision"] = metrics::precision(c);
+        if (recall_) m["recall"] = metrics::recall(c);
+        return m;
+    }
+
     std::int64_t correct_count(const TensorView<T, P>& out, const TensorView<T, P>& target) {
         return metrics::count_correct(out, target, acc_kind_);
     }
@@ -698,6 +840,9 @@ private:
     loss::Loss loss_{};
     loss::Input input_kind_ = loss::Input::Probabilities;
     metrics::AccuracyKind acc_kind_ = metrics::AccuracyKind::SparseCategorical;
+    std::map<std::int64_t, double> class_weight_;   // FitOptions::class_weight while fit runs
+    int top_k_ = 0;                                 // sparse_top_k_categorical_accuracy's k; 0: off
+    bool precision_ = false, recall_ = false;
     bool fused_ = false, accuracy_ = true, compiled_ = false, constant_lr_ = true;
     std::uint64_t step_ = 0;
     int epoch_ = 0;

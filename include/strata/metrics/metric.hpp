@@ -1,0 +1,137 @@
+#pragma once
+/// \file strata/metrics/metric.hpp
+/// The metrics `Model::compile` takes by name, as Keras does, and the counts behind the ones
+/// beyond accuracy: top-k accuracy for class ids, precision and recall for one binary output.
+///
+///     model.compile(loss, optimizer, {"accuracy", strata::metrics::sparse_top_k_categorical_accuracy(3)});
+///     model.compile(strata::loss::MeanSquaredError{}, optimizer, {"precision", "recall"});   // one output
+///
+/// Each is the ratio of counts summed over the epoch (or the evaluated pass), so that replicas'
+/// shares add up: Keras's streaming metrics.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "strata/tensor/tensor_all.hpp"
+
+namespace strata::metrics {
+
+/// A metric by its Keras name: "accuracy" (also "acc", "sparse_categorical_accuracy",
+/// "categorical_accuracy"), "sparse_top_k_categorical_accuracy" (k = 5, Keras's default),
+/// "precision", "recall". `k` is read by the top-k metric only.
+struct Metric {
+    std::string name;
+    int k = 5;
+    Metric(const char* n) : name(n) {}          // NOLINT: implicit, so that {"accuracy"} reads as in Keras
+    Metric(std::string n) : name(std::move(n)) {}  // NOLINT
+};
+
+/// Keras's SparseTopKCategoricalAccuracy(k): the share of examples whose class id is among the
+/// k highest outputs.
+inline Metric sparse_top_k_categorical_accuracy(int k = 5) {
+    Metric m("sparse_top_k_categorical_accuracy");
+    m.k = k;
+    return m;
+}
+
+/// What the metrics beyond accuracy count, summed over examples.
+struct Counts {
+    std::int64_t in_top_k = 0;         ///< examples whose class is in the top k
+    std::int64_t true_positives = 0;   ///< prediction > 0.5 and target > 0.5 (binary)
+    std::int64_t false_positives = 0;  ///< prediction > 0.5, target <= 0.5
+    std::int64_t false_negatives = 0;  ///< prediction <= 0.5, target > 0.5
+    Counts& operator+=(const Counts& o) {
+        in_top_k += o.in_top_k;
+        true_positives += o.true_positives;
+        false_positives += o.false_positives;
+        false_negatives += o.false_negatives;
+        return *this;
+    }
+};
+
+/// Keras's Precision()/Recall() with their default threshold 0.5; 0 when the denominator is 0
+/// (Keras divides with divide_no_nan).
+inline double precision(const Counts& c) {
+    const auto d = c.true_positives + c.false_positives;
+    return d ? double(c.true_positives) / double(d) : 0.0;
+}
+inline double recall(const Counts& c) {
+    const auto d = c.true_positives + c.false_negatives;
+    return d ? double(c.true_positives) / double(d) : 0.0;
+}
+
+namespace detail {
+struct CountsScratchTag {};
+template <class T>
+struct RowTopK {
+    const T* pred;
+    const T* target;
+    T* flags;
+    std::int64_t cols;
+    std::int64_t k;
+    // tf.math.in_top_k (what Keras's sparse_top_k_categorical_accuracy calls on TensorFlow):
+    // classes tied with the target's output at the boundary count as in the top k, i.e. the
+    // target is in when fewer than k classes score strictly higher.
+    STRATA_HD void operator()(std::int64_t r) const {
+        const T* p = pred + r * cols;
+        const T mine = p[std::int64_t(target[r])];
+        std::int64_t higher = 0;
+        for (std::int64_t c = 0; c < cols; ++c) higher += p[c] > mine ? 1 : 0;
+        flags[r] = T(higher < k ? 1 : 0);
+    }
+};
+template <class T>
+struct RowBinary {
+    const T* pred;
+    const T* target;
+    T* flags;  // 3 per row: tp, fp, fn
+    STRATA_HD void operator()(std::int64_t r) const {
+        const bool p = pred[r] > T(0.5), t = target[r] > T(0.5);
+        flags[3 * r] = T(p && t ? 1 : 0);
+        flags[3 * r + 1] = T(p && !t ? 1 : 0);
+        flags[3 * r + 2] = T(!p && t ? 1 : 0);
+    }
+};
+template <class T, class P>
+std::int64_t sum_flags(T* flags, std::int64_t n, std::int64_t stride, std::int64_t offset) {
+    std::int64_t s = 0;
+    if constexpr (place::host_accessible_v<P>) {
+        for (std::int64_t i = 0; i < n; ++i) s += flags[i * stride + offset] > T(0.5);
+    } else {
+        std::vector<T> h(std::size_t(n * stride));
+        copy(TensorView<T, P>(flags, Shape{n * stride}), TensorView<T, place::Host>(h.data(), Shape{n * stride}));
+        for (std::int64_t i = 0; i < n; ++i) s += h[std::size_t(i * stride + offset)] > T(0.5);
+    }
+    return s;
+}
+}  // namespace detail
+
+/// Examples of `pred` ([n, classes]) whose class id (`target`, [n]) is among the k highest outputs.
+template <class T, class P>
+std::int64_t count_in_top_k(const TensorView<T, P>& pred, const TensorView<T, P>& target, int k) {
+    const std::int64_t n = pred.dim(0);
+    if (n == 0) return 0;
+    T* flags = strata::detail::scratch<T, P, detail::CountsScratchTag>(n);
+    thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), n,
+                       detail::RowTopK<T>{pred.data(), target.data(), flags, pred.size() / n, k});
+    return detail::sum_flags<T, P>(flags, n, 1, 0);
+}
+
+/// True positives, false positives and false negatives of one binary output per example
+/// (`pred` and `target` [n] or [n, 1]), at the threshold 0.5.
+template <class T, class P>
+Counts count_binary(const TensorView<T, P>& pred, const TensorView<T, P>& target) {
+    const std::int64_t n = pred.dim(0);
+    Counts c;
+    if (n == 0) return c;
+    T* flags = strata::detail::scratch<T, P, detail::CountsScratchTag>(3 * n);
+    thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), n,
+                       detail::RowBinary<T>{pred.data(), target.data(), flags});
+    c.true_positives = detail::sum_flags<T, P>(flags, n, 3, 0);
+    c.false_positives = detail::sum_flags<T, P>(flags, n, 3, 1);
+    c.false_negatives = detail::sum_flags<T, P>(flags, n, 3, 2);
+    return c;
+}
+
+}  // namespace strata::metrics
