@@ -18,7 +18,9 @@
 //      ready times (when each layer's gradient is final), for the overlap model; the cost of
 //      waking R replica threads for a step.
 //   4. check: Mirrored with R = 1, 2, 4 replicas (default 4 MiB buckets, and 64 KiB buckets
-//      that cut the seed CNN's gradient into 4) timed with train_step, beside the prediction.
+//      that cut the seed CNN's gradient into 4) timed with train_step, beside the prediction;
+//      in the same samples the step is taken apart with the custom-loop pieces, which gives the
+//      replicas' compute in situ (on a shared machine, alone and beside each other differ).
 //      Rows for MultiWorkerMirrored (processes x replicas) are predicted; their measured column
 //      is empty until that strategy exists (docs/scaling.md).
 //   5. prediction: scaling efficiency from 8 to 1024 GPUs (DGX A100 nodes: NVLink inside, HDR
@@ -378,21 +380,57 @@ double measure_launch(int replicas, const Options& opt) {
     return median_of(v);
 }
 
-/// Median seconds per Mirrored train_step with R replicas and `bucket_bytes` buckets.
-double measure_mirrored_step(int replicas, std::size_t bucket_bytes, const Options& opt) {
+/// A Mirrored configuration measured two ways in the same samples, so that load from other
+/// processes on a shared machine hits both alike: `step`, the median seconds per train_step;
+/// and the same step taken apart with the custom-loop pieces (begin_step, compute_gradients,
+/// apply_gradients, end_step) and timestamps on every replica: `compute`, from the start of
+/// the step until the last replica's gradients are computed (waking the replicas included,
+/// each replica computing beside the others: in situ); `apply`, from then until the last
+/// replica has all-reduced and updated; `join`, from then until the step returns.
+struct MirroredTiming {
+    double step = NAN, compute = NAN, apply = NAN, join = NAN;
+};
+
+MirroredTiming measure_mirrored(int replicas, std::size_t bucket_bytes, const Options& opt) {
     sd::Mirrored<> strategy(replicas, {.bucket_bytes = bucket_bytes});
     strata::Model<Net, sd::Mirrored<>> model(strategy, 42);
     model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::RMSprop{.learning_rate = 1e-3});
     auto ds = strata::data::Dataset<>::from_arrays(synthetic_x(opt.batch), {28, 28, 1}, synthetic_y(opt.batch))
                   .batch(std::size_t(opt.batch));
     auto it = ds.iterate(0);
-    std::vector<double> v;
+    const auto& batch = *it;
+    std::vector<double> steps, computes, applies, joins;
+    std::vector<Clock::time_point> t1(static_cast<std::size_t>(replicas)), t2(static_cast<std::size_t>(replicas));
+    auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
     for (int s = 0; s <= opt.reps; ++s) {
+        double c = 0, a = 0, j = 0;
+        for (int k = 0; k < opt.steps; ++k) {
+            const auto t0 = Clock::now();
+            model.begin_step();
+            strategy.run([&](sd::ReplicaContext& ctx) {
+                const int r = ctx.replica_id_in_sync_group();
+                model.compute_gradients(ctx, sd::split_batch(batch, replicas, r));
+                t1[std::size_t(r)] = Clock::now();
+                model.apply_gradients(ctx);
+                t2[std::size_t(r)] = Clock::now();
+            });
+            model.end_step(std::int64_t(batch.size()));
+            const auto t3 = Clock::now();
+            const auto last1 = *std::max_element(t1.begin(), t1.end()), last2 = *std::max_element(t2.begin(), t2.end());
+            c += secs(t0, last1);
+            a += secs(last1, last2);
+            j += secs(last2, t3);
+        }
         const auto t0 = Clock::now();
-        for (int k = 0; k < opt.steps; ++k) model.train_step(*it);
-        if (s > 0) v.push_back(bench::seconds_since(t0) / opt.steps);
+        for (int k = 0; k < opt.steps; ++k) model.train_step(batch);
+        if (s > 0) {
+            steps.push_back(bench::seconds_since(t0) / opt.steps);
+            computes.push_back(c / opt.steps);
+            applies.push_back(a / opt.steps);
+            joins.push_back(j / opt.steps);
+        }
     }
-    return median_of(v);
+    return {median_of(steps), median_of(computes), median_of(applies), median_of(joins)};
 }
 
 // ================================ the model of this host ====================================
@@ -450,9 +488,11 @@ struct CheckRow {
     int processes = 1, replicas = 1;
     std::size_t bucket_bytes = 0;
     std::size_t buckets = 0;
-    HostStep predicted;
-    double measured = NAN;
-    double error() const { return predicted.total() / measured - 1; }
+    HostStep predicted;   // compute measured in situ (MirroredTiming::compute)
+    HostStep isolated;    // compute measured alone (OneDevice) times share()
+    MirroredTiming measured;
+    double error() const { return predicted.total() / measured.step - 1; }
+    double isolated_error() const { return isolated.total() / measured.step - 1; }
 };
 
 // ================================== the GPU cluster =========================================
@@ -631,8 +671,13 @@ int run(const Options& opt) {
             row.replicas = r;
             row.bucket_bytes = bb;
             row.buckets = r > 1 ? seed_buckets(bb).size() : 0;
-            row.predicted = predict_host_step(1, r, bb, computes[i], launches[i], ip.link, nullptr, cores);
-            if (opt.measure_steps) row.measured = measure_mirrored_step(r, bb, opt);
+            row.isolated = predict_host_step(1, r, bb, computes[i], launches[i], ip.link, nullptr, cores);
+            row.predicted = row.isolated;
+            if (opt.measure_steps) {
+                row.measured = measure_mirrored(r, bb, opt);
+                row.predicted.compute = row.measured.compute;  // waking the replicas included
+                row.predicted.launch = row.measured.join;
+            }
             rows.push_back(row);
         }
     // MultiWorkerMirrored: N processes x R replicas, predicted from the same parameters plus the
@@ -657,24 +702,34 @@ int run(const Options& opt) {
                 c.fb *= scale;
                 c.backward *= scale;
                 for (auto& t : c.ready) t *= scale;
-                row.predicted = predict_host_step(n, r, row.bucket_bytes, c, launches[i], ip.link, &xp.link, cores);
+                row.isolated = predict_host_step(n, r, row.bucket_bytes, c, launches[i], ip.link, &xp.link, cores);
+                row.predicted = row.isolated;
                 rows.push_back(row);
             }
 
-    std::printf("== Check: predicted against measured step (median of %d x %d steps) ==\n", opt.reps, opt.steps);
-    std::printf("%-22s %4s %4s %10s %8s %10s %10s %10s %10s %11s %11s %8s\n", "strategy", "N", "R", "bucket", "buckets",
-                "launch ms", "compute ms", "comm ms", "update ms", "predict ms", "measured ms", "error");
+    std::printf("== Check: predicted against measured step (median of %d samples of %d steps) ==\n", opt.reps, opt.steps);
+    std::printf("compute: measured in situ (step start to the last replica's gradients, replicas computing side by side);\n"
+                "comm: the model (alpha, beta, gamma above); update: measured alone; launch: waking and joining the\n"
+                "replicas, measured (in situ: the join only, the wake is in compute). isolated: the whole prediction from\n"
+                "the one-replica-alone compute times share(busy threads / cores).\n");
+    std::printf("%-22s %2s %2s %7s %3s %7s %8s %7s %7s %9s %9s %7s %9s %7s %11s\n", "strategy", "N", "R", "bucket", "#b",
+                "launch", "compute", "comm", "update", "predicted", "measured", "error", "isolated", "error",
+                "meas. apply");
     bool all_within = true;
     for (const auto& row : rows) {
         const double err = row.error();
         if (std::isfinite(err) && std::abs(err) > 0.15) all_within = false;
-        std::printf("%-22s %4d %4d %10s %8zu %10s %10s %10s %10s %11s %11s %8s\n", row.strategy.c_str(), row.processes,
-                    row.replicas, row.bucket_bytes >= (1u << 20) ? bench::format("%zu MiB", row.bucket_bytes >> 20).c_str()
-                                                                 : bench::format("%zu KiB", row.bucket_bytes >> 10).c_str(),
+        std::printf("%-22s %2d %2d %7s %3zu %7s %8s %7s %7s %9s %9s %7s %9s %7s %11s\n", row.strategy.c_str(), row.processes,
+                    row.replicas, row.bucket_bytes >= (1u << 20) ? bench::format("%zuMiB", row.bucket_bytes >> 20).c_str()
+                                                                 : bench::format("%zuKiB", row.bucket_bytes >> 10).c_str(),
                     row.buckets, ms(row.predicted.launch).c_str(), ms(row.predicted.compute).c_str(),
                     ms(row.predicted.comm).c_str(), ms(row.predicted.update).c_str(), ms(row.predicted.total()).c_str(),
-                    ms(row.measured).c_str(), std::isfinite(err) ? bench::format("%+.1f%%", 100 * err).c_str() : "-");
+                    ms(row.measured.step).c_str(), std::isfinite(err) ? bench::format("%+.1f%%", 100 * err).c_str() : "-",
+                    ms(row.isolated.total()).c_str(),
+                    std::isfinite(row.isolated_error()) ? bench::format("%+.1f%%", 100 * row.isolated_error()).c_str() : "-",
+                    ms(row.measured.apply).c_str());
     }
+    std::printf("(all times in ms; #b: gradient buckets; meas. apply: last gradients to last update, measured in situ)\n");
     std::printf("every measured row within 15%%: %s\n\n", all_within ? "yes" : "NO");
 
     // ---- 5: the GPU cluster ----
@@ -692,6 +747,12 @@ int run(const Options& opt) {
     resnet.step_one_gpu = resnet_batch / resnet_ips;
     resnet.bytes_ready_at = [](double f) { return f; };  // gradient produced evenly over backward
     resnet.time_when_bytes_ready = [](double q) { return q; };
+    // The same gradient behind 2.6x faster compute: mixed precision, 2470 images/s on the same
+    // page (the gradient all-reduced still fp32, as asked): less backward to hide behind.
+    const double resnet_amp_ips = 2470;
+    GpuWorkload resnet_amp = resnet;
+    resnet_amp.name = "resnet50_sized_amp_compute";
+    resnet_amp.step_one_gpu = resnet_batch / resnet_amp_ips;
     GpuWorkload seed;
     seed.name = "seed_cnn";
     seed.params = double(kParams);
@@ -721,7 +782,7 @@ int run(const Options& opt) {
     const std::vector<int> gpus{8, 16, 32, 64, 128, 256, 512, 1024};
     const double default_bucket = 25 * kMiB;  // PyTorch DDP's bucket_cap_mb
     cli::Json scaling = cli::Json::array();
-    for (const GpuWorkload* w : {&seed, &resnet}) {
+    for (const GpuWorkload* w : {&seed, &resnet, &resnet_amp}) {
         std::printf("== Predicted scaling efficiency, %s (%.3g M parameters, %.1f MB fp32 gradient), %.0f per GPU, "
                     "step on one GPU %.3f ms, %.0f MiB buckets ==\n",
                     w->name.c_str(), w->params / 1e6, w->params * 4 / 1e6, w == &seed ? seed_batch : resnet_batch,
@@ -749,12 +810,12 @@ int run(const Options& opt) {
     for (double b = 0.25; b <= 256.0 + 1e-9; b *= 2) bucket_mib.push_back(b);
     cli::Json sweep = cli::Json::array();
     for (int p : {64, 1024}) {
-        std::printf("== Bucket-size sweep, %d GPUs: efficiency (resnet50_sized / seed_cnn) ==\n%-20s", p, "bucket MiB");
+        std::printf("== Bucket-size sweep, %d GPUs: efficiency ==\n%-24s", p, "bucket MiB");
         for (double b : bucket_mib) std::printf(" %6g", b);
         std::printf("\n");
-        for (const GpuWorkload* w : {&resnet, &seed})
+        for (const GpuWorkload* w : {&resnet, &resnet_amp, &seed})
             for (Algo a : kAlgos) {
-                std::printf("%-20s", (std::string(w == &seed ? "seed " : "r50 ") + algo_name(a)).c_str());
+                std::printf("%-24s", (std::string(w == &seed ? "seed " : w == &resnet ? "r50 " : "r50-amp ") + algo_name(a)).c_str());
                 cli::Json eff = cli::Json::array();
                 for (double b : bucket_mib) {
                     const double e = w->step_one_gpu / gpu_step(*w, a, p, b * kMiB, cl);
@@ -770,18 +831,23 @@ int run(const Options& opt) {
     // The model against one published point: 8 GPUs of one DGX A100, TF32, 7248 images/s.
     const double published8 = 7248.0 / (8 * resnet_ips);
     const double model8 = resnet.step_one_gpu / gpu_step(resnet, Algo::Ring, 8, default_bucket, cl);
-    std::printf("published 8-GPU ResNet-50 efficiency (DGX A100, TF32): %.1f%%; model (ring, 25 MiB): %.1f%%\n\n",
-                100 * published8, 100 * model8);
+    const double published8_amp = 16621.0 / (8 * resnet_amp_ips);
+    const double model8_amp = resnet_amp.step_one_gpu / gpu_step(resnet_amp, Algo::Ring, 8, default_bucket, cl);
+    std::printf("published 8-GPU ResNet-50 efficiency (DGX A100): TF32 %.1f%%, AMP %.1f%%; model (ring, 25 MiB): %.1f%%, "
+                "%.1f%%\n\n",
+                100 * published8, 100 * published8_amp, 100 * model8, 100 * model8_amp);
 
     if (!opt.plot_dir.empty()) {
         namespace sp = strata::plot;
         std::filesystem::create_directories(opt.plot_dir);
         auto gpu_x = std::vector<double>(gpus.begin(), gpus.end());
         sp::Figure fig;
-        for (const GpuWorkload* w : {&resnet, &seed}) {
+        fig.columns = 3;
+        for (const GpuWorkload* w : {&resnet, &resnet_amp, &seed}) {
             sp::LinePlot p;
-            p.title = (w == &seed ? "seed CNN (0.12 M parameters), " : "25.6 M parameters (ResNet-50 size), ") +
-                      std::string("25 MiB buckets");
+            p.title = w == &seed ? "seed CNN (0.12 M parameters), batch 128/GPU"
+                      : w == &resnet ? "25.6 M parameters, TF32 compute (938 img/s)"
+                                     : "25.6 M parameters, AMP compute (2470 img/s)";
             p.x_label = "GPUs (8 per node, log scale)";
             p.y_label = "predicted scaling efficiency";
             p.x_scale = sp::Scale::Log;
@@ -800,7 +866,7 @@ int run(const Options& opt) {
         sp::Figure sw;
         for (int g : {64, 1024}) {
             sp::LinePlot p;
-            p.title = "25.6 M parameters, " + std::to_string(g) + " GPUs: bucket size";
+            p.title = "25.6 M parameters, AMP compute, " + std::to_string(g) + " GPUs";
             p.x_label = "bucket MiB (log scale)";
             p.y_label = "predicted scaling efficiency";
             p.x_scale = sp::Scale::Log;
@@ -808,7 +874,7 @@ int run(const Options& opt) {
             p.height = 430;
             for (Algo a : kAlgos) {
                 std::vector<double> y;
-                for (double b : bucket_mib) y.push_back(resnet.step_one_gpu / gpu_step(resnet, a, g, b * kMiB, cl));
+                for (double b : bucket_mib) y.push_back(resnet_amp.step_one_gpu / gpu_step(resnet_amp, a, g, b * kMiB, cl));
                 p.add(algo_name(a), bucket_mib, y);
             }
             sw.panels.push_back(p);
@@ -829,7 +895,7 @@ int run(const Options& opt) {
                 if (r.processes == 1 && (r.bucket_bytes == bb || (r.replicas == 1))) {
                     x.push_back(r.replicas);
                     yp.push_back(r.predicted.total() * 1e3);
-                    ym.push_back(r.measured * 1e3);
+                    ym.push_back(r.measured.step * 1e3);
                 }
             const std::string tag = bb >= (1u << 20) ? "4 MiB buckets" : "64 KiB buckets";
             const auto color = sp::detail::svg::palette(ck.series.size() / 2);
@@ -895,8 +961,14 @@ int run(const Options& opt) {
                              {"predicted_comm_seconds", r.predicted.comm},
                              {"predicted_update_seconds", r.predicted.update},
                              {"predicted_seconds", r.predicted.total()},
-                             {"measured_seconds", cli::finite_or_null(r.measured)},
-                             {"relative_error", cli::finite_or_null(r.error())}});
+                             {"measured_seconds", cli::finite_or_null(r.measured.step)},
+                             {"relative_error", cli::finite_or_null(r.error())},
+                             {"isolated_predicted_compute_seconds", r.isolated.compute},
+                             {"isolated_predicted_seconds", r.isolated.total()},
+                             {"isolated_relative_error", cli::finite_or_null(r.isolated_error())},
+                             {"measured_compute_seconds", cli::finite_or_null(r.measured.compute)},
+                             {"measured_apply_seconds", cli::finite_or_null(r.measured.apply)},
+                             {"measured_join_seconds", cli::finite_or_null(r.measured.join)}});
         j["check"] = check;
         j["check_all_within_15_percent"] = all_within;
         j["cluster"] = {{"gpus_per_node", cl.g}, {"intra_bytes_per_second", cl.bw_intra},
@@ -909,6 +981,8 @@ int run(const Options& opt) {
         j["bucket_sweep"] = sweep;
         j["published_8gpu_resnet50_efficiency"] = published8;
         j["model_8gpu_resnet50_efficiency"] = model8;
+        j["published_8gpu_resnet50_amp_efficiency"] = published8_amp;
+        j["model_8gpu_resnet50_amp_efficiency"] = model8_amp;
         bench::write_json(opt.json, j);
     }
     return 0;
