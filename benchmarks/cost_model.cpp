@@ -46,6 +46,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <vector>
 
@@ -68,6 +69,27 @@ struct Options {
     std::string json;
     std::string plot_dir;
     bool measure_steps = true;
+};
+
+/// CPU seconds the whole machine spent busy (/proc/stat), and this process with its waited-for
+/// children (getrusage): their difference over a run is what other processes took from it.
+struct CpuClock {
+    double machine_busy = 0, self = 0;
+    static CpuClock now() {
+        CpuClock c;
+        std::ifstream in("/proc/stat");
+        std::string cpu;
+        double v[8] = {};
+        in >> cpu >> v[0] >> v[1] >> v[2] >> v[3] >> v[4] >> v[5] >> v[6] >> v[7];
+        const double hz = double(::sysconf(_SC_CLK_TCK));
+        c.machine_busy = (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / hz;  // all but idle and iowait
+        for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
+            rusage u{};
+            ::getrusage(who, &u);
+            c.self += double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+        }
+        return c;
+    }
 };
 
 // ======================================= the model ==========================================
@@ -588,6 +610,8 @@ std::string ms(double s) { return std::isfinite(s) ? bench::format("%.3f", s * 1
 
 int run(const Options& opt) {
     const int cores = int(std::thread::hardware_concurrency());
+    const CpuClock cpu0 = CpuClock::now();
+    const auto wall0 = Clock::now();
     bench::Machine machine;
     machine.hardware_threads = cores;
     std::printf("strata cost model: seed CNN (%lld parameters, %.1f KiB of fp32 gradient), global batch %lld\n",
@@ -908,12 +932,18 @@ int run(const Options& opt) {
     }
 
     machine.load_after = bench::load_average();
-    std::printf("load average after: %s\n", machine.load_after.c_str());
+    const CpuClock cpu1 = CpuClock::now();
+    const double wall = bench::seconds_since(wall0);
+    const double others = std::max(0.0, (cpu1.machine_busy - cpu0.machine_busy) - (cpu1.self - cpu0.self)) / (wall * cores);
+    std::printf("load average after: %s; other processes used %.1f%% of the %d CPUs during the run (%.0f s)\n",
+                machine.load_after.c_str(), 100 * others, cores, wall);
 
     if (!opt.json.empty()) {
         cli::Json j;
         j["benchmark"] = "cost_model";
         j["machine"] = machine.json();
+        j["others_cpu_share"] = others;
+        j["wall_seconds"] = wall;
         j["batch"] = opt.batch;
         j["steps_per_sample"] = opt.steps;
         j["reps"] = opt.reps;
