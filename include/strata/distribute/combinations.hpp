@@ -9,6 +9,7 @@
 /// | `Default`, `OneDevice<P>`        | `Synchronous` (one replica)                                      |
 /// | `Mirrored<P, S>`                 | `Synchronous` (an all-reduce needs every replica at every step)  |
 /// | `CentralStorage<P, S>`           | `Synchronous` (its update waits for every replica's gradient)    |
+/// | `MultiWorkerMirrored<P, S>`      | `Synchronous` (an all-reduce across processes, every step)       |
 /// | `ParameterServer<P, S>`          | all: `Synchronous`, `KSync<K>`, `KBatchSync<K>`, `KAsync<K>`,    |
 /// |                                  | `KBatchAsync<K>`, `Asynchronous<B>`                               |
 
@@ -17,7 +18,7 @@
 /// The sentence every rejected strategy × sync-mode combination prints.
 #define STRATA_VALID_COMBINATIONS                                                                           \
     "Valid combinations: Default, OneDevice<P>, Mirrored<P, sync::Synchronous>, "                            \
-    "CentralStorage<P, sync::Synchronous>, ParameterServer<P, any sync mode: Synchronous, KSync<K>, "        \
+    "CentralStorage<P, sync::Synchronous>, MultiWorkerMirrored<P, sync::Synchronous>, ParameterServer<P, any sync mode: Synchronous, KSync<K>, "        \
     "KBatchSync<K>, KAsync<K>, KBatchAsync<K>, Asynchronous<B>>; the relaxed modes need ParameterServer "    \
     "(see docs/distribution.md)"
 

@@ -35,6 +35,7 @@
 /// training loops: params(r), grads(r), gradient_ready(r, first), apply(r), end_step().
 
 #include <concepts>
+#include <span>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -161,7 +162,8 @@ public:
         });
     }
 
-    int units() const { return strategy_->num_replicas_in_sync(); }
+    /// This process's replicas (under MultiWorkerMirrored, its share of num_replicas_in_sync).
+    int units() const { return strategy_->local_replicas(); }
     template <class F>
     void run_units(F&& f) { strategy_->run_replicas(std::forward<F>(f)); }
     T* grads(int r) { return grads_[std::size_t(r)].data(); }
@@ -181,8 +183,9 @@ public:
             many.resize(std::size_t(n));
             res = many.data();
         }
+        const int all = strategy_->num_replicas_in_sync(), first = strategy_->first_replica();
         run_units([&](int r) {
-            const auto b = split_batch(batch, n, r);
+            const auto b = split_batch(batch, all, first + r);
             res[r] = work(r, b, self().params(r), grads(r), double(b.global_size), step,
                           [this, r](std::int64_t first, std::int64_t) { self().gradient_ready(r, first); });
             self().apply(r);
@@ -194,7 +197,14 @@ public:
             t.correct += double(res[r].correct);
         }
         t.examples = std::int64_t(batch.size());
+        self().combine_totals(t);
         return t;
+    }
+
+    /// Unit r's share of a global batch (evaluate and predict split batches as training does).
+    template <class Y>
+    ReplicaBatch<Y> unit_share(const data::Batch<Y>& batch, int r) const {
+        return split_batch(batch, strategy_->num_replicas_in_sync(), strategy_->first_replica() + r);
     }
 
     /// The lockstep schedule: one step per global batch of the source.
@@ -207,6 +217,8 @@ public:
     // Pieces for custom loops; paths override what they do differently.
     void gradient_ready(int, std::int64_t) {}
     void end_step() {}
+    /// Makes a step's totals global (MultiWorkerMirrored sums them over the processes).
+    void combine_totals(StepTotals&) {}
 
     // The optimizer state(s) a path keeps in opt_, for checkpoints and callbacks.
     std::vector<std::pair<std::string, std::vector<T>>> slots() const { return opt_.slots(); }
@@ -223,6 +235,26 @@ protected:
     std::vector<Tensor<T, P>> grads_;
     OptimizerCopies<T, P> opt_;  // one state per copy of the variables
 };
+
+/// Unit r's share of `batch` as `path` splits it (its own rule, or evenly over its units).
+template <class Path, class Y>
+ReplicaBatch<Y> unit_share(const Path& path, const data::Batch<Y>& batch, int r) {
+    if constexpr (requires { path.unit_share(batch, r); }) return path.unit_share(batch, r);
+    else return split_batch(batch, path.units(), r);
+}
+
+/// Sums `values` over the processes of a multi-process path (nothing to do in one process).
+template <class Path, class V>
+void sum_over_workers(Path& path, std::span<V> values) {
+    if constexpr (requires { path.sum_over_workers(values); }) path.sum_over_workers(values);
+}
+
+/// Whether this process is the one that prints and writes files.
+template <class Path>
+bool is_chief(const Path& path) {
+    if constexpr (requires { path.is_chief(); }) return path.is_chief();
+    else return true;
+}
 
 /// Logs each parameter of `Net` on `devices[c]` for every copy c < copies.
 template <class Net>

@@ -45,7 +45,7 @@ using collective::ReduceOp;
 
 /// What kind of distribution a strategy does (the Model's training step switches on it at
 /// compile time).
-enum class Kind { Default, OneDevice, Mirrored, CentralStorage, ParameterServer };
+enum class Kind { Default, OneDevice, Mirrored, CentralStorage, ParameterServer, MultiWorkerMirrored };
 
 /// Options of the multi-replica strategies.
 struct StrategyOptions {
@@ -105,8 +105,11 @@ class ReplicaRuntime {
 public:
     /// `threads_always`: every replica gets its own thread, even a single one (a parameter
     /// server's workers run beside the coordinator on the caller's thread).
-    ReplicaRuntime(int replicas, const StrategyOptions& options, const char* name, bool threads_always = false)
-        : options_(options), group_(replicas, collective::GroupOptions{options.timeout}) {
+    /// `device_prefix`: put before every replica's device name (MultiWorkerMirrored's
+    /// "/job:worker/task:K").
+    ReplicaRuntime(int replicas, const StrategyOptions& options, const char* name, bool threads_always = false,
+                   std::string device_prefix = {})
+        : options_(options), group_(replicas, collective::GroupOptions{options.timeout}), prefix_(std::move(device_prefix)) {
         STRATA_CHECK(replicas >= 1, ValueError, name, ": the number of replicas must be >= 1, got ", replicas);
         STRATA_CHECK(options.cores_per_replica >= 0, ValueError, name, ": cores_per_replica must be >= 0, got ",
                      options.cores_per_replica);
@@ -130,6 +133,12 @@ public:
 
     /// Number of replicas that take part in every step (tf.distribute's num_replicas_in_sync).
     int num_replicas_in_sync() const { return group_.size(); }
+    /// Replicas of this process (all of them, except under MultiWorkerMirrored).
+    int local_replicas() const { return group_.size(); }
+    /// Index of this process's first replica among all replicas in sync.
+    int first_replica() const { return 0; }
+    /// Whether this process prints progress and writes files (the only one, or MPI rank 0).
+    bool is_chief() const { return true; }
     /// The logical device of each replica.
     const std::vector<place::LogicalDevice>& devices() const { return devices_; }
     const StrategyOptions& options() const { return options_; }
@@ -200,7 +209,7 @@ private:
                                   : (replicas == 1 ? hardware_threads() : std::max(1, hardware_threads() / replicas));
             for (int r = 0; r < replicas; ++r) {
                 place::LogicalDevice d = configured.empty() ? place::LogicalDevice{} : configured[0];
-                d.name = replicas == 1 ? std::string("/device:CPU:0") : "/device:CPU:0/replica:" + std::to_string(r);
+                d.name = prefix_ + (replicas == 1 ? std::string("/device:CPU:0") : "/device:CPU:0/replica:" + std::to_string(r));
                 d.kind = DeviceKind::Cpu;
                 d.cores = cores;
                 devices_.push_back(d);
@@ -261,6 +270,7 @@ private:
     collective::ReplicaGroup group_;
     std::unique_ptr<ReplicaPool> pool_;
     std::vector<place::LogicalDevice> devices_;
+    std::string prefix_;
     int cores_ = 1;
     int restore_threads_ = 0;
     bool use_scopes_ = false;

@@ -72,6 +72,9 @@ public:
     /// A host copy of all weights, and its inverse (EarlyStopping's restore_best_weights).
     virtual std::vector<double> weights_snapshot() const = 0;
     virtual void restore_weights(const std::vector<double>& snapshot) = 0;
+    /// Whether this process writes files and prints (false on all but rank 0 of a
+    /// multi-process strategy: callbacks that write skip it there).
+    virtual bool is_chief() const { return true; }
 };
 
 /// Base of all callbacks: override what you need. Epochs are numbered from 0 here (Keras

@@ -102,7 +102,7 @@ template <class Net, class Strategy = distribute::Default, class T = float>
 class Model : public train::TrainingContext {
     static_assert(distribute::Strategy<Strategy>,
                   "strata::Model<Net, Strategy, T>: Strategy must be a strategy (strata::distribute::Default, OneDevice<P>, "
-                  "Mirrored<P>, CentralStorage<P>, ParameterServer<P, Sync>)");
+                  "Mirrored<P>, CentralStorage<P>, ParameterServer<P, Sync>, MultiWorkerMirrored<P>)");
     static_assert(std::is_floating_point_v<T>, "strata::Model<Net, Strategy, T>: T must be float or double");
 
 public:
@@ -236,7 +236,7 @@ public:
         STRATA_CHECK(options.steps_per_epoch > 0 || train.cardinality() != data::infinite_cardinality, ValueError,
                      "fit: the dataset repeats forever; give options.steps_per_epoch");
         train::History history;
-        train::ProgressBar bar(options.verbose);
+        train::ProgressBar bar(is_chief() ? options.verbose : 0);  // one process prints
         stop_training = false;
         for (auto& cb : options.callbacks) cb->on_train_begin(*this);
         train::Logs logs;
@@ -321,7 +321,7 @@ public:
             const std::int64_t n = std::int64_t(batch.size());
             path_.run_units([&](int r) {
                 Unit& u = *units_[std::size_t(r)];
-                const auto b = distribute::split_batch(batch, N, r);
+                const auto b = distribute::detail::unit_share(path_, batch, r);
                 u.loss_sum = 0;
                 u.correct = 0;
                 if (b.size == 0) return;
@@ -338,6 +338,18 @@ public:
             }
             seen += n;
         }
+        // Across processes: every process's units computed their shares; the totals are global.
+        double totals[3] = {loss_sum, correct, double(seen)};
+        if constexpr (requires { path_.per_worker_input(); }) {
+            if (!path_.per_worker_input()) totals[2] = 0;  // every process saw every example
+            distribute::detail::sum_over_workers(path_, std::span<double>(totals, 3));
+            if (!path_.per_worker_input()) totals[2] = double(seen);
+        } else {
+            distribute::detail::sum_over_workers(path_, std::span<double>(totals, 3));
+        }
+        loss_sum = totals[0];
+        correct = totals[1];
+        seen = std::int64_t(totals[2]);
         return {seen ? loss_sum / double(seen) : 0.0, seen ? correct / double(seen) : 0.0, seen};
     }
 
@@ -358,13 +370,16 @@ public:
             all.resize(base + std::size_t(n * output_size));
             path_.run_units([&](int r) {
                 Unit& u = *units_[std::size_t(r)];
-                const auto b = distribute::split_batch(batch, N, r);
+                const auto b = distribute::detail::unit_share(path_, batch, r);
                 if (b.size == 0) return;
                 auto x = stage_input(u, b.x.data(), b.size);
                 auto out = u.net.forward(path_.inference_params(r), x, nn::Mode{false, false, step_, seed_});
                 copy(out, TensorView<T, place::Host>(all.data() + base + std::size_t(b.first * output_size), out.shape()));
             });
         }
+        // Across processes each one computed its replicas' rows (the others are zeros): the sum
+        // gives every process every row.
+        if constexpr (requires { path_.sum_outputs_over_workers(std::span<T>(all)); }) path_.sum_outputs_over_workers(std::span<T>(all));
         const auto count = std::int64_t(all.size()) / output_size;
         return from_vector(all, Net::output_shape::batched(count));
     }
@@ -418,7 +433,9 @@ public:
         w.set_metadata("epoch", std::to_string(epoch_));
         w.set_metadata("step", std::to_string(step_));
         w.set_metadata("seed", std::to_string(seed_));
-        w.save(path);
+        // Across processes only the chief writes; the others wait until the file is there.
+        if (is_chief()) w.save(path);
+        if constexpr (requires { strategy_->process_group(); }) strategy_->process_group().barrier(0, distribute::SyncPoint{"barrier", "save"});
     }
 
     /// Loads a checkpoint written by save() (under any strategy: the layout is the same).
@@ -461,6 +478,9 @@ public:
     std::int64_t last_epoch_examples() const { return last_epoch_examples_; }
 
     // ---- TrainingContext ------------------------------------------------------------------
+    /// Whether this process prints and writes files (always, but under MultiWorkerMirrored
+    /// only on rank 0).
+    bool is_chief() const override { return distribute::detail::is_chief(path_); }
     double learning_rate() const override { return compiled_ ? path_.learning_rate() : 0.0; }
     void set_learning_rate(double lr) override {
         path_.set_learning_rate(lr);

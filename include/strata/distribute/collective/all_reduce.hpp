@@ -32,6 +32,17 @@ namespace strata::distribute::collective {
 
 class AsyncAllReduce;
 
+/// A stage that carries a ReplicaGroup's all-reduce beyond its process (MultiWorkerMirrored's
+/// cross-process all-reduce). `sum(self, lane, data, bucket)` sums `data` over the processes, in
+/// place; lane = the calling replica, so the replicas' slices cross in parallel.
+struct OuterStage {
+    void* self = nullptr;
+    void (*sum_float)(void* self, int lane, std::span<float> data, std::int64_t bucket) = nullptr;
+    void (*sum_double)(void* self, int lane, std::span<double> data, std::int64_t bucket) = nullptr;
+    int processes = 1;  ///< how many processes the stage spans (Mean divides by replicas × this)
+    explicit operator bool() const noexcept { return self != nullptr; }
+};
+
 /// Options of a ReplicaGroup.
 struct GroupOptions {
     /// How long a replica waits at any step of a collective for the others before the group
@@ -143,6 +154,13 @@ public:
         enter(rank, mine, at);
     }
 
+    /// Makes every all-reduce of this group hierarchical: each replica sums its slice of the
+    /// group's buffers (the direct algorithm's reduce-scatter), hands that slice to `stage`
+    /// (the sum across processes), and the replicas gather the slices back. Any Algorithm
+    /// asked for runs this way. Call before any collective, with no replica inside one.
+    void set_outer_stage(OuterStage stage) noexcept { outer_ = stage; }
+    [[nodiscard]] const OuterStage& outer_stage() const noexcept { return outer_; }
+
     /// Marks the group failed because replica `rank` threw `error`: every rank waiting now or
     /// calling later throws DistributedError `... replica <rank> failed: <error.what()>`.
     /// The first failure wins. Never throws; call it from the replica's catch block.
@@ -190,6 +208,10 @@ private:
     template <Reducible T>
     void all_reduce_impl(int rank, std::span<T> data, ReduceOp op, Algorithm algorithm,
                          std::int64_t bucket) {
+        if (outer_) {
+            hierarchical_all_reduce(rank, data, op, bucket);
+            return;
+        }
         const Algorithm alg = resolve(algorithm);
         const SyncPoint at{"all_reduce", to_string(alg), 0, steps_of(alg, n_), bucket};
         check_rank(rank, at);
@@ -212,6 +234,43 @@ private:
             case Algorithm::NaiveRing: naive_ring_all_reduce(ex, op); break;
             default: direct_all_reduce(ex, op); break;
         }
+    }
+
+    // Reduce-scatter inside the process, all-reduce of each slice across processes (on the
+    // slice owner's lane), all-gather inside. Every element is summed in a fixed order (its
+    // owner's local order, then the processes in rank order), so all replicas of all processes
+    // get the same bits, run after run.
+    template <Reducible T>
+    void hierarchical_all_reduce(int rank, std::span<T> data, ReduceOp op, std::int64_t bucket) {
+        const SyncPoint at{"all_reduce", "hierarchical", 0, 2, bucket};
+        check_rank(rank, at);
+        const T total = static_cast<T>(n_) * static_cast<T>(outer_.processes);
+        auto across = [&](std::span<T> part) {
+            if constexpr (std::same_as<T, float>) outer_.sum_float(outer_.self, rank, part, bucket);
+            else outer_.sum_double(outer_.self, rank, part, bucket);
+            if (op == ReduceOp::Mean)
+                for (auto& v : part) v /= total;
+        };
+        if (n_ == 1) {
+            rv_.throw_if_aborted(at);
+            across(data);
+            return;
+        }
+        Slot mine;
+        mine.data = data.data();
+        mine.length = data.size();
+        mine.bucket = bucket;
+        mine.kind = Slot::Kind::AllReduce;
+        mine.type = detail::type_of<T>;
+        mine.op = op;
+        mine.algorithm = Algorithm::Direct;
+        const Slot* all = enter(rank, mine, at);
+        const Exchange<T> ex(all, n_, rank, data.size(), rv_, at);
+        direct_reduce_slice(ex);
+        across(std::span<T>(data.data() + ex.chunk_begin(rank), ex.chunk_size(rank)));
+        ex.step(1, 2);
+        direct_gather_slices(ex);
+        ex.step(2, 2);
     }
 
     // Publishes this rank's arguments, meets the others, and checks that all agree.
@@ -295,6 +354,7 @@ private:
     Rendezvous rv_;
     std::vector<Slot> slots_;       // [parity][rank]
     std::vector<CallCount> calls_;  // per rank, written only by that rank's thread
+    OuterStage outer_{};
 };
 
 }  // namespace strata::distribute::collective

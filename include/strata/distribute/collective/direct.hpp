@@ -8,6 +8,46 @@
 
 namespace strata::distribute::collective {
 
+/// Step 1 of the direct all-reduce: rank r sums slice r (chunk_begin with N parts) of every
+/// buffer into its own, in the order r+1, r+2, ..., r-1 (mod N), dividing by `divisor` in the
+/// last addition when it is not 1. Rank r writes only slice r of its own buffer and the others
+/// read only their own slices, so no two ranks touch the same elements; no barrier.
+template <Reducible T>
+void direct_reduce_slice(const Exchange<T>& ex, T divisor = T(1)) {
+    const int n = ex.size();
+    const int r = ex.rank();
+    T* mine = ex.mine();
+    const std::size_t begin = ex.chunk_begin(r);
+    const std::size_t end = ex.chunk_begin(r + 1);
+    // Our own term comes first in the order, so our buffer is the accumulator. Blocks keep
+    // the slice being accumulated in L1 while the N-1 other buffers stream past it.
+    constexpr std::size_t kBlock = 2048;
+    for (std::size_t b = begin; b < end; b += kBlock) {
+        const std::size_t len = end - b < kBlock ? end - b : kBlock;
+        for (int k = 1; k < n; ++k) {
+            const T* other = ex.buffer(ex.wrap(r + k)) + b;
+            if (divisor != T(1) && k == n - 1)
+                detail::add_into_divided(mine + b, other, len, divisor);
+            else
+                detail::add_into(mine + b, other, len);
+        }
+    }
+}
+
+/// Step 2 of the direct all-reduce, after a barrier: rank r copies every slice q != r from
+/// rank q's buffer.
+template <Reducible T>
+void direct_gather_slices(const Exchange<T>& ex) {
+    const int n = ex.size();
+    const int r = ex.rank();
+    // Start at the right neighbour so the ranks do not all read rank 0's slice first.
+    for (int k = 1; k < n; ++k) {
+        const int q = ex.wrap(r + k);
+        const std::size_t b = ex.chunk_begin(q);
+        detail::copy(ex.mine() + b, ex.buffer(q) + b, ex.chunk_size(q));
+    }
+}
+
 /// Direct all-reduce.
 ///
 /// 1. Reduce-scatter: rank r owns slice r (chunk_begin with N parts). It adds that slice of
@@ -27,32 +67,9 @@ template <Reducible T>
 void direct_all_reduce(const Exchange<T>& ex, ReduceOp op) {
     const int n = ex.size();
     if (n == 1) return;
-    const int r = ex.rank();
-    T* mine = ex.mine();
-
-    const std::size_t begin = ex.chunk_begin(r);
-    const std::size_t end = ex.chunk_begin(r + 1);
-    // Our own term comes first in the order, so our buffer is the accumulator. Blocks keep
-    // the slice being accumulated in L1 while the N-1 other buffers stream past it.
-    constexpr std::size_t kBlock = 2048;
-    for (std::size_t b = begin; b < end; b += kBlock) {
-        const std::size_t len = end - b < kBlock ? end - b : kBlock;
-        for (int k = 1; k < n; ++k) {
-            const T* other = ex.buffer(ex.wrap(r + k)) + b;
-            if (op == ReduceOp::Mean && k == n - 1)
-                detail::add_into_divided(mine + b, other, len, static_cast<T>(n));
-            else
-                detail::add_into(mine + b, other, len);
-        }
-    }
+    direct_reduce_slice(ex, op == ReduceOp::Mean ? static_cast<T>(n) : T(1));
     ex.step(1, 2);
-
-    // Start at the right neighbour so the ranks do not all read rank 0's slice first.
-    for (int k = 1; k < n; ++k) {
-        const int q = ex.wrap(r + k);
-        const std::size_t b = ex.chunk_begin(q);
-        detail::copy(mine + b, ex.buffer(q) + b, ex.chunk_size(q));
-    }
+    direct_gather_slices(ex);
     ex.step(2, 2);
 }
 

@@ -1,8 +1,11 @@
 #pragma once
 /// \file strata/distribute/path/mirrored.hpp
-/// The gradient path of `Mirrored<P, Synchronous>`: a copy of the variables (and of the
-/// optimizer slots) per replica; gradients are summed by an all-reduce and every replica
-/// applies the same update to its own copy. On host memory the gradient buckets are
+/// The gradient path of `Mirrored<P, Synchronous>` and `MultiWorkerMirrored<P, Synchronous>`:
+/// a copy of the variables (and of the optimizer slots) per replica; gradients are summed by an
+/// all-reduce and every replica applies the same update to its own copy. The two strategies
+/// differ only in their communicator: MultiWorkerMirrored's replica group carries each
+/// all-reduce across processes (collective::OuterStage), and its step totals, evaluation
+/// figures and predictions are summed over the processes. On host memory the gradient buckets are
 /// all-reduced by each replica's communication thread while backward goes on; in device
 /// memory (logical GPUs of one GPU, or GPUs with peer access) each replica sums its slice of
 /// every replica's gradient in place.
@@ -32,16 +35,23 @@ struct DeviceSliceSum {
 };
 }  // namespace detail
 
-template <class P, class Net, class T>
-class GradientPath<Mirrored<P, sync::Synchronous>, Net, T>
-    : public detail::LockstepPath<GradientPath<Mirrored<P, sync::Synchronous>, Net, T>, Mirrored<P, sync::Synchronous>, Net, T> {
-    using Strategy = Mirrored<P, sync::Synchronous>;
-    using Base = detail::LockstepPath<GradientPath, Strategy, Net, T>;
+namespace detail {
+
+/// Whether strategy S spans processes (MultiWorkerMirrored): it has a process group.
+template <class S>
+concept MultiProcess = requires(S& s) { s.process_group(); };
+
+/// The mirrored path, for a strategy S with a copy of the variables per replica.
+template <class S, class Net, class T>
+class MirroredPath : public LockstepPath<MirroredPath<S, Net, T>, S, Net, T> {
+    using Strategy = S;
+    using Base = LockstepPath<MirroredPath, Strategy, Net, T>;
+    using P = typename S::place_type;
     static constexpr std::int64_t num_params = Net::num_params;
 
 public:
     template <class Init>
-    GradientPath(Strategy& s, Init&& init) : Base(s) {
+    MirroredPath(Strategy& s, Init&& init) : Base(s) {
         const int n = this->units();
         params_.resize(std::size_t(n));
         comm_.resize(std::size_t(n));
@@ -50,6 +60,14 @@ public:
         // Every copy starts from the same values (the initializers' streams depend on the seed
         // only), so the replicas are in sync from step 0.
         for (auto& p : params_) init(p.data());
+        if constexpr (MultiProcess<S>) {
+            // Every process starts from rank 0's values (tf.distribute's MultiWorkerMirrored
+            // broadcasts the initial variables from the chief too): a user who seeds each
+            // process differently still trains one model.
+            auto w = get_weights();
+            s.process_group().broadcast(0, std::span<T>(w), 0, SyncPoint{"broadcast", "initial variables"});
+            set_weights(w);
+        }
     }
 
     T* params(int r) { return params_[std::size_t(r)].data(); }
@@ -78,12 +96,15 @@ public:
     void apply(int r) {
         T* g = this->grads(r);
         if constexpr (!place::host_accessible_v<P>) {
+            static_assert(!MultiProcess<S>, "strata::distribute::MultiWorkerMirrored: device (CUDA) places across processes "
+                                            "need the NCCL communicator, which is not wired into the strategy yet; use "
+                                            "place::Host (docs/multi_worker.md)");
             if (this->units() > 1) device_all_reduce(r);
         } else if (overlapped()) {
             gradient_ready(r, 0);  // whatever the backward hook has not handed over yet
             comm_of(r).wait();
             next_bucket_[std::size_t(r)] = 0;
-        } else if (this->units() > 1) {
+        } else if (reduces()) {
             this->strategy_->group().all_reduce(r, std::span<T>(g, std::size_t(num_params)), ReduceOp::Sum,
                                                 this->strategy_->options().all_reduce);
         }
@@ -97,6 +118,65 @@ public:
         for (auto& p : params_) copy(TensorView<T, place::Host>(const_cast<T*>(w.data()), Shape{num_params}), p.view());
     }
     void log_placement() { detail::log_variable_copies<Net>(this->strategy_->devices(), this->units()); }
+
+    // ---- across processes (MultiWorkerMirrored) ---------------------------------------------
+
+    bool is_chief() const { return this->strategy_->is_chief(); }
+
+    /// Sums the step's loss and correct count over the processes, so that every process logs
+    /// the global figures.
+    void combine_totals(StepTotals& t) {
+        if constexpr (MultiProcess<S>) {
+            double v[3] = {t.loss_sum, t.correct, double(t.examples)};
+            this->strategy_->process_group().all_reduce(0, std::span<double>(v, 3), ReduceOp::Sum, SyncPoint{"all_reduce", "step totals"});
+            t.loss_sum = v[0];
+            t.correct = v[1];
+            if (this->strategy_->per_worker_input()) t.examples = std::int64_t(v[2]);
+        }
+    }
+
+    bool per_worker_input() const {
+        if constexpr (MultiProcess<S>) return this->strategy_->per_worker_input();
+        else return false;
+    }
+
+    /// predict: rows of the other processes' replicas are zeros here; summing gives them all
+    /// (with per-worker input every worker predicts its own examples, nothing to combine).
+    void sum_outputs_over_workers(std::span<T> rows) {
+        if constexpr (MultiProcess<S>)
+            if (!this->strategy_->per_worker_input())
+                this->strategy_->process_group().all_reduce(0, rows, ReduceOp::Sum, SyncPoint{"all_reduce", "predictions"});
+    }
+
+    template <class V>
+    void sum_over_workers(std::span<V> values) {
+        if constexpr (MultiProcess<S>) this->strategy_->process_group().all_reduce(0, values, ReduceOp::Sum, SyncPoint{"all_reduce", "evaluation"});
+    }
+
+    /// Unit r's share of a batch: of the global batch (every process reads the same one), or,
+    /// when each worker reads its own input, of this worker's batch.
+    template <class Y>
+    ReplicaBatch<Y> unit_share(const data::Batch<Y>& batch, int r) const {
+        if constexpr (MultiProcess<S>)
+            if (this->strategy_->per_worker_input()) return split_batch(batch, this->units(), r);
+        return Base::unit_share(batch, r);
+    }
+
+    /// The schedule. With per-worker input, a step first agrees on who still has a batch and
+    /// how large each is; a worker whose input is exhausted joins with zero gradients and no
+    /// examples, the loss is divided by the examples that exist, and the epoch ends when no
+    /// worker has a batch left. The result equals one device on the concatenation of the
+    /// workers' batches of each step (worker 0's first).
+    template <class Source, class Work, class OnStep>
+    void run_epoch(Source& source, std::uint64_t& step, Work&& work, OnStep&& on_step) {
+        if constexpr (MultiProcess<S>) {
+            if (this->strategy_->per_worker_input()) {
+                run_joined_epoch(source, step, work, on_step);
+                return;
+            }
+        }
+        Base::run_epoch(source, step, work, on_step);
+    }
 
 private:
     // Buckets over the flat gradient buffer, in the order backward produces them (last layer
@@ -128,7 +208,56 @@ private:
         }
     }
 
-    bool overlapped() const { return place::host_accessible_v<P> && this->units() > 1 && buckets_.size() > 1; }
+    // Whether a step combines gradients at all (more than one replica in sync).
+    bool reduces() const { return this->strategy_->num_replicas_in_sync() > 1; }
+    bool overlapped() const { return place::host_accessible_v<P> && reduces() && buckets_.size() > 1; }
+
+    template <class Source, class Work, class OnStep>
+    void run_joined_epoch(Source& source, std::uint64_t& step_counter, Work& work, OnStep& on_step) {
+        auto& pg = this->strategy_->process_group();
+        const int workers = pg.size(), me = pg.rank(), n = this->units();
+        bool exhausted = false;
+        std::vector<double> sizes(static_cast<std::size_t>(workers));
+        for (;;) {
+            const auto* batch = exhausted ? nullptr : source.next();
+            if (!batch) exhausted = true;
+            std::fill(sizes.begin(), sizes.end(), -1.0);  // -1: no batch (every worker adds 1)
+            sizes[std::size_t(me)] = batch ? double(batch->size()) : -1.0;
+            for (auto& v : sizes) v += 1;  // own: size + 1; others: 0 (so the sum is size + 1 or 0)
+            pg.all_reduce(0, std::span<double>(sizes), ReduceOp::Sum, SyncPoint{"all_reduce", "batch sizes"});
+            double total = 0, before = 0;
+            bool any = false;
+            for (int q = 0; q < workers; ++q) {
+                const double sz = sizes[std::size_t(q)] - 1;  // -1: no batch
+                if (sz < 0) continue;
+                any = true;
+                total += sz;
+                if (q < me) before += sz;
+            }
+            if (!any) return;
+            const std::uint64_t step = ++step_counter;
+            std::vector<UnitWork> res(static_cast<std::size_t>(n));
+            std::remove_cvref_t<decltype(*batch)> empty;
+            const auto& mine = batch ? *batch : empty;
+            this->run_units([&](int r) {
+                auto b = split_batch(mine, n, r);
+                b.first += std::int64_t(before);
+                b.global_size = std::int64_t(total);
+                res[std::size_t(r)] = work(r, b, params(r), this->grads(r), total > 0 ? total : 1.0, step,
+                                           [this, r](std::int64_t first, std::int64_t) { gradient_ready(r, first); });
+                apply(r);
+            });
+            this->end_step();
+            StepTotals t;
+            for (const auto& u : res) {
+                t.loss_sum += u.loss_sum;
+                t.correct += double(u.correct);
+                t.examples += u.examples;
+            }
+            combine_totals(t);
+            if (!on_step(t)) return;
+        }
+    }
 
     collective::AsyncAllReduce& comm_of(int r) {
         auto& c = comm_[std::size_t(r)];
@@ -155,6 +284,14 @@ private:
     std::vector<Bucket> buckets_;
     std::vector<std::size_t> next_bucket_;
     std::vector<std::unique_ptr<collective::AsyncAllReduce>> comm_;
+};
+
+}  // namespace detail
+
+template <class P, class Net, class T>
+class GradientPath<Mirrored<P, sync::Synchronous>, Net, T> : public detail::MirroredPath<Mirrored<P, sync::Synchronous>, Net, T> {
+public:
+    using detail::MirroredPath<Mirrored<P, sync::Synchronous>, Net, T>::MirroredPath;
 };
 
 }  // namespace strata::distribute

@@ -1,0 +1,656 @@
+#pragma once
+/// \file strata/distribute/collective/process_group.hpp
+/// Collectives among the processes of an MPI job (one rank per process): all-reduce, broadcast
+/// and barrier, where every wait has a deadline and a rank that does not arrive is named. It is
+/// the cross-process stage of MultiWorkerMirrored's hierarchical all-reduce (see
+/// strata/distribute/multi_worker_mirrored.hpp) and needs <mpi.h> (OpenMPI or MPICH, MPI-3).
+///
+/// Two transports:
+/// - SharedMemory (Auto's choice when every rank is on one host): an MPI-3 shared window
+///   (MPI_Win_allocate_shared) holds, per rank, an arrival counter per lane and two staging
+///   buffers per lane. A collective is a direct reduce-scatter + all-gather through them,
+///   synchronised by the counters, which is what lets a waiting rank see exactly which ranks
+///   are late (MPI itself has no collective with a timeout). No MPI call is made per step.
+/// - Mpi (Auto's choice across hosts, or forced): MPI_Iallreduce / MPI_Ibcast on a
+///   communicator per lane, polled against the deadline; before each collective the ranks
+///   report their arrival to rank 0, which names whoever is missing.
+///
+/// Lanes: up to `lanes` threads of a process may call collectives at the same time, each on its
+/// own lane (MultiWorkerMirrored gives each local replica a lane, so that the R slices of a
+/// gradient bucket cross processes in parallel). Calls on one lane pair up in program order
+/// across ranks, as in MPI.
+///
+/// Faults: a wait that exceeds the timeout throws DistributedError
+/// `all_reduce (lane 0): rank 2 of 3 did not arrive within 10000 ms` on every rank that waits,
+/// and marks the group failed, so the other ranks stop at once with the same cause instead of
+/// timing out one after another. Before the deadline a stall warning names the late ranks on
+/// stderr once per wait (Horovod's stall inspector does the same). A rank that dies is
+/// normally ended with the whole job by the launcher (mpirun, srun); if the launcher lets the
+/// job live, the others name it at their deadline. A failed group stays failed: a job whose
+/// rank vanished must be restarted (BackupAndRestore makes that cheap).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <strata/core/error.hpp>
+#include <strata/distribute/collective/common.hpp>
+#include <strata/distribute/rendezvous.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace strata::distribute::collective {
+
+/// How a ProcessGroup moves data between processes.
+enum class Transport { Auto, SharedMemory, Mpi };
+
+[[nodiscard]] constexpr std::string_view to_string(Transport t) noexcept {
+    switch (t) {
+        case Transport::Auto: return "auto";
+        case Transport::SharedMemory: return "shared_memory";
+        case Transport::Mpi: return "mpi";
+    }
+    return "unknown";
+}
+
+/// Options of a ProcessGroup.
+struct ProcessGroupOptions {
+    /// A rank waits at most this long for the others at any point of a collective.
+    std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+    /// After this long a waiting rank prints which ranks are late (once per wait); 0 = half the
+    /// timeout; negative = never.
+    std::chrono::milliseconds stall_warning{0};
+    /// Auto: SharedMemory when every rank is on one host, Mpi otherwise.
+    Transport transport = Transport::Auto;
+    /// Bytes each rank stages per lane and step of the shared-memory transport (two such
+    /// buffers per lane, so the next chunk is staged while others still read the last).
+    std::size_t chunk_bytes = std::size_t(4) << 20;
+};
+
+namespace mpi {
+
+/// Initializes MPI (MPI_THREAD_MULTIPLE asked for) unless the program already did, and
+/// finalizes it at exit if strata initialized it. Returns the thread level MPI provides.
+inline int ensure_initialized() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    int provided = MPI_THREAD_SINGLE;
+    if (!initialized) {
+        if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+            throw DistributedError("MultiWorkerMirrored: MPI_Init_thread failed (is this program started by mpirun or srun?)");
+        std::atexit([] {
+            int finalized = 0;
+            MPI_Finalized(&finalized);
+            if (!finalized) MPI_Finalize();
+        });
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    return provided;
+}
+
+inline int world_rank() {
+    ensure_initialized();
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+inline int world_size() {
+    ensure_initialized();
+    int n = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+/// Processes of `comm` on this host (MPI_COMM_TYPE_SHARED).
+inline int local_size(MPI_Comm comm = MPI_COMM_WORLD) {
+    ensure_initialized();
+    MPI_Comm node;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int n = 1;
+    MPI_Comm_size(node, &n);
+    MPI_Comm_free(&node);
+    return n;
+}
+
+template <class T>
+MPI_Datatype datatype() {
+    if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+    else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+    else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
+    else return MPI_BYTE;
+}
+
+}  // namespace mpi
+
+/// A communicator over the ranks of an MPI communicator, with deadlines (see the file comment).
+///
+/// Requires: every rank constructs it collectively with the same lanes and options; on each
+/// lane every rank makes the same sequence of calls with the same lengths, types and roots;
+/// at most one thread per lane at a time.
+/// Ensures: results are identical on every rank and reproducible run to run (each element of
+/// an all-reduce is summed by one rank, in a fixed order, and copied to the others).
+class ProcessGroup {
+public:
+    using clock = std::chrono::steady_clock;
+
+    ProcessGroup(MPI_Comm comm, int lanes, ProcessGroupOptions options = {}) : options_(options), lanes_(lanes) {
+        STRATA_CHECK(lanes >= 1 && lanes <= 64, ValueError, "ProcessGroup: lanes must be in [1, 64], got ", lanes);
+        STRATA_CHECK(options.timeout.count() > 0, ValueError, "ProcessGroup: the timeout must be > 0 ms, got ",
+                     options.timeout.count(), " ms");
+        STRATA_CHECK(options.chunk_bytes >= 1024, ValueError, "ProcessGroup: chunk_bytes must be >= 1024, got ",
+                     options.chunk_bytes);
+        provided_ = mpi::ensure_initialized();
+        MPI_Comm_dup(comm, &comm_);
+        MPI_Comm_rank(comm_, &rank_);
+        MPI_Comm_size(comm_, &size_);
+        if (options_.stall_warning.count() == 0) options_.stall_warning = options_.timeout / 2;
+        MPI_Comm node;
+        MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+        int node_size = 1;
+        MPI_Comm_size(node, &node_size);
+        transport_ = options_.transport;
+        if (transport_ == Transport::Auto) transport_ = node_size == size_ ? Transport::SharedMemory : Transport::Mpi;
+        STRATA_CHECK(transport_ != Transport::SharedMemory || node_size == size_, ValueError,
+                     "ProcessGroup: the shared-memory transport needs every rank on one host; ", node_size, " of ", size_,
+                     " ranks share this one (use Transport::Mpi or Auto)");
+        if (transport_ == Transport::SharedMemory) {
+            MPI_Comm_free(&node);
+            open_window();
+        } else {
+            MPI_Comm_free(&node);
+            lane_comms_.resize(std::size_t(lanes_));
+            control_comms_.resize(std::size_t(lanes_));
+            for (int l = 0; l < lanes_; ++l) {
+                MPI_Comm_dup(comm_, &lane_comms_[std::size_t(l)]);
+                MPI_Comm_dup(comm_, &control_comms_[std::size_t(l)]);
+            }
+            seq_.assign(std::size_t(lanes_), 0);
+        }
+    }
+
+    ProcessGroup(const ProcessGroup&) = delete;
+    ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+    ~ProcessGroup() {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (finalized) return;
+        if (failed_) return;  // peers may be gone: a collective free could hang
+        if (win_ != MPI_WIN_NULL) MPI_Win_free(&win_);
+        for (auto& c : lane_comms_) MPI_Comm_free(&c);
+        for (auto& c : control_comms_) MPI_Comm_free(&c);
+        MPI_Comm_free(&comm_);
+    }
+
+    [[nodiscard]] int rank() const noexcept { return rank_; }
+    [[nodiscard]] int size() const noexcept { return size_; }
+    [[nodiscard]] int lanes() const noexcept { return lanes_; }
+    [[nodiscard]] Transport transport() const noexcept { return transport_; }
+    [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return options_.timeout; }
+    [[nodiscard]] MPI_Comm communicator() const noexcept { return comm_; }
+    /// True once a collective of this group timed out or a rank called abort().
+    [[nodiscard]] bool failed() const noexcept { return failed_; }
+
+    /// Sums (or averages) `data` over the ranks, in place, on `lane`.
+    /// Throws ShapeError (shared memory: on every rank) when the ranks' lengths differ,
+    /// DistributedError on a timeout or after a peer's abort.
+    template <Reducible T>
+    void all_reduce(int lane, std::span<T> data, ReduceOp op = ReduceOp::Sum, SyncPoint at = {"all_reduce"}) {
+        check_lane(lane, at);
+        if (size_ == 1) {
+            throw_if_failed(at);
+            return;
+        }
+        if (transport_ == Transport::SharedMemory) shm_all_reduce(lane, data, op, at);
+        else mpi_all_reduce(lane, data, op, at);
+    }
+
+    /// Sums `data` (int64 counters) over the ranks, in place.
+    void all_reduce_counts(int lane, std::span<std::int64_t> data, SyncPoint at = {"all_reduce"}) {
+        // Counters are exact in double up to 2^53.
+        std::vector<double> d(data.begin(), data.end());
+        all_reduce(lane, std::span<double>(d), ReduceOp::Sum, at);
+        for (std::size_t i = 0; i < data.size(); ++i) data[i] = std::int64_t(d[i]);
+    }
+
+    /// Copies rank `root`'s `data` to every rank.
+    template <Reducible T>
+    void broadcast(int lane, std::span<T> data, int root = 0, SyncPoint at = {"broadcast"}) {
+        check_lane(lane, at);
+        STRATA_CHECK(root >= 0 && root < size_, ValueError, at.str(), ": root ", root, " is outside [0, ", size_, ")");
+        if (size_ == 1) return;
+        if (transport_ == Transport::SharedMemory) shm_broadcast(lane, data, root, at);
+        else mpi_broadcast(lane, data, root, at);
+    }
+
+    /// Waits until every rank called barrier() on `lane`.
+    void barrier(int lane = 0, SyncPoint at = {"barrier"}) {
+        check_lane(lane, at);
+        if (size_ == 1) return;
+        if (transport_ == Transport::SharedMemory) {
+            Lane& ln = lane_state(lane);
+            arrive_and_wait(lane, ++ln.seq, at);
+        } else {
+            arrival_check(lane, at);
+        }
+    }
+
+    /// Marks the group failed on every rank because of `message` (a local replica threw): the
+    /// other ranks' waits end at once with DistributedError naming this rank. Never throws.
+    void abort(std::string_view message) noexcept {
+        if (failed_) return;
+        failed_ = true;
+        if (transport_ == Transport::SharedMemory && ctl_ != nullptr) {
+            Control& me = control(rank_);
+            const std::size_t n = std::min(message.size(), sizeof(me.message) - 1);
+            std::memcpy(me.message, message.data(), n);
+            me.message[n] = '\0';
+            me.aborted.store(1, std::memory_order_release);
+        }
+        // Over MPI there is no side channel that a waiting peer polls: it reaches its deadline
+        // (or the launcher ends the job when this process exits non-zero).
+    }
+
+private:
+    // ---- shared-memory transport --------------------------------------------------------------
+
+    // Per rank, in its part of the window: a control block, then lanes × 2 staging buffers.
+    struct alignas(64) Control {
+        std::atomic<std::uint32_t> aborted{0};
+        char message[252]{};
+    };
+    struct alignas(64) Counter {
+        std::atomic<std::uint64_t> value{0};
+    };
+    struct alignas(64) Descriptor {  // what a rank passed to a collective call, for validation
+        std::atomic<std::uint64_t> call{0};
+        std::uint64_t length = 0;
+        std::uint32_t type = 0;
+        std::int32_t root = 0;
+    };
+    struct Lane {
+        std::uint64_t seq = 0;    // barriers passed on this lane
+        std::uint64_t calls = 0;  // collective calls on this lane
+        std::uint64_t chunks = 0; // chunks staged (their parity picks the staging buffer)
+    };
+
+    static constexpr std::size_t align_up(std::size_t n) { return (n + 63) / 64 * 64; }
+    std::size_t control_bytes() const {
+        return align_up(sizeof(Control) + std::size_t(lanes_) * (sizeof(Counter) + 2 * sizeof(Descriptor)));
+    }
+
+    void open_window() {
+        const std::size_t bytes = control_bytes() + std::size_t(lanes_) * 2 * align_up(options_.chunk_bytes);
+        void* base = nullptr;
+        MPI_Info info;
+        MPI_Info_create(&info);
+        MPI_Info_set(info, "alloc_shared_noncontig", "true");
+        const int rc = MPI_Win_allocate_shared(MPI_Aint(bytes), 64, info, comm_, &base, &win_);
+        MPI_Info_free(&info);
+        STRATA_CHECK(rc == MPI_SUCCESS, DistributedError, "ProcessGroup: MPI_Win_allocate_shared of ", bytes,
+                     " bytes failed");
+        bases_.resize(std::size_t(size_));
+        for (int q = 0; q < size_; ++q) {
+            MPI_Aint sz = 0;
+            int disp = 0;
+            void* p = nullptr;
+            MPI_Win_shared_query(win_, q, &sz, &disp, &p);
+            bases_[std::size_t(q)] = static_cast<char*>(p);
+        }
+        char* mine = bases_[std::size_t(rank_)];
+        ctl_ = new (mine) Control();
+        for (int l = 0; l < lanes_; ++l) {
+            new (counter_ptr(rank_, l)) Counter();
+            new (descriptor_ptr(rank_, l, 0)) Descriptor();
+            new (descriptor_ptr(rank_, l, 1)) Descriptor();
+        }
+        lane_.assign(std::size_t(lanes_), Lane{});
+        // Everyone's control blocks are initialized before anyone reads them.
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        MPI_Barrier(comm_);
+    }
+
+    Control& control(int q) const { return *reinterpret_cast<Control*>(bases_[std::size_t(q)]); }
+    Counter* counter_ptr(int q, int lane) const {
+        return reinterpret_cast<Counter*>(bases_[std::size_t(q)] + sizeof(Control)) + lane;
+    }
+    Descriptor* descriptor_ptr(int q, int lane, int parity) const {
+        return reinterpret_cast<Descriptor*>(bases_[std::size_t(q)] + sizeof(Control) + std::size_t(lanes_) * sizeof(Counter)) +
+               2 * lane + parity;
+    }
+    template <class T>
+    T* staging(int q, int lane, std::uint64_t chunk) const {
+        return reinterpret_cast<T*>(bases_[std::size_t(q)] + control_bytes() +
+                                    (std::size_t(lane) * 2 + std::size_t(chunk & 1)) * align_up(options_.chunk_bytes));
+    }
+    Lane& lane_state(int lane) { return lane_[std::size_t(lane)]; }
+
+    // Publishes arrival number `seq` on `lane` and waits until every rank has published it.
+    void arrive_and_wait(int lane, std::uint64_t seq, const SyncPoint& at) {
+        counter_ptr(rank_, lane)->value.store(seq, std::memory_order_release);
+        const auto start = clock::now();
+        bool warned = false;
+        int spins = 0;
+        for (;;) {
+            throw_if_failed(at);
+            bool all = true;
+            for (int q = 0; q < size_ && all; ++q)
+                if (counter_ptr(q, lane)->value.load(std::memory_order_acquire) < seq) all = false;
+            if (all) return;
+            for (int q = 0; q < size_; ++q)
+                if (q != rank_ && control(q).aborted.load(std::memory_order_acquire)) {
+                    failed_ = true;
+                    throw_error<DistributedError>(where(at, lane), ": rank ", q, " of ", size_, " failed: ",
+                                                  std::string(control(q).message));
+                }
+            // Spin briefly (a peer on its own core arrives within microseconds), then yield,
+            // then sleep: processes may outnumber cores.
+            if (++spins < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+                _mm_pause();
+#endif
+                continue;
+            }
+            const auto waited = clock::now() - start;
+            if (spins < 2048) std::this_thread::yield();
+            else std::this_thread::sleep_for(std::chrono::microseconds(waited > std::chrono::milliseconds(10) ? 500 : 20));
+            if (!warned && options_.stall_warning.count() > 0 && waited > options_.stall_warning) {
+                warned = true;
+                std::fprintf(stderr, "strata: warning: %s: rank %d has waited %lld ms for %s (timeout %lld ms)\n",
+                             where(at, lane).c_str(), rank_,
+                             static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()),
+                             missing(lane, seq).c_str(), static_cast<long long>(options_.timeout.count()));
+            }
+            if (waited > options_.timeout) {
+                std::string msg = where(at, lane) + ": " + missing(lane, seq) + " did not arrive within " +
+                                  std::to_string(options_.timeout.count()) + " ms";
+                abort("rank " + std::to_string(rank_) + " gave up: " + msg);
+                throw DistributedError(msg);
+            }
+        }
+    }
+
+    // "rank 2 of 3" / "ranks 1, 2 of 4": who has not reached arrival number `seq` on `lane`.
+    std::string missing(int lane, std::uint64_t seq) const {
+        std::vector<int> late;
+        for (int q = 0; q < size_; ++q)
+            if (counter_ptr(q, lane)->value.load(std::memory_order_acquire) < seq) late.push_back(q);
+        return ranks_text(late);
+    }
+    std::string ranks_text(const std::vector<int>& ranks) const {
+        std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+        for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+        return s + " of " + std::to_string(size_);
+    }
+    std::string where(const SyncPoint& at, int lane) const {
+        return "across processes: " + at.str() + (lanes_ > 1 ? " on lane " + std::to_string(lane) : std::string());
+    }
+
+    void throw_if_failed(const SyncPoint& at) const {
+        if (failed_) throw DistributedError("across processes: " + at.str() + ": the process group failed earlier (a rank timed out or aborted); restart the job");
+    }
+    void check_lane(int lane, const SyncPoint& at) const {
+        if (lane < 0 || lane >= lanes_) throw_error<ValueError>(at.str(), ": lane ", lane, " is outside [0, ", lanes_, ")");
+    }
+
+    // Publishes this call's arguments; after the first barrier every rank checks them all.
+    void publish(int lane, std::uint64_t length, std::uint32_t type, int root) {
+        Lane& ln = lane_state(lane);
+        ++ln.calls;
+        Descriptor& d = *descriptor_ptr(rank_, lane, int(ln.calls & 1));
+        d.length = length;
+        d.type = type;
+        d.root = root;
+        d.call.store(ln.calls, std::memory_order_release);
+    }
+    void validate(int lane, const SyncPoint& at) {
+        const Lane& ln = lane_state(lane);
+        const int parity = int(ln.calls & 1);
+        const Descriptor& a = *descriptor_ptr(0, lane, parity);
+        for (int q = 1; q < size_; ++q) {
+            const Descriptor& b = *descriptor_ptr(q, lane, parity);
+            if (b.type != a.type || b.root != a.root) {
+                failed_ = true;
+                throw_error<DistributedError>(where(at, lane), ": rank ", q, " called with a different element type or root than rank 0; "
+                                              "every rank must make the same collective calls in the same order");
+            }
+            if (b.length != a.length)
+                throw_error<ShapeError>(where(at, lane), ": rank ", q, " passed ", b.length, " elements but rank 0 passed ",
+                                        a.length, "; every rank must pass the same length");
+        }
+    }
+
+    template <Reducible T>
+    void shm_all_reduce(int lane, std::span<T> data, ReduceOp op, const SyncPoint& at) {
+        Lane& ln = lane_state(lane);
+        publish(lane, data.size(), std::is_same_v<T, float> ? 1u : 2u, -1);
+        const std::size_t cap = std::max<std::size_t>(1, options_.chunk_bytes / sizeof(T));
+        if (data.empty()) {
+            arrive_and_wait(lane, ++ln.seq, at);
+            validate(lane, at);
+            return;
+        }
+        const int n = size_, r = rank_;
+        bool first = true;
+        for (std::size_t off = 0; off < data.size(); off += cap) {
+            const std::size_t len = std::min(cap, data.size() - off);
+            T* mine = data.data() + off;
+            const std::uint64_t chunk = ln.chunks++;
+            T* stage = staging<T>(r, lane, chunk);
+            // 1. Stage the slices the others reduce.
+            for (int q = 0; q < n; ++q)
+                if (q != r) {
+                    const std::size_t b = chunk_begin(len, n, q);
+                    detail::copy(stage + b, mine + b, chunk_begin(len, n, q + 1) - b);
+                }
+            arrive_and_wait(lane, ++ln.seq, at);
+            if (first) {
+                validate(lane, at);
+                first = false;
+            }
+            // 2. Reduce our slice: our own term first, then ranks r+1, r+2, ... (mod n).
+            const std::size_t b = chunk_begin(len, n, r), e = chunk_begin(len, n, r + 1);
+            for (int k = 1; k < n; ++k) {
+                const T* other = staging<T>((r + k) % n, lane, chunk) + b;
+                if (op == ReduceOp::Mean && k == n - 1) detail::add_into_divided(mine + b, other, e - b, T(n));
+                else detail::add_into(mine + b, other, e - b);
+            }
+            detail::copy(stage + b, mine + b, e - b);
+            arrive_and_wait(lane, ++ln.seq, at);
+            // 3. Gather the others' reduced slices.
+            for (int k = 1; k < n; ++k) {
+                const int q = (r + k) % n;
+                const std::size_t qb = chunk_begin(len, n, q);
+                detail::copy(mine + qb, staging<T>(q, lane, chunk) + qb, chunk_begin(len, n, q + 1) - qb);
+            }
+        }
+        // No exit barrier: the next chunk stages into the other buffer, and the one after that
+        // waits behind a barrier every rank reaches only after it finished reading this one.
+    }
+
+    template <Reducible T>
+    void shm_broadcast(int lane, std::span<T> data, int root, const SyncPoint& at) {
+        Lane& ln = lane_state(lane);
+        publish(lane, data.size(), std::is_same_v<T, float> ? 1u : 2u, root);
+        const std::size_t cap = std::max<std::size_t>(1, options_.chunk_bytes / sizeof(T));
+        if (data.empty()) {
+            arrive_and_wait(lane, ++ln.seq, at);
+            validate(lane, at);
+            return;
+        }
+        bool first = true;
+        for (std::size_t off = 0; off < data.size(); off += cap) {
+            const std::size_t len = std::min(cap, data.size() - off);
+            const std::uint64_t chunk = ln.chunks++;
+            if (rank_ == root) detail::copy(staging<T>(root, lane, chunk), data.data() + off, len);
+            arrive_and_wait(lane, ++ln.seq, at);
+            if (first) {
+                validate(lane, at);
+                first = false;
+            }
+            if (rank_ != root) detail::copy(data.data() + off, staging<T>(root, lane, chunk), len);
+            // The root restages this buffer two chunks on, after a barrier that every rank
+            // reaches only once it has copied this chunk.
+        }
+    }
+
+    // ---- MPI transport ---------------------------------------------------------------------------
+
+    // Polls `req` until it completes or the deadline passes.
+    void wait_request(MPI_Request& req, clock::time_point deadline, const SyncPoint& at, int lane, const std::string& who) {
+        for (int spins = 0;; ++spins) {
+            int done = 0;
+            {
+                std::unique_lock lock(mpi_mutex_, std::defer_lock);
+                if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
+                MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            }
+            if (done) return;
+            if (clock::now() > deadline) {
+                failed_ = true;
+                throw_error<DistributedError>(where(at, lane), ": ", who, " did not arrive within ", options_.timeout.count(), " ms");
+            }
+            if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    }
+
+    // Every rank reports to rank 0; rank 0 answers "go" when all arrived, or names the missing
+    // ranks to those that did. Gives the MPI transport the same error messages as shared memory.
+    void arrival_check(int lane, const SyncPoint& at) {
+        throw_if_failed(at);
+        MPI_Comm c = control_comms_[std::size_t(lane)];
+        const std::uint64_t seq = ++seq_[std::size_t(lane)];
+        const auto deadline = clock::now() + options_.timeout;
+        auto locked = [&](auto&& f) {
+            std::unique_lock lock(mpi_mutex_, std::defer_lock);
+            if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
+            f();
+        };
+        if (rank_ != 0) {
+            std::uint64_t mine = seq;
+            std::int64_t answer = 0;
+            MPI_Request send, recv;
+            locked([&] {
+                MPI_Isend(&mine, 1, MPI_UINT64_T, 0, 1, c, &send);
+                MPI_Irecv(&answer, 1, MPI_INT64_T, 0, 2, c, &recv);
+            });
+            wait_request(recv, deadline, at, lane, "rank 0 of " + std::to_string(size_));
+            wait_request(send, deadline, at, lane, "rank 0 of " + std::to_string(size_));
+            if (answer > 0) {  // a bitmask-free answer: the number of missing ranks; the names follow
+                std::vector<int> late(std::size_t(answer), 0);
+                MPI_Request r2;
+                locked([&] { MPI_Irecv(late.data(), int(answer), MPI_INT, 0, 3, c, &r2); });
+                wait_request(r2, deadline + options_.timeout, at, lane, "rank 0 of " + std::to_string(size_));
+                failed_ = true;
+                throw_error<DistributedError>(where(at, lane), ": ", ranks_text(late), " did not arrive within ",
+                                              options_.timeout.count(), " ms");
+            }
+            return;
+        }
+        std::vector<std::uint64_t> got(std::size_t(size_), 0);
+        std::vector<MPI_Request> reqs(std::size_t(size_), MPI_REQUEST_NULL);
+        locked([&] {
+            for (int q = 1; q < size_; ++q) MPI_Irecv(&got[std::size_t(q)], 1, MPI_UINT64_T, q, 1, c, &reqs[std::size_t(q)]);
+        });
+        std::vector<int> late;
+        bool warned = false;
+        const auto start = clock::now();
+        for (int spins = 0;; ++spins) {
+            late.clear();
+            locked([&] {
+                for (int q = 1; q < size_; ++q) {
+                    int done = reqs[std::size_t(q)] == MPI_REQUEST_NULL;
+                    if (!done) MPI_Test(&reqs[std::size_t(q)], &done, MPI_STATUS_IGNORE);
+                    if (!done) late.push_back(q);
+                }
+            });
+            if (late.empty()) break;
+            const auto waited = clock::now() - start;
+            if (!warned && options_.stall_warning.count() > 0 && waited > options_.stall_warning) {
+                warned = true;
+                std::fprintf(stderr, "strata: warning: %s: rank 0 has waited %lld ms for %s (timeout %lld ms)\n",
+                             where(at, lane).c_str(),
+                             static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()),
+                             ranks_text(late).c_str(), static_cast<long long>(options_.timeout.count()));
+            }
+            if (clock::now() > deadline) break;
+            if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+        const std::int64_t answer = std::int64_t(late.size());
+        std::vector<MPI_Request> sends;
+        for (int q = 1; q < size_; ++q) {
+            if (std::find(late.begin(), late.end(), q) != late.end()) continue;
+            MPI_Request s1 = MPI_REQUEST_NULL, s2 = MPI_REQUEST_NULL;
+            locked([&] {
+                MPI_Isend(&answer, 1, MPI_INT64_T, q, 2, c, &s1);
+                if (answer > 0) MPI_Isend(late.data(), int(late.size()), MPI_INT, q, 3, c, &s2);
+            });
+            sends.push_back(s1);
+            if (s2 != MPI_REQUEST_NULL) sends.push_back(s2);
+        }
+        for (auto& s : sends) wait_request(s, deadline + options_.timeout, at, lane, "a rank");
+        if (!late.empty()) {
+            failed_ = true;
+            throw_error<DistributedError>(where(at, lane), ": ", ranks_text(late), " did not arrive within ",
+                                          options_.timeout.count(), " ms");
+        }
+    }
+
+    template <Reducible T>
+    void mpi_all_reduce(int lane, std::span<T> data, ReduceOp op, const SyncPoint& at) {
+        arrival_check(lane, at);
+        MPI_Request req;
+        {
+            std::unique_lock lock(mpi_mutex_, std::defer_lock);
+            if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
+            MPI_Iallreduce(MPI_IN_PLACE, data.data(), int(data.size()), mpi::datatype<T>(), MPI_SUM,
+                           lane_comms_[std::size_t(lane)], &req);
+        }
+        wait_request(req, clock::now() + options_.timeout, at, lane, "some rank (the transfer stopped part-way)");
+        if (op == ReduceOp::Mean)
+            for (auto& v : data) v /= T(size_);
+    }
+
+    template <Reducible T>
+    void mpi_broadcast(int lane, std::span<T> data, int root, const SyncPoint& at) {
+        arrival_check(lane, at);
+        MPI_Request req;
+        {
+            std::unique_lock lock(mpi_mutex_, std::defer_lock);
+            if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
+            MPI_Ibcast(data.data(), int(data.size()), mpi::datatype<T>(), root, lane_comms_[std::size_t(lane)], &req);
+        }
+        wait_request(req, clock::now() + options_.timeout, at, lane, "some rank (the transfer stopped part-way)");
+    }
+
+    ProcessGroupOptions options_;
+    int lanes_ = 1;
+    int provided_ = MPI_THREAD_SINGLE;
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    int rank_ = 0, size_ = 1;
+    Transport transport_ = Transport::SharedMemory;
+    std::atomic<bool> failed_{false};
+    // shared memory
+    MPI_Win win_ = MPI_WIN_NULL;
+    Control* ctl_ = nullptr;
+    std::vector<char*> bases_;
+    std::vector<Lane> lane_;
+    // MPI
+    std::vector<MPI_Comm> lane_comms_, control_comms_;
+    std::vector<std::uint64_t> seq_;
+    std::mutex mpi_mutex_;
+};
+
+}  // namespace strata::distribute::collective

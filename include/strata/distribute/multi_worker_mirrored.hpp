@@ -1,0 +1,170 @@
+#pragma once
+/// \file strata/distribute/multi_worker_mirrored.hpp
+/// `MultiWorkerMirrored<Place, Sync>`: synchronous data parallelism over the processes of an
+/// MPI job, each with R local replicas (tf.distribute.MultiWorkerMirroredStrategy). Not part of
+/// the umbrella header: it needs MPI (<mpi.h>, link with MPI; Meson: dependency('mpi',
+/// language: 'cpp')).
+///
+/// \code
+///   // mpirun -np 2 ./train        (every process runs the same program)
+///   #include <strata/strata.hpp>
+///   #include <strata/distribute/multi_worker_mirrored.hpp>
+///   strata::distribute::MultiWorkerMirrored<> strategy(/*local replicas=*/1);
+///   strata::Model<Net, strata::distribute::MultiWorkerMirrored<>> model(strategy, /*seed=*/42);
+///   model.compile(...);
+///   model.fit(train.batch(128), {.epochs = 3});   // 128 = the global batch over all processes
+/// \endcode
+///
+/// - The cluster is the MPI job (MPI_COMM_WORLD, or MultiWorkerOptions::comm): no host lists.
+///   MPI is initialized on first use if the program has not done it (and finalized at exit).
+/// - num_replicas_in_sync = processes × local replicas. Every process runs the same input
+///   pipeline and keeps its replicas' slices of each global batch, so N processes × R replicas
+///   train exactly as one device on the same global batches. With WorkerInput::PerWorker each
+///   process reads its own input instead (e.g. `train.shard(workers, index)`); workers whose
+///   input runs out join the remaining steps with zero gradients (no hang), and the loss is
+///   divided by the examples that exist.
+/// - Gradients: a hierarchical all-reduce per bucket, overlapping backward as in Mirrored —
+///   each local replica sums its slice of the process's replicas' gradients, the slices cross
+///   processes in parallel (collective::ProcessGroup: shared memory on one host, MPI across
+///   hosts), and the replicas gather them back.
+/// - Only the chief (rank 0) prints progress and writes files (Model::save, ModelCheckpoint,
+///   BackupAndRestore, TensorBoard); every rank restores. evaluate() is distributed (the
+///   figures are global on every rank); predict() gathers every example's output on every rank.
+/// - Every wait across processes has a deadline (StrategyOptions::timeout): a rank that stalls
+///   makes the others throw DistributedError naming it; a rank that throws makes the others
+///   fail at once, naming it; a stall warning names late ranks at half the timeout.
+/// - Place: host memory. CUDA places across processes need the NCCL communicator
+///   (collective/nccl.hpp) wired into this strategy, which is not done yet (a static_assert says so).
+
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "strata/distribute/collective/process_group.hpp"
+#include "strata/distribute/path/mirrored.hpp"
+#include "strata/distribute/strategy.hpp"
+
+namespace strata::distribute {
+
+/// Where each worker's input comes from.
+enum class WorkerInput {
+    Replicated,  ///< every process reads the same global batches and keeps its replicas' slices
+    PerWorker,   ///< every process reads its own batches (its shard); uneven counts join with zeros
+};
+
+/// Options of MultiWorkerMirrored beyond StrategyOptions.
+struct MultiWorkerOptions {
+    /// How the processes exchange gradients (Auto: shared memory on one host, MPI across hosts).
+    collective::Transport transport = collective::Transport::Auto;
+    /// When a waiting rank names the late ones on stderr; 0 = half of StrategyOptions::timeout.
+    std::chrono::milliseconds stall_warning{0};
+    WorkerInput input = WorkerInput::Replicated;
+    /// Staging bytes per replica of the shared-memory transport.
+    std::size_t chunk_bytes = std::size_t(4) << 20;
+    /// The processes that train together.
+    MPI_Comm comm = MPI_COMM_WORLD;
+};
+
+namespace detail {
+inline int comm_rank(MPI_Comm c) {
+    collective::mpi::ensure_initialized();
+    int r = 0;
+    MPI_Comm_rank(c, &r);
+    return r;
+}
+// Host cores per replica: this host's cores shared by every replica of every process on it.
+inline StrategyOptions multi_worker_cores(int local_replicas, StrategyOptions o, MPI_Comm c) {
+    if (o.cores_per_replica == 0 && local_replicas >= 1)
+        o.cores_per_replica = std::max(1, hardware_threads() / (local_replicas * collective::mpi::local_size(c)));
+    return o;
+}
+}  // namespace detail
+
+template <class P = place::Host, class Sync = sync::Synchronous>
+class MultiWorkerMirrored : public detail::ReplicaRuntime<P> {
+    static_assert(place::Place<P>, "strata::distribute::MultiWorkerMirrored<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
+    static_assert(sync::SyncMode<Sync>, "strata::distribute::MultiWorkerMirrored<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, ...)");
+    static_assert(lockstep_sync_v<Sync>,
+                  "strata::distribute::MultiWorkerMirrored cannot honour this sync mode: an all-reduce needs every replica "
+                  "of every worker at every step. " STRATA_VALID_COMBINATIONS);
+    using Runtime = detail::ReplicaRuntime<P>;
+
+public:
+    using place_type = P;
+    using sync_mode = Sync;
+    using strategy_tag = MultiWorkerMirrored;
+    static constexpr Kind kind = Kind::MultiWorkerMirrored;
+    static constexpr const char* name = "MultiWorkerMirrored";
+
+    /// `local_replicas` replicas in this process (the same number in every process).
+    explicit MultiWorkerMirrored(int local_replicas = 1, StrategyOptions options = {}, MultiWorkerOptions mw = {})
+        : Runtime(local_replicas, detail::multi_worker_cores(local_replicas, options, mw.comm), "MultiWorkerMirrored", false,
+                  "/job:worker/task:" + std::to_string(detail::comm_rank(mw.comm))),
+          mw_(mw),
+          pg_(mw.comm, local_replicas,
+              collective::ProcessGroupOptions{options.timeout, mw.stall_warning, mw.transport, mw.chunk_bytes}) {
+        // Every process must have the same number of local replicas: checked once, here.
+        double r[2] = {double(local_replicas), double(local_replicas) * double(local_replicas)};
+        pg_.all_reduce(0, std::span<double>(r, 2), collective::ReduceOp::Sum, SyncPoint{"all_reduce", "replica counts"});
+        STRATA_CHECK(r[0] * r[0] == r[1] * pg_.size(), ValueError,
+                     "MultiWorkerMirrored: every process needs the same number of local replicas; this one (rank ", pg_.rank(),
+                     ") has ", local_replicas, ", the mean over the ", pg_.size(), " processes is ", r[0] / pg_.size());
+        collective::OuterStage stage;
+        stage.self = &pg_;
+        stage.sum_float = &sum_across<float>;
+        stage.sum_double = &sum_across<double>;
+        stage.processes = pg_.size();
+        this->group().set_outer_stage(stage);
+        if (place::get_log_device_placement())
+            place::log_placement("MultiWorkerMirrored worker " + std::to_string(pg_.rank()) + " of " + std::to_string(pg_.size()) +
+                                     " (" + std::string(collective::to_string(pg_.transport())) + " transport, " +
+                                     std::to_string(local_replicas) + " local replicas)",
+                                 this->devices()[0]);
+    }
+
+    /// Replicas of all processes (processes × local replicas).
+    int num_replicas_in_sync() const { return pg_.size() * this->local_replicas(); }
+    /// Index of this process's first replica among all of them.
+    int first_replica() const { return pg_.rank() * this->local_replicas(); }
+    /// Number of worker processes, and this one's index (its MPI rank).
+    int num_workers() const { return pg_.size(); }
+    int worker_index() const { return pg_.rank(); }
+    /// Rank 0 prints and writes files.
+    bool is_chief() const { return pg_.rank() == 0; }
+    bool per_worker_input() const { return mw_.input == WorkerInput::PerWorker; }
+    const MultiWorkerOptions& multi_worker_options() const { return mw_; }
+    collective::ProcessGroup& process_group() { return pg_; }
+
+    /// Runs fn(replica) on this process's replicas; a replica that throws also fails the
+    /// process group, so that the other processes stop at once, naming this one.
+    template <class F>
+    void run_replicas(F&& fn) {
+        try {
+            Runtime::run_replicas(fn);
+        } catch (const std::exception& e) {
+            pg_.abort("worker " + std::to_string(pg_.rank()) + ": " + e.what());
+            throw;
+        }
+    }
+
+private:
+    template <class T>
+    static void sum_across(void* self, int lane, std::span<T> data, std::int64_t bucket) {
+        static_cast<collective::ProcessGroup*>(self)->all_reduce(lane, data, collective::ReduceOp::Sum,
+                                                                 SyncPoint{"all_reduce", "gradients", 0, 0, bucket});
+    }
+
+    MultiWorkerOptions mw_;
+    collective::ProcessGroup pg_;
+};
+
+template <class P, class Net, class T>
+class GradientPath<MultiWorkerMirrored<P, sync::Synchronous>, Net, T>
+    : public detail::MirroredPath<MultiWorkerMirrored<P, sync::Synchronous>, Net, T> {
+public:
+    using detail::MirroredPath<MultiWorkerMirrored<P, sync::Synchronous>, Net, T>::MirroredPath;
+};
+
+}  // namespace strata::distribute
