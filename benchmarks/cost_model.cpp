@@ -21,8 +21,8 @@
 //      that cut the seed CNN's gradient into 4) timed with train_step, beside the prediction;
 //      in the same samples the step is taken apart with the custom-loop pieces, which gives the
 //      replicas' compute in situ (on a shared machine, alone and beside each other differ).
-//      Rows for MultiWorkerMirrored (processes x replicas) are predicted; their measured column
-//      is empty until that strategy exists (docs/scaling.md).
+//      Rows for MultiWorkerMirrored (1-2 processes x 1-2 replicas) are one more row set:
+//      predicted the same way, measured by mwm_step under mpirun (its JSON read back).
 //   5. prediction: scaling efficiency from 8 to 1024 GPUs (DGX A100 nodes: NVLink inside, HDR
 //      InfiniBand between) for the seed CNN and a 25.6 M-parameter fp32 gradient, by algorithm,
 //      and a bucket-size sweep; SVG plots with strata::plot.
@@ -33,6 +33,7 @@
 
 #include "../examples/mnist_cnn.hpp"
 #include "bench_common.hpp"
+#include "step_timing.hpp"
 
 #include <algorithm>
 #include <array>
@@ -56,6 +57,9 @@ namespace sd = strata::distribute;
 namespace coll = strata::distribute::collective;
 using Net = mnist_example::Net;
 using bench::Clock;
+using bench::MirroredTiming;
+using bench::synthetic_x;
+using bench::synthetic_y;
 constexpr std::int64_t kParams = Net::num_params;
 constexpr double kMiB = double(1 << 20);
 
@@ -66,6 +70,8 @@ struct Options {
     int reps = 7;
     std::string pingpong_json;
     std::string mpirun = "mpirun --allow-run-as-root --oversubscribe -np 2";
+    std::string mpirun_n = "mpirun --allow-run-as-root --oversubscribe --bind-to none -np";
+    std::string mwm_transport = "mpi";
     std::string json;
     std::string plot_dir;
     bool measure_steps = true;
@@ -306,21 +312,6 @@ struct Compute {
     double backward = 0;  // backward alone (the profile's own run)
 };
 
-std::vector<float> synthetic_x(std::int64_t n) {
-    std::vector<float> x(std::size_t(n) * 784);
-    std::uint32_t s = 12345;
-    for (auto& v : x) {
-        s = s * 1664525u + 1013904223u;
-        v = float(s >> 8) / float(1u << 24);
-    }
-    return x;
-}
-std::vector<std::int32_t> synthetic_y(std::int64_t n) {
-    std::vector<std::int32_t> y(static_cast<std::size_t>(n));
-    for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::int32_t(i % 10);
-    return y;
-}
-
 Compute measure_compute(std::int64_t batch, int cores, const Options& opt) {
     Compute c;
     c.batch = batch;
@@ -402,57 +393,30 @@ double measure_launch(int replicas, const Options& opt) {
     return median_of(v);
 }
 
-/// A Mirrored configuration measured two ways in the same samples, so that load from other
-/// processes on a shared machine hits both alike: `step`, the median seconds per train_step;
-/// and the same step taken apart with the custom-loop pieces (begin_step, compute_gradients,
-/// apply_gradients, end_step) and timestamps on every replica: `compute`, from the start of
-/// the step until the last replica's gradients are computed (waking the replicas included,
-/// each replica computing beside the others: in situ); `apply`, from then until the last
-/// replica has all-reduced and updated; `join`, from then until the step returns.
-struct MirroredTiming {
-    double step = NAN, compute = NAN, apply = NAN, join = NAN;
-};
-
+/// Median seconds per Mirrored step and its parts (step_timing.hpp).
 MirroredTiming measure_mirrored(int replicas, std::size_t bucket_bytes, const Options& opt) {
     sd::Mirrored<> strategy(replicas, {.bucket_bytes = bucket_bytes});
-    strata::Model<Net, sd::Mirrored<>> model(strategy, 42);
-    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::RMSprop{.learning_rate = 1e-3});
-    auto ds = strata::data::Dataset<>::from_arrays(synthetic_x(opt.batch), {28, 28, 1}, synthetic_y(opt.batch))
-                  .batch(std::size_t(opt.batch));
-    auto it = ds.iterate(0);
-    const auto& batch = *it;
-    std::vector<double> steps, computes, applies, joins;
-    std::vector<Clock::time_point> t1(static_cast<std::size_t>(replicas)), t2(static_cast<std::size_t>(replicas));
-    auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
-    for (int s = 0; s <= opt.reps; ++s) {
-        double c = 0, a = 0, j = 0;
-        for (int k = 0; k < opt.steps; ++k) {
-            const auto t0 = Clock::now();
-            model.begin_step();
-            strategy.run([&](sd::ReplicaContext& ctx) {
-                const int r = ctx.replica_id_in_sync_group();
-                model.compute_gradients(ctx, sd::split_batch(batch, replicas, r));
-                t1[std::size_t(r)] = Clock::now();
-                model.apply_gradients(ctx);
-                t2[std::size_t(r)] = Clock::now();
-            });
-            model.end_step(std::int64_t(batch.size()));
-            const auto t3 = Clock::now();
-            const auto last1 = *std::max_element(t1.begin(), t1.end()), last2 = *std::max_element(t2.begin(), t2.end());
-            c += secs(t0, last1);
-            a += secs(last1, last2);
-            j += secs(last2, t3);
-        }
-        const auto t0 = Clock::now();
-        for (int k = 0; k < opt.steps; ++k) model.train_step(batch);
-        if (s > 0) {
-            steps.push_back(bench::seconds_since(t0) / opt.steps);
-            computes.push_back(c / opt.steps);
-            applies.push_back(a / opt.steps);
-            joins.push_back(j / opt.steps);
-        }
-    }
-    return {median_of(steps), median_of(computes), median_of(applies), median_of(joins)};
+    return bench::time_steps<Net>(strategy, opt.batch, opt.steps, opt.reps);
+}
+
+/// mwm_step under `mpirun -np N` (opt.mpirun_n + N), read back from its JSON; NaN if it fails.
+MirroredTiming measure_multi_worker(int processes, int replicas, std::size_t bucket_bytes, const Options& opt) {
+    const auto exe = exe_dir() / "mwm_step";
+    if (!std::filesystem::exists(exe)) return {};
+    const auto path = std::filesystem::temp_directory_path() / ("cost_model_mwm_" + std::to_string(::getpid()) + ".json");
+    const std::string cmd = opt.mpirun_n + " " + std::to_string(processes) + " " + exe.string() + " --replicas " +
+                            std::to_string(replicas) + " --batch " + std::to_string(opt.batch) + " --steps " +
+                            std::to_string(opt.steps) + " --reps " + std::to_string(opt.reps) + " --bucket-bytes " +
+                            std::to_string(bucket_bytes) + " --transport " + opt.mwm_transport + " --json " + path.string() +
+                            " > /dev/null";
+    std::printf("running: %s\n", cmd.c_str());
+    std::fflush(stdout);
+    if (std::system(cmd.c_str()) != 0 || !std::filesystem::exists(path)) return {};
+    std::ifstream in(path);
+    const auto j = cli::Json::parse(in);
+    std::filesystem::remove(path);
+    auto num = [&](const char* k) { return j[k].is_number() ? j[k].get<double>() : double(NAN); };
+    return {num("step_seconds"), num("compute_seconds"), num("apply_seconds"), num("join_seconds")};
 }
 
 // ================================ the model of this host ====================================
@@ -470,6 +434,7 @@ struct HostStep {
 /// every bucket's all-reduce adds to the step.
 HostStep predict_host_step(int processes, int replicas, std::size_t bucket_bytes, const Compute& c, double launch,
                            const Link& in, const Link* cross, int cores) {
+    const bool multi_worker = cross != nullptr;
     HostStep s;
     const double busy = double(processes) * replicas * c.cores;
     const double k = share(busy, cores);
@@ -483,15 +448,20 @@ HostStep predict_host_step(int processes, int replicas, std::size_t bucket_bytes
     std::vector<double> ready, dur;
     for (const auto& b : buckets) {
         double t = 0;
-        if (processes == 1) {
+        if (!multi_worker) {
             t = kc * t_direct(replicas, b.bytes, in);
         } else {
-            // Hierarchical (issue 8): reduce inside the process (Direct's reduce-scatter round),
-            // all-reduce across processes, broadcast inside (Direct's all-gather round).
+            // MultiWorkerMirrored's hierarchical all-reduce (ReplicaGroup with an outer stage):
+            // every replica sums its slice of the process's buffers (Direct's reduce-scatter
+            // round), the R slices of n/R bytes cross the processes in parallel, one per lane,
+            // and the replicas gather them back (Direct's all-gather round). Across processes
+            // with the MPI transport: an arrival report to rank 0 (a round trip, 2 alpha_x), then
+            // MPI_Iallreduce, modelled as ring = Rabenseifner at p = 2.
             const double r = replicas;
             const double local_reduce = replicas > 1 ? in.alpha + (r - 1) / r * b.bytes * (in.beta + in.gamma) : 0;
-            const double local_bcast = replicas > 1 ? in.alpha + (r - 1) / r * b.bytes * in.beta : 0;
-            t = kc * (local_reduce + local_bcast) + share(processes, cores) * t_direct(processes, b.bytes, *cross);
+            const double local_gather = replicas > 1 ? in.alpha + (r - 1) / r * b.bytes * in.beta : 0;
+            const double across = processes > 1 ? 2 * cross->alpha + t_ring(processes, b.bytes / r, *cross) : 0;
+            t = kc * (local_reduce + local_gather + across);
         }
         ready.push_back(k * c.ready[b.last_layer]);
         dur.push_back(t);
@@ -704,14 +674,15 @@ int run(const Options& opt) {
             }
             rows.push_back(row);
         }
-    // MultiWorkerMirrored: N processes x R replicas, predicted from the same parameters plus the
-    // cross-process link. The measured column needs that strategy (not in this tree yet).
-    if (xp.available)
+    // MultiWorkerMirrored: N processes x R replicas, one more row set: predicted from the same
+    // parameters plus the cross-process link, measured by mwm_step under mpirun.
+    if (xp.available && !opt.mpirun_n.empty())
         for (int n : {1, 2})
             for (int r : {1, 2}) {
-                if (n == 1) continue;  // 1 process is Mirrored, above
+                // per-replica batch b / (n r) with max(1, C / (n r)) cores: the compute measured for
+                // n r Mirrored replicas.
                 std::size_t i = 0;
-                while (i < opt.replicas.size() && opt.replicas[i] != r) ++i;
+                while (i < opt.replicas.size() && opt.replicas[i] != n * r) ++i;
                 if (i == opt.replicas.size()) continue;
                 CheckRow row;
                 row.strategy = "multi_worker_mirrored";
@@ -719,15 +690,18 @@ int run(const Options& opt) {
                 row.replicas = r;
                 row.bucket_bytes = bucket_choices.front();
                 row.buckets = seed_buckets(row.bucket_bytes).size();
-                // per-replica batch: the global batch over n r replicas; the compute measured at
-                // batch / r scales to batch / (n r) by examples.
-                Compute c = computes[i];
-                const double scale = 1.0 / n;
-                c.fb *= scale;
-                c.backward *= scale;
-                for (auto& t : c.ready) t *= scale;
-                row.isolated = predict_host_step(n, r, row.bucket_bytes, c, launches[i], ip.link, &xp.link, cores);
+                // waking R local replicas: as measured for Mirrored with R replicas
+                const auto local = std::find(opt.replicas.begin(), opt.replicas.end(), r);
+                const double launch = r > 1 && local != opt.replicas.end() ? launches[std::size_t(local - opt.replicas.begin())] : 0.0;
+                row.isolated = predict_host_step(n, r, row.bucket_bytes, computes[i], launch, ip.link, &xp.link, cores);
                 row.predicted = row.isolated;
+                if (opt.measure_steps) {
+                    row.measured = measure_multi_worker(n, r, row.bucket_bytes, opt);
+                    if (std::isfinite(row.measured.step)) {
+                        row.predicted.compute = row.measured.compute;
+                        row.predicted.launch = row.measured.join;
+                    }
+                }
                 rows.push_back(row);
             }
 
@@ -1033,6 +1007,10 @@ int main(int argc, char** argv) {
         ->transform(cli::integer(1, 1000))->capture_default_str();
     app.add_option("--pingpong-json", opt.pingpong_json, "bench_pingpong's --json output to read instead of running it");
     app.add_option("--mpirun", opt.mpirun, "how to start bench_pingpong on 2 processes (empty: skip)")->capture_default_str();
+    app.add_option("--mpirun-n", opt.mpirun_n, "how to start mwm_step; the process count is appended (empty: skip)")
+        ->capture_default_str();
+    app.add_option("--mwm-transport", opt.mwm_transport, "mwm_step's --transport")
+        ->check(cli::one_of({"auto", "shared_memory", "mpi"}))->capture_default_str();
     app.add_option("--json", opt.json, "also write the figures as JSON to FILE");
     app.add_option("--plot-dir", opt.plot_dir, "write the SVG plots into DIR");
     app.add_flag("!--no-measure-steps", opt.measure_steps, "predict only: do not time the Mirrored steps");
