@@ -44,7 +44,8 @@ struct MirroredTiming {
 };
 
 /// Times `reps` samples (after one untimed) of `steps` steps of Net under `strategy` on one
-/// synthetic global batch of `batch` examples (RMSprop, sparse cross-entropy); medians. Each
+/// synthetic global batch of `batch` examples (RMSprop, sparse cross-entropy); each step is
+/// taken once apart and once whole (train_step), in turn; medians. Each
 /// sample's per-step means are passed through `combine` (e.g. the maximum over processes)
 /// before the median is taken.
 template <class Net, class Strategy, class Combine>
@@ -80,10 +81,11 @@ MirroredTiming time_steps(Strategy& strategy, std::int64_t batch_size, int steps
             parts[1] += secs(t0, last1);
             parts[2] += secs(last1, last2);
             parts[3] += secs(last2, t3);
+            // The whole step right after its parts, step by step, so that a burst of load hits both.
+            const auto t4 = Clock::now();
+            model.train_step(batch);
+            parts[0] += secs(t4, Clock::now());
         }
-        const auto t0 = Clock::now();
-        for (int k = 0; k < steps; ++k) model.train_step(batch);
-        parts[0] = secs(t0, Clock::now());
         for (auto& p : parts) p /= steps;
         combine(parts);
         if (s > 0) {
