@@ -882,24 +882,30 @@ int run(const Options& opt) {
         std::printf("wrote %s\n", f2.c_str());
         // The check as a picture: predicted and measured step time against replicas.
         sp::LinePlot ck;
-        ck.title = "Mirrored on this host: step time, seed CNN, batch " + std::to_string(opt.batch);
-        ck.x_label = "replicas";
+        ck.title = "This host: step time, seed CNN, global batch " + std::to_string(opt.batch);
+        ck.x_label = "replicas in sync (N processes x R replicas)";
         ck.y_label = "ms per step";
         ck.width = 620;
         ck.height = 430;
-        for (std::size_t bb : bucket_choices) {
+        auto series = [&](const std::string& tag, auto&& keep) {
             std::vector<double> x, yp, ym;
             for (const auto& r : rows)
-                if (r.processes == 1 && (r.bucket_bytes == bb || (r.replicas == 1))) {
-                    x.push_back(r.replicas);
+                if (keep(r)) {
+                    x.push_back(r.processes * r.replicas);
                     yp.push_back(r.predicted.total() * 1e3);
                     ym.push_back(r.measured.step * 1e3);
                 }
-            const std::string tag = bb >= (1u << 20) ? "4 MiB buckets" : "64 KiB buckets";
             const auto color = sp::detail::svg::palette(ck.series.size() / 2);
             ck.add("measured, " + tag, x, ym, color);
             ck.add("predicted, " + tag, x, yp, color, true);
-        }
+        };
+        for (std::size_t bb : bucket_choices)
+            series(std::string("Mirrored, ") + (bb >= (1u << 20) ? "4 MiB buckets" : "64 KiB buckets"), [&](const CheckRow& r) {
+                return r.strategy == "mirrored" && (r.bucket_bytes == bb || r.replicas == 1);
+            });
+        series("MultiWorkerMirrored, 2 processes", [](const CheckRow& r) {
+            return r.strategy == "multi_worker_mirrored" && r.processes == 2;
+        });
         const auto f3 = std::filesystem::path(opt.plot_dir) / "scaling_check.svg";
         ck.save(f3);
         std::printf("wrote %s\n", f3.c_str());
