@@ -109,6 +109,37 @@ inline long calls_for_min_time(double min_time, double one_call) {
     return std::max(1L, long(std::ceil(min_time / std::max(one_call, 1e-9))));
 }
 
+// ---- alpha-beta fits (bench_pingpong, cost_model) -------------------------------------------
+
+/// A latency-bandwidth line t(n) = a + b n fitted to measured times.
+struct LineFit {
+    double a = 0, b = 0;       // seconds, seconds per byte
+    double max_rel_error = 0;  // largest |fit / measured - 1| over the points
+};
+
+/// Least squares in relative error (each point weighted by 1 / t^2, so that the microsecond
+/// points count as much as the millisecond ones): minimises sum ((a + b n_i - t_i) / t_i)^2.
+/// Requires at least two distinct n; a negative a or b is clamped to 0 and the other refitted.
+inline LineFit fit_line(const std::vector<double>& n, const std::vector<double>& t) {
+    double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
+    for (std::size_t i = 0; i < n.size(); ++i) {
+        const double w = 1.0 / (t[i] * t[i]);
+        s00 += w;
+        s01 += w * n[i];
+        s11 += w * n[i] * n[i];
+        r0 += w * t[i];
+        r1 += w * n[i] * t[i];
+    }
+    LineFit f;
+    const double det = s00 * s11 - s01 * s01;
+    f.a = (r0 * s11 - r1 * s01) / det;
+    f.b = (s00 * r1 - s01 * r0) / det;
+    if (f.a < 0) f = {0, r1 / s11, 0};
+    if (f.b < 0) f = {r0 / s00, 0, 0};
+    for (std::size_t i = 0; i < n.size(); ++i) f.max_rel_error = std::max(f.max_rel_error, std::abs((f.a + f.b * n[i]) / t[i] - 1));
+    return f;
+}
+
 // ---- JSON -----------------------------------------------------------------------------------
 
 /// The JSON "machine" object every benchmark writes: the CPU, its hardware threads, the load

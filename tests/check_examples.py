@@ -349,6 +349,39 @@ def main():
         common_checks(exe, "bench_mpi_allreduce", "--reps", mpi_env)
         json_run(exe, "bench_mpi_allreduce", quick + ["--sizes-mb", "0.0625"], ["benchmark", "machine", "rows"], mpi_env)
 
+    if "bench_pingpong" in bins:  # needs 2 processes to measure; flags are checked on one
+        common_checks(bins["bench_pingpong"], "bench_pingpong", "--reps", mpi_env)
+        bad_flag(bins["bench_pingpong"], "bench_pingpong", ["--sizes-bytes", "8,0"], "--sizes-bytes", mpi_env)
+    if "mwm_step" in bins:
+        exe = bins["mwm_step"]
+        common_checks(exe, "mwm_step", "--replicas", mpi_env)
+        bad_flag(exe, "mwm_step", ["--transport", "tcp"], "--transport", mpi_env)
+        doc = json_run(exe, "mwm_step", ["--replicas", "2", "--batch", "16", "--steps", "1", "--reps", "1", "--transport", "mpi"],
+                       ["processes", "replicas", "step_seconds", "compute_seconds", "apply_seconds"], mpi_env)
+        if doc:
+            check(doc["processes"] == 1 and doc["replicas"] == 2 and doc["step_seconds"] > 0, f"mwm_step: {doc}")
+    if "cost_model" in bins:
+        exe = bins["cost_model"]
+        common_checks(exe, "cost_model", "--reps")
+        bad_flag(exe, "cost_model", ["--mwm-transport", "tcp"], "--mwm-transport")
+
+        def verify_scaling_plot(path, doc):
+            names = set()
+            for _, s, _ in check_plot.read_plots(path):
+                names.update(s)
+            if not {"ring", "tree", "hierarchical"} <= names:
+                raise ValueError(f"series {sorted(names)}")
+
+        doc = json_run(exe, "cost_model", ["--reps", "1", "--steps", "1", "--batch", "16", "--replicas", "1,2", "--mpirun", "",
+                                           "--mpirun-n", "", "--plot-dir", "{dir}"],
+                       ["benchmark", "machine", "in_process", "compute", "check", "scaling", "bucket_sweep"],
+                       outputs=[("scaling_efficiency.svg", verify_scaling_plot), ("scaling_bucket_sweep.svg", verify_scaling_plot),
+                                ("scaling_check.svg", lambda path, doc: None)])
+        if doc:
+            check(doc["cross_process"] is None and [r["replicas"] for r in doc["check"]] == [1, 2, 2],
+                  f"cost_model check rows: {doc['check']}")
+            check(all(0 < e <= 1 for s in doc["scaling"] for e in s["efficiency"]), "cost_model: efficiencies outside (0, 1]")
+
     print(f"{len(failures)} failure(s)" if failures else "all checks passed")
     return 1 if failures else 0
 
