@@ -230,6 +230,7 @@ int main(int argc, char** argv) {
         std::printf("%-28s %.2f%%\n", "test accuracy", 100.0 * rep.test_accuracy);
         std::printf("%-28s %.4f\n", "test loss", rep.test_loss);
         std::printf("%-28s %.1f\n", "train images/s", rep.images_per_second);
+        std::printf("%-28s %.1f\n", "test images/s (evaluate)", rep.test_images_per_second);
         std::printf("%-28s %.1f\n", "seconds", rep.seconds);
         if (rep.ps) {
             std::printf("%-28s %s (k %d, staleness bound %d), %d servers, straggler %s, %s clock\n", "parameter server",
@@ -258,6 +259,7 @@ int main(int argc, char** argv) {
             j["test_accuracy"] = rep.test_accuracy;
             j["test_loss"] = rep.test_loss;
             j["train_images_per_second"] = rep.images_per_second;
+            j["test_images_per_second"] = rep.test_images_per_second;
             j["seconds"] = rep.ps ? rep.ps->seconds : rep.seconds;
             if (rep.ps) {
                 j["wall_seconds"] = rep.seconds;

@@ -61,6 +61,7 @@ struct Flags {
 // Flags that only mean something for --strategy parameter_server.
 struct Report {
     double test_accuracy = 0, test_loss = 0, images_per_second = 0, seconds = 0;
+    double test_images_per_second = 0;  // evaluate() over the test set, batch 1000, after training
     std::vector<double> epoch_loss, epoch_accuracy, epoch_val_accuracy, epoch_seconds;
     std::optional<strata::distribute::ParameterServerStats> ps;  // parameter_server only
     strata::train::History history;
@@ -119,7 +120,11 @@ Report train(Strategy& strategy, const Flags& flags, const strata::data::Mnist& 
         if (!flags.save.empty()) model.save(flags.save);
         return rep;
     }
+    // The timed evaluation of the test set after training (inference throughput).
+    const auto e0 = std::chrono::steady_clock::now();
     const auto ev = model.evaluate(test);
+    const double eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
+    rep.test_images_per_second = eval_seconds > 0 ? double(ev.examples) / eval_seconds : 0;
     rep.test_accuracy = ev.accuracy;
     rep.test_loss = ev.loss;
     rep.images_per_second = train_seconds > 0 ? double(train_images) / train_seconds : 0;

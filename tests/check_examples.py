@@ -258,12 +258,13 @@ def main():
                                               "--threads", "1", "--verbose", "0", "--plot", "{dir}/curves.svg",
                                               "--tensorboard", "{dir}/logs"],
                            ["framework", "strategy", "replicas", "threads", "epochs", "batch_size", "steps_per_epoch", "seed",
-                            "test_accuracy", "test_loss", "train_images_per_second", "seconds", "epoch_loss",
-                            "epoch_accuracy", "epoch_val_accuracy", "epoch_train_seconds"],
+                            "test_accuracy", "test_loss", "train_images_per_second", "test_images_per_second", "seconds",
+                            "epoch_loss", "epoch_accuracy", "epoch_val_accuracy", "epoch_train_seconds"],
                            outputs=[("curves.svg", verify_plot), ("logs", verify_tensorboard)])
             if doc:
                 check(doc["epochs"] == 2 and len(doc["epoch_loss"]) == 2 and doc["steps_per_epoch"] == 2,
                       f"mnist_cnn JSON: {doc}")
+                check(doc["test_images_per_second"] > 0, f"mnist_cnn JSON: test_images_per_second {doc['test_images_per_second']}")
             mnist_cnn_more(exe, data, missing)
             mnist_cnn_backup(exe, data)
 
