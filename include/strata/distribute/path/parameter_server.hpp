@@ -294,7 +294,11 @@ private:
     struct Result {
         bool ready = false, cancelled = false;
         UnitWork work{};
-        std::exception_ptr error{};
+        // What a worker's exception said, taken on the worker's thread: the exception object
+        // itself never crosses threads (its reference count lives in libstdc++, which TSan
+        // does not see, so a cross-thread release reads as a race).
+        bool failed = false;
+        std::string error{};
     };
     template <class Y>
     struct OwnedBatch {
@@ -500,15 +504,7 @@ private:
             }
             return fifo_.front();
         };
-        auto fail = [&](int w, std::exception_ptr e) {
-            std::string what;
-            try {
-                std::rethrow_exception(e);
-            } catch (const std::exception& ex) {
-                what = ex.what();
-            } catch (...) {
-                what = "an exception that is not a std::exception";
-            }
+        auto fail = [&](int w, const std::string& what) {
             throw_error<DistributedError>("ParameterServer: worker ", w, " of ", W_, " failed: ", what);
         };
         // Stops every computing worker (between layers of its backward) and waits for it.
@@ -525,7 +521,7 @@ private:
                 }
                 const Result r = take_result(w);
                 state[std::size_t(w)] = State::Idle;
-                if (r.error) fail(w, r.error);
+                if (r.failed) fail(w, r.error);
                 // Virtual clock: it was cancelled at this virtual time, whatever the threads did.
                 // Real clock: one that finished before it saw the cancellation is a late push.
                 if (r.cancelled || virtual_clock) ++epoch_.cancelled;
@@ -623,8 +619,12 @@ private:
                     }
                 } catch (const detail::Cancelled&) {
                     r.cancelled = true;
+                } catch (const std::exception& ex) {
+                    r.failed = true;
+                    r.error = ex.what();
                 } catch (...) {
-                    r.error = std::current_exception();
+                    r.failed = true;
+                    r.error = "an exception that is not a std::exception";
                 }
                 {
                     std::lock_guard<std::mutex> lock(mutex_);
@@ -678,7 +678,7 @@ private:
                     clock_now();
                 }
                 const Result r = take_result(w);
-                if (r.error) fail(w, r.error);
+                if (r.failed) fail(w, r.error);
                 state[std::size_t(w)] = State::Idle;
                 ++completed[std::size_t(w)];
                 if constexpr (lockstep_rounds) {
