@@ -219,6 +219,18 @@ private:
             rv_.throw_if_aborted(at);
             return;
         }
+        const Slot* all = enter(rank, all_reduce_slot(data, op, alg, bucket), at);
+        const Exchange<T> ex(all, n_, rank, data.size(), rv_, at);
+        switch (alg) {
+            case Algorithm::Ring: ring_all_reduce(ex, op); break;
+            case Algorithm::NaiveRing: naive_ring_all_reduce(ex, op); break;
+            default: direct_all_reduce(ex, op); break;
+        }
+    }
+
+    // What a rank publishes for an all-reduce call.
+    template <Reducible T>
+    static Slot all_reduce_slot(std::span<T> data, ReduceOp op, Algorithm alg, std::int64_t bucket) noexcept {
         Slot mine;
         mine.data = data.data();
         mine.length = data.size();
@@ -227,13 +239,7 @@ private:
         mine.type = detail::type_of<T>;
         mine.op = op;
         mine.algorithm = alg;
-        const Slot* all = enter(rank, mine, at);
-        const Exchange<T> ex(all, n_, rank, data.size(), rv_, at);
-        switch (alg) {
-            case Algorithm::Ring: ring_all_reduce(ex, op); break;
-            case Algorithm::NaiveRing: naive_ring_all_reduce(ex, op); break;
-            default: direct_all_reduce(ex, op); break;
-        }
+        return mine;
     }
 
     // Reduce-scatter inside the process, all-reduce of each slice across processes (on the
@@ -256,15 +262,7 @@ private:
             across(data);
             return;
         }
-        Slot mine;
-        mine.data = data.data();
-        mine.length = data.size();
-        mine.bucket = bucket;
-        mine.kind = Slot::Kind::AllReduce;
-        mine.type = detail::type_of<T>;
-        mine.op = op;
-        mine.algorithm = Algorithm::Direct;
-        const Slot* all = enter(rank, mine, at);
+        const Slot* all = enter(rank, all_reduce_slot(data, op, Algorithm::Direct, bucket), at);
         const Exchange<T> ex(all, n_, rank, data.size(), rv_, at);
         direct_reduce_slice(ex);
         across(std::span<T>(data.data() + ex.chunk_begin(rank), ex.chunk_size(rank)));
