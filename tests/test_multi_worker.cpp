@@ -269,3 +269,11 @@ TEST_CASE("a rank that fails stops the others at once, naming it") {
     }
     MPI_Barrier(MPI_COMM_WORLD);
 }
+
+TEST_CASE("processes with different numbers of local replicas are refused on every rank") {
+    const int me = world_rank();
+    const auto msg = strata_test::error_of<strata::ValueError>([&] { dist::MultiWorkerMirrored<> mw(me == 1 ? 2 : 1); });
+    CHECK(msg.find("every rank needs the same number of lanes (MultiWorkerMirrored: of local replicas)") != std::string::npos);
+    CHECK(msg.find("rank " + std::to_string(me) + " has " + std::to_string(me == 1 ? 2 : 1) + ", the ranks have from 1 to 2") !=
+          std::string::npos);
+}

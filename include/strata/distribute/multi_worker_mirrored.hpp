@@ -112,12 +112,7 @@ public:
           mw_(mw),
           pg_(mw.comm, local_replicas,
               collective::ProcessGroupOptions{options.timeout, mw.stall_warning, mw.transport, mw.chunk_bytes}) {
-        // Every process must have the same number of local replicas: checked once, here.
-        double r[2] = {double(local_replicas), double(local_replicas) * double(local_replicas)};
-        pg_.all_reduce(0, std::span<double>(r, 2), collective::ReduceOp::Sum, SyncPoint{"all_reduce", "replica counts"});
-        STRATA_CHECK(r[0] * r[0] == r[1] * pg_.size(), ValueError,
-                     "MultiWorkerMirrored: every process needs the same number of local replicas; this one (rank ", pg_.rank(),
-                     ") has ", local_replicas, ", the mean over the ", pg_.size(), " processes is ", r[0] / pg_.size());
+        // Every process must have the same number of local replicas: the process group checks it.
         collective::OuterStage stage;
         stage.self = &pg_;
         stage.sum_float = &sum_across<float>;

@@ -177,6 +177,15 @@ public:
         MPI_Comm_dup(comm, &comm_);
         MPI_Comm_rank(comm_, &rank_);
         MPI_Comm_size(comm_, &size_);
+        // Every rank must lay its part of the window out alike: the same number of lanes.
+        int range[2] = {-lanes_, lanes_};
+        MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_INT, MPI_MAX, comm_);
+        if (-range[0] != range[1]) {
+            MPI_Comm_free(&comm_);
+            throw_error<ValueError>("ProcessGroup: every rank needs the same number of lanes (MultiWorkerMirrored: of local "
+                                    "replicas); rank ", rank_, " has ", lanes_, ", the ranks have from ", -range[0], " to ",
+                                    range[1]);
+        }
         if (options_.stall_warning.count() == 0) options_.stall_warning = options_.timeout / 2;
         MPI_Comm node;
         MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
