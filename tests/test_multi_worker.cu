@@ -10,25 +10,16 @@
 #include <vector>
 
 #include <strata/strata.hpp>
+
+#include "cuda_model_data.hpp"
 #include <strata/distribute/multi_worker_mirrored.hpp>
 
 using namespace strata::nn;
 namespace dist = strata::distribute;
 
 namespace {
-using Cnn = Sequential<Input<8, 8, 1>, Conv2D<4, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<8, Tanh>, Dense<3, Softmax>>;
-
-strata::data::Dataset<> data(std::size_t n) {
-    std::vector<float> x(n * 64);
-    std::vector<std::int32_t> y(n);
-    std::uint64_t s = 12345;
-    for (auto& v : x) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        v = float(s >> 40) / float(1 << 24);
-    }
-    for (std::size_t i = 0; i < n; ++i) y[i] = std::int32_t((x[i * 64] + x[i * 64 + 9] > 1.0f) + (x[i * 64 + 30] > 0.5f));
-    return strata::data::Dataset<>::from_arrays(x, {8, 8, 1}, y);
-}
+using Cnn = strata_test::CudaCnn;
+strata::data::Dataset<> data(std::size_t n) { return strata_test::cuda_model_data(n); }
 }  // namespace
 
 TEST_CASE("MultiWorkerMirrored on GPUs equals the host's one device on the same global batches") {
