@@ -99,6 +99,7 @@ public:
     /// The next mini-batch, or nullptr when the dataset is exhausted. The pointer stays valid
     /// until the next call.
     const data::Batch<Y>* next() {
+        STRATA_PROFILE_MODEL("input pipeline");
         if (!started_) started_ = true;
         else ++*it_;
         if (*it_ == std::default_sentinel) return nullptr;

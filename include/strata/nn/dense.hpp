@@ -71,9 +71,16 @@ public:
                   const TensorView<T, P>& dy, const TensorView<T, P>& dx, const Mode& mode) {
         const std::int64_t n = x.dim(0);
         const TensorView<T, P> xm(x.data(), Shape{n, inputs}), dym(dy.data(), Shape{n, Units});
-        activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, mode.skip_activation);
-        gemm(Trans::Yes, Trans::No, T(1), xm, dym, T(0), TensorView<T, P>(grads, Shape{inputs, Units}));
-        if (UseBias) sum(dym, 0, TensorView<T, P>(grads + kernel_size, Shape{Units}));
+        {
+            STRATA_PROFILE_PHASE("backward.activation");
+            activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, mode.skip_activation);
+        }
+        {
+            STRATA_PROFILE_PHASE("backward.weights");
+            gemm(Trans::Yes, Trans::No, T(1), xm, dym, T(0), TensorView<T, P>(grads, Shape{inputs, Units}));
+            if (UseBias) sum(dym, 0, TensorView<T, P>(grads + kernel_size, Shape{Units}));
+        }
+        STRATA_PROFILE_PHASE("backward.data");
         if (!dx.empty())
             gemm(Trans::No, Trans::Yes, T(1), dym, TensorView<T, P>(const_cast<T*>(params), Shape{inputs, Units}), T(0),
                  TensorView<T, P>(dx.data(), Shape{n, inputs}));

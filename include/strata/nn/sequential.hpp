@@ -164,7 +164,10 @@ public:
     using input_shape = typename Seq::input_shape;
     using output_shape = typename Seq::output_shape;
 
-    Network() { set_streams(std::make_index_sequence<L>{}); }
+    Network() {
+        set_streams(std::make_index_sequence<L>{});
+        if constexpr (profile::enabled) label_layers(std::make_index_sequence<L>{});
+    }
 
     /// Initialises every layer's parameters in `params` (Keras's defaults), reproducibly.
     void init(T* params, std::uint64_t seed) {
@@ -208,6 +211,12 @@ private:
             if constexpr (requires { layer.set_stream(stream); }) layer.set_stream(stream);
         };
         (one(std::get<I>(layers_), std::uint64_t(I) * 16), ...);
+    }
+    // The step profiler (core/profile.hpp) reports each layer under its summary() name.
+    template <std::size_t... I>
+    void label_layers(std::index_sequence<I...>) {
+        const auto names = Seq::layer_names();
+        (profile::label(&profile_keys_[I], names[I], int(I)), ...);
     }
     template <std::size_t... I>
     void init_impl(T* params, std::uint64_t seed, std::index_sequence<I...>) {
@@ -253,6 +262,7 @@ private:
         }
         Mode m = mode;
         m.skip_activation = mode.skip_activation && I == L - 1;
+        STRATA_PROFILE_GROUP(&profile_keys_[I], "forward");
         std::get<I>(layers_).forward(params + offsets[I], in, out_[I], m);
     }
 
@@ -264,7 +274,10 @@ private:
             const TensorView<T, P> dx = I == 0 ? TensorView<T, P>() : dout_[I == 0 ? 0 : I - 1];
             Mode m = mode;
             m.skip_activation = mode.skip_activation && I == L - 1;
-            std::get<I>(layers_).backward(params + offsets[I], grads + offsets[I], in, out_[I], dout_[I], dx, m);
+            {
+                STRATA_PROFILE_GROUP(&profile_keys_[I], "backward");
+                std::get<I>(layers_).backward(params + offsets[I], grads + offsets[I], in, out_[I], dout_[I], dx, m);
+            }
             if constexpr (offsets[I + 1] > offsets[I]) on_ready(offsets[I], offsets[I + 1] - offsets[I]);
             backward_impl<I>(params, grads, mode, on_ready);
         }
@@ -275,6 +288,7 @@ private:
     std::array<TensorView<T, P>, L> out_{}, dout_{};
     TensorView<T, P> input_{};
     std::int64_t batch_ = -1;
+    std::array<char, L> profile_keys_{};  // one address per layer for the step profiler
 };
 
 }  // namespace strata::nn

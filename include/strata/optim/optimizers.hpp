@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "strata/core/profile.hpp"
 #include "strata/tensor/tensor_all.hpp"
 
 namespace strata::optim {
@@ -203,6 +204,7 @@ public:
         STRATA_CHECK(first >= 0 && count >= 0 && first + count <= size_, ShapeError, "optimizer: range [", first, ", ",
                      first + count, ") is outside the ", size_, " parameters");
         if (count == 0) return;
+        STRATA_PROFILE_MODEL("optimizer");
         const double lr = std::visit([&](const auto& o) { return o.learning_rate(iterations_); }, config_);
         STRATA_CHECK(std::isfinite(lr) && lr >= 0, ValueError, "optimizer: the learning rate at step ", iterations_,
                      " is ", lr, "; it must be finite and >= 0");

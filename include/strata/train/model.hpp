@@ -680,10 +680,16 @@ private:
             auto x = stage_input(u, b.x.data(), b.size);
             auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
             auto out = u.net.forward(params, x, mode);
-            const T* weights = class_weight_.empty() ? nullptr : stage_class_weights(u, b.size, b.y_per_example);
-            u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), denominator, input_kind_, weights);
-            if (accuracy_) u.correct = correct_count(out, target);
-            count_metrics(u, out, target);
+            {
+                STRATA_PROFILE_MODEL("loss");
+                const T* weights = class_weight_.empty() ? nullptr : stage_class_weights(u, b.size, b.y_per_example);
+                u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), denominator, input_kind_, weights);
+            }
+            {
+                STRATA_PROFILE_MODEL("metrics");
+                if (accuracy_) u.correct = correct_count(out, target);
+                count_metrics(u, out, target);
+            }
             u.net.backward(params, grads, mode, on_ready);
             return {u.loss_sum, u.correct, b.size};
         };

@@ -121,10 +121,12 @@ public:
         if constexpr (!place::host_accessible_v<P>) {
             if (reduces()) device_all_reduce(r);
         } else if (overlapped()) {
+            STRATA_PROFILE_MODEL("all-reduce (wait)");
             gradient_ready(r, 0);  // whatever the backward hook has not handed over yet
             comm_of(r).wait();
             next_bucket_[std::size_t(r)] = 0;
         } else if (reduces()) {
+            STRATA_PROFILE_MODEL("all-reduce");
             this->strategy_->group().all_reduce(r, std::span<T>(g, std::size_t(num_params)), ReduceOp::Sum,
                                                 this->strategy_->options().all_reduce);
         }
