@@ -511,6 +511,46 @@ TEST_CASE_TEMPLATE("Conv2D matches a direct convolution", P, STRATA_TEST_PLACES)
     check_conv_against_reference<Conv2D<16, 3, ReLU>, StaticShape<13, 13, 32>, float, P>(2, 78);
 }
 
+TEST_CASE("Conv2D on the host: many chunks per group match the reference, and no figure depends on the thread count") {
+    // The host convolution cuts a batch into chunks of whole images and sums the weight
+    // gradient over at most 16 groups of consecutive chunks (nn/conv2d.hpp). 40 images of the
+    // seed CNN's first layer make 40 one-image chunks in 16 groups of 2 or 3; 7 images of its
+    // second layer make 7 groups of one. Both are checked against the float64 reference, then
+    // run with 1, 2 and 3 threads: outputs and gradients must be bitwise equal.
+    check_conv_against_reference<Conv2D<32, 3, ReLU>, StaticShape<28, 28, 1>, float, Host>(40, 79);
+    check_conv_against_reference<Conv2D<64, 3, ReLU>, StaticShape<13, 13, 32>, float, Host>(7, 80);
+    const int before = strata::num_threads();
+    auto run_with = [](int threads, auto& run, const std::vector<double>& w) {
+        strata::set_num_threads(threads);
+        return run.run(&w);
+    };
+    {
+        auto run = random_run<Conv2D<32, 3, ReLU>, StaticShape<28, 28, 1>>(40, 81);
+        LayerRun<Conv2D<32, 3, ReLU>, StaticShape<28, 28, 1>, float, Host> f(40, run.params, run.x);
+        const auto w = reference_values(f.out_size(), 82);
+        const auto one = run_with(1, f, w);
+        for (int t : {2, 3}) {
+            const auto r = run_with(t, f, w);
+            CHECK(r.y == one.y);
+            CHECK(r.dx == one.dx);
+            CHECK(r.dparams == one.dparams);
+        }
+    }
+    {
+        auto run = random_run<Conv2D<64, 3, ReLU>, StaticShape<13, 13, 32>>(7, 83);
+        LayerRun<Conv2D<64, 3, ReLU>, StaticShape<13, 13, 32>, float, Host> f(7, run.params, run.x);
+        const auto w = reference_values(f.out_size(), 84);
+        const auto one = run_with(1, f, w);
+        for (int t : {2, 3}) {
+            const auto r = run_with(t, f, w);
+            CHECK(r.y == one.y);
+            CHECK(r.dx == one.dx);
+            CHECK(r.dparams == one.dparams);
+        }
+    }
+    strata::set_num_threads(before);
+}
+
 TEST_CASE_TEMPLATE("MaxPooling2D matches a direct max pooling", P, STRATA_TEST_PLACES) {
     check_pool_against_reference<MaxPooling2D<2>, StaticShape<7, 5, 3>, double, P>(3, 81);
     check_pool_against_reference<MaxPooling2D<2, 2, Padding::Same>, StaticShape<7, 5, 3>, float, P>(3, 82);

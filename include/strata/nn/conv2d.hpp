@@ -265,6 +265,21 @@ void bias_activation_rows(const TensorView<T, P>& y, const T* bias, bool skip_ac
     }
 }
 
+/// How the host convolution cuts a batch (see Conv2DImpl): chunks of `images` whole images,
+/// whose patch matrix, output and output gradient take about `budget` bytes (they then stay in
+/// a core's L2 cache between the chunk's passes), and at most `groups` partial sums of the
+/// weight gradient.
+template <class G, std::int64_t Filters, class T>
+struct ConvChunking {
+    static constexpr std::int64_t budget = 256 * 1024;
+    static constexpr std::int64_t pixels = G::oh * G::ow;  // output rows per image
+    static constexpr std::int64_t per_image = pixels * (G::patch + 2 * Filters) * std::int64_t(sizeof(T));
+    static constexpr std::int64_t images = per_image >= budget ? 1 : budget / per_image;
+    static constexpr std::int64_t groups = 16;
+};
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
 template <class Spec, class In, class T, class P>
 class Conv2DImpl;
 
@@ -361,6 +376,8 @@ public:
     /// A 1×1 kernel with unit strides reads each pixel once: the input already is the patch
     /// matrix, and no workspace is needed.
     static constexpr bool direct = Spec::kernel_h == 1 && Spec::kernel_w == 1 && Spec::stride_h == 1 && Spec::stride_w == 1;
+    /// On the host (and not direct) the batch is processed in chunks of images (below).
+    static constexpr bool blocked = !direct && !elementwise_place<P>;
 
     static std::vector<ParamInfo> param_info() {
         std::vector<ParamInfo> p{{"kernel", Shape{Spec::kernel_h, Spec::kernel_w, in_channels, filters}, 0}};
@@ -373,29 +390,73 @@ public:
         if (Spec::use_bias) zeros<T, P>(params + kernel_size, filters);
     }
 
+    /// Sizes (and touches) the workspaces a batch of `n` needs on the calling thread's team
+    /// (Network::reserve): the per-thread chunk workspace, and for training the weight
+    /// gradient's partial sums.
+    void reserve(std::int64_t n, bool training) {
+        if constexpr (blocked) {
+            const std::int64_t threads = num_threads();
+            const std::int64_t per = std::min(Chunks::images, ceil_div(n, threads));
+            std::int64_t ws = std::min(threads, ceil_div(n, per)) * per * Chunks::pixels * patch;
+            if (training) {
+                const std::int64_t groups = std::min(Chunks::groups, ceil_div(n, Chunks::images));
+                ws = std::max(ws, std::min(threads, groups) * chunk_col);
+                dw_.resize(Shape{groups, kernel_size});
+                touch(dw_);
+                if (Spec::use_bias) {
+                    partial_.resize(Shape{groups, filters});
+                    touch(partial_);
+                }
+            }
+            ws_.resize(Shape{ws});
+            touch(ws_);
+        }
+    }
+
     void forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode& mode) {
+        if constexpr (blocked) {
+            // Chunks for every thread of the team; a batch too small for that keeps one
+            // whole-batch GEMM, which the team splits.
+            const std::int64_t n = x.dim(0), threads = num_threads();
+            const std::int64_t per = std::min(Chunks::images, ceil_div(n, threads));
+            if (threads == 1 || ceil_div(n, per) >= threads) return blocked_forward(params, x, y, mode, per);
+        }
         const std::int64_t rows = x.dim(0) * G::oh * G::ow;
         const TensorView<T, P> ym(y.data(), Shape{rows, filters});
-        gemm(Trans::No, Trans::No, T(1), patches(x), kernel(params), T(0), ym);
+        const TensorView<T, P> cols = patches(x);
+        {
+            STRATA_PROFILE_PHASE("forward.gemm");
+            gemm(Trans::No, Trans::No, T(1), cols, kernel(params), T(0), ym);
+        }
+        STRATA_PROFILE_PHASE("forward.bias_activation");
         bias_activation_rows<Act, filters, Spec::use_bias>(ym, params + kernel_size, mode.skip_activation);
     }
 
     void backward(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>& y,
                   const TensorView<T, P>& dy, const TensorView<T, P>& dx, const Mode& mode) {
+        if constexpr (blocked) {
+            return blocked_backward(params, grads, x, y, dy, dx, mode);
+        }
         const std::int64_t n = x.dim(0), rows = n * G::oh * G::ow;
         const TensorView<T, P> dym(dy.data(), Shape{rows, filters}), ym(y.data(), Shape{rows, filters});
         if constexpr (Spec::use_bias && !Act::rowwise && !elementwise_place<P>) {
+            STRATA_PROFILE_PHASE("backward.activation");
             if (mode.skip_activation || std::is_same_v<Act, Linear>)
                 activation_and_bias_grad<false>(ym, dym, grads + kernel_size);
             else
                 activation_and_bias_grad<true>(ym, dym, grads + kernel_size);
         } else {
+            STRATA_PROFILE_PHASE("backward.activation");
             activation_backward<Act>(ym, dym, mode.skip_activation);
             if (Spec::use_bias) sum(dym, 0, TensorView<T, P>(grads + kernel_size, Shape{filters}));
         }
-        const TensorView<T, P> cols = col_holds(x) ? col_.view() : patches(x);
-        gemm(Trans::Yes, Trans::No, T(1), cols, dym, T(0), TensorView<T, P>(grads, Shape{patch, filters}));
+        {
+            const TensorView<T, P> cols = col_holds(x) ? col_.view() : patches(x);
+            STRATA_PROFILE_PHASE("backward.weights");
+            gemm(Trans::Yes, Trans::No, T(1), cols, dym, T(0), TensorView<T, P>(grads, Shape{patch, filters}));
+        }
         if (dx.empty()) return;
+        STRATA_PROFILE_PHASE("backward.data");
         if constexpr (direct) {
             gemm(Trans::No, Trans::Yes, T(1), dym, kernel(params), T(0), TensorView<T, P>(dx.data(), Shape{rows, patch}));
         } else {
@@ -407,6 +468,204 @@ public:
     }
 
 private:
+    using Chunks = ConvChunking<G, Spec::filters, T>;
+    static constexpr std::int64_t in_image = G::h * G::w * G::c;          // input values per image
+    static constexpr std::int64_t out_image = Chunks::pixels * filters;    // output values per image
+    static constexpr std::int64_t chunk_col = Chunks::images * Chunks::pixels * patch;
+
+    // The host convolution, blocked by images. A chunk of whole images goes through im2col, its
+    // GEMM and its bias and activation (forward), or through its activation's gradient, the
+    // weight-gradient GEMM, the data-gradient GEMM and col2im (backward), on one thread of the
+    // team, in that thread's workspace: the chunk's patch matrix (about Chunks::budget bytes)
+    // is built, used and overwritten while it is in the core's cache. The batch's whole patch
+    // matrix (18 MB for the seed CNN's second layer at batch 128) is never written to memory
+    // and read back; backward rebuilds each chunk's patches from the input instead, which moves
+    // far fewer bytes (the input is kh·kw times smaller).
+    //
+    // The weight and bias gradients sum over the batch. The chunks are cut by the batch size
+    // alone and gathered into at most Chunks::groups consecutive groups; one thread sums a
+    // group's chunks in order (the GEMM accumulates), and the groups' sums are added in order at
+    // the end. The gradients therefore do not depend on the number of threads.
+    void blocked_forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode& mode,
+                         std::int64_t per) {
+        const std::int64_t n = x.dim(0), chunks = ceil_div(n, per);
+        const int team = int(std::min<std::int64_t>(num_threads(), chunks));
+        ws_.resize(Shape{team * per * Chunks::pixels * patch});
+        strata::detail::blas_init_once();
+        T* const ws = ws_.data();
+        const T* const xs = x.data();
+        T* const ys = y.data();
+        const T* const bias = params + kernel_size;
+        const bool skip = mode.skip_activation;
+        [[maybe_unused]] const void* key = profile::current();
+#if STRATA_HAS_OPENMP
+#pragma omp parallel for schedule(static) num_threads(team)
+#endif
+        for (std::int64_t c = 0; c < chunks; ++c) {
+            const std::int64_t n0 = c * per, count = std::min(per, n - n0), rows = count * Chunks::pixels;
+            T* col = ws + thread_index() * per * Chunks::pixels * patch;
+            T* yc = ys + n0 * out_image;
+            {
+                STRATA_PROFILE_SCOPE(key, "forward.im2col");
+                const Im2ColRows<T, G> f{xs + n0 * in_image, col};
+                for (std::int64_t r = 0; r < count * G::oh; ++r) f(r);
+            }
+            {
+                STRATA_PROFILE_SCOPE(key, "forward.gemm");
+                strata::detail::cblas_gemm(Trans::No, Trans::No, rows, filters, patch, T(1), col, int(patch), params, int(filters), T(0), yc,
+                           int(filters));
+            }
+            if constexpr (!Act::rowwise) {
+                STRATA_PROFILE_SCOPE(key, "forward.bias_activation");
+                bias_activation_chunk(yc, bias, rows, skip);
+            }
+        }
+        if constexpr (Act::rowwise) {  // across each row's channels: on the whole output, after the GEMMs
+            STRATA_PROFILE_PHASE("forward.bias_activation");
+            bias_activation_rows<Act, filters, Spec::use_bias>(TensorView<T, P>(ys, Shape{n * Chunks::pixels, filters}), bias,
+                                                               skip);
+        }
+    }
+
+    void blocked_backward(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>& y,
+                          const TensorView<T, P>& dy, const TensorView<T, P>& dx, const Mode& mode) {
+        const std::int64_t n = x.dim(0), chunks = ceil_div(n, Chunks::images);
+        const std::int64_t groups = std::min(Chunks::groups, chunks);
+        const int team = int(std::min<std::int64_t>(num_threads(), groups));
+        constexpr bool fuse_activation = !Act::rowwise;
+        const bool apply_grad = !mode.skip_activation && !std::is_same_v<Act, Linear>;
+        if (!fuse_activation) {
+            STRATA_PROFILE_PHASE("backward.activation");
+            activation_backward<Act>(TensorView<T, P>(y.data(), Shape{y.size() / filters, filters}),
+                                     TensorView<T, P>(dy.data(), Shape{dy.size() / filters, filters}), mode.skip_activation);
+        }
+        ws_.resize(Shape{team * chunk_col});
+        dw_.resize(Shape{groups, kernel_size});
+        if (Spec::use_bias) partial_.resize(Shape{groups, filters});
+        strata::detail::blas_init_once();
+        T* const ws = ws_.data();
+        T* const dws = dw_.data();
+        accumulate_t<T>* const dbs = Spec::use_bias ? partial_.data() : nullptr;
+        const T *const xs = x.data(), *const ys = y.data();
+        T* const dys = dy.data();
+        T* const dxs = dx.empty() ? nullptr : dx.data();
+        [[maybe_unused]] const void* key = profile::current();
+#if STRATA_HAS_OPENMP
+#pragma omp parallel for schedule(static) num_threads(team)
+#endif
+        for (std::int64_t g = 0; g < groups; ++g) {
+            T* col = ws + thread_index() * chunk_col;
+            accumulate_t<T>* db = Spec::use_bias ? dbs + g * filters : nullptr;
+            if (Spec::use_bias)
+                for (std::int64_t f = 0; f < filters; ++f) db[f] = 0;
+            const std::int64_t first = g * chunks / groups, last = (g + 1) * chunks / groups;
+            for (std::int64_t c = first; c < last; ++c) {
+                const std::int64_t n0 = c * Chunks::images, count = std::min(Chunks::images, n - n0);
+                const std::int64_t rows = count * Chunks::pixels;
+                T* dyc = dys + n0 * out_image;
+                {
+                    STRATA_PROFILE_SCOPE(key, "backward.activation");
+                    if constexpr (fuse_activation) {
+                        if (apply_grad) activation_grad_chunk(ys + n0 * out_image, dyc, db, rows);
+                        else if (Spec::use_bias) column_sums_chunk(dyc, db, rows);
+                    } else if (Spec::use_bias) {
+                        column_sums_chunk(dyc, db, rows);
+                    }
+                }
+                {
+                    STRATA_PROFILE_SCOPE(key, "backward.weights");
+                    const Im2ColRows<T, G> f{xs + n0 * in_image, col};
+                    for (std::int64_t r = 0; r < count * G::oh; ++r) f(r);
+                    strata::detail::cblas_gemm(Trans::Yes, Trans::No, patch, filters, rows, T(1), col, int(patch), dyc, int(filters),
+                               T(c == first ? 0 : 1), dws + g * kernel_size, int(filters));
+                }
+                if (dxs) {
+                    STRATA_PROFILE_SCOPE(key, "backward.data");
+                    strata::detail::cblas_gemm(Trans::No, Trans::Yes, rows, patch, filters, T(1), dyc, int(filters), params, int(filters), T(0),
+                               col, int(patch));
+                    const Col2ImRows<T, G> f{col, dxs + n0 * in_image};
+                    for (std::int64_t r = 0; r < count * G::h; ++r) f(r);
+                }
+            }
+        }
+        STRATA_PROFILE_PHASE("backward.weights");
+        sum_groups(dws, groups, kernel_size, grads);
+        if (Spec::use_bias) {
+            for (std::int64_t f = 0; f < filters; ++f) {
+                accumulate_t<T> s = 0;
+                for (std::int64_t g = 0; g < groups; ++g) s += dbs[g * filters + f];
+                grads[kernel_size + f] = T(s);
+            }
+        }
+    }
+
+    template <class U>
+    static void touch(Tensor<U, P>& t) {
+        if (t.size() > 0) std::memset(static_cast<void*>(t.data()), 0, std::size_t(t.size()) * sizeof(U));
+    }
+
+    static int thread_index() {
+#if STRATA_HAS_OPENMP
+        return omp_get_thread_num();
+#else
+        return 0;
+#endif
+    }
+
+    // y = act(y + bias) over one chunk's rows (in cache after its GEMM).
+    static void bias_activation_chunk(T* y, const T* bias, std::int64_t rows, bool skip) {
+        T b[filters];
+        for (std::int64_t f = 0; f < filters; ++f) b[f] = Spec::use_bias ? bias[f] : T(0);
+        if (skip || std::is_same_v<Act, Linear>) {
+            for (std::int64_t r = 0; r < rows; ++r)
+                for (std::int64_t f = 0; f < filters; ++f) y[r * filters + f] += b[f];
+        } else {
+            for (std::int64_t r = 0; r < rows; ++r)
+                for (std::int64_t f = 0; f < filters; ++f) y[r * filters + f] = Act::apply(y[r * filters + f] + b[f]);
+        }
+    }
+
+    // dy = act'(y) · dy over one chunk's rows, adding the columns of the result to db (if any).
+    static void activation_grad_chunk(const T* y, T* dy, accumulate_t<T>* db, std::int64_t rows) {
+        accumulate_t<T> acc[filters];
+        for (std::int64_t f = 0; f < filters; ++f) acc[f] = 0;
+        for (std::int64_t r = 0; r < rows; ++r) {
+            T g[filters];
+            for (std::int64_t f = 0; f < filters; ++f) g[f] = Act::grad(y[r * filters + f], dy[r * filters + f]);
+            for (std::int64_t f = 0; f < filters; ++f) {
+                dy[r * filters + f] = g[f];
+                acc[f] += accumulate_t<T>(g[f]);
+            }
+        }
+        if (db)
+            for (std::int64_t f = 0; f < filters; ++f) db[f] += acc[f];
+    }
+
+    static void column_sums_chunk(const T* dy, accumulate_t<T>* db, std::int64_t rows) {
+        accumulate_t<T> acc[filters];
+        for (std::int64_t f = 0; f < filters; ++f) acc[f] = 0;
+        for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t f = 0; f < filters; ++f) acc[f] += accumulate_t<T>(dy[r * filters + f]);
+        for (std::int64_t f = 0; f < filters; ++f) db[f] += acc[f];
+    }
+
+    // out[i] = sum over the groups of parts[g·size + i], in group order, over the team.
+    static void sum_groups(const T* parts, std::int64_t groups, std::int64_t size, T* out) {
+        constexpr std::int64_t block = 1024;
+        const std::int64_t blocks = ceil_div(size, block);
+#if STRATA_HAS_OPENMP
+#pragma omp parallel for schedule(static) if (size * groups >= 65536)
+#endif
+        for (std::int64_t b = 0; b < blocks; ++b) {
+            const std::int64_t first = b * block, last = std::min(size, first + block);
+            accumulate_t<T> acc[block];
+            for (std::int64_t i = first; i < last; ++i) acc[i - first] = accumulate_t<T>(parts[i]);
+            for (std::int64_t g = 1; g < groups; ++g)
+                for (std::int64_t i = first; i < last; ++i) acc[i - first] += accumulate_t<T>(parts[g * size + i]);
+            for (std::int64_t i = first; i < last; ++i) out[i] = T(acc[i - first]);
+        }
+    }
+
     static TensorView<T, P> kernel(const T* params) { return TensorView<T, P>(const_cast<T*>(params), Shape{patch, filters}); }
 
     // dy = act'(y) * dy and dbias = column sums of dy, in one pass (host).
@@ -432,6 +691,7 @@ private:
         if constexpr (direct) {
             return TensorView<T, P>(x.data(), Shape{rows, patch});
         } else {
+            STRATA_PROFILE_PHASE("forward.im2col");
             col_.resize(Shape{rows, patch});
             im2col<G>(x, col_.view());
             col_of_ = x.data();
@@ -441,6 +701,8 @@ private:
     }
 
     Tensor<T, P> col_;
+    Tensor<T, P> ws_;  // blocked: one chunk's patch matrix per thread of the team
+    Tensor<T, P> dw_;  // blocked: the weight gradient's partial sums, one per group
     Tensor<accumulate_t<T>, P> partial_;
     const T* col_of_ = nullptr;
     std::int64_t col_batch_ = -1;

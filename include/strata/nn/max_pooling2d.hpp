@@ -5,12 +5,13 @@
 /// channel of NHWC images, with Keras's semantics (stride defaults to the pool size; "same"
 /// windows ignore padded positions).
 ///
-/// The forward pass records, per output value, where in its window the maximum was (the first
+/// The forward pass in training records, per output value, where in its window the maximum was (the first
 /// maximum in row-major window order), in an int32 workspace. The backward pass is owned by the
 /// input: each input value sums the gradients of the windows whose recorded maximum it is, so
 /// overlapping windows (stride < pool) are handled, and no atomics are needed.
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -33,11 +34,11 @@ struct MaxPoolRows {
         const std::int64_t n = r / G::oh, oy = r % G::oh;
         const T* xn = x + n * (G::h * G::w * G::c);
         T* yo = y + r * (G::ow * G::c);
-        std::int32_t* ao = arg + r * (G::ow * G::c);
+        std::int32_t* ao = arg ? arg + r * (G::ow * G::c) : nullptr;
         // Same padding never gives a window without a position inside the image (pad < kernel).
         const std::int64_t ky0 = G::pt - oy * G::sh > 0 ? G::pt - oy * G::sh : 0;
         const std::int64_t ky1 = G::h + G::pt - oy * G::sh < G::kh ? G::h + G::pt - oy * G::sh : G::kh;
-        for (std::int64_t ox = 0; ox < G::ow; ++ox, yo += G::c, ao += G::c) {
+        for (std::int64_t ox = 0; ox < G::ow; ++ox, yo += G::c, ao = ao ? ao + G::c : nullptr) {
             const std::int64_t kx0 = G::pl - ox * G::sw > 0 ? G::pl - ox * G::sw : 0;
             const std::int64_t kx1 = G::w + G::pl - ox * G::sw < G::kw ? G::w + G::pl - ox * G::sw : G::kw;
             T best[G::c];
@@ -62,10 +63,9 @@ struct MaxPoolRows {
                         where[ci] = (k & more) | (where[ci] & ~more);
                     }
                 }
-            for (std::int64_t ci = 0; ci < G::c; ++ci) {
-                yo[ci] = best[ci];
-                ao[ci] = where[ci];
-            }
+            for (std::int64_t ci = 0; ci < G::c; ++ci) yo[ci] = best[ci];
+            if (arg)
+                for (std::int64_t ci = 0; ci < G::c; ++ci) ao[ci] = where[ci];
         }
     }
 };
@@ -97,7 +97,7 @@ struct MaxPoolElements {
             }
         }
         y[i] = best;
-        arg[i] = where;
+        if (arg) arg[i] = where;
     }
 };
 
@@ -260,15 +260,28 @@ public:
     static std::vector<ParamInfo> param_info() { return {}; }
     void init(T*, std::uint64_t, std::uint64_t) const {}
 
-    void forward(const T*, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode&) {
+    /// Inference (`mode.training` false) records no positions: only backward needs them.
+    void forward(const T*, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode& mode) {
         const std::int64_t n = x.dim(0);
-        arg_.resize(Shape{n * output_shape::size});
+        std::int32_t* arg = nullptr;
+        if (mode.training) {
+            arg_.resize(Shape{n * output_shape::size});
+            arg = arg_.data();
+        }
         if constexpr (elementwise_place<P>)
-            for_each_index<P>(y.size(), MaxPoolElements<T, G>{x.data(), y.data(), arg_.data()});
+            for_each_index<P>(y.size(), MaxPoolElements<T, G>{x.data(), y.data(), arg});
         else
-            for_each_index<P>(n * G::oh, MaxPoolRows<T, G>{x.data(), y.data(), arg_.data()});
-        arg_of_ = x.data();
-        arg_batch_ = n;
+            for_each_index<P>(n * G::oh, MaxPoolRows<T, G>{x.data(), y.data(), arg});
+        arg_of_ = mode.training ? x.data() : nullptr;
+        arg_batch_ = mode.training ? n : -1;
+    }
+
+    /// Sizes (and touches) the positions' workspace for training batches of `n` (Network::reserve).
+    void reserve(std::int64_t n, bool training) {
+        if (!training) return;
+        arg_.resize(Shape{n * output_shape::size});
+        if constexpr (place::host_accessible_v<P>)
+            std::memset(static_cast<void*>(arg_.data()), 0, std::size_t(arg_.size()) * sizeof(std::int32_t));
     }
 
     void backward(const T* params, T*, const TensorView<T, P>& x, const TensorView<T, P>& y,
@@ -276,7 +289,11 @@ public:
         if (dx.empty()) return;
         // The positions are those of the forward pass on this input; recompute them if another
         // input went through the layer since.
-        if (arg_of_ != x.data() || arg_batch_ != x.dim(0)) forward(params, x, y, mode);
+        if (arg_of_ != x.data() || arg_batch_ != x.dim(0)) {
+            Mode recording = mode;
+            recording.training = true;
+            forward(params, x, y, recording);
+        }
         const std::int64_t n = x.dim(0);
         if constexpr (elementwise_place<P>)
             for_each_index<P>(dx.size(), MaxPoolBackwardElements<T, G>{dy.data(), arg_.data(), dx.data()});

@@ -285,6 +285,7 @@ public:
                      "use the array overload with options.batch_size)");
         STRATA_CHECK(options.steps_per_epoch > 0 || train.cardinality() != data::infinite_cardinality, ValueError,
                      "fit: the dataset repeats forever; give options.steps_per_epoch");
+        build(std::int64_t(train.batch_size()), true);
         train::History history;
         train::ProgressBar bar(is_chief() ? options.verbose : 0);  // one process prints
         stop_training = false;
@@ -412,12 +413,27 @@ public:
         return fit(ds, opts);
     }
 
+    /// Allocates, on every replica's thread, what a step on global batches of `batch_size`
+    /// examples needs (with `training`, the gradients and training workspaces too), and touches
+    /// that memory, so that the first step does not pay for it (Keras's `build`). fit, evaluate
+    /// and predict call it with their dataset's batch size; a custom training loop can call it
+    /// before its first step. Batch sizes no larger than one already built for cost nothing.
+    void build(std::int64_t batch_size, bool training = true) {
+        STRATA_CHECK(batch_size > 0, ValueError, "build: the batch size must be positive, got ", batch_size);
+        // A unit's largest share of a global batch: lockstep strategies split it over all the
+        // replicas in sync; ParameterServer's workers each take whole batches.
+        const std::int64_t share = lockstep ? (batch_size + strategy_->num_replicas_in_sync() - 1) / strategy_->num_replicas_in_sync()
+                                            : batch_size;
+        path_.run_units([&](int r) { units_[std::size_t(r)]->net.reserve(share, training); });
+    }
+
     /// Loss and accuracy over a batched dataset (one pass), distributed like training.
     template <class Y>
     Evaluation evaluate(const data::Dataset<Y>& ds) {
         require_compiled("evaluate");
         STRATA_CHECK(ds.batch_size() > 0, ValueError, "evaluate: the dataset is not batched; call .batch(n) first");
         STRATA_CHECK(ds.cardinality() != data::infinite_cardinality, ValueError, "evaluate: the dataset repeats forever");
+        build(std::int64_t(ds.batch_size()), false);
         double loss_sum = 0, correct = 0;
         std::int64_t seen = 0;
         const int N = replicas();
@@ -468,6 +484,7 @@ public:
     Tensor<T, place::Host> predict(const data::Dataset<Y>& ds) {
         STRATA_CHECK(ds.batch_size() > 0, ValueError, "predict: the dataset is not batched; call .batch(n) first");
         STRATA_CHECK(ds.cardinality() != data::infinite_cardinality, ValueError, "predict: the dataset repeats forever");
+        build(std::int64_t(ds.batch_size()), false);
         std::vector<T> all;
         path_.prepare_inference();
         for (auto it = ds.iterate(0); it != std::default_sentinel; ++it) {
