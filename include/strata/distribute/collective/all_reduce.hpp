@@ -202,7 +202,7 @@ private:
     }
 
     static constexpr int steps_of(Algorithm a, int n) noexcept {
-        return a == Algorithm::Direct ? 2 : 2 * (n - 1);
+        return a == Algorithm::Direct ? 1 : 2 * (n - 1);
     }
 
     template <Reducible T>
