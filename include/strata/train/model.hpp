@@ -12,9 +12,10 @@
 /// \endcode
 ///
 /// The training step, for every replica r of the strategy (in parallel, on r's thread):
-///   forward on r's slice of the global batch → loss and its gradient (scaled by 1 / the
-///   global batch size) → backward → gradient aggregation (none, all-reduce, or reduction to
-///   the central copy) → optimizer update.
+///   forward on r's slice of the global batch → loss and its gradient (each example's weighed
+///   by its sample weight and class weight, if any; scaled by 1 / the global batch size) →
+///   backward → gradient aggregation (none, all-reduce, or reduction to the central copy) →
+///   optimizer update.
 /// It is one inlined call chain over the layers; once the buffers have grown to the batch
 /// size it allocates nothing.
 
@@ -236,8 +237,9 @@ public:
     }
 
     /// In a replica (inside strategy.run): forward on the replica's share of the global batch,
-    /// the loss scaled by 1 / the global batch size, backward into the replica's gradients.
-    /// Returns the sum of the per-example losses of this replica's examples.
+    /// the loss scaled by 1 / the global batch size (each example's multiplied by its weight
+    /// in `b.w` when the share has weights), backward into the replica's gradients.
+    /// Returns the sum of the per-example (weighted) losses of this replica's examples.
     template <class Y>
     double compute_gradients(distribute::ReplicaContext& ctx, const distribute::ReplicaBatch<Y>& b)
         requires lockstep
