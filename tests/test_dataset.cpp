@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <new>
 #include <numeric>
@@ -86,6 +87,40 @@ std::vector<int> iota(int n, int from = 0) {
 bool is_permutation_of_iota(std::vector<int> v, int n) {
     std::sort(v.begin(), v.end());
     return v == iota(n);
+}
+
+// Example i's sample weight in weighted(): unique, exact in float, and unlike any x or y value.
+float weight_of(int i) { return 0.5f + static_cast<float>(i); }
+
+// numbered(n, es) with a sample weight per example (weight_of(i)).
+Dataset<> weighted(std::size_t n, std::size_t es = 3) {
+    std::vector<float> x(n * es), w(n);
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        for (std::size_t j = 0; j < es; ++j) x[i * es + j] = static_cast<float>(i) + 0.25f * static_cast<float>(j);
+        y[i] = static_cast<std::int32_t>(i % 10);
+        w[i] = weight_of(static_cast<int>(i));
+    }
+    return from_arrays(std::move(x), {es}, std::move(y), std::move(w));
+}
+
+// indices(), also checking that every element carries one weight per example and that each
+// example's weight is the one it was given.
+template <class D>
+std::vector<int> weighted_indices(const D& ds, std::uint64_t epoch) {
+    std::vector<int> out;
+    for (auto it = ds.iterate(epoch); it != std::default_sentinel; ++it) {
+        REQUIRE(it->has_sample_weight());
+        REQUIRE(it->w.size() == it->size());
+        for (std::size_t i = 0; i < it->size(); ++i) {
+            const int idx = static_cast<int>(it->x_at(i)[0]);
+            REQUIRE(it->y_at(i)[0] == idx % 10);
+            REQUIRE(it->w_at(i) == weight_of(idx));
+            REQUIRE(it->w[i] == weight_of(idx));
+            out.push_back(idx);
+        }
+    }
+    return out;
 }
 
 
@@ -456,3 +491,182 @@ TEST_CASE("dataset: no allocation per batch in the steady state") {
     CHECK(g_allocations == 0);
 }
 
+
+// ---- sample weights ------------------------------------------------------------------------
+
+TEST_CASE("dataset: sample weights, unweighted datasets and from_arrays' checks") {
+    const auto plain = numbered(6);
+    CHECK(!plain.has_sample_weight());
+    CHECK(!plain.batch(4).shuffle(2, 1).has_sample_weight());
+    for (const auto& b : plain.batch(4)) {
+        CHECK(!b.has_sample_weight());
+        CHECK(b.w.empty());
+        CHECK(b.w_at(0) == 1.0f);   // an example without a weight counts fully
+    }
+    const auto ds = weighted(6);
+    CHECK(ds.has_sample_weight());
+    CHECK(ds.cardinality() == 6);
+    CHECK(weighted_indices(ds, 0) == iota(6));
+    // Every step keeps the flag.
+    CHECK(ds.shuffle(3, 1).map([](std::span<float>, std::span<std::int32_t>) {}).cache().batch(2).prefetch().take(2)
+              .repeat(2).has_sample_weight());
+
+    // Several labels per example, and the class method with y_per_example spelled out.
+    const auto reg = Dataset<float>::from_arrays({0, 1, 2, 3, 4, 5}, {2}, {10, 11, 20, 21, 30, 31}, 2, {0.25f, 0.0f, 4.0f});
+    CHECK(reg.has_sample_weight());
+    auto it = reg.batch(2).iterate(0);
+    CHECK(it->w.size() == 2);
+    CHECK(it->w_at(1) == 0.0f);
+    CHECK(it->y_at(1)[1] == 21.0f);
+    ++it;
+    CHECK(it->w_at(0) == 4.0f);
+    CHECK(it->y_at(0)[0] == 30.0f);
+    // An empty weight vector is no weights.
+    CHECK(!from_arrays(std::vector<float>(6), {3}, std::vector<std::int32_t>(2), std::vector<float>{}).has_sample_weight());
+
+    const auto count = error_of<strata::ShapeError>(
+        [] { from_arrays(std::vector<float>(12), {3}, std::vector<std::int32_t>(4), std::vector<float>(3, 1.0f)); });
+    CHECK(has(count, "x holds 4 examples of shape [3], so sample_weight must hold 4 weights (one per example) or none, "
+                     "but it holds 3"));
+    const auto count2 = error_of<strata::ShapeError>(
+        [] { from_arrays(std::vector<float>(12), {3}, std::vector<float>(8), 2, std::vector<float>(5, 1.0f)); });
+    CHECK(has(count2, "sample_weight must hold 4 weights"));
+    CHECK(has(count2, "it holds 5"));
+    const auto negative = error_of<strata::ValueError>(
+        [] { from_arrays(std::vector<float>(12), {3}, std::vector<std::int32_t>(4), std::vector<float>{1, 2, -0.5f, 1}); });
+    CHECK(has(negative, "from_arrays: sample_weight[2] is -0.5; sample weights must be finite and >= 0"));
+    const auto nan = error_of<strata::ValueError>([] {
+        from_arrays(std::vector<float>(12), {3}, std::vector<std::int32_t>(4),
+                    std::vector<float>{1, std::numeric_limits<float>::quiet_NaN(), 1, 1});
+    });
+    CHECK(has(nan, "sample_weight[1] is nan"));
+    const auto inf = error_of<strata::ValueError>([] {
+        from_arrays(std::vector<float>(12), {3}, std::vector<std::int32_t>(4),
+                    std::vector<float>{1, 1, 1, std::numeric_limits<float>::infinity()});
+    });
+    CHECK(has(inf, "sample_weight[3] is inf"));
+}
+
+TEST_CASE("dataset: batch carries weights on the view path, the copy path, and the switch between them") {
+    const auto ds = weighted(10);
+    // Unshuffled examples of the array are batched as views: consecutive batches' weights lie
+    // side by side in the dataset's own array.
+    {
+        auto it = ds.batch(4).iterate(0);
+        const float* first = it->w.data();
+        CHECK(it->w_at(3) == weight_of(3));
+        ++it;
+        CHECK(it->w.data() == first + 4);
+        CHECK(it->w_at(0) == weight_of(4));
+    }
+    CHECK(weighted_indices(ds.batch(4), 0) == iota(10));
+    CHECK(weighted_indices(ds.batch(4, true), 0) == iota(8));
+    // Shuffled examples are copied into the batch buffer (the same buffer for every batch).
+    {
+        const auto sb = ds.shuffle(10, 5).batch(4);
+        auto it = sb.iterate(0);
+        const float* first = it->w.data();
+        ++it;
+        CHECK(it->w.data() == first);
+        CHECK(is_permutation_of_iota(weighted_indices(sb, 0), 10));
+    }
+    // Under repeat the third batch starts as a view (examples 8, 9) and turns into a copy when
+    // example 0 comes round again: its first weights are copied out of the view then.
+    const auto rb = ds.repeat(2).batch(4);
+    CHECK(batch_sizes(rb) == std::vector<std::size_t>{4, 4, 4, 4, 4});
+    std::vector<int> expected = iota(10);
+    const auto again = iota(10);
+    expected.insert(expected.end(), again.begin(), again.end());
+    CHECK(weighted_indices(rb, 0) == expected);
+    // A map before batch makes every example a copy.
+    CHECK(weighted_indices(ds.map([](std::span<float>, std::span<std::int32_t>) {}).batch(3), 0) == iota(10));
+}
+
+TEST_CASE("dataset: every step keeps each example's weight with it (shuffle, map, cache, prefetch, take, repeat)") {
+    const int n = 64;
+    const auto ds = weighted(n, 2);
+    // shuffle holding references to the array's examples, and holding copies (after a map).
+    const auto by_ref = ds.shuffle(n, 3);
+    const auto by_copy = ds.map([](std::span<float>, std::span<std::int32_t>) {}).shuffle(17, 3);
+    for (std::uint64_t e = 0; e < 3; ++e) {
+        const auto a = weighted_indices(by_ref, e), b = weighted_indices(by_copy, e);
+        CHECK(is_permutation_of_iota(a, n));
+        CHECK(is_permutation_of_iota(b, n));
+        CHECK(a != iota(n));
+        CHECK(b != iota(n));
+    }
+    // map edits x and y; the weights are neither shown to it nor changed.
+    const auto edited = ds.batch(8).map([](std::span<float> x, std::span<std::int32_t> y) {
+        for (auto& v : x) v += 0;
+        for (auto& v : y) v += 0;
+    });
+    CHECK(weighted_indices(edited, 0) == iota(n));
+    // cache of examples and of batches; shuffle after cache (references into the cache).
+    std::atomic<int> calls{0};
+    const auto cached = ds.map([&](std::span<float>, std::span<std::int32_t>) { ++calls; }).cache();
+    CHECK(weighted_indices(cached, 0) == iota(n));
+    CHECK(weighted_indices(cached, 1) == iota(n));
+    CHECK(calls == n);
+    CHECK(is_permutation_of_iota(weighted_indices(cached.shuffle(n, 9).batch(5), 2), n));
+    const auto cached_batches = ds.shuffle(n, 4).batch(6).cache();
+    const auto first_pass = weighted_indices(cached_batches, 1);
+    CHECK(first_pass == weighted_indices(ds.shuffle(n, 4).batch(6), 1));
+    CHECK(weighted_indices(cached_batches, 3) == first_pass);   // replayed from the cache
+    // prefetch, take, repeat, and the whole pipeline at once.
+    CHECK(weighted_indices(ds.shuffle(20, 2).batch(7).prefetch(3), 4) == weighted_indices(ds.shuffle(20, 2).batch(7), 4));
+    CHECK(weighted_indices(ds.take(5), 0) == iota(5));
+    CHECK(weighted_indices(ds.batch(10).take(2), 0) == iota(20));
+    const auto all = ds.map([](std::span<float> x, std::span<std::int32_t>) { x[1] += 0; })
+                         .cache()
+                         .shuffle(n, 11)
+                         .prefetch(2)
+                         .batch(8)
+                         .map([](std::span<float>, std::span<std::int32_t>) {})
+                         .shuffle(3, 12)
+                         .prefetch(1)
+                         .take(6)
+                         .repeat(3);
+    const auto seen = weighted_indices(all, 5);
+    CHECK(seen.size() == std::size_t(3 * 6 * 8));
+    for (std::size_t rep = 0; rep < 3; ++rep) {   // each repetition: 48 different examples
+        const std::set<int> distinct(seen.begin() + std::ptrdiff_t(rep * 48), seen.begin() + std::ptrdiff_t(rep * 48 + 48));
+        CHECK(distinct.size() == 48);
+    }
+    // The same pipeline unweighted yields the same examples in the same order: weights change
+    // nothing else.
+    const auto unweighted = numbered(std::size_t(n), 2)
+                                .map([](std::span<float> x, std::span<std::int32_t>) { x[1] += 0; })
+                                .cache()
+                                .shuffle(n, 11)
+                                .prefetch(2)
+                                .batch(8)
+                                .map([](std::span<float>, std::span<std::int32_t>) {})
+                                .shuffle(3, 12)
+                                .prefetch(1)
+                                .take(6)
+                                .repeat(3);
+    CHECK(indices(unweighted, 5) == seen);
+}
+
+TEST_CASE("dataset: no allocation per batch in the steady state with sample weights either") {
+    const auto ds = weighted(3000, 16)
+                        .map([](std::span<float> x, std::span<std::int32_t>) { x[1] += 0; })
+                        .shuffle(200, 1)
+                        .batch(32)
+                        .prefetch(3);
+    auto it = ds.iterate(0);
+    for (int i = 0; i < 10; ++i) ++it;
+    std::vector<long> at_batch;
+    at_batch.reserve(200);
+    double sum = 0;
+    g_allocations = 0;
+    g_count_allocations = true;
+    for (; it != std::default_sentinel; ++it) {
+        sum += it->w[0];
+        at_batch.push_back(g_allocations.load());
+    }
+    g_count_allocations = false;
+    REQUIRE(at_batch.size() > 8);
+    CHECK(sum > 0);
+    CHECK(at_batch[at_batch.size() - 5] == 0);
+}

@@ -167,6 +167,64 @@ TEST_CASE("per-worker input: uneven shards join with zero gradients and equal on
     }
 }
 
+TEST_CASE("sample weights: global and per-worker input weigh as one device does on the same batches") {
+    auto weights = [](std::size_t count, std::size_t offset) {
+        std::vector<float> w(count);
+        for (std::size_t i = 0; i < count; ++i) w[i] = 0.25f * float((i + offset) % 5);   // zeros included
+        return w;
+    };
+    const strata::optim::Optimizer opt = strata::optim::Adam{.learning_rate = 0.02};
+    {   // Every process reads the same weighted global batches (9 does not divide by the replicas).
+        auto f = features(37, 9);
+        auto y = labels_of(f, 37);
+        const auto ds = strata::data::Dataset<>::from_arrays(f, {6, 6, 2}, y, weights(37, 0)).batch(9);
+        dist::OneDevice<> one;
+        strata::Model<Cnn, dist::OneDevice<>, double> ref(one, 11);
+        ref.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+        const auto hr = ref.fit(ds, {.epochs = 2, .verbose = 0});
+        dist::MultiWorkerMirrored<> mw(2);
+        strata::Model<Cnn, dist::MultiWorkerMirrored<>, double> model(mw, 11);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+        const auto h = model.fit(ds, {.epochs = 2, .verbose = 0});
+        CHECK(max_relative_difference(model.get_weights(), ref.get_weights()) <= 1e-12);
+        CHECK(max_relative_difference(h["loss"], hr["loss"]) <= 1e-12);
+        const auto e = model.evaluate(ds), er = ref.evaluate(ds);
+        CHECK(std::abs(e.loss - er.loss) <= 1e-12 * std::abs(er.loss));
+        CHECK(e.accuracy == er.accuracy);
+        // Unweighted, the same data train otherwise: the equality saw the weights.
+        strata::Model<Cnn, dist::OneDevice<>, double> plain(one, 11);
+        plain.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+        plain.fit(strata::data::Dataset<>::from_arrays(f, {6, 6, 2}, y).batch(9), {.epochs = 2, .verbose = 0});
+        CHECK(max_relative_difference(plain.get_weights(), ref.get_weights()) > 1e-6);
+    }
+    {   // Per-worker input: worker w's 8 examples weigh from offset w; step k is the k-th batches
+        // of every worker, concatenated in worker order, weights with them.
+        const int n = world_size(), me = world_rank();
+        std::vector<float> joined, joined_w;
+        std::vector<std::vector<float>> x(static_cast<std::size_t>(n));
+        for (int w = 0; w < n; ++w) x[std::size_t(w)] = features(8, 200 + std::uint64_t(w));
+        for (std::size_t b = 0; b < 2; ++b)
+            for (int w = 0; w < n; ++w) {
+                joined.insert(joined.end(), x[std::size_t(w)].begin() + std::ptrdiff_t(b * 4 * 72),
+                              x[std::size_t(w)].begin() + std::ptrdiff_t((b + 1) * 4 * 72));
+                const auto ww = weights(8, std::size_t(w));
+                joined_w.insert(joined_w.end(), ww.begin() + std::ptrdiff_t(b * 4), ww.begin() + std::ptrdiff_t(b * 4 + 4));
+            }
+        const std::size_t total = joined.size() / 72;
+        auto ref_ds = strata::data::Dataset<>::from_arrays(joined, {6, 6, 2}, labels_of(joined, total), joined_w).batch(4 * std::size_t(n));
+        auto mine = strata::data::Dataset<>::from_arrays(x[std::size_t(me)], {6, 6, 2}, labels_of(x[std::size_t(me)], 8),
+                                                         weights(8, std::size_t(me))).batch(4);
+        dist::OneDevice<> one;
+        const auto reference = train<double>(one, opt, ref_ds);
+        dist::MultiWorkerMirrored<> mw(2, {}, {.input = dist::WorkerInput::PerWorker});
+        strata::Model<Cnn, dist::MultiWorkerMirrored<>, double> model(mw, 11);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+        model.fit(mine, {.epochs = 2, .verbose = 0});
+        CHECK(max_relative_difference(model.get_weights(), reference) <= 1e-12);
+        CHECK(same_on_every_rank(model.get_weights()));
+    }
+}
+
 TEST_CASE("save writes once (the chief) and every rank loads it") {
     strata_test::TempDir dir("strata_mw");
     // The same path on every rank: rank 0's directory name.

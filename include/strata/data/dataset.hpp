@@ -17,9 +17,10 @@
 /// \endcode
 ///
 /// Elements. Before `batch`, an element is one example: `example_size()` floats of x (shape
-/// `example_shape()`) and `y_per_example()` labels of type Y. After `batch(n)`, an element is up
-/// to n examples, stored contiguously. Steps after `batch` (shuffle, map, take, ...) act on whole
-/// batches, as in tf.data.
+/// `example_shape()`), `y_per_example()` labels of type Y and, when the dataset carries sample
+/// weights (`has_sample_weight()`), one float weight. After `batch(n)`, an element is up to n
+/// examples, stored contiguously. Steps after `batch` (shuffle, map, take, ...) act on whole
+/// batches, as in tf.data. Every step moves an example's weight with its x and y.
 ///
 /// Passes and determinism. Every pass over a dataset has a 64-bit epoch number: `iterate(e)` uses
 /// `e`; `begin()` (a range-for) uses 0, 1, 2, ... for the successive passes of this object. A
@@ -40,6 +41,7 @@
 /// even mid-epoch.
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <condition_variable>
 #include <cstddef>
@@ -76,16 +78,20 @@ concept DatasetLabel = std::is_arithmetic_v<Y> && !std::same_as<Y, bool>;
 template <DatasetLabel Y>
 class Dataset;
 
-/// One element of an iteration: `size()` examples with their inputs and labels, contiguous.
+/// One element of an iteration: `size()` examples with their inputs, labels and (when the
+/// dataset has them) sample weights, contiguous.
 ///
 /// `x` holds `size() * example_size()` floats (example i at `x[i * example_size()]`, each example
-/// row-major with shape `example_shape()`); `y` holds `size() * y_per_example()` labels.
+/// row-major with shape `example_shape()`); `y` holds `size() * y_per_example()` labels; `w`
+/// holds `size()` weights (Keras's sample_weight; example i's is `w[i]`), or nothing when the
+/// dataset is unweighted.
 /// The spans point into the pipeline's buffers: they stay valid until the iterator that produced
 /// them advances or is destroyed. Copy the data to keep it longer.
 template <DatasetLabel Y = std::int32_t>
 struct Batch {
     std::span<const float> x;  ///< inputs, example-major
     std::span<const Y> y;      ///< labels, example-major
+    std::span<const float> w;  ///< sample weights, one per example; empty when the dataset has none
 
     /// Number of examples (the batch size; smaller for a last partial batch; 1 before batch()).
     std::size_t size() const noexcept { return count_; }
@@ -99,6 +105,11 @@ struct Batch {
     std::span<const float> x_at(std::size_t i) const noexcept { return x.subspan(i * example_size(), example_size()); }
     /// The labels of example `i` < size().
     std::span<const Y> y_at(std::size_t i) const noexcept { return y.subspan(i * y_per_example(), y_per_example()); }
+    /// Whether the examples carry sample weights (`w` is not empty).
+    bool has_sample_weight() const noexcept { return !w.empty(); }
+    /// The weight of example `i` < size(): `w[i]`, or 1 when the dataset is unweighted (an
+    /// example without a weight counts fully, as in Keras).
+    float w_at(std::size_t i) const noexcept { return w.empty() ? 1.0f : w[i]; }
 
 private:
     friend class Dataset<Y>;  // its Iterator fills these in
@@ -111,10 +122,14 @@ namespace detail::ds {
 // A reference to one element a stage produced. `stable`: the memory stays valid as long as the
 // stage tree exists (it is the dataset's own array or a finished cache), so a shuffle buffer may
 // hold the reference instead of a copy. Otherwise it is valid until the stage's next call.
+// `w`: the examples' weights, `count * wp` floats where wp (weights per example) is 1 for a
+// weighted dataset and 0 otherwise; stages copy `count * wp` of them as they copy x and y, so
+// an unweighted pipeline copies (and allocates) nothing for them.
 template <class Y>
 struct ElementRef {
     const float* x = nullptr;
     const Y* y = nullptr;
+    const float* w = nullptr;
     std::size_t count = 0;
     bool stable = false;
 };
@@ -161,7 +176,8 @@ template <class Y>
 struct Arrays {
     std::vector<float> x;
     std::vector<Y> y;
-    std::size_t count, es, yp;
+    std::vector<float> w;  // empty, or one weight per example
+    std::size_t count, es, yp, wp;
 };
 
 template <class Y>
@@ -171,7 +187,7 @@ public:
     void start(std::uint64_t) override { i_ = 0; }
     bool next(ElementRef<Y>& out) override {
         if (i_ >= a_->count) return false;
-        out = {a_->x.data() + i_ * a_->es, a_->y.data() + i_ * a_->yp, 1, true};
+        out = {a_->x.data() + i_ * a_->es, a_->y.data() + i_ * a_->yp, a_->w.data() + i_ * a_->wp, 1, true};
         ++i_;
         return true;
     }
@@ -197,8 +213,9 @@ private:
 template <class Y>
 class ShuffleStage final : public Stage<Y> {
 public:
-    ShuffleStage(std::unique_ptr<Stage<Y>> up, std::size_t size, std::uint64_t seed, std::size_t es, std::size_t yp)
-        : up_(std::move(up)), size_(size), seed_(seed), es_(es), yp_(yp) {}
+    ShuffleStage(std::unique_ptr<Stage<Y>> up, std::size_t size, std::uint64_t seed, std::size_t es, std::size_t yp,
+                 std::size_t wp)
+        : up_(std::move(up)), size_(size), seed_(seed), es_(es), yp_(yp), wp_(wp) {}
 
     void start(std::uint64_t key) override {
         rng_ = random::Generator(seed_, key);
@@ -233,13 +250,14 @@ private:
         ElementRef<Y> ref;
         std::vector<float> xs;  // a copy, for elements that are not stable
         std::vector<Y> ys;
+        std::vector<float> ws;
     };
     static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
 
     std::unique_ptr<Stage<Y>> up_;
     std::size_t size_;
     std::uint64_t seed_;
-    std::size_t es_, yp_;
+    std::size_t es_, yp_, wp_;
     random::Generator rng_;
     std::vector<Slot> slots_;  // slots beyond live_ are spares, kept for their capacity
     std::size_t live_ = 0;
@@ -262,7 +280,8 @@ private:
         } else {
             s.xs.assign(e.x, e.x + e.count * es_);
             s.ys.assign(e.y, e.y + e.count * yp_);
-            s.ref = {s.xs.data(), s.ys.data(), e.count, false};
+            s.ws.assign(e.w, e.w + e.count * wp_);
+            s.ref = {s.xs.data(), s.ys.data(), s.ws.data(), e.count, false};
         }
         return true;
     }
@@ -271,17 +290,17 @@ private:
 template <class Y>
 class ShuffleNode final : public Node<Y> {
 public:
-    ShuffleNode(NodePtr<Y> up, std::size_t size, std::uint64_t seed, std::size_t es, std::size_t yp)
-        : up_(std::move(up)), size_(size), seed_(seed), es_(es), yp_(yp) {}
+    ShuffleNode(NodePtr<Y> up, std::size_t size, std::uint64_t seed, std::size_t es, std::size_t yp, std::size_t wp)
+        : up_(std::move(up)), size_(size), seed_(seed), es_(es), yp_(yp), wp_(wp) {}
     std::unique_ptr<Stage<Y>> make_stage() const override {
-        return std::make_unique<ShuffleStage<Y>>(up_->make_stage(), size_, seed_, es_, yp_);
+        return std::make_unique<ShuffleStage<Y>>(up_->make_stage(), size_, seed_, es_, yp_, wp_);
     }
 
 private:
     NodePtr<Y> up_;
     std::size_t size_;
     std::uint64_t seed_;
-    std::size_t es_, yp_;
+    std::size_t es_, yp_, wp_;
 };
 
 // ---- batch ----
@@ -289,8 +308,8 @@ private:
 template <class Y>
 class BatchStage final : public Stage<Y> {
 public:
-    BatchStage(std::unique_ptr<Stage<Y>> up, std::size_t n, bool drop, std::size_t es, std::size_t yp)
-        : up_(std::move(up)), n_(n), drop_(drop), es_(es), yp_(yp), xs_(n * es), ys_(n * yp) {}
+    BatchStage(std::unique_ptr<Stage<Y>> up, std::size_t n, bool drop, std::size_t es, std::size_t yp, std::size_t wp)
+        : up_(std::move(up)), n_(n), drop_(drop), es_(es), yp_(yp), wp_(wp), xs_(n * es), ys_(n * yp), ws_(n * wp) {}
 
     void start(std::uint64_t key) override { up_->start(key); }
 
@@ -300,29 +319,34 @@ public:
         bool view = true;
         const float* vx = nullptr;
         const Y* vy = nullptr;
+        const float* vw = nullptr;
         std::size_t k = 0;
         while (k < n_) {
             ElementRef<Y> e;
             if (!up_->next(e)) break;
             if (view) {
-                if (e.stable && (k == 0 || (e.x == vx + k * es_ && e.y == vy + k * yp_))) {
+                // Weights must be adjacent too (with wp_ == 0 both sides are the same null).
+                if (e.stable && (k == 0 || (e.x == vx + k * es_ && e.y == vy + k * yp_ && e.w == vw + k * wp_))) {
                     if (k == 0) {
                         vx = e.x;
                         vy = e.y;
+                        vw = e.w;
                     }
                     ++k;
                     continue;
                 }
                 copy_n(xs_.data(), vx, k * es_);
                 copy_n(ys_.data(), vy, k * yp_);
+                copy_n(ws_.data(), vw, k * wp_);
                 view = false;
             }
             copy_n(xs_.data() + k * es_, e.x, es_);
             copy_n(ys_.data() + k * yp_, e.y, yp_);
+            copy_n(ws_.data() + k * wp_, e.w, wp_);
             ++k;
         }
         if (k == 0 || (k < n_ && drop_)) return false;
-        out = view ? ElementRef<Y>{vx, vy, k, true} : ElementRef<Y>{xs_.data(), ys_.data(), k, false};
+        out = view ? ElementRef<Y>{vx, vy, vw, k, true} : ElementRef<Y>{xs_.data(), ys_.data(), ws_.data(), k, false};
         return true;
     }
 
@@ -330,25 +354,26 @@ private:
     std::unique_ptr<Stage<Y>> up_;
     std::size_t n_;
     bool drop_;
-    std::size_t es_, yp_;
+    std::size_t es_, yp_, wp_;
     std::vector<float> xs_;
     std::vector<Y> ys_;
+    std::vector<float> ws_;
 };
 
 template <class Y>
 class BatchNode final : public Node<Y> {
 public:
-    BatchNode(NodePtr<Y> up, std::size_t n, bool drop, std::size_t es, std::size_t yp)
-        : up_(std::move(up)), n_(n), drop_(drop), es_(es), yp_(yp) {}
+    BatchNode(NodePtr<Y> up, std::size_t n, bool drop, std::size_t es, std::size_t yp, std::size_t wp)
+        : up_(std::move(up)), n_(n), drop_(drop), es_(es), yp_(yp), wp_(wp) {}
     std::unique_ptr<Stage<Y>> make_stage() const override {
-        return std::make_unique<BatchStage<Y>>(up_->make_stage(), n_, drop_, es_, yp_);
+        return std::make_unique<BatchStage<Y>>(up_->make_stage(), n_, drop_, es_, yp_, wp_);
     }
 
 private:
     NodePtr<Y> up_;
     std::size_t n_;
     bool drop_;
-    std::size_t es_, yp_;
+    std::size_t es_, yp_, wp_;
 };
 
 // ---- repeat ----
@@ -421,7 +446,9 @@ public:
         xs_.assign(e.x, e.x + e.count * es_);
         ys_.assign(e.y, e.y + e.count * yp_);
         (*fn_)(std::span<float>(xs_), std::span<Y>(ys_));
-        out = {xs_.data(), ys_.data(), e.count, false};
+        // The function does not see the weights: they pass through uncopied (the upstream
+        // element stays valid until this stage's next call, as this element must).
+        out = {xs_.data(), ys_.data(), e.w, e.count, false};
         return true;
     }
 
@@ -454,6 +481,7 @@ template <class Y>
 struct CacheData {
     std::vector<float> xs;
     std::vector<Y> ys;
+    std::vector<float> ws;            // empty when the dataset is unweighted
     std::vector<std::size_t> counts;  // examples per element
     std::vector<std::size_t> starts;  // first example of each element
 };
@@ -469,8 +497,8 @@ template <class Y>
 class CacheStage final : public Stage<Y> {
 public:
     CacheStage(std::unique_ptr<Stage<Y>> up, std::shared_ptr<CacheShared<Y>> shared, std::size_t es, std::size_t yp,
-               std::size_t reserve_examples)
-        : up_(std::move(up)), shared_(std::move(shared)), es_(es), yp_(yp), reserve_(reserve_examples) {}
+               std::size_t wp, std::size_t reserve_examples)
+        : up_(std::move(up)), shared_(std::move(shared)), es_(es), yp_(yp), wp_(wp), reserve_(reserve_examples) {}
 
     void start(std::uint64_t key) override {
         {
@@ -483,6 +511,7 @@ public:
         building_ = std::make_shared<CacheData<Y>>();
         building_->xs.reserve(reserve_ * es_);
         building_->ys.reserve(reserve_ * yp_);
+        building_->ws.reserve(reserve_ * wp_);
         examples_ = 0;
         up_->start(key);
     }
@@ -491,7 +520,7 @@ public:
         if (data_) {
             if (i_ >= data_->counts.size()) return false;
             const std::size_t s = data_->starts[i_];
-            out = {data_->xs.data() + s * es_, data_->ys.data() + s * yp_, data_->counts[i_], true};
+            out = {data_->xs.data() + s * es_, data_->ys.data() + s * yp_, data_->ws.data() + s * wp_, data_->counts[i_], true};
             ++i_;
             return true;
         }
@@ -505,6 +534,7 @@ public:
         auto& b = *building_;
         b.xs.insert(b.xs.end(), out.x, out.x + out.count * es_);
         b.ys.insert(b.ys.end(), out.y, out.y + out.count * yp_);
+        b.ws.insert(b.ws.end(), out.w, out.w + out.count * wp_);
         b.counts.push_back(out.count);
         b.starts.push_back(examples_);
         examples_ += out.count;
@@ -514,7 +544,7 @@ public:
 private:
     std::unique_ptr<Stage<Y>> up_;
     std::shared_ptr<CacheShared<Y>> shared_;
-    std::size_t es_, yp_, reserve_;
+    std::size_t es_, yp_, wp_, reserve_;
     std::shared_ptr<const CacheData<Y>> data_;
     std::shared_ptr<CacheData<Y>> building_;
     std::size_t i_ = 0, examples_ = 0;
@@ -523,16 +553,17 @@ private:
 template <class Y>
 class CacheNode final : public Node<Y> {
 public:
-    CacheNode(NodePtr<Y> up, std::size_t es, std::size_t yp, std::size_t reserve_examples)
-        : up_(std::move(up)), shared_(std::make_shared<CacheShared<Y>>()), es_(es), yp_(yp), reserve_(reserve_examples) {}
+    CacheNode(NodePtr<Y> up, std::size_t es, std::size_t yp, std::size_t wp, std::size_t reserve_examples)
+        : up_(std::move(up)), shared_(std::make_shared<CacheShared<Y>>()), es_(es), yp_(yp), wp_(wp),
+          reserve_(reserve_examples) {}
     std::unique_ptr<Stage<Y>> make_stage() const override {
-        return std::make_unique<CacheStage<Y>>(up_->make_stage(), shared_, es_, yp_, reserve_);
+        return std::make_unique<CacheStage<Y>>(up_->make_stage(), shared_, es_, yp_, wp_, reserve_);
     }
 
 private:
     NodePtr<Y> up_;
     std::shared_ptr<CacheShared<Y>> shared_;
-    std::size_t es_, yp_, reserve_;
+    std::size_t es_, yp_, wp_, reserve_;
 };
 
 // ---- take ----
@@ -574,8 +605,8 @@ private:
 template <class Y>
 class PrefetchStage final : public Stage<Y> {
 public:
-    PrefetchStage(std::unique_ptr<Stage<Y>> up, std::size_t k, std::size_t es, std::size_t yp)
-        : up_(std::move(up)), es_(es), yp_(yp), slots_(k + 1), ring_(k + 1) {
+    PrefetchStage(std::unique_ptr<Stage<Y>> up, std::size_t k, std::size_t es, std::size_t yp, std::size_t wp)
+        : up_(std::move(up)), es_(es), yp_(yp), wp_(wp), slots_(k + 1), ring_(k + 1) {
         free_.reserve(k + 1);
     }
 
@@ -605,7 +636,7 @@ public:
             head_ = (head_ + 1) % ring_.size();
             --ready_;
             const Slot& s = slots_[held_];
-            out = {s.xs.data(), s.ys.data(), s.count, false};
+            out = {s.xs.data(), s.ys.data(), s.ws.data(), s.count, false};
             return true;
         }
         if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
@@ -616,12 +647,13 @@ private:
     struct Slot {
         std::vector<float> xs;
         std::vector<Y> ys;
+        std::vector<float> ws;
         std::size_t count = 0;
     };
     static constexpr std::size_t none = std::numeric_limits<std::size_t>::max();
 
     std::unique_ptr<Stage<Y>> up_;  // touched only by the producer thread while it runs
-    std::size_t es_, yp_;
+    std::size_t es_, yp_, wp_;
     std::vector<Slot> slots_;
     std::vector<std::size_t> ring_;  // FIFO of filled slots: ready_ entries from head_
     std::vector<std::size_t> free_;
@@ -657,6 +689,7 @@ private:
                 Slot& slot = slots_[s];
                 slot.xs.assign(e.x, e.x + e.count * es_);
                 slot.ys.assign(e.y, e.y + e.count * yp_);
+                slot.ws.assign(e.w, e.w + e.count * wp_);
                 slot.count = e.count;
                 {
                     std::lock_guard<std::mutex> lock(m_);
@@ -687,15 +720,15 @@ private:
 template <class Y>
 class PrefetchNode final : public Node<Y> {
 public:
-    PrefetchNode(NodePtr<Y> up, std::size_t k, std::size_t es, std::size_t yp)
-        : up_(std::move(up)), k_(k), es_(es), yp_(yp) {}
+    PrefetchNode(NodePtr<Y> up, std::size_t k, std::size_t es, std::size_t yp, std::size_t wp)
+        : up_(std::move(up)), k_(k), es_(es), yp_(yp), wp_(wp) {}
     std::unique_ptr<Stage<Y>> make_stage() const override {
-        return std::make_unique<PrefetchStage<Y>>(up_->make_stage(), k_, es_, yp_);
+        return std::make_unique<PrefetchStage<Y>>(up_->make_stage(), k_, es_, yp_, wp_);
     }
 
 private:
     NodePtr<Y> up_;
-    std::size_t k_, es_, yp_;
+    std::size_t k_, es_, yp_, wp_;
 };
 
 inline std::string shape_text(const std::vector<std::size_t>& s) {
@@ -727,18 +760,26 @@ public:
 
     class Iterator;
 
-    /// A dataset of the examples in `x` with labels in `y`.
+    /// A dataset of the examples in `x` with labels in `y` and, optionally, one weight per
+    /// example in `sample_weight` (Keras's sample_weight, tf.data's `(x, y, sample_weight)`
+    /// elements): Model::fit multiplies each example's loss and gradient by its weight, and
+    /// evaluate its loss. Empty `sample_weight` (the default): an unweighted dataset.
     ///
     /// Requires: `example_shape` has a non-zero product E (ShapeError otherwise); `x.size()` is a
     ///   multiple of E; `y_per_example` >= 1 (ValueError); `y.size()` == (x.size() / E) ×
-    ///   y_per_example (ShapeError naming both counts).
-    /// Ensures: cardinality() == x.size() / E; the arrays are moved in, never copied again.
+    ///   y_per_example (ShapeError naming both counts); `sample_weight` empty or holding
+    ///   x.size() / E weights (ShapeError naming both counts), each finite and >= 0 (ValueError
+    ///   naming the index and the value).
+    /// Ensures: cardinality() == x.size() / E; has_sample_weight() == !sample_weight.empty();
+    ///   the arrays are moved in, never copied again.
     ///
     /// \code
     ///   auto ds = strata::data::Dataset<>::from_arrays(std::move(pixels), {28, 28, 1}, std::move(labels));
+    ///   auto weighted = strata::data::Dataset<>::from_arrays(std::move(pixels), {28, 28, 1}, std::move(labels),
+    ///                                                        std::move(weights));   // one float per example
     /// \endcode
     static Dataset from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
-                               std::size_t y_per_example = 1) {
+                               std::size_t y_per_example = 1, std::vector<float> sample_weight = {}) {
         using detail::ds::shape_text;
         std::size_t es = 1;
         for (auto d : example_shape) es *= d;
@@ -752,15 +793,36 @@ public:
         STRATA_CHECK(y.size() == n * y_per_example, ShapeError, "from_arrays: x holds ", n, " examples of shape ",
                      shape_text(example_shape), ", so y must hold ", n * y_per_example, " labels (", y_per_example,
                      " per example), but it holds ", y.size());
+        const std::size_t wp = sample_weight.empty() ? 0 : 1;
+        STRATA_CHECK(sample_weight.empty() || sample_weight.size() == n, ShapeError, "from_arrays: x holds ", n,
+                     " examples of shape ", shape_text(example_shape), ", so sample_weight must hold ", n,
+                     " weights (one per example) or none, but it holds ", sample_weight.size());
+        for (std::size_t i = 0; i < sample_weight.size(); ++i) {
+            const float v = sample_weight[i];
+            // Keras accepts any weight; a negative one would reward the loss it should penalise,
+            // and a NaN or infinity would poison every gradient it touches: refused here, where
+            // the index can still be named.
+            if (!(std::isfinite(v) && v >= 0.0f))
+                throw_error<ValueError>("from_arrays: sample_weight[", i, "] is ", v,
+                                        "; sample weights must be finite and >= 0");
+        }
         auto arrays = std::make_shared<const detail::ds::Arrays<Y>>(
-            detail::ds::Arrays<Y>{std::move(x), std::move(y), n, es, y_per_example});
+            detail::ds::Arrays<Y>{std::move(x), std::move(y), std::move(sample_weight), n, es, y_per_example, wp});
         Dataset d;
         d.node_ = std::make_shared<detail::ds::SourceNode<Y>>(std::move(arrays));
         d.shape_ = std::make_shared<const std::vector<std::size_t>>(std::move(example_shape));
         d.es_ = es;
         d.yp_ = y_per_example;
+        d.wp_ = wp;
         d.cardinality_ = static_cast<std::int64_t>(n);
         return d;
+    }
+
+    /// from_arrays with one label per example and a weight for each:
+    /// `from_arrays(x, shape, y, sample_weight)` is `from_arrays(x, shape, y, 1, sample_weight)`.
+    static Dataset from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
+                               std::vector<float> sample_weight) {
+        return from_arrays(std::move(x), std::move(example_shape), std::move(y), 1, std::move(sample_weight));
     }
 
     /// Shuffles elements with a buffer of `buffer_size` (tf.data's algorithm: fill the buffer,
@@ -772,7 +834,7 @@ public:
     /// (from from_arrays or cache) and copies of anything else.
     Dataset shuffle(std::size_t buffer_size, std::uint64_t seed) const {
         STRATA_CHECK(buffer_size >= 1, ValueError, "shuffle: buffer_size must be >= 1, got 0");
-        return with(std::make_shared<detail::ds::ShuffleNode<Y>>(node_, buffer_size, seed, es_, yp_), cardinality_);
+        return with(std::make_shared<detail::ds::ShuffleNode<Y>>(node_, buffer_size, seed, es_, yp_, wp_), cardinality_);
     }
 
     /// Groups `n` consecutive examples into one element; the last batch holds the remainder
@@ -788,7 +850,7 @@ public:
             const auto b = static_cast<std::int64_t>(n);
             c = drop_remainder ? c / b : c / b + (c % b != 0);
         }
-        Dataset d = with(std::make_shared<detail::ds::BatchNode<Y>>(node_, n, drop_remainder, es_, yp_), c);
+        Dataset d = with(std::make_shared<detail::ds::BatchNode<Y>>(node_, n, drop_remainder, es_, yp_, wp_), c);
         d.batch_ = n;
         return d;
     }
@@ -813,6 +875,7 @@ public:
 
     /// Applies `fn(x, y)` to a copy of every element, which it may edit in place: before batch()
     /// the spans hold one example, after it a whole batch (`x.size() / example_size()` examples).
+    /// Sample weights are not passed to `fn`: they stay with their examples, unchanged.
     /// `fn` runs once per element per pass (see cache()); exceptions it throws reach the
     /// iterating code. It must be thread-safe if several iterators (or prefetch) run it at once.
     ///
@@ -837,7 +900,7 @@ public:
         const std::size_t per = batch_ ? batch_ : 1;
         if (cardinality_ >= 0 && static_cast<std::uint64_t>(cardinality_) <= (std::uint64_t(1) << 28) / (per * es_))
             reserve = static_cast<std::size_t>(cardinality_) * per;
-        return with(std::make_shared<detail::ds::CacheNode<Y>>(node_, es_, yp_, reserve), cardinality_);
+        return with(std::make_shared<detail::ds::CacheNode<Y>>(node_, es_, yp_, wp_, reserve), cardinality_);
     }
 
     /// Runs the steps before it on a background thread that keeps up to `k` elements ready, so
@@ -845,7 +908,7 @@ public:
     /// Requires: k >= 1 (ValueError).
     Dataset prefetch(std::size_t k = 1) const {
         STRATA_CHECK(k >= 1, ValueError, "prefetch: the buffer size must be >= 1, got 0");
-        return with(std::make_shared<detail::ds::PrefetchNode<Y>>(node_, k, es_, yp_), cardinality_);
+        return with(std::make_shared<detail::ds::PrefetchNode<Y>>(node_, k, es_, yp_, wp_), cardinality_);
     }
 
     /// The first `n` elements (all of them when n is -1).
@@ -871,6 +934,9 @@ public:
     std::size_t y_per_example() const noexcept { return yp_; }
     /// The batch size given to batch(), or 0 when the dataset is not batched.
     std::size_t batch_size() const noexcept { return batch_; }
+    /// Whether every example carries a sample weight (from_arrays was given them); every step
+    /// keeps this, and each Batch's `w` then holds its examples' weights.
+    bool has_sample_weight() const noexcept { return wp_ != 0; }
 
     /// Starts pass number `epoch`: an iterator at its first element (or at its end).
     /// The same epoch always gives the same elements in the same order.
@@ -886,7 +952,7 @@ public:
 private:
     detail::ds::NodePtr<Y> node_;
     std::shared_ptr<const std::vector<std::size_t>> shape_;
-    std::size_t es_ = 0, yp_ = 0, batch_ = 0;
+    std::size_t es_ = 0, yp_ = 0, wp_ = 0, batch_ = 0;  // wp_: weights per example, 1 or 0
     std::int64_t cardinality_ = 0;
     mutable std::uint64_t next_epoch_ = 0;
 
@@ -937,13 +1003,13 @@ private:
 
     std::shared_ptr<const std::vector<std::size_t>> shape_;
     std::unique_ptr<detail::ds::Stage<Y>> stage_;
-    std::size_t es_ = 0, yp_ = 0;
+    std::size_t es_ = 0, yp_ = 0, wp_ = 0;
     std::uint64_t epoch_ = 0;
     Batch<Y> batch_{};
     bool done_ = true;
 
     Iterator(const Dataset& d, std::uint64_t epoch)
-        : shape_(d.shape_), stage_(d.node_->make_stage()), es_(d.es_), yp_(d.yp_), epoch_(epoch) {
+        : shape_(d.shape_), stage_(d.node_->make_stage()), es_(d.es_), yp_(d.yp_), wp_(d.wp_), epoch_(epoch) {
         batch_.shape_ = std::span<const std::size_t>(*shape_);
         stage_->start(epoch);
         done_ = false;
@@ -964,21 +1030,33 @@ private:
             done_ = true;
             batch_.x = {};
             batch_.y = {};
+            batch_.w = {};
             batch_.count_ = 0;
             return;
         }
         batch_.x = std::span<const float>(e.x, e.count * es_);
         batch_.y = std::span<const Y>(e.y, e.count * yp_);
+        batch_.w = std::span<const float>(e.w, e.count * wp_);
         batch_.count_ = e.count;
     }
 };
 
 /// Dataset<Y>::from_arrays with Y deduced from the label vector:
 /// `auto ds = strata::data::from_arrays(std::move(x), {28, 28, 1}, std::move(labels));`
+/// `sample_weight`, when not empty, gives each example its weight (see Dataset::from_arrays).
 template <DatasetLabel Y>
 Dataset<Y> from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
-                       std::size_t y_per_example = 1) {
-    return Dataset<Y>::from_arrays(std::move(x), std::move(example_shape), std::move(y), y_per_example);
+                       std::size_t y_per_example = 1, std::vector<float> sample_weight = {}) {
+    return Dataset<Y>::from_arrays(std::move(x), std::move(example_shape), std::move(y), y_per_example,
+                                   std::move(sample_weight));
+}
+
+/// from_arrays with one label per example, each example weighted:
+/// `auto ds = strata::data::from_arrays(std::move(x), {4}, std::move(labels), std::move(weights));`
+template <DatasetLabel Y>
+Dataset<Y> from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
+                       std::vector<float> sample_weight) {
+    return Dataset<Y>::from_arrays(std::move(x), std::move(example_shape), std::move(y), 1, std::move(sample_weight));
 }
 
 }  // namespace strata::data

@@ -22,6 +22,7 @@ template <class Y>
 struct ReplicaBatch {
     std::span<const float> x;
     std::span<const Y> y;
+    std::span<const float> w;      ///< sample weights, one per example (size); empty: unweighted
     std::int64_t size = 0;         ///< examples for this replica (may be 0)
     std::int64_t global_size = 0;  ///< examples in the whole global batch
     std::int64_t first = 0;        ///< index of this replica's first example in the global batch
@@ -43,6 +44,8 @@ ReplicaBatch<Y> split_batch(const data::Batch<Y>& batch, int replicas, int r) {
     b.y_per_example = yp > 0 ? yp : 1;
     b.x = batch.x.subspan(std::size_t(sl.first * es), std::size_t(sl.count * es));
     b.y = batch.y.subspan(std::size_t(sl.first * b.y_per_example), std::size_t(sl.count * b.y_per_example));
+    // The weights are split with their examples; an unweighted batch gives every replica none.
+    if (!batch.w.empty()) b.w = batch.w.subspan(std::size_t(sl.first), std::size_t(sl.count));
     return b;
 }
 

@@ -12,9 +12,10 @@
 /// \endcode
 ///
 /// The training step, for every replica r of the strategy (in parallel, on r's thread):
-///   forward on r's slice of the global batch → loss and its gradient (scaled by 1 / the
-///   global batch size) → backward → gradient aggregation (none, all-reduce, or reduction to
-///   the central copy) → optimizer update.
+///   forward on r's slice of the global batch → loss and its gradient (each example's weighed
+///   by its sample weight and class weight, if any; scaled by 1 / the global batch size) →
+///   backward → gradient aggregation (none, all-reduce, or reduction to the central copy) →
+///   optimizer update.
 /// It is one inlined call chain over the layers; once the buffers have grown to the batch
 /// size it allocates nothing.
 
@@ -76,7 +77,18 @@ struct FitOptions {
     /// example; the argmax of the target row otherwise); classes not listed weigh 1. The loss
     /// fit reports is then the weighted sum over the examples divided by their number, as
     /// Keras computes it. Validation figures and metrics are not weighted (Keras's `metrics`).
+    /// With sample weights too, an example weighs its sample weight × its class weight (Keras).
     std::map<std::int64_t, double> class_weight{};
+    /// Array overload of fit only (Keras's sample_weight): one weight per example of x, finite
+    /// and >= 0; empty = unweighted. Each example's loss and gradient is multiplied by its
+    /// weight (and by its class weight, if any); the reported loss is the weighted sum divided
+    /// by the number of examples (Keras's sum_over_batch_size), so a zero weight removes an
+    /// example from the numerator only. Accuracy and the other metrics are not weighted.
+    /// The weights are shuffled with their examples, and validation_split holds out the last
+    /// fraction of them with theirs, so val_loss is weighted too (as Keras slices every array).
+    /// With a Dataset it is a ValueError (as in Keras): build the dataset with its weights,
+    /// `data::from_arrays(x, shape, y, sample_weight)`.
+    std::vector<float> sample_weight{};
 };
 
 /// Loss and metrics of evaluate().
@@ -225,8 +237,9 @@ public:
     }
 
     /// In a replica (inside strategy.run): forward on the replica's share of the global batch,
-    /// the loss scaled by 1 / the global batch size, backward into the replica's gradients.
-    /// Returns the sum of the per-example losses of this replica's examples.
+    /// the loss scaled by 1 / the global batch size (each example's multiplied by its weight
+    /// in `b.w` when the share has weights), backward into the replica's gradients.
+    /// Returns the sum of the per-example (weighted) losses of this replica's examples.
     template <class Y>
     double compute_gradients(distribute::ReplicaContext& ctx, const distribute::ReplicaBatch<Y>& b)
         requires lockstep
@@ -262,7 +275,9 @@ public:
 
     /// Trains on `train` for `options.epochs` epochs (Keras's fit) and returns the History.
     /// Under ParameterServer each batch of `train` is one worker's mini-batch and
-    /// steps_per_epoch counts updates.
+    /// steps_per_epoch counts updates. When `train` carries sample weights
+    /// (data::Dataset::has_sample_weight), each example's loss and gradient is multiplied by
+    /// its weight (see FitOptions::sample_weight); so is val_loss when validation_data does.
     template <class Y>
     train::History fit(const data::Dataset<Y>& train, const FitOptions<Y>& options = {}) {
         require_compiled("fit");
@@ -270,6 +285,9 @@ public:
         STRATA_CHECK(options.validation_split == 0.0, ValueError, "fit: validation_split (", options.validation_split,
                      ") needs arrays, which can be split before shuffling; a Dataset cannot: pass validation_data "
                      "(a held-out dataset) instead");
+        STRATA_CHECK(options.sample_weight.empty(), ValueError, "fit: options.sample_weight (", options.sample_weight.size(),
+                     " weights) is for the array overload; a Dataset carries its own weights (Keras refuses "
+                     "sample_weight with a dataset too): build it with data::from_arrays(x, shape, y, sample_weight)");
         for (const auto& [c, w] : options.class_weight)
             STRATA_CHECK(c >= 0 && c < (output_size == 1 ? 2 : output_size) && std::isfinite(w) && w >= 0, ValueError,
                          "fit: class_weight {", c, ": ", w, "}: classes are 0 to ", (output_size == 1 ? 2 : output_size) - 1,
@@ -376,17 +394,30 @@ public:
         return history;
     }
 
-    /// fit on in-memory arrays: `x` holds n examples (n × input size floats), `y` their labels;
-    /// shuffled each epoch (from the model's seed) and batched by options.batch_size.
-    /// options.validation_split holds out the last fraction of the examples, before shuffling.
+    /// fit on in-memory arrays: `x` holds n examples (n × input size floats), `y` their labels,
+    /// options.sample_weight (when not empty) their weights; shuffled each epoch (from the
+    /// model's seed) and batched by options.batch_size. options.validation_split holds out the
+    /// last fraction of the examples (with their weights), before shuffling.
     template <class Y>
     train::History fit(std::vector<float> x, std::vector<Y> y, const FitOptions<Y>& options) {
         auto shape = std::vector<std::size_t>(Net::input_shape::dims.begin(), Net::input_shape::dims.end());
         const std::size_t per = y.size() && x.size() ? y.size() / (x.size() / std::size_t(input_size)) : 1;
         FitOptions<Y> opts = options;
         opts.validation_split = 0.0;
+        std::vector<float> sw = std::move(opts.sample_weight);  // the dataset carries them from here on
+        opts.sample_weight.clear();
         const double split = options.validation_split;
         STRATA_CHECK(split >= 0.0 && split < 1.0, ValueError, "fit: validation_split must be in [0, 1), got ", split);
+        if (!sw.empty()) {
+            // Checked here, before the split, so that the index named is the caller's.
+            const std::size_t n = x.size() / std::size_t(input_size);
+            STRATA_CHECK(sw.size() == n, ShapeError, "fit: x holds ", n, " examples, so options.sample_weight must hold ", n,
+                         " weights (one per example) or none, but it holds ", sw.size());
+            for (std::size_t i = 0; i < sw.size(); ++i)
+                if (!(std::isfinite(sw[i]) && sw[i] >= 0.0f))
+                    throw_error<ValueError>("fit: options.sample_weight[", i, "] is ", sw[i],
+                                            "; sample weights must be finite and >= 0");
+        }
         if (split > 0.0 && !opts.validation_data) {
             // Keras (trainers/data_adapters/array_slicing.py, train_validation_split): the first
             // floor(n * (1 - split)) examples train, the rest validate; both parts non-empty.
@@ -401,12 +432,16 @@ public:
             const auto ys = std::ptrdiff_t(split_at * (per ? per : 1));
             std::vector<float> vx(x.begin() + xs, x.end());
             std::vector<Y> vy(y.begin() + ys, y.end());
-            opts.validation_data = data::Dataset<Y>::from_arrays(std::move(vx), shape, std::move(vy), per ? per : 1)
+            // Keras slices sample_weight with x and y: the held-out examples keep their weights.
+            std::vector<float> vw(sw.empty() ? sw.end() : sw.begin() + std::ptrdiff_t(split_at), sw.end());
+            opts.validation_data = data::Dataset<Y>::from_arrays(std::move(vx), shape, std::move(vy), per ? per : 1,
+                                                                 std::move(vw))
                                        .batch(std::size_t(options.batch_size));
             x.resize(split_at * std::size_t(input_size));
             y.resize(split_at * (per ? per : 1));
+            if (!sw.empty()) sw.resize(split_at);
         }
-        auto ds = data::Dataset<Y>::from_arrays(std::move(x), shape, std::move(y), per ? per : 1);
+        auto ds = data::Dataset<Y>::from_arrays(std::move(x), shape, std::move(y), per ? per : 1, std::move(sw));
         const auto n = std::size_t(ds.cardinality());
         if (opts.shuffle) ds = ds.shuffle(n > 0 ? n : 1, seed_);
         ds = ds.batch(std::size_t(opts.batch_size));
@@ -427,7 +462,10 @@ public:
         path_.run_units([&](int r) { units_[std::size_t(r)]->net.reserve(share, training); });
     }
 
-    /// Loss and accuracy over a batched dataset (one pass), distributed like training.
+    /// Loss and accuracy over a batched dataset (one pass), distributed like training. When the
+    /// dataset carries sample weights, the loss is the weighted sum over the examples divided
+    /// by their number (Keras's evaluate with sample_weight); accuracy and the other metrics
+    /// are not weighted. Class weights never apply here (Keras's evaluate has none).
     template <class Y>
     Evaluation evaluate(const data::Dataset<Y>& ds) {
         require_compiled("evaluate");
@@ -453,7 +491,8 @@ public:
                 auto x = stage_input(u, b.x.data(), b.size);
                 auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
                 auto out = u.net.forward(path_.inference_params(r), x, mode);
-                u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), 1.0, input_kind_);
+                const T* weights = b.w.empty() ? nullptr : stage_weights(u, b.w, b.size, b.y_per_example, false);
+                u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), 1.0, input_kind_, weights);
                 if (accuracy_) u.correct = correct_count(out, target);
                 count_metrics(u, out, target);
             });
@@ -647,7 +686,7 @@ private:
         network_type net;
         Tensor<T, P> x, target;
         Tensor<T, place::Host> target_host, x_host;
-        Tensor<T, P> weights;                    // class weights of the batch (not host places)
+        Tensor<T, P> weights;                    // sample × class weights of the batch (not host places)
         Tensor<T, place::Host> weights_host;
         metrics::Counts counts;                  // since the epoch or evaluated pass began
         double loss_sum = 0;
@@ -693,13 +732,17 @@ private:
             }
             STRATA_CHECK(b.example_size == input_size, ShapeError, "compute_gradients: examples of ", b.example_size,
                          " values do not fit the model's input ", nn::detail::shape_text<typename Net::input_shape>());
+            STRATA_CHECK(b.w.empty() || std::int64_t(b.w.size()) == b.size, ShapeError, "compute_gradients: ", b.size,
+                         " examples need ", b.size, " sample weights (one each) or none, got ", b.w.size());
             const nn::Mode mode{true, fused_, step, seed_, b.first};
             auto x = stage_input(u, b.x.data(), b.size);
             auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
             auto out = u.net.forward(params, x, mode);
             {
                 STRATA_PROFILE_MODEL("loss");
-                const T* weights = class_weight_.empty() ? nullptr : stage_class_weights(u, b.size, b.y_per_example);
+                // Unweighted data and no class weights: no weights staged, none applied.
+                const T* weights =
+                    b.w.empty() && class_weight_.empty() ? nullptr : stage_weights(u, b.w, b.size, b.y_per_example, true);
                 u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), denominator, input_kind_, weights);
             }
             {
@@ -759,21 +802,29 @@ private:
         }
     }
 
-    // Keras (trainers/data_adapters/data_adapter_utils.py, class_weight_to_sample_weights): the
-    // class is the rounded label, or the argmax of a target row; an unlisted class weighs 1.
-    const T* stage_class_weights(Unit& u, std::int64_t count, std::int64_t per) {
+    // Each example's weight: its sample weight (1 when `sample` is empty) times, when
+    // `with_classes` and class_weight_ is set, its class's weight — Keras multiplies the two
+    // (trainers/data_adapters/data_adapter_utils.py, class_weight_to_sample_weights: the class
+    // is the rounded label, or the argmax of a target row; an unlisted class weighs 1).
+    // Reads the targets stage_target left in u.target_host.
+    const T* stage_weights(Unit& u, std::span<const float> sample, std::int64_t count, std::int64_t per, bool with_classes) {
         u.weights_host.resize(Shape{count});
         const T* t = u.target_host.data();
+        const bool classes = with_classes && !class_weight_.empty();
         for (std::int64_t i = 0; i < count; ++i) {
-            std::int64_t c = 0;
-            if (per == 1) {
-                c = std::int64_t(std::nearbyint(double(t[i])));
-            } else {
-                for (std::int64_t j = 1; j < per; ++j)
-                    if (t[i * per + j] > t[i * per + c]) c = j;
+            T w = sample.empty() ? T(1) : T(sample[std::size_t(i)]);
+            if (classes) {
+                std::int64_t c = 0;
+                if (per == 1) {
+                    c = std::int64_t(std::nearbyint(double(t[i])));
+                } else {
+                    for (std::int64_t j = 1; j < per; ++j)
+                        if (t[i * per + j] > t[i * per + c]) c = j;
+                }
+                const auto it = class_weight_.find(c);
+                if (it != class_weight_.end()) w *= T(it->second);
             }
-            const auto it = class_weight_.find(c);
-            u.weights_host.data()[i] = T(it == class_weight_.end() ? 1.0 : it->second);
+            u.weights_host.data()[i] = w;
         }
         if constexpr (place::host_accessible_v<P>) {
             return u.weights_host.data();

@@ -304,10 +304,12 @@ private:
     struct OwnedBatch {
         std::vector<float> x;
         std::vector<Y> y;
+        std::vector<float> w;  // sample weights; empty when the data has none
         ReplicaBatch<Y> view() const {
             ReplicaBatch<Y> b;
             b.x = x;
             b.y = y;
+            b.w = w;
             b.size = size;
             b.global_size = size;
             b.example_size = example_size;
@@ -460,6 +462,7 @@ private:
             auto& ob = owned[std::size_t(w)];
             ob.x.assign(b->x.begin(), b->x.end());
             ob.y.assign(b->y.begin(), b->y.end());
+            ob.w.assign(b->w.begin(), b->w.end());
             ob.size = b->size;
             ob.example_size = b->example_size;
             ob.y_per_example = b->y_per_example;
