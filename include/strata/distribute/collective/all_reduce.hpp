@@ -202,7 +202,7 @@ private:
     }
 
     static constexpr int steps_of(Algorithm a, int n) noexcept {
-        return a == Algorithm::Direct ? 1 : 2 * (n - 1);
+        return a == Algorithm::Direct ? 1 : a == Algorithm::Ring ? 2 * n - 3 : 2 * (n - 1);
     }
 
     template <Reducible T>

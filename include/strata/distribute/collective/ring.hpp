@@ -25,13 +25,23 @@ namespace strata::distribute::collective {
 ///   complete chunk l+1 = r; at s > 0 it is the chunk l copied at step s-1. Again r writes
 ///   chunk r-s while its right neighbour reads chunk r+1-s: distinct.
 ///
+/// Pull and push. In shared memory a send to the right neighbour can be the neighbour reading
+/// after a barrier (pull) or the sender writing into the neighbour's buffer (push). The ring
+/// pulls, except for all-gather step 0: the last reduce-scatter step pushes the chunk it has
+/// just completed into the right neighbour's buffer, block by block while the block is in
+/// cache. That saves a step (a barrier) and a pass over the chunk: for N = 2 each rank then
+/// reads S bytes and writes S, the least an all-reduce can move. The push is safe: rank r
+/// writes chunk r+1 of rank r+1's buffer, which during that step nobody else touches (rank r+1
+/// works on its chunk r+2, and rank r+2 reads rank r+1's chunk r+3; for N = 2 that reader is
+/// rank r itself, which reads each block before it overwrites it).
+///
 /// Summation order per element is fixed (chunk c: x_c + x_{c+1} + ... + x_{c-1}, left to
 /// right), and each final value is computed once and copied, so results are bitwise
 /// reproducible and bitwise identical on all ranks. The barrier after the last step is the
 /// collective's exit: no rank returns (and lets its caller overwrite its buffer) while a
-/// neighbour may still read it.
+/// neighbour may still read or write it.
 ///
-/// Cost (alpha-beta): 2(N-1) alpha + 2 (N-1)/N n beta, independent of N for large n.
+/// Cost (alpha-beta): (2N-3) alpha + 2 (N-1)/N n beta, independent of N for large n.
 ///
 /// Requires: called by every rank of the exchange with the same op (ReplicaGroup ensures it).
 template <Reducible T>
@@ -42,24 +52,38 @@ void ring_all_reduce(const Exchange<T>& ex, ReduceOp op) {
     const int left = ex.wrap(r - 1);
     T* mine = ex.mine();
     const T* theirs = ex.buffer(left);
-    const int steps = 2 * (n - 1);
+    T* right = ex.buffer(ex.wrap(r + 1));
+    const int steps = 2 * n - 3;
     const T divisor = static_cast<T>(n);
 
-    for (int s = 0; s < n - 1; ++s) {
+    for (int s = 0; s < n - 2; ++s) {
         const int c = ex.wrap(r - 1 - s);
         const std::size_t b = ex.chunk_begin(c);
-        const std::size_t len = ex.chunk_size(c);
-        if (op == ReduceOp::Mean && s == n - 2)
-            detail::add_into_divided(mine + b, theirs + b, len, divisor);
-        else
-            detail::add_into(mine + b, theirs + b, len);
+        detail::add_into(mine + b, theirs + b, ex.chunk_size(c));
         ex.step(s + 1, steps);
     }
-    for (int s = 0; s < n - 1; ++s) {
+    {
+        // The last reduce-scatter step completes chunk r+1 and pushes it to the right.
+        const int c = ex.wrap(r + 1);
+        const std::size_t begin = ex.chunk_begin(c), end = ex.chunk_begin(c + 1);
+        constexpr std::size_t kBlock = 2048;
+        for (std::size_t b = begin; b < end; b += kBlock) {
+            const std::size_t len = end - b < kBlock ? end - b : kBlock;
+            if (op == ReduceOp::Mean)
+                detail::add_into_divided(mine + b, theirs + b, len, divisor);
+            else
+                detail::add_into(mine + b, theirs + b, len);
+            std::memcpy(right + b, mine + b, len * sizeof(T));
+        }
+        ex.step(n - 1, steps);
+    }
+    // All-gather steps 1 .. N-2 (pull): chunk r-s is what the left neighbour received at the
+    // step before (at step 1, what it pushed to us is chunk r; it now holds chunk r-1).
+    for (int s = 1; s < n - 1; ++s) {
         const int c = ex.wrap(r - s);
         const std::size_t b = ex.chunk_begin(c);
         detail::copy(mine + b, theirs + b, ex.chunk_size(c));
-        ex.step(n + s, steps);
+        ex.step(n - 1 + s, steps);
     }
 }
 
