@@ -271,7 +271,7 @@ void bias_activation_rows(const TensorView<T, P>& y, const T* bias, bool skip_ac
 /// weight gradient.
 template <class G, std::int64_t Filters, class T>
 struct ConvChunking {
-    static constexpr std::int64_t budget = 256 * 1024;
+    static constexpr std::int64_t budget = 512 * 1024;
     static constexpr std::int64_t pixels = G::oh * G::ow;  // output rows per image
     static constexpr std::int64_t per_image = pixels * (G::patch + 2 * Filters) * std::int64_t(sizeof(T));
     static constexpr std::int64_t images = per_image >= budget ? 1 : budget / per_image;
