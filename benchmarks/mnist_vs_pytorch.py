@@ -57,12 +57,18 @@ def main():
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--strata", default="build/examples/mnist_cnn")
     p.add_argument("--python", default="/usr/bin/python3", help="a Python with torch (Debian's python3-torch)")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--inference", action="store_true",
+                   help="compare inference instead: images/s over the 10 000 test images at batch 1000 (strata's "
+                        "Model::evaluate after a one-step fit; PyTorch eager and a frozen TorchScript trace)")
     p.add_argument("--json", default="")
     a = p.parse_args()
 
     env = blas_env()
+    if a.inference:
+        return inference(a, env)
     common = ["--data", a.data, "--epochs", str(a.epochs), "--threads", str(a.threads), "--seed", str(a.seed),
-              "--batch-size", "128"]
+              "--batch-size", str(a.batch_size)]
     if a.steps_per_epoch > 0:
         common += ["--steps-per-epoch", str(a.steps_per_epoch)]
     strata_cmd = [a.strata, "--verbose", "0"] + common
@@ -86,7 +92,7 @@ def main():
                      "runs": [r["train_images_per_second"] for r in results[name]]})
     ratio = rows[0]["train_images_per_second"] / rows[1]["train_images_per_second"]
     print()
-    print(f"MNIST CNN, batch 128, {a.threads} threads, {a.epochs} epoch(s)"
+    print(f"MNIST CNN, batch {a.batch_size}, {a.threads} threads, {a.epochs} epoch(s)"
           f"{'' if a.steps_per_epoch <= 0 else f', {a.steps_per_epoch} steps/epoch'}, median of {a.reps}")
     print(f"{'framework':<10} {'images/s':>10} {'test acc':>9} {'test loss':>10}")
     for r in rows:
@@ -94,9 +100,37 @@ def main():
     print(f"strata / PyTorch speed: {ratio:.2f}x")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"benchmark": "mnist_vs_pytorch", "epochs": a.epochs, "threads": a.threads, "reps": a.reps,
+            json.dump({"benchmark": "mnist_vs_pytorch", "batch_size": a.batch_size, "epochs": a.epochs, "threads": a.threads, "reps": a.reps,
                        "steps_per_epoch": a.steps_per_epoch, "env": {k: env[k] for k in ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY") if k in env},
                        "results": rows, "speed_ratio": ratio}, f, indent=2)
+
+
+def inference(a, env):
+    """strata's evaluate throughput beside PyTorch's eager and frozen-TorchScript inference."""
+    strata_cmd = [a.strata, "--verbose", "0", "--data", a.data, "--epochs", "1", "--steps-per-epoch", "1",
+                  "--threads", str(a.threads), "--seed", str(a.seed)]
+    torch_cmd = [a.python, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pytorch_mnist.py"), "--data", a.data,
+                 "--threads", str(a.threads), "--inference-only", "--inference-reps", "3"]
+    runs = {"strata": [], "pytorch eager": [], "pytorch TorchScript (frozen)": []}
+    for rep in range(a.reps):
+        s = run(strata_cmd, env)["test_images_per_second"]
+        t = run(torch_cmd, env)
+        runs["strata"].append(s)
+        runs["pytorch eager"].append(t["eager_images_per_second"])
+        runs["pytorch TorchScript (frozen)"].append(t["torchscript_images_per_second"])
+        print(f"rep {rep + 1}/{a.reps}: strata {s:.0f}, eager {t['eager_images_per_second']:.0f}, "
+              f"TorchScript {t['torchscript_images_per_second']:.0f} images/s", flush=True)
+    rows = [{"framework": k, "images_per_second": statistics.median(v), "runs": v} for k, v in runs.items()]
+    print()
+    print(f"MNIST CNN inference over 10 000 test images, batch 1000, {a.threads} threads, median of {a.reps}")
+    print(f"{'framework':<30} {'images/s':>10} {'strata is':>10}")
+    for r in rows:
+        print(f"{r['framework']:<30} {r['images_per_second']:>10.0f} {rows[0]['images_per_second'] / r['images_per_second']:>9.2f}x")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"benchmark": "mnist_vs_pytorch --inference", "threads": a.threads, "reps": a.reps, "batch": 1000,
+                       "env": {k: env[k] for k in ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY") if k in env},
+                       "results": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

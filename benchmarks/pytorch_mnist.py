@@ -76,6 +76,10 @@ def parse_args():
                    help="keras: Keras' RMSprop rule (epsilon inside the sqrt); torch: torch.optim.RMSprop(alpha=0.9, eps=1e-7)")
     p.add_argument("--eval-batch-size", type=int, default=1000)
     p.add_argument("--json", default="", help="write the results to this JSON file")
+    p.add_argument("--inference-only", action="store_true",
+                   help="no training: time inference over the test set (batch --eval-batch-size), eager and as a "
+                        "frozen TorchScript trace (torch.jit.freeze(torch.jit.trace(...))), --inference-reps times each")
+    p.add_argument("--inference-reps", type=int, default=5)
     a = p.parse_args()
     for name in ("epochs", "batch_size", "eval_batch_size"):
         if getattr(a, name) < 1:
@@ -225,6 +229,40 @@ def conv_backend(model, x):
         return "unknown"
 
 
+def inference_only(model, x_test, y_test):
+    """Images/s of inference over the test set, eager and frozen TorchScript; median of reps."""
+    batch = ARGS.eval_batch_size
+    model.eval()
+
+    def timed(fn):
+        times = []
+        with torch.no_grad():
+            fn(x_test[:batch])  # warm-up (and the trace's first run)
+            for _ in range(ARGS.inference_reps):
+                t0 = time.perf_counter()
+                for i in range(0, x_test.shape[0], batch):
+                    fn(x_test[i:i + batch])
+                times.append(time.perf_counter() - t0)
+        times.sort()
+        return x_test.shape[0] / times[len(times) // 2]
+
+    with torch.no_grad():
+        frozen = torch.jit.freeze(torch.jit.trace(model, x_test[:batch]))
+        same = torch.allclose(frozen(x_test[:batch]), model(x_test[:batch]), rtol=1e-4, atol=1e-5)
+    eager = timed(model)
+    script = timed(frozen)
+    info = dict(framework="pytorch", torch_version=torch.__version__, cpu=cpu_model(), threads=torch.get_num_threads(),
+                eval_batch_size=batch, images=int(x_test.shape[0]), reps=ARGS.inference_reps,
+                eager_images_per_second=eager, torchscript_images_per_second=script, torchscript_matches_eager=bool(same),
+                load_average=" ".join(f"{v:.2f}" for v in os.getloadavg()))
+    print(f"PyTorch {info['torch_version']} inference, {info['threads']} threads, batch {batch}: "
+          f"eager {eager:.0f} images/s, frozen TorchScript {script:.0f} images/s (outputs match: {same})")
+    if ARGS.json:
+        with open(ARGS.json, "w") as f:
+            json.dump(info, f, indent=2)
+            f.write("\n")
+
+
 def main():
     torch.set_num_threads(THREADS)
     torch.manual_seed(ARGS.seed)
@@ -240,6 +278,10 @@ def main():
         torch.nn.init.zeros_(layer.bias)
     parameters = sum(p.numel() for p in model.parameters())
     assert parameters == EXPECTED_PARAMETERS, f"model has {parameters} parameters, expected {EXPECTED_PARAMETERS}"
+
+    if ARGS.inference_only:
+        inference_only(model, x_test, y_test)
+        return
 
     if ARGS.optimizer == "keras":
         opt = KerasRMSprop(model.parameters(), lr=1e-3, rho=0.9, epsilon=1e-7)

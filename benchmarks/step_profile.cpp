@@ -188,11 +188,18 @@ int run(const Options& o) {
     auto test = strata::data::Dataset<>::from_arrays(test_x, {28, 28, 1}, test_y).batch(std::size_t(o.eval_batch));
 
     const double ceiling = sgemm_ceiling_gflops(o.reps);
+#if defined(STRATA_BLAS_OPENBLAS)
+    const std::string blas_core = strata::detail::openblas_get_corename();
+#else
+    const std::string blas_core = "not OpenBLAS";
+#endif
+    machine.extra.push_back({"openblas_core", blas_core});
     std::printf("step profile: the seed CNN (examples/mnist_cnn.hpp), RMSprop, sparse cross-entropy; %s\n",
                 real ? "MNIST" : "synthetic images (no MNIST files in --data)");
     std::printf("cpu: %s, %d hardware threads; threads: %d; load average before: %s\n", machine.cpu.c_str(),
                 int(machine.hardware_threads), threads, machine.load_before.c_str());
-    std::printf("sgemm ceiling (strata::gemm 2048^3, best of %d, same threads): %.1f GFLOP/s\n", std::max(o.reps, 3), ceiling);
+    std::printf("sgemm ceiling (strata::gemm 2048^3, best of %d, same threads, OpenBLAS kernels '%s'): %.1f GFLOP/s\n",
+                std::max(o.reps, 3), blas_core.c_str(), ceiling);
 
     strata::distribute::OneDevice<> strategy(threads);
     const auto names = Net::layer_names();

@@ -476,6 +476,38 @@ TEST_CASE("a Network of every layer has the finite-difference parameter gradient
     check_network<Seq>(2, 62, Mode{});
 }
 
+TEST_CASE("Conv2D then MaxPooling2D in a Network: the fused forward gives the layers' own bits, stored or not") {
+    // On the host a Network runs the pooling on each chunk of the convolution's output
+    // (nn/conv2d.hpp, forward_then); with Mode::no_backward the convolution's output is not
+    // even stored. Either way the output must be that of the two layers run one by one.
+    using Seq = Sequential<Input<12, 11, 3>, Conv2D<8, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<4>>;
+    const int before = strata::num_threads();
+    for (int threads : {1, 2, 3}) {
+        strata::set_num_threads(threads);
+        const std::int64_t n = 7;
+        const auto params = reference_values(Seq::num_params, 91, -0.5, 0.5);
+        const auto xs = reference_values(n * Seq::input_shape::size, 92);
+        Network<Seq, double, Host> net;
+        auto x = on_place<double, Host>(xs, Seq::input_shape::batched(n));
+        const auto stored = as_double(net.forward(params.data(), x.view(), Mode{}));
+        Mode inference{};
+        inference.no_backward = true;
+        const auto unstored = as_double(net.forward(params.data(), x.view(), inference));
+        // The layers one by one.
+        using ConvL = Conv2D<8, 3, ReLU>::bind<StaticShape<12, 11, 3>, double, Host>;
+        std::vector<double> conv_params(params.begin(), params.begin() + ConvL::num_params);
+        LayerRun<Conv2D<8, 3, ReLU>, StaticShape<12, 11, 3>> conv(n, conv_params, xs);
+        LayerRun<MaxPooling2D<2>, ConvL::output_shape> pool(n, {}, conv.forward());
+        std::vector<double> dense_params(params.begin() + ConvL::num_params, params.end());
+        LayerRun<Dense<4>, StaticShape<5 * 4 * 8>> dense(n, dense_params, pool.forward());
+        const auto separate = dense.forward();
+        INFO("threads ", threads);
+        CHECK(stored == separate);
+        CHECK(unstored == separate);
+    }
+    strata::set_num_threads(before);
+}
+
 TEST_CASE("a user-defined layer (examples/prelu.hpp) has the finite-difference gradients, alone and in a Network") {
     static_assert(Layer<example::PReLUImpl<StaticShape<4, 3>, double, Host>, double, Host>);
     static_assert(LayerSpec<example::PReLU>);

@@ -397,7 +397,8 @@ public:
         if constexpr (blocked) {
             const std::int64_t threads = num_threads();
             const std::int64_t per = std::min(Chunks::images, ceil_div(n, threads));
-            std::int64_t ws = std::min(threads, ceil_div(n, per)) * per * Chunks::pixels * patch;
+            // (+ a chunk of output: forward_then's inference scratch)
+            std::int64_t ws = std::min(threads, ceil_div(n, per)) * per * (Chunks::pixels * patch + out_image);
             if (training) {
                 const std::int64_t groups = std::min(Chunks::groups, ceil_div(n, Chunks::images));
                 ws = std::max(ws, std::min(threads, groups) * chunk_col);
@@ -413,13 +414,41 @@ public:
         }
     }
 
+    /// Whether forward_then can run `Next`'s forward on each chunk of this layer's output.
+    template <class Next>
+    static constexpr bool fuses = blocked && !Act::rowwise && requires(Next& next, const T* c, T* o, const Mode& m) {
+        next.forward_begin(std::int64_t(0), m);
+        next.forward_images(c, c, std::int64_t(0), std::int64_t(0), std::int64_t(0), o, m);
+        next.forward_done(c, std::int64_t(0), m);
+    };
+
+    /// forward, then `next`'s forward (a MaxPooling2D) on each chunk of whole images of the
+    /// output while the chunk is still in cache: the pooling does not read the convolution's
+    /// output back from memory. With `mode.no_backward` the convolution's output is not even
+    /// stored: each chunk goes to a per-thread scratch (`y` is left unwritten). Returns
+    /// false, having done nothing, when the batch is too small to give every thread a chunk (the
+    /// caller then runs the two layers one after the other).
+    template <class Next>
+    bool forward_then(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, Next& next,
+                      const TensorView<T, P>& next_y, const Mode& mode) {
+        const std::int64_t n = x.dim(0), threads = num_threads();
+        const std::int64_t per = std::min(Chunks::images, ceil_div(n, threads));
+        if (threads > 1 && ceil_div(n, per) < threads) return false;
+        next.forward_begin(n, mode);
+        blocked_forward(params, x, y, mode, per, [&](const T* yc, std::int64_t n0, std::int64_t count) {
+            next.forward_images(yc, y.data(), n, n0, count, next_y.data(), mode);
+        });
+        next.forward_done(y.data(), n, mode);
+        return true;
+    }
+
     void forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode& mode) {
         if constexpr (blocked) {
             // Chunks for every thread of the team; a batch too small for that keeps one
             // whole-batch GEMM, which the team splits.
             const std::int64_t n = x.dim(0), threads = num_threads();
             const std::int64_t per = std::min(Chunks::images, ceil_div(n, threads));
-            if (threads == 1 || ceil_div(n, per) >= threads) return blocked_forward(params, x, y, mode, per);
+            if (threads == 1 || ceil_div(n, per) >= threads) return blocked_forward(params, x, y, mode, per, nullptr);
         }
         const std::int64_t rows = x.dim(0) * G::oh * G::ow;
         const TensorView<T, P> ym(y.data(), Shape{rows, filters});
@@ -486,11 +515,18 @@ private:
     // alone and gathered into at most Chunks::groups consecutive groups; one thread sums a
     // group's chunks in order (the GEMM accumulates), and the groups' sums are added in order at
     // the end. The gradients therefore do not depend on the number of threads.
+    // `then(chunk output, first image, images)`, when given, runs on each chunk's output after
+    // its bias and activation (forward_then); with mode.no_backward that output is then a
+    // per-thread scratch, not `y`.
+    template <class Then>
     void blocked_forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode& mode,
-                         std::int64_t per) {
+                         std::int64_t per, Then&& then) {
+        constexpr bool chained = !std::is_same_v<std::decay_t<Then>, std::nullptr_t>;
         const std::int64_t n = x.dim(0), chunks = ceil_div(n, per);
         const int team = int(std::min<std::int64_t>(num_threads(), chunks));
-        ws_.resize(Shape{team * per * Chunks::pixels * patch});
+        const bool scratch_out = chained && mode.no_backward;
+        const std::int64_t chunk_out = per * out_image;
+        ws_.resize(Shape{team * (per * Chunks::pixels * patch + (scratch_out ? chunk_out : 0))});
         strata::detail::blas_init_once();
         T* const ws = ws_.data();
         const T* const xs = x.data();
@@ -503,8 +539,8 @@ private:
 #endif
         for (std::int64_t c = 0; c < chunks; ++c) {
             const std::int64_t n0 = c * per, count = std::min(per, n - n0), rows = count * Chunks::pixels;
-            T* col = ws + thread_index() * per * Chunks::pixels * patch;
-            T* yc = ys + n0 * out_image;
+            T* col = ws + thread_index() * (per * Chunks::pixels * patch + (scratch_out ? chunk_out : 0));
+            T* yc = scratch_out ? col + per * Chunks::pixels * patch : ys + n0 * out_image;
             {
                 STRATA_PROFILE_SCOPE(key, "forward.im2col");
                 const Im2ColRows<T, G> f{xs + n0 * in_image, col};
@@ -518,6 +554,10 @@ private:
             if constexpr (!Act::rowwise) {
                 STRATA_PROFILE_SCOPE(key, "forward.bias_activation");
                 bias_activation_chunk(yc, bias, rows, skip);
+            }
+            if constexpr (chained) {
+                STRATA_PROFILE_SCOPE(key, "forward.next_layer (fused)");
+                then(static_cast<const T*>(yc), n0, count);
             }
         }
         if constexpr (Act::rowwise) {  // across each row's channels: on the whole output, after the GEMMs

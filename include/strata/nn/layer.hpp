@@ -51,6 +51,10 @@ struct Mode {
     /// there): random layers key their draws on global positions, so N replicas draw what one
     /// device would.
     std::int64_t first_example = 0;
+    /// No backward follows this forward (evaluate, predict): a layer may skip storing what only
+    /// backward reads (a Conv2D whose pooling runs on its output chunk by chunk does not store
+    /// that output).
+    bool no_backward = false;
 };
 
 /// One parameter tensor of a layer: its Keras name ("kernel", "bias"), shape and offset into

@@ -209,6 +209,7 @@ public:
     /// `grads`. After each layer, `on_ready(first, count)` is told which range of `grads` is
     /// final (ranges arrive from the end of the buffer to its start), so gradient all-reduce
     /// can start while earlier layers are still being differentiated.
+    /// Requires a forward without `mode.no_backward` before it.
     template <class Hook>
     void backward(const T* params, T* grads, const Mode& mode, Hook&& on_ready) {
         backward_impl<L>(params, grads, mode, on_ready);
@@ -285,9 +286,26 @@ private:
     void forward_impl(const T* params, const Mode& mode, std::index_sequence<I...>) {
         (forward_one<I>(params, mode), ...);
     }
+    // Whether layer I runs layer I+1's forward on each chunk of its output (Conv2D then
+    // MaxPooling2D on the host: the pooling reads the convolution's output from cache).
+    template <std::size_t I>
+    static constexpr bool fuses_next() {
+        if constexpr (I + 1 < L) {
+            using Layer = std::tuple_element_t<I, Layers>;
+            using Next = std::tuple_element_t<I + 1, Layers>;
+            if constexpr (requires { Layer::template fuses<Next>; }) return Layer::template fuses<Next>;
+            else return false;
+        } else {
+            return false;
+        }
+    }
+
     template <std::size_t I>
     STRATA_INLINE void forward_one(const T* params, const Mode& mode) {
         using Layer = std::tuple_element_t<I, Layers>;
+        if constexpr (I > 0 && fuses_next<(I > 0 ? I - 1 : 0)>()) {
+            if (fused_[I - 1]) return;  // the layer before ran this one's forward
+        }
         const TensorView<T, P> in = I == 0 ? input_ : out_[I == 0 ? 0 : I - 1];
         if constexpr (detail::aliases_input<Layer>() && I == 0) {
             out_[I] = input_.reshape(Layer::output_shape::batched(input_.dim(0)));
@@ -295,6 +313,13 @@ private:
         Mode m = mode;
         m.skip_activation = mode.skip_activation && I == L - 1;
         STRATA_PROFILE_GROUP(&profile_keys_[I], "forward");
+        if constexpr (fuses_next<I>()) {
+            Mode next = mode;
+            next.skip_activation = mode.skip_activation && I + 1 == L - 1;
+            fused_[I] = !next.skip_activation && std::get<I>(layers_).forward_then(params + offsets[I], in, out_[I],
+                                                                                   std::get<I + 1>(layers_), out_[I + 1], m);
+            if (fused_[I]) return;
+        }
         std::get<I>(layers_).forward(params + offsets[I], in, out_[I], m);
     }
 
@@ -322,6 +347,7 @@ private:
     std::int64_t batch_ = -1;
     std::array<char, L> profile_keys_{};  // one address per layer for the step profiler
     std::int64_t reserved_[2] = {0, 0};   // the largest batch reserved for inference, for training
+    std::array<bool, L> fused_{};         // layer I ran layer I+1's forward in this pass
 };
 
 }  // namespace strata::nn

@@ -487,7 +487,8 @@ public:
                 u.loss_sum = 0;
                 u.correct = 0;
                 if (b.size == 0) return;
-                const nn::Mode mode{false, fused_, step_, seed_};
+                nn::Mode mode{false, fused_, step_, seed_};
+                mode.no_backward = true;
                 auto x = stage_input(u, b.x.data(), b.size);
                 auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
                 auto out = u.net.forward(path_.inference_params(r), x, mode);
@@ -537,7 +538,9 @@ public:
                 const auto b = distribute::detail::unit_share(path_, batch, r);
                 if (b.size == 0) return;
                 auto x = stage_input(u, b.x.data(), b.size);
-                auto out = u.net.forward(path_.inference_params(r), x, nn::Mode{false, false, step_, seed_});
+                nn::Mode mode{false, false, step_, seed_};
+                mode.no_backward = true;
+                auto out = u.net.forward(path_.inference_params(r), x, mode);
                 copy(out, TensorView<T, place::Host>(all.data() + base + std::size_t(b.first * output_size), out.shape()));
             });
         }
