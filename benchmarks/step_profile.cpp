@@ -126,7 +126,7 @@ bool top_level(const Line& l) { return l.phase.find('.') == std::string::npos; }
 
 cli::Json print_table(const char* title, std::vector<Line>& lines, double total_s, double examples, double ceiling_gflops) {
     std::printf("\n%s\n", title);
-    std::printf("%-16s %-26s %10s %7s %12s %9s %10s\n", "group", "phase", "ms", "share", "MFLOP", "GFLOP/s", "of ceiling");
+    std::printf("%-16s %-30s %10s %7s %12s %9s %10s\n", "group", "phase", "ms", "share", "MFLOP", "GFLOP/s", "of ceiling");
     double accounted = 0;
     cli::Json rows = cli::Json::array();
     for (auto& l : lines) {
@@ -134,7 +134,7 @@ cli::Json print_table(const char* title, std::vector<Line>& lines, double total_
         const double gf = l.flops > 0 && s > 0 ? l.flops / s * 1e-9 : 0;
         if (top_level(l)) accounted += s;
         const std::string phase = top_level(l) ? l.phase : "  " + l.phase;
-        std::printf("%-16s %-26s %10.3f %6.1f%% %12s %9s %10s\n", l.group.c_str(), phase.c_str(), s * 1e3, 100.0 * s / total_s,
+        std::printf("%-16s %-30s %10.3f %6.1f%% %12s %9s %10s\n", l.group.c_str(), phase.c_str(), s * 1e3, 100.0 * s / total_s,
                     l.flops > 0 ? bench::format("%.1f", l.flops * 1e-6).c_str() : "",
                     gf > 0 ? bench::format("%.1f", gf).c_str() : "", gf > 0 ? bench::format("%.1f%%", 100 * gf / ceiling_gflops).c_str() : "");
         rows.push_back({{"group", l.group}, {"phase", l.phase}, {"ms", s * 1e3}, {"share", s / total_s},
@@ -144,9 +144,9 @@ cli::Json print_table(const char* title, std::vector<Line>& lines, double total_
     for (const auto& l : lines)
         if (top_level(l)) total_flops += l.flops;
     const double other = total_s - accounted;
-    std::printf("%-16s %-26s %10.3f %6.1f%%\n", "", "(not in a probe)", other * 1e3, 100.0 * other / total_s);
+    std::printf("%-16s %-30s %10.3f %6.1f%%\n", "", "(not in a probe)", other * 1e3, 100.0 * other / total_s);
     const double gf = total_flops / total_s * 1e-9;
-    std::printf("%-16s %-26s %10.3f %6.1f%% %12.1f %9.1f %9.1f%%\n", "total", "", total_s * 1e3, 100.0, total_flops * 1e-6, gf,
+    std::printf("%-16s %-30s %10.3f %6.1f%% %12.1f %9.1f %9.1f%%\n", "total", "", total_s * 1e3, 100.0, total_flops * 1e-6, gf,
                 100 * gf / ceiling_gflops);
     std::printf("images/s: %.0f\n", examples / total_s);
     return {{"rows", rows},
