@@ -616,16 +616,20 @@ TEST_CASE("dataset: every step keeps each example's weight with it (shuffle, map
     CHECK(weighted_indices(ds.shuffle(20, 2).batch(7).prefetch(3), 4) == weighted_indices(ds.shuffle(20, 2).batch(7), 4));
     CHECK(weighted_indices(ds.take(5), 0) == iota(5));
     CHECK(weighted_indices(ds.batch(10).take(2), 0) == iota(20));
-    const auto all = ds.map([](std::span<float> x, std::span<std::int32_t>) { x[1] += 0; })
-                         .cache()
-                         .shuffle(n, 11)
-                         .prefetch(2)
-                         .batch(8)
-                         .map([](std::span<float>, std::span<std::int32_t>) {})
-                         .shuffle(3, 12)
-                         .prefetch(1)
-                         .take(6)
-                         .repeat(3);
+    // Every kind of step, twice over; applied to a weighted and an unweighted source below.
+    auto pipeline = [n](const auto& source) {
+        return source.map([](std::span<float> x, std::span<std::int32_t>) { x[1] += 0; })
+            .cache()
+            .shuffle(n, 11)
+            .prefetch(2)
+            .batch(8)
+            .map([](std::span<float>, std::span<std::int32_t>) {})
+            .shuffle(3, 12)
+            .prefetch(1)
+            .take(6)
+            .repeat(3);
+    };
+    const auto all = pipeline(ds);
     const auto seen = weighted_indices(all, 5);
     CHECK(seen.size() == std::size_t(3 * 6 * 8));
     for (std::size_t rep = 0; rep < 3; ++rep) {   // each repetition: 48 different examples
@@ -634,17 +638,7 @@ TEST_CASE("dataset: every step keeps each example's weight with it (shuffle, map
     }
     // The same pipeline unweighted yields the same examples in the same order: weights change
     // nothing else.
-    const auto unweighted = numbered(std::size_t(n), 2)
-                                .map([](std::span<float> x, std::span<std::int32_t>) { x[1] += 0; })
-                                .cache()
-                                .shuffle(n, 11)
-                                .prefetch(2)
-                                .batch(8)
-                                .map([](std::span<float>, std::span<std::int32_t>) {})
-                                .shuffle(3, 12)
-                                .prefetch(1)
-                                .take(6)
-                                .repeat(3);
+    const auto unweighted = pipeline(numbered(std::size_t(n), 2));
     CHECK(indices(unweighted, 5) == seen);
 }
 

@@ -552,33 +552,27 @@ TEST_CASE("Conv2D on the host: many chunks per group match the reference, and no
     check_conv_against_reference<Conv2D<32, 3, ReLU>, StaticShape<28, 28, 1>, float, Host>(40, 79);
     check_conv_against_reference<Conv2D<64, 3, ReLU>, StaticShape<13, 13, 32>, float, Host>(7, 80);
     const int before = strata::num_threads();
-    auto run_with = [](int threads, auto& run, const std::vector<double>& w) {
-        strata::set_num_threads(threads);
-        return run.run(&w);
+    auto same_bits_on_1_2_3_threads = [](auto& f, const std::vector<double>& w) {
+        strata::set_num_threads(1);
+        const auto one = f.run(&w);
+        for (int t : {2, 3}) {
+            strata::set_num_threads(t);
+            const auto r = f.run(&w);
+            INFO("threads ", t);
+            CHECK(r.y == one.y);
+            CHECK(r.dx == one.dx);
+            CHECK(r.dparams == one.dparams);
+        }
     };
     {
         auto run = random_run<Conv2D<32, 3, ReLU>, StaticShape<28, 28, 1>>(40, 81);
         LayerRun<Conv2D<32, 3, ReLU>, StaticShape<28, 28, 1>, float, Host> f(40, run.params, run.x);
-        const auto w = reference_values(f.out_size(), 82);
-        const auto one = run_with(1, f, w);
-        for (int t : {2, 3}) {
-            const auto r = run_with(t, f, w);
-            CHECK(r.y == one.y);
-            CHECK(r.dx == one.dx);
-            CHECK(r.dparams == one.dparams);
-        }
+        same_bits_on_1_2_3_threads(f, reference_values(f.out_size(), 82));
     }
     {
         auto run = random_run<Conv2D<64, 3, ReLU>, StaticShape<13, 13, 32>>(7, 83);
         LayerRun<Conv2D<64, 3, ReLU>, StaticShape<13, 13, 32>, float, Host> f(7, run.params, run.x);
-        const auto w = reference_values(f.out_size(), 84);
-        const auto one = run_with(1, f, w);
-        for (int t : {2, 3}) {
-            const auto r = run_with(t, f, w);
-            CHECK(r.y == one.y);
-            CHECK(r.dx == one.dx);
-            CHECK(r.dparams == one.dparams);
-        }
+        same_bits_on_1_2_3_threads(f, reference_values(f.out_size(), 84));
     }
     strata::set_num_threads(before);
 }

@@ -6,14 +6,21 @@
 
 #include <strata/distribute/collective/common.hpp>
 
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+
 namespace strata::distribute::collective {
 
 /// Step 1 of the direct all-reduce: rank r sums slice r (chunk_begin with N parts) of every
 /// buffer into its own, in the order r+1, r+2, ..., r-1 (mod N), dividing by `divisor` in the
 /// last addition when it is not 1. Rank r writes only slice r of its own buffer and the others
 /// read only their own slices, so no two ranks touch the same elements; no barrier.
-template <Reducible T>
-void direct_reduce_slice(const Exchange<T>& ex, T divisor = T(1)) {
+///
+/// `after_block(b, len)`, when given, runs on each finished block [b, b + len) while it is in
+/// cache (the one-shot all-reduce writes it into the other buffers there).
+template <Reducible T, class AfterBlock = std::nullptr_t>
+void direct_reduce_slice(const Exchange<T>& ex, T divisor = T(1), AfterBlock&& after_block = nullptr) {
     const int n = ex.size();
     const int r = ex.rank();
     T* mine = ex.mine();
@@ -31,6 +38,7 @@ void direct_reduce_slice(const Exchange<T>& ex, T divisor = T(1)) {
             else
                 detail::add_into(mine + b, other, len);
         }
+        if constexpr (!std::is_same_v<std::decay_t<AfterBlock>, std::nullptr_t>) after_block(b, len);
     }
 }
 
@@ -71,22 +79,10 @@ void direct_all_reduce(const Exchange<T>& ex, ReduceOp op) {
     const int n = ex.size();
     if (n == 1) return;
     const int r = ex.rank();
-    T* mine = ex.mine();
-    const T divisor = op == ReduceOp::Mean ? static_cast<T>(n) : T(1);
-    const std::size_t begin = ex.chunk_begin(r);
-    const std::size_t end = ex.chunk_begin(r + 1);
-    constexpr std::size_t kBlock = 2048;
-    for (std::size_t b = begin; b < end; b += kBlock) {
-        const std::size_t len = end - b < kBlock ? end - b : kBlock;
-        for (int k = 1; k < n; ++k) {
-            const T* other = ex.buffer(ex.wrap(r + k)) + b;
-            if (divisor != T(1) && k == n - 1)
-                detail::add_into_divided(mine + b, other, len, divisor);
-            else
-                detail::add_into(mine + b, other, len);
-        }
+    const T* mine = ex.mine();
+    direct_reduce_slice(ex, op == ReduceOp::Mean ? static_cast<T>(n) : T(1), [&](std::size_t b, std::size_t len) {
         for (int k = 1; k < n; ++k) std::memcpy(ex.buffer(ex.wrap(r + k)) + b, mine + b, len * sizeof(T));
-    }
+    });
     ex.step(1, 1);
 }
 
