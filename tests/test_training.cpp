@@ -319,6 +319,31 @@ TEST_CASE("a small model trains to near-zero loss and predicts") {
     for (std::int64_t r = 0; r < 10; ++r) CHECK(p.at(r, 0) + p.at(r, 1) + p.at(r, 2) == doctest::Approx(1.0).epsilon(1e-5));
 }
 
+TEST_CASE("Model::build: a bad batch size is an error; building first changes no result") {
+    using Cnn = Sequential<Input<8, 8, 1>, Conv2D<4, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<3, Softmax>>;
+    strata::Model<Cnn> built(5), plain(5);
+    for (auto* m : {&built, &plain})
+        m->compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::RMSprop{.learning_rate = 0.01});
+    const auto msg = strata_test::error_of<strata::ValueError>([&] { built.build(-3); });
+    CHECK(msg.find("build: the batch size must be positive, got -3") != std::string::npos);
+    CHECK(!strata_test::error_of<strata::ValueError>([&] { built.build(0); }).empty());
+    // Reserve for a larger batch than the steps use, in training and inference, then train and
+    // evaluate both models: build only allocates, so every bit must agree.
+    built.build(48);
+    built.build(100, false);
+    const auto xs = lcg(24 * 64, 17);
+    std::vector<float> x(xs.begin(), xs.end());
+    std::vector<std::int32_t> y(24);
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::int32_t(i % 3);
+    const auto ds = strata::data::Dataset<>::from_arrays(x, {8, 8, 1}, y).batch(16);
+    const auto hb = built.fit(ds, {.epochs = 3, .verbose = 0});
+    const auto hp = plain.fit(ds, {.epochs = 3, .verbose = 0});
+    CHECK(built.get_weights() == plain.get_weights());
+    CHECK(hb["loss"] == hp["loss"]);
+    CHECK(built.evaluate(ds).loss == plain.evaluate(ds).loss);
+    CHECK(hb["loss"].back() != hb["loss"].front());  // it did train
+}
+
 TEST_CASE("linear regression with MSE and SGD learns y = 2x + 1") {
     using Lin = Sequential<Input<1>, Dense<1>>;
     strata::Model<Lin, strata::distribute::Default, double> model(1);

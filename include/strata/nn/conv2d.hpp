@@ -396,7 +396,7 @@ public:
     void reserve(std::int64_t n, bool training) {
         if constexpr (blocked) {
             const std::int64_t threads = num_threads();
-            const std::int64_t per = std::min(Chunks::images, ceil_div(n, threads));
+            const std::int64_t per = forward_chunk_images(n, threads);
             // (+ a chunk of output: forward_then's inference scratch)
             std::int64_t ws = std::min(threads, ceil_div(n, per)) * per * (Chunks::pixels * patch + out_image);
             if (training) {
@@ -418,7 +418,7 @@ public:
     template <class Next>
     static constexpr bool fuses = blocked && !Act::rowwise && requires(Next& next, const T* c, T* o, const Mode& m) {
         next.forward_begin(std::int64_t(0), m);
-        next.forward_images(c, c, std::int64_t(0), std::int64_t(0), std::int64_t(0), o, m);
+        next.forward_images(c, std::int64_t(0), std::int64_t(0), o, m);
         next.forward_done(c, std::int64_t(0), m);
     };
 
@@ -432,11 +432,11 @@ public:
     bool forward_then(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, Next& next,
                       const TensorView<T, P>& next_y, const Mode& mode) {
         const std::int64_t n = x.dim(0), threads = num_threads();
-        const std::int64_t per = std::min(Chunks::images, ceil_div(n, threads));
+        const std::int64_t per = forward_chunk_images(n, threads);
         if (threads > 1 && ceil_div(n, per) < threads) return false;
         next.forward_begin(n, mode);
         blocked_forward(params, x, y, mode, per, [&](const T* yc, std::int64_t n0, std::int64_t count) {
-            next.forward_images(yc, y.data(), n, n0, count, next_y.data(), mode);
+            next.forward_images(yc, n0, count, next_y.data(), mode);
         });
         next.forward_done(y.data(), n, mode);
         return true;
@@ -447,7 +447,7 @@ public:
             // Chunks for every thread of the team; a batch too small for that keeps one
             // whole-batch GEMM, which the team splits.
             const std::int64_t n = x.dim(0), threads = num_threads();
-            const std::int64_t per = std::min(Chunks::images, ceil_div(n, threads));
+            const std::int64_t per = forward_chunk_images(n, threads);
             if (threads == 1 || ceil_div(n, per) >= threads) return blocked_forward(params, x, y, mode, per, nullptr);
         }
         const std::int64_t rows = x.dim(0) * G::oh * G::ow;
@@ -637,6 +637,11 @@ private:
                 grads[kernel_size + f] = T(s);
             }
         }
+    }
+
+    // Images per forward chunk: the cache budget's, or fewer so that every thread gets one.
+    static std::int64_t forward_chunk_images(std::int64_t n, std::int64_t threads) {
+        return std::min(Chunks::images, ceil_div(n, threads));
     }
 
     template <class U>

@@ -276,18 +276,15 @@ public:
         arg_batch_ = mode.training ? n : -1;
     }
 
-    /// Host: the forward pass of images [first, first + count) of a batch of `n` whose input
-    /// images start at `x` (which may be a scratch copy of just those images: a Conv2D before
-    /// this layer hands over each chunk of its output while it is in cache). `y` is the whole
-    /// batch's output; `input` is where the whole input lives, for backward's bookkeeping.
-    /// Called for every image of the batch, from the threads of one team, then forward_done.
-    void forward_images(const T* x, const T* input, std::int64_t n, std::int64_t first, std::int64_t count, T* y,
-                        const Mode& mode) {
+    /// Host: the forward pass of images [first, first + count) of the batch, whose input images
+    /// start at `x` (a Conv2D before this layer hands over each chunk of its output while it is
+    /// in cache, possibly from a scratch buffer). `y` is the whole batch's output. Called for
+    /// every image of the batch, from the threads of one team, between forward_begin and
+    /// forward_done.
+    void forward_images(const T* x, std::int64_t first, std::int64_t count, T* y, const Mode& mode) {
         std::int32_t* arg = mode.training ? arg_.data() + first * output_shape::size : nullptr;
         const MaxPoolRows<T, G> f{x, y + first * output_shape::size, arg};
         for (std::int64_t r = 0; r < count * G::oh; ++r) f(r);
-        (void)input;
-        (void)n;
     }
     /// Before forward_images on a batch of `n` (sizes the positions' workspace).
     void forward_begin(std::int64_t n, const Mode& mode) {
