@@ -508,6 +508,63 @@ TEST_CASE("Conv2D then MaxPooling2D in a Network: the fused forward gives the la
     strata::set_num_threads(before);
 }
 
+TEST_CASE("Conv2D then MaxPooling2D in a Network: the fused backward gives the layers' own bits") {
+    // After a fused forward that did not store the convolutions' outputs, each convolution's
+    // backward takes its chunks' output gradients (ReLU's derivative included) from the pooling
+    // (Conv2D::backward_then): neither the convolution's output nor its gradient is stored. The
+    // gradients must be those of the layers run one by one, bit for bit, at any thread count
+    // and with one or many chunks; the second convolution also passes its input gradient on.
+    // 12x11 -> 10x9 leaves the last column out of every window (its gradient is zero).
+    using C1 = Conv2D<8, 3, ReLU>;
+    using C2 = Conv2D<6, 2, ReLU>;
+    using Seq = Sequential<Input<12, 11, 3>, C1, MaxPooling2D<2>, C2, MaxPooling2D<2>, Flatten, Dense<4>>;
+    using C1L = C1::bind<StaticShape<12, 11, 3>, double, Host>;
+    using P1L = MaxPooling2D<2>::bind<C1L::output_shape, double, Host>;
+    using C2L = C2::bind<P1L::output_shape, double, Host>;
+    using P2L = MaxPooling2D<2>::bind<C2L::output_shape, double, Host>;
+    static_assert(C1L::fuses_backward<P1L> && C2L::fuses_backward<P2L>);
+    const int before = strata::num_threads();
+    for (std::int64_t n : {7, 90}) {
+        const auto params = reference_values(Seq::num_params, 93, -0.5, 0.5);
+        const auto xs = reference_values(n * Seq::input_shape::size, 94);
+        const auto w = reference_values(n * 4, 95);
+        // The layers one by one.
+        const auto at = [&](std::int64_t first, std::int64_t count) {
+            return std::vector<double>(params.begin() + first, params.begin() + first + count);
+        };
+        LayerRun<C1, StaticShape<12, 11, 3>> c1(n, at(0, C1L::num_params), xs);
+        LayerRun<MaxPooling2D<2>, C1L::output_shape> p1(n, {}, c1.forward());
+        LayerRun<C2, P1L::output_shape> c2(n, at(C1L::num_params, C2L::num_params), p1.forward());
+        LayerRun<MaxPooling2D<2>, C2L::output_shape> p2(n, {}, c2.forward());
+        const std::int64_t dense_first = C1L::num_params + C2L::num_params;
+        LayerRun<Dense<4>, StaticShape<P2L::output_shape::size>> d(n, at(dense_first, Seq::num_params - dense_first), p2.forward());
+        const auto rd = d.run(&w);
+        const auto r4 = p2.run(&rd.dx);
+        const auto r3 = c2.run(&r4.dx);
+        const auto r2 = p1.run(&r3.dx);
+        const auto r1 = c1.run(&r2.dx);
+        std::vector<double> separate = r1.dparams;
+        separate.insert(separate.end(), r3.dparams.begin(), r3.dparams.end());
+        separate.insert(separate.end(), rd.dparams.begin(), rd.dparams.end());
+        REQUIRE(std::any_of(r1.dparams.begin(), r1.dparams.end(), [](double v) { return v != 0; }));
+        REQUIRE(std::count(r2.dx.begin(), r2.dx.end(), 0.0) > std::int64_t(r2.dx.size()) / 2);  // pooling and ReLU zeros
+        for (int threads : {1, 2, 3}) {
+            strata::set_num_threads(threads);
+            Network<Seq, double, Host> net;
+            auto x = on_place<double, Host>(xs, Seq::input_shape::batched(n));
+            const Mode training{.training = true};
+            net.forward(params.data(), x.view(), training);
+            auto dy = on_place<double, Host>(w, Shape{n, 4});
+            copy(dy.view(), net.output_grad());
+            std::vector<double> grads(std::size_t(Seq::num_params), -1.0);
+            net.backward(params.data(), grads.data(), training);
+            INFO("batch ", n, ", threads ", threads);
+            CHECK(grads == separate);
+        }
+    }
+    strata::set_num_threads(before);
+}
+
 TEST_CASE("a user-defined layer (examples/prelu.hpp) has the finite-difference gradients, alone and in a Network") {
     static_assert(Layer<example::PReLUImpl<StaticShape<4, 3>, double, Host>, double, Host>);
     static_assert(LayerSpec<example::PReLU>);

@@ -401,7 +401,7 @@ public:
             std::int64_t ws = std::min(threads, ceil_div(n, per)) * per * (Chunks::pixels * patch + out_image);
             if (training) {
                 const std::int64_t groups = std::min(Chunks::groups, ceil_div(n, Chunks::images));
-                ws = std::max(ws, std::min(threads, groups) * chunk_col);
+                ws = std::max(ws, std::min(threads, groups) * (chunk_col + chunk_out_grad));  // (+ backward_then's scratch)
                 dw_.resize(Shape{groups, kernel_size});
                 touch(dw_);
                 if (Spec::use_bias) {
@@ -422,12 +422,22 @@ public:
         next.forward_done(c, std::int64_t(0), m);
     };
 
+    /// Whether backward_then can take each chunk's output gradient from `Next` (a MaxPooling2D
+    /// whose windows do not overlap), this layer's activation derivative included: then
+    /// neither this layer's output nor its output gradient is ever stored.
+    template <class Next>
+    static constexpr bool fuses_backward = fuses<Next> && requires { Next::template fuses_activation_grad<Act>; } &&
+                                           Next::template fuses_activation_grad<Act>;
+
     /// forward, then `next`'s forward (a MaxPooling2D) on each chunk of whole images of the
     /// output while the chunk is still in cache: the pooling does not read the convolution's
-    /// output back from memory. With `mode.no_backward` the convolution's output is not even
-    /// stored: each chunk goes to a per-thread scratch (`y` is left unwritten). Returns
-    /// false, having done nothing, when the batch is too small to give every thread a chunk (the
-    /// caller then runs the two layers one after the other).
+    /// output back from memory. The convolution's output is not even stored (each chunk goes to
+    /// a per-thread scratch; `y` is left unwritten) when nothing will read it: with
+    /// `mode.no_backward`, or in training when the backward pass will be backward_then
+    /// (fuses_backward; it needs the positions of the maxima, which the pooling records in
+    /// training only).
+    /// Returns false, having done nothing, when the batch is too small to give every thread a
+    /// chunk (the caller then runs the two layers one after the other, and their backward too).
     template <class Next>
     bool forward_then(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, Next& next,
                       const TensorView<T, P>& next_y, const Mode& mode) {
@@ -435,11 +445,31 @@ public:
         const std::int64_t per = forward_chunk_images(n, threads);
         if (threads > 1 && ceil_div(n, per) < threads) return false;
         next.forward_begin(n, mode);
-        blocked_forward(params, x, y, mode, per, [&](const T* yc, std::int64_t n0, std::int64_t count) {
+        const bool store = !mode.no_backward && !(fuses_backward<Next> && mode.training);
+        blocked_forward(params, x, y, mode, per, store, [&](const T* yc, std::int64_t n0, std::int64_t count) {
             next.forward_images(yc, n0, count, next_y.data(), mode);
         });
         next.forward_done(y.data(), n, mode);
         return true;
+    }
+
+    /// The backward pass after a training forward_then that returned true, for a `Next` that
+    /// fuses_backward: each chunk's output gradient, this layer's activation derivative
+    /// included, comes from `next.backward_images` (from the pooling's output `next_y` and its
+    /// gradient `next_dy`) into a per-thread scratch while the chunk is in cache; then the bias
+    /// and weight gradients and `dx` as in backward. The figures are bitwise those of the two
+    /// layers' own backward passes.
+    template <class Next>
+        requires fuses_backward<Next>
+    void backward_then(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>& dx, const Next& next,
+                       const TensorView<T, P>& next_y, const TensorView<T, P>& next_dy) {
+        const T* const ny = next_y.data();
+        const T* const ndy = next_dy.data();
+        blocked_backward(params, grads, x, TensorView<T, P>(), TensorView<T, P>(), dx, Mode{},
+                         [&](T* scratch, std::int64_t n0, std::int64_t count) {
+                             next.template backward_images<Act>(ny, ndy, n0, count, scratch);
+                             return scratch;
+                         });
     }
 
     void forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode& mode) {
@@ -448,7 +478,7 @@ public:
             // whole-batch GEMM, which the team splits.
             const std::int64_t n = x.dim(0), threads = num_threads();
             const std::int64_t per = forward_chunk_images(n, threads);
-            if (threads == 1 || ceil_div(n, per) >= threads) return blocked_forward(params, x, y, mode, per, nullptr);
+            if (threads == 1 || ceil_div(n, per) >= threads) return blocked_forward(params, x, y, mode, per, true, nullptr);
         }
         const std::int64_t rows = x.dim(0) * G::oh * G::ow;
         const TensorView<T, P> ym(y.data(), Shape{rows, filters});
@@ -464,7 +494,7 @@ public:
     void backward(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>& y,
                   const TensorView<T, P>& dy, const TensorView<T, P>& dx, const Mode& mode) {
         if constexpr (blocked) {
-            return blocked_backward(params, grads, x, y, dy, dx, mode);
+            return blocked_backward(params, grads, x, y, dy, dx, mode, nullptr);
         }
         const std::int64_t n = x.dim(0), rows = n * G::oh * G::ow;
         const TensorView<T, P> dym(dy.data(), Shape{rows, filters}), ym(y.data(), Shape{rows, filters});
@@ -501,6 +531,7 @@ private:
     static constexpr std::int64_t in_image = G::h * G::w * G::c;          // input values per image
     static constexpr std::int64_t out_image = Chunks::pixels * filters;    // output values per image
     static constexpr std::int64_t chunk_col = Chunks::images * Chunks::pixels * patch;
+    static constexpr std::int64_t chunk_out_grad = Chunks::images * out_image;  // backward_then's scratch
 
     // The host convolution, blocked by images. A chunk of whole images goes through im2col, its
     // GEMM and its bias and activation (forward), or through its activation's gradient, the
@@ -516,15 +547,15 @@ private:
     // group's chunks in order (the GEMM accumulates), and the groups' sums are added in order at
     // the end. The gradients therefore do not depend on the number of threads.
     // `then(chunk output, first image, images)`, when given, runs on each chunk's output after
-    // its bias and activation (forward_then); with mode.no_backward that output is then a
-    // per-thread scratch, not `y`.
+    // its bias and activation (forward_then); without `store` that output is then a per-thread
+    // scratch, not `y`.
     template <class Then>
     void blocked_forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode& mode,
-                         std::int64_t per, Then&& then) {
+                         std::int64_t per, bool store, Then&& then) {
         constexpr bool chained = !std::is_same_v<std::decay_t<Then>, std::nullptr_t>;
         const std::int64_t n = x.dim(0), chunks = ceil_div(n, per);
         const int team = int(std::min<std::int64_t>(num_threads(), chunks));
-        const bool scratch_out = chained && mode.no_backward;
+        const bool scratch_out = chained && !store;
         const std::int64_t chunk_out = per * out_image;
         ws_.resize(Shape{team * (per * Chunks::pixels * patch + (scratch_out ? chunk_out : 0))});
         strata::detail::blas_init_once();
@@ -567,34 +598,40 @@ private:
         }
     }
 
+    // `source(scratch, first image, images)`, when given, writes a chunk's output gradient, with
+    // the activation's derivative applied, into the thread's scratch and returns it
+    // (backward_then); `y` and `dy` are then not read.
+    template <class Source>
     void blocked_backward(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>& y,
-                          const TensorView<T, P>& dy, const TensorView<T, P>& dx, const Mode& mode) {
+                          const TensorView<T, P>& dy, const TensorView<T, P>& dx, const Mode& mode, Source&& source) {
+        constexpr bool sourced = !std::is_same_v<std::decay_t<Source>, std::nullptr_t>;
         const std::int64_t n = x.dim(0), chunks = ceil_div(n, Chunks::images);
         const std::int64_t groups = std::min(Chunks::groups, chunks);
         const int team = int(std::min<std::int64_t>(num_threads(), groups));
         constexpr bool fuse_activation = !Act::rowwise;
         const bool apply_grad = !mode.skip_activation && !std::is_same_v<Act, Linear>;
-        if (!fuse_activation) {
+        constexpr std::int64_t stride = chunk_col + (sourced ? chunk_out_grad : 0);  // per thread
+        if (!sourced && !fuse_activation) {
             STRATA_PROFILE_PHASE("backward.activation");
             activation_backward<Act>(TensorView<T, P>(y.data(), Shape{y.size() / filters, filters}),
                                      TensorView<T, P>(dy.data(), Shape{dy.size() / filters, filters}), mode.skip_activation);
         }
-        ws_.resize(Shape{team * chunk_col});
+        ws_.resize(Shape{team * stride});
         dw_.resize(Shape{groups, kernel_size});
         if (Spec::use_bias) partial_.resize(Shape{groups, filters});
         strata::detail::blas_init_once();
         T* const ws = ws_.data();
         T* const dws = dw_.data();
         accumulate_t<T>* const dbs = Spec::use_bias ? partial_.data() : nullptr;
-        const T *const xs = x.data(), *const ys = y.data();
-        T* const dys = dy.data();
+        const T *const xs = x.data(), *const ys = sourced ? nullptr : y.data();
+        T* const dys = sourced ? nullptr : dy.data();
         T* const dxs = dx.empty() ? nullptr : dx.data();
         [[maybe_unused]] const void* key = profile::current();
 #if STRATA_HAS_OPENMP
 #pragma omp parallel for schedule(static) num_threads(team)
 #endif
         for (std::int64_t g = 0; g < groups; ++g) {
-            T* col = ws + thread_index() * chunk_col;
+            T* col = ws + thread_index() * stride;
             accumulate_t<T>* db = Spec::use_bias ? dbs + g * filters : nullptr;
             if (Spec::use_bias)
                 for (std::int64_t f = 0; f < filters; ++f) db[f] = 0;
@@ -602,10 +639,16 @@ private:
             for (std::int64_t c = first; c < last; ++c) {
                 const std::int64_t n0 = c * Chunks::images, count = std::min(Chunks::images, n - n0);
                 const std::int64_t rows = count * Chunks::pixels;
-                T* dyc = dys + n0 * out_image;
+                T* dyc = sourced ? nullptr : dys + n0 * out_image;
                 {
                     STRATA_PROFILE_SCOPE(key, "backward.activation");
-                    if constexpr (fuse_activation) {
+                    if constexpr (sourced) {
+                        {
+                            STRATA_PROFILE_SCOPE(key, "backward.next_layer (fused)");
+                            dyc = source(col + chunk_col, n0, count);
+                        }
+                        if (Spec::use_bias) column_sums_chunk(dyc, db, rows);
+                    } else if constexpr (fuse_activation) {
                         if (apply_grad) activation_grad_chunk(ys + n0 * out_image, dyc, db, rows);
                         else if (Spec::use_bias) column_sums_chunk(dyc, db, rows);
                     } else if (Spec::use_bias) {

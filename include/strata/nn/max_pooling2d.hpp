@@ -106,11 +106,18 @@ struct MaxPoolElements {
 // whose recorded maximum it is, in a local accumulator: no atomics, no zeroing pass, and the
 // result does not depend on the thread count. The local arrays also let the compiler vectorise
 // the channel loops without runtime alias checks (which GCC does not emit at -O2).
-template <class T, class G>
+//
+// With `Act` other than Linear and `y` (this layer's output) given, each gradient that reaches an
+// input pixel is multiplied by the derivative of the previous layer's activation at that pixel:
+// Act::grad(y, g), since the pixel that receives a window's gradient holds that window's
+// maximum, y (Conv2D's fused backward; windows that do not overlap only, so that each pixel
+// receives at most one gradient and the product is the same as applying Act's derivative after).
+template <class T, class G, class Act = Linear>
 struct MaxPoolBackwardRows {
     const T* dy;
     const std::int32_t* arg;
     T* dx;
+    const T* y = nullptr;
     STRATA_HD void operator()(std::int64_t r) const {
         const std::int64_t n = r / G::h, iy = r % G::h;
         T* row = dx + r * (G::w * G::c);
@@ -124,9 +131,16 @@ struct MaxPoolBackwardRows {
                 if (ky < G::kh && oy < G::oh && kx < G::kw && ox < G::ow) {
                     const std::int64_t o = ((n * G::oh + oy) * G::ow + ox) * G::c;
                     const auto k = std::int32_t(ky * G::kw + kx);
-                    for (std::int64_t ci = 0; ci < G::c; ++ci) {
-                        const T g = dy[o + ci];
-                        out[ci] = arg[o + ci] == k ? g : T(0);
+                    if constexpr (std::is_same_v<Act, Linear>) {
+                        for (std::int64_t ci = 0; ci < G::c; ++ci) {
+                            const T g = dy[o + ci];
+                            out[ci] = arg[o + ci] == k ? g : T(0);
+                        }
+                    } else {
+                        for (std::int64_t ci = 0; ci < G::c; ++ci) {
+                            const T g = Act::grad(y[o + ci], dy[o + ci]);
+                            out[ci] = arg[o + ci] == k ? g : T(0);
+                        }
                     }
                 } else {
                     for (std::int64_t ci = 0; ci < G::c; ++ci) out[ci] = T(0);
@@ -134,6 +148,7 @@ struct MaxPoolBackwardRows {
                 for (std::int64_t ci = 0; ci < G::c; ++ci) row[ix * G::c + ci] = out[ci];
             }
         } else {
+            static_assert(std::is_same_v<Act, Linear>, "MaxPoolBackwardRows: an activation is fused only where windows do not overlap");
             gather(n, iy, row);
         }
     }
@@ -302,6 +317,26 @@ public:
         arg_.resize(Shape{n * output_shape::size});
         if constexpr (place::host_accessible_v<P>)
             std::memset(static_cast<void*>(arg_.data()), 0, std::size_t(arg_.size()) * sizeof(std::int32_t));
+    }
+
+    /// Whether backward_images can fold the previous layer's activation `Act` in: on the host,
+    /// where windows do not overlap (each input pixel gets at most one window's gradient).
+    template <class Act>
+    static constexpr bool fuses_activation_grad = !elementwise_place<P> && !Act::rowwise && G::sh >= G::kh && G::sw >= G::kw;
+
+    /// Host: the gradient w.r.t. the input of images [first, first + count) of the batch, written
+    /// to `dx` (those images' input gradient only), each value multiplied by the derivative of
+    /// the previous layer's activation `Act` there (see MaxPoolBackwardRows). `y` and `dy` are the
+    /// whole batch's output and output gradient. A Conv2D before this layer calls it for each
+    /// chunk of its backward pass, after a forward that ran through forward_images: the chunk's
+    /// gradient is made in cache, and the batch's input gradient is never stored.
+    template <class Act>
+    void backward_images(const T* y, const T* dy, std::int64_t first, std::int64_t count, T* dx) const
+        requires fuses_activation_grad<Act>
+    {
+        const std::int64_t o = first * output_shape::size;
+        const MaxPoolBackwardRows<T, G, Act> f{dy + o, arg_.data() + o, dx, y + o};
+        for (std::int64_t r = 0; r < count * G::h; ++r) f(r);
     }
 
     void backward(const T* params, T*, const TensorView<T, P>& x, const TensorView<T, P>& y,

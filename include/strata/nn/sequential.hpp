@@ -181,6 +181,7 @@ public:
         STRATA_CHECK(x.shape() == input_shape::batched(x.dim(0)), ShapeError, "Sequential: the input batch has shape ",
                      x.shape(), ", the model takes ", detail::shape_text<input_shape>());
         prepare(x);
+        trained_ = mode.training;
         forward_impl(params, mode, std::make_index_sequence<L>{});
         return out_[L - 1];
     }
@@ -300,6 +301,20 @@ private:
         }
     }
 
+    // Whether layer I's backward takes its output gradient from layer I+1 chunk by chunk, after
+    // a fused forward (Conv2D then MaxPooling2D on the host; see Conv2D::backward_then).
+    template <std::size_t I>
+    static constexpr bool fuses_backward_next() {
+        if constexpr (fuses_next<I>()) {
+            using Layer = std::tuple_element_t<I, Layers>;
+            using Next = std::tuple_element_t<I + 1, Layers>;
+            if constexpr (requires { Layer::template fuses_backward<Next>; }) return Layer::template fuses_backward<Next>;
+            else return false;
+        } else {
+            return false;
+        }
+    }
+
     template <std::size_t I>
     STRATA_INLINE void forward_one(const T* params, const Mode& mode) {
         using Layer = std::tuple_element_t<I, Layers>;
@@ -331,7 +346,19 @@ private:
             const TensorView<T, P> dx = I == 0 ? TensorView<T, P>() : dout_[I == 0 ? 0 : I - 1];
             Mode m = mode;
             m.skip_activation = mode.skip_activation && I == L - 1;
-            {
+            bool done = false;
+            if constexpr (I > 0 && fuses_backward_next<(I > 0 ? I - 1 : 0)>()) {
+                done = fused_[I - 1] && trained_;  // the layer before takes this one's backward into its own
+            }
+            if constexpr (fuses_backward_next<I>()) {
+                if (fused_[I] && trained_) {  // (a training forward: the pooling recorded its maxima)
+                    STRATA_PROFILE_GROUP(&profile_keys_[I], "backward");
+                    std::get<I>(layers_).backward_then(params + offsets[I], grads + offsets[I], in, dx, std::get<I + 1>(layers_),
+                                                       out_[I + 1], dout_[I + 1]);
+                    done = true;
+                }
+            }
+            if (!done) {
                 STRATA_PROFILE_GROUP(&profile_keys_[I], "backward");
                 std::get<I>(layers_).backward(params + offsets[I], grads + offsets[I], in, out_[I], dout_[I], dx, m);
             }
@@ -348,6 +375,7 @@ private:
     std::array<char, L> profile_keys_{};  // one address per layer for the step profiler
     std::int64_t reserved_[2] = {0, 0};   // the largest batch reserved for inference, for training
     std::array<bool, L> fused_{};         // layer I ran layer I+1's forward in this pass
+    bool trained_ = false;                // the last forward was in training mode
 };
 
 }  // namespace strata::nn

@@ -6,6 +6,7 @@
 /// They update one flat parameter buffer from one flat gradient buffer in a single pass, so a
 /// step's update costs one sweep over the parameters whatever the number of layers.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -15,6 +16,9 @@
 #include <variant>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 #include "strata/core/profile.hpp"
 #include "strata/tensor/tensor_all.hpp"
 
@@ -160,6 +164,144 @@ struct AdamStep {
         w[i] -= alpha * mi / (sqrt(vi) + eps);
     }
 };
+
+// The host updates, vectorised. std::sqrt keeps errno semantics (GCC's default -fmath-errno),
+// which stops GCC from vectorising a loop that calls it, and the per-element functors above
+// branch on their optional slots; here the slots are chosen once per block, the loops carry no
+// branch, and the square roots of a block go through the SSE/AVX instructions, which round
+// exactly as std::sqrt does (IEEE 754). Every value is that of the functors, bit for bit.
+template <class T>
+inline void sqrt_block(T* d, std::int64_t n) {
+    std::int64_t i = 0;
+#if defined(__AVX__)  // (256-bit also where AVX-512 is: GCC 12 warns inside its 512-bit sqrt intrinsics)
+    if constexpr (std::is_same_v<T, float>)
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_sqrt_ps(_mm256_loadu_ps(d + i)));
+    else if constexpr (std::is_same_v<T, double>)
+        for (; i + 4 <= n; i += 4) _mm256_storeu_pd(d + i, _mm256_sqrt_pd(_mm256_loadu_pd(d + i)));
+#elif defined(__SSE2__)
+    if constexpr (std::is_same_v<T, float>)
+        for (; i + 4 <= n; i += 4) _mm_storeu_ps(d + i, _mm_sqrt_ps(_mm_loadu_ps(d + i)));
+    else if constexpr (std::is_same_v<T, double>)
+        for (; i + 2 <= n; i += 2) _mm_storeu_pd(d + i, _mm_sqrt_pd(_mm_loadu_pd(d + i)));
+#endif
+    for (; i < n; ++i) d[i] = std::sqrt(d[i]);
+}
+
+inline constexpr std::int64_t update_block = 1024;
+
+// Runs body(first, count) over blocks of update_block elements, on the calling thread's team
+// when there are enough blocks to share.
+template <class Body>
+void for_update_blocks(std::int64_t count, Body&& body) {
+    const std::int64_t blocks = (count + update_block - 1) / update_block;
+#if STRATA_HAS_OPENMP
+#pragma omp parallel for schedule(static) if (blocks >= 16)
+#endif
+    for (std::int64_t b = 0; b < blocks; ++b) {
+        const std::int64_t i0 = b * update_block;
+        body(i0, std::min(update_block, count - i0));
+    }
+}
+
+template <class T>
+void rms_host(const RmsStep<T>& s, std::int64_t count) {
+    for_update_blocks(count, [&](std::int64_t i0, std::int64_t nb) {
+        T d[update_block];
+        T* const w = s.w + i0;
+        T* const v = s.v + i0;
+        const T* const g = s.g + i0;
+        const T lr = s.lr, rho = s.rho, momentum = s.momentum, eps = s.eps;
+        if (s.avg) {
+            T* const avg = s.avg + i0;
+#pragma omp simd
+            for (std::int64_t j = 0; j < nb; ++j) {
+                const T gi = g[j];
+                const T vi = rho * v[j] + (T(1) - rho) * gi * gi;
+                v[j] = vi;
+                const T ai = rho * avg[j] + (T(1) - rho) * gi;
+                avg[j] = ai;
+                const T denom = vi - ai * ai;
+                d[j] = denom + eps;
+            }
+        } else {
+#pragma omp simd
+            for (std::int64_t j = 0; j < nb; ++j) {
+                const T gi = g[j];
+                const T vi = rho * v[j] + (T(1) - rho) * gi * gi;
+                v[j] = vi;
+                d[j] = vi + eps;
+            }
+        }
+        sqrt_block(d, nb);
+        if (s.m) {
+            T* const m = s.m + i0;
+#pragma omp simd
+            for (std::int64_t j = 0; j < nb; ++j) {
+                const T step = lr * g[j] / d[j];
+                const T mi = momentum * m[j] + step;
+                m[j] = mi;
+                w[j] -= mi;
+            }
+        } else {
+#pragma omp simd
+            for (std::int64_t j = 0; j < nb; ++j) w[j] -= lr * g[j] / d[j];
+        }
+    });
+}
+
+template <class T>
+void adam_host(const AdamStep<T>& s, std::int64_t count) {
+    for_update_blocks(count, [&](std::int64_t i0, std::int64_t nb) {
+        T d[update_block];
+        T* const w = s.w + i0;
+        T* const m = s.m + i0;
+        T* const v = s.v + i0;
+        const T* const g = s.g + i0;
+        const T alpha = s.alpha, b1 = s.b1, b2 = s.b2, eps = s.eps;
+#pragma omp simd
+        for (std::int64_t j = 0; j < nb; ++j) {
+            const T gi = g[j];
+            const T mi = m[j] + (gi - m[j]) * (T(1) - b1);
+            const T vi = v[j] + (gi * gi - v[j]) * (T(1) - b2);
+            m[j] = mi;
+            v[j] = vi;
+            d[j] = vi;
+        }
+        sqrt_block(d, nb);
+#pragma omp simd
+        for (std::int64_t j = 0; j < nb; ++j) w[j] -= alpha * m[j] / (d[j] + eps);
+    });
+}
+
+template <class T>
+void sgd_host(const SgdStep<T>& s, std::int64_t count) {
+    for_update_blocks(count, [&](std::int64_t i0, std::int64_t nb) {
+        T* const w = s.w + i0;
+        const T* const g = s.g + i0;
+        const T lr = s.lr, momentum = s.momentum;
+        if (!s.v) {
+#pragma omp simd
+            for (std::int64_t j = 0; j < nb; ++j) w[j] -= lr * g[j];
+            return;
+        }
+        T* const v = s.v + i0;
+        if (s.nesterov) {
+#pragma omp simd
+            for (std::int64_t j = 0; j < nb; ++j) {
+                const T nv = momentum * v[j] - lr * g[j];
+                v[j] = nv;
+                w[j] += momentum * nv - lr * g[j];
+            }
+        } else {
+#pragma omp simd
+            for (std::int64_t j = 0; j < nb; ++j) {
+                const T nv = momentum * v[j] - lr * g[j];
+                v[j] = nv;
+                w[j] += nv;
+            }
+        }
+    });
+}
 }  // namespace detail
 
 /// An optimizer's configuration plus its state (slot buffers and the iteration count) for a
@@ -215,19 +357,24 @@ public:
         std::visit(
             [&](const auto& o) {
                 using O = std::decay_t<decltype(o)>;
+                // The device runs the functors, one element per thread; the host its blocked loops.
+                constexpr bool host = !std::is_same_v<P, place::Cuda>;
                 if constexpr (std::is_same_v<O, SGD>) {
-                    thrust::for_each_n(P::policy(), range, count,
-                                       detail::SgdStep<T>{w, g, at("momentum"), T(lr), T(o.momentum), o.nesterov});
+                    const detail::SgdStep<T> f{w, g, at("momentum"), T(lr), T(o.momentum), o.nesterov};
+                    if constexpr (host) detail::sgd_host(f, count);
+                    else thrust::for_each_n(P::policy(), range, count, f);
                 } else if constexpr (std::is_same_v<O, RMSprop>) {
-                    thrust::for_each_n(P::policy(), range, count,
-                                       detail::RmsStep<T>{w, g, at("velocity"), at("average_gradient"), at("momentum"),
-                                                          T(lr), T(o.rho), T(o.momentum), T(o.epsilon)});
+                    const detail::RmsStep<T> f{w, g, at("velocity"), at("average_gradient"), at("momentum"),
+                                               T(lr), T(o.rho), T(o.momentum), T(o.epsilon)};
+                    if constexpr (host) detail::rms_host(f, count);
+                    else thrust::for_each_n(P::policy(), range, count, f);
                 } else {
                     const double t = double(iterations_ + 1);
                     const double alpha = lr * std::sqrt(1 - std::pow(o.beta_2, t)) / (1 - std::pow(o.beta_1, t));
-                    thrust::for_each_n(P::policy(), range, count,
-                                       detail::AdamStep<T>{w, g, at("momentum"), at("velocity"), T(alpha), T(o.beta_1),
-                                                           T(o.beta_2), T(o.epsilon)});
+                    const detail::AdamStep<T> f{w, g, at("momentum"), at("velocity"), T(alpha), T(o.beta_1), T(o.beta_2),
+                                                T(o.epsilon)};
+                    if constexpr (host) detail::adam_host(f, count);
+                    else thrust::for_each_n(P::policy(), range, count, f);
                 }
             },
             config_);
