@@ -466,8 +466,8 @@ public:
         const T* const ny = next_y.data();
         const T* const ndy = next_dy.data();
         blocked_backward(params, grads, x, TensorView<T, P>(), TensorView<T, P>(), dx, Mode{},
-                         [&](T* scratch, std::int64_t n0, std::int64_t count) {
-                             next.template backward_images<Act>(ny, ndy, n0, count, scratch);
+                         [&](T* scratch, std::int64_t n0, std::int64_t count, accumulate_t<T>* db) {
+                             next.template backward_images<Act>(ny, ndy, n0, count, scratch, db);
                              return scratch;
                          });
     }
@@ -598,9 +598,9 @@ private:
         }
     }
 
-    // `source(scratch, first image, images)`, when given, writes a chunk's output gradient, with
-    // the activation's derivative applied, into the thread's scratch and returns it
-    // (backward_then); `y` and `dy` are then not read.
+    // `source(scratch, first image, images, db)`, when given, writes a chunk's output gradient,
+    // with the activation's derivative applied, into the thread's scratch, adds its channel sums
+    // to db (when not null) and returns it (backward_then); `y` and `dy` are then not read.
     template <class Source>
     void blocked_backward(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>& y,
                           const TensorView<T, P>& dy, const TensorView<T, P>& dx, const Mode& mode, Source&& source) {
@@ -643,11 +643,8 @@ private:
                 {
                     STRATA_PROFILE_SCOPE(key, "backward.activation");
                     if constexpr (sourced) {
-                        {
-                            STRATA_PROFILE_SCOPE(key, "backward.next_layer (fused)");
-                            dyc = source(col + chunk_col, n0, count);
-                        }
-                        if (Spec::use_bias) column_sums_chunk(dyc, db, rows);
+                        STRATA_PROFILE_SCOPE(key, "backward.next_layer (fused)");
+                        dyc = source(col + chunk_col, n0, count, db);
                     } else if constexpr (fuse_activation) {
                         if (apply_grad) activation_grad_chunk(ys + n0 * out_image, dyc, db, rows);
                         else if (Spec::use_bias) column_sums_chunk(dyc, db, rows);

@@ -330,13 +330,25 @@ public:
     /// whole batch's output and output gradient. A Conv2D before this layer calls it for each
     /// chunk of its backward pass, after a forward that ran through forward_images: the chunk's
     /// gradient is made in cache, and the batch's input gradient is never stored.
+    /// With `db`, the channel sums of the gradient written are added to db[0, c) (the previous
+    /// layer's bias gradient), each row summed while it is in L1, in the order of the pixels.
     template <class Act>
-    void backward_images(const T* y, const T* dy, std::int64_t first, std::int64_t count, T* dx) const
+    void backward_images(const T* y, const T* dy, std::int64_t first, std::int64_t count, T* dx, accumulate_t<T>* db) const
         requires fuses_activation_grad<Act>
     {
         const std::int64_t o = first * output_shape::size;
         const MaxPoolBackwardRows<T, G, Act> f{dy + o, arg_.data() + o, dx, y + o};
-        for (std::int64_t r = 0; r < count * G::h; ++r) f(r);
+        accumulate_t<T> acc[G::c];
+        for (std::int64_t ci = 0; ci < G::c; ++ci) acc[ci] = 0;
+        for (std::int64_t r = 0; r < count * G::h; ++r) {
+            f(r);
+            if (!db) continue;
+            const T* row = dx + r * (G::w * G::c);
+            for (std::int64_t ix = 0; ix < G::w; ++ix)
+                for (std::int64_t ci = 0; ci < G::c; ++ci) acc[ci] += accumulate_t<T>(row[ix * G::c + ci]);
+        }
+        if (db)
+            for (std::int64_t ci = 0; ci < G::c; ++ci) db[ci] += acc[ci];
     }
 
     void backward(const T* params, T*, const TensorView<T, P>& x, const TensorView<T, P>& y,
