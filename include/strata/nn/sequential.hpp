@@ -253,16 +253,24 @@ private:
     }
     template <std::size_t... I>
     void reserve_impl(std::int64_t n, bool training, std::index_sequence<I...>) {
+        (reserve_one<I>(n, training), ...);
+    }
+    template <std::size_t I>
+    void reserve_one(std::int64_t n, bool training) {
         auto touch = [](Tensor<T, P>& t) {
             if constexpr (place::host_accessible_v<P>)
                 if (t.data() && t.size() > 0) std::memset(static_cast<void*>(t.data()), 0, std::size_t(t.size()) * sizeof(T));
         };
-        auto one = [&](auto& layer, Tensor<T, P>& act, Tensor<T, P>& grad) {
-            touch(act);
-            if (training) touch(grad);
-            if constexpr (requires { layer.reserve(n, training); }) layer.reserve(n, training);
-        };
-        (one(std::get<I>(layers_), act_[I], grad_[I]), ...);
+        // A layer that runs the next one's forward on each chunk (fuses_next) stores its output
+        // only when something will read it: not in inference, and not in training when its
+        // backward takes the gradient from the next layer too (fuses_backward_next), which then
+        // never stores this layer's output gradient either. Those buffers stay allocated but
+        // untouched (no pages), for a pass that does not fuse (a batch too small to share).
+        const bool output_unread = training ? fuses_backward_next<I>() : fuses_next<I>();
+        if (!output_unread) touch(act_[I]);
+        if (training && !fuses_backward_next<I>()) touch(grad_[I]);
+        auto& layer = std::get<I>(layers_);
+        if constexpr (requires { layer.reserve(n, training); }) layer.reserve(n, training);
     }
     template <std::size_t... I>
     void prepare_impl(std::int64_t n, std::index_sequence<I...>) {
