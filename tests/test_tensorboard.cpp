@@ -38,7 +38,6 @@ struct FakeContext : strata::train::TrainingContext {
     double lr = 1e-5;
     double learning_rate() const override { return lr; }
     void set_learning_rate(double v) override { lr = v; }
-    void save_checkpoint(const std::string&, int) override {}
     std::vector<double> weights_snapshot() const override { return {}; }
     void restore_weights(const std::vector<double>&) override {}
 };

@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
-#include <immintrin.h>
+#if (defined(__x86_64__) || defined(__i386__) || defined(_M_X64)) && !((defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__))
+#include <immintrin.h>  // _mm_pause (GCC and Clang use their builtin: no 63 000-line header)
 #endif
 
 namespace strata::distribute {
@@ -257,7 +257,9 @@ private:
     static constexpr clock::duration kSpin = std::chrono::microseconds(20);
 
     static void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+        __builtin_ia32_pause();
+#elif defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
         _mm_pause();
 #else
         std::this_thread::yield();

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <type_traits>
@@ -16,8 +17,13 @@
 #include <variant>
 #include <vector>
 
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define STRATA_X86_BUILTINS 1
+#else
+#define STRATA_X86_BUILTINS 0
 #if defined(__SSE2__)
 #include <immintrin.h>
+#endif
 #endif
 #include "strata/core/profile.hpp"
 #include "strata/tensor/tensor_all.hpp"
@@ -170,10 +176,49 @@ struct AdamStep {
 // branch on their optional slots; here the slots are chosen once per block, the loops carry no
 // branch, and the square roots of a block go through the SSE/AVX instructions, which round
 // exactly as std::sqrt does (IEEE 754). Every value is that of the functors, bit for bit.
+// GCC and Clang reach those instructions through their builtins on vector types, which need no
+// header (<immintrin.h> alone is 63 000 lines that every program would parse); nvcc's front end
+// and other compilers take the intrinsics.
 template <class T>
 inline void sqrt_block(T* d, std::int64_t n) {
     std::int64_t i = 0;
-#if defined(__AVX__)  // (256-bit also where AVX-512 is: GCC 12 warns inside its 512-bit sqrt intrinsics)
+#if STRATA_X86_BUILTINS && defined(__AVX__)  // (256-bit also where AVX-512 is: GCC 12 warns inside its 512-bit sqrt)
+    if constexpr (std::is_same_v<T, float>) {
+        typedef float v8 __attribute__((vector_size(32)));
+        for (; i + 8 <= n; i += 8) {
+            v8 v;
+            std::memcpy(&v, d + i, sizeof v);
+            v = __builtin_ia32_sqrtps256(v);
+            std::memcpy(d + i, &v, sizeof v);
+        }
+    } else if constexpr (std::is_same_v<T, double>) {
+        typedef double v4 __attribute__((vector_size(32)));
+        for (; i + 4 <= n; i += 4) {
+            v4 v;
+            std::memcpy(&v, d + i, sizeof v);
+            v = __builtin_ia32_sqrtpd256(v);
+            std::memcpy(d + i, &v, sizeof v);
+        }
+    }
+#elif STRATA_X86_BUILTINS && defined(__SSE2__)
+    if constexpr (std::is_same_v<T, float>) {
+        typedef float v4 __attribute__((vector_size(16)));
+        for (; i + 4 <= n; i += 4) {
+            v4 v;
+            std::memcpy(&v, d + i, sizeof v);
+            v = __builtin_ia32_sqrtps(v);
+            std::memcpy(d + i, &v, sizeof v);
+        }
+    } else if constexpr (std::is_same_v<T, double>) {
+        typedef double v2 __attribute__((vector_size(16)));
+        for (; i + 2 <= n; i += 2) {
+            v2 v;
+            std::memcpy(&v, d + i, sizeof v);
+            v = __builtin_ia32_sqrtpd(v);
+            std::memcpy(d + i, &v, sizeof v);
+        }
+    }
+#elif defined(__AVX__)
     if constexpr (std::is_same_v<T, float>)
         for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_sqrt_ps(_mm256_loadu_ps(d + i)));
     else if constexpr (std::is_same_v<T, double>)

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "strata/core/error.hpp"
+#include "strata/train/model_state.hpp"
 
 namespace strata::train {
 
@@ -88,25 +89,34 @@ public:
 
     virtual double learning_rate() const = 0;
     virtual void set_learning_rate(double lr) = 0;
-    /// Writes a checkpoint (weights, optimizer state, epoch) atomically to `path`.
-    virtual void save_checkpoint(const std::string& path, int epoch) = 0;
     /// A host copy of all weights, and its inverse (EarlyStopping's restore_best_weights).
     virtual std::vector<double> weights_snapshot() const = 0;
     virtual void restore_weights(const std::vector<double>& snapshot) = 0;
     /// Whether this process writes files (checkpoints, logs, backups). Every process of a
     /// multi-process job trains; only the chief (rank 0) writes. One process: always.
     virtual bool is_chief() const { return true; }
-    /// Writes the model's whole state as it is now (weights, optimizer slots and iterations,
-    /// learning rate, epochs done, step counter) atomically to `path`, with `metadata` added
-    /// to the checkpoint's metadata (BackupAndRestore's position).
-    virtual void save_state(const std::string& /*path*/, const std::map<std::string, std::string>& /*metadata*/) {
-        throw_error<ValueError>("TrainingContext: this context cannot save its state (BackupAndRestore needs a strata::Model)");
+    /// The model's layout (its parameters and compiled optimizer) and, with `with_values`, its
+    /// whole state as it is now: weights, optimizer slots and iterations, learning rate, epochs
+    /// done, step counter (strata/train/model_state.hpp).
+    virtual ModelState state(bool /*with_values*/) const {
+        throw_error<ValueError>("TrainingContext: this context has no model state to save (checkpoints need a strata::Model)");
     }
+    /// Takes back a state of this model's layout (read_model_state validated it).
+    virtual void restore_state(const ModelState& /*state*/) {
+        throw_error<ValueError>("TrainingContext: this context cannot restore a model state (checkpoints need a strata::Model)");
+    }
+
+    // The checkpoint operations below are defined in strata/train/checkpoint.hpp (which
+    // strata/train/model.hpp includes): the checkpoint code is compiled only where one is called.
+
+    /// Writes a checkpoint (weights, optimizer state, epoch + 1 as the epochs done) atomically to `path`.
+    void save_checkpoint(const std::string& path, int epoch);
+    /// Writes the model's whole state as it is now atomically to `path`, with `metadata` added
+    /// to the checkpoint's metadata (BackupAndRestore's position).
+    void save_state(const std::string& path, const std::map<std::string, std::string>& metadata);
     /// Restores what save_state wrote, strictly: the whole file is validated first, and a
     /// checkpoint of another model or optimizer is a CheckpointError with the model unchanged.
-    virtual void load_state(const std::string& /*path*/) {
-        throw_error<ValueError>("TrainingContext: this context cannot load a state (BackupAndRestore needs a strata::Model)");
-    }
+    void load_state(const std::string& path);
 };
 
 /// Base of all callbacks: override what you need. Epochs are numbered from 0 here (Keras

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <limits>
 #include <optional>
 #include <set>
@@ -36,17 +37,11 @@
 #include <vector>
 
 #include "strata/core/error.hpp"
+#include "strata/train/callbacks.hpp"
+#include "strata/train/model_state.hpp"
 #include "strata/train/safetensors.hpp"
 
 namespace strata::train {
-
-/// One parameter tensor a model expects in a checkpoint: its name, its shape and where its
-/// values go in the model's flat parameter buffer.
-struct CheckpointTensor {
-    std::string name;               ///< "conv2d/kernel"
-    std::vector<std::size_t> dims;  ///< row-major extents, e.g. {3, 3, 1, 8}
-    std::int64_t offset = 0;        ///< first element in the flat buffer
-};
 
 /// What a model expects of a checkpoint (see read_checkpoint).
 ///
@@ -338,5 +333,98 @@ CheckpointData<T> read_checkpoint(const std::filesystem::path& path, const Check
     }
     return data;
 }
+
+/// The format version write_checkpoint writes and read_model_state reads.
+inline constexpr int checkpoint_format_version = 1;
+
+/// Writes `state` (which must hold values) as a strata checkpoint to `path`, atomically: the
+/// parameters as `state.params` names them, each optimizer slot as `optimizer/<slot>/<parameter>`,
+/// F32 or F64 as the model computes; metadata format, format_version, epoch, step, seed,
+/// optimizer, optimizer_iterations, learning_rate, and `extra` (the state's own keys win).
+/// Compiled once, whatever the model: Model::save and the checkpointing callbacks call it.
+inline void write_checkpoint(const std::filesystem::path& path, const ModelState& state,
+                             const std::map<std::string, std::string>& extra = {}) {
+    STRATA_CHECK(state.has_values && std::int64_t(state.weights.size()) == state.num_params, ValueError,
+                 "write_checkpoint: the state holds ", state.weights.size(), " weights, the layout ", state.num_params);
+    SafetensorsWriter w;
+    for (const auto& [key, value] : extra) w.set_metadata(key, value);
+    std::vector<float> narrow;  // F32 models: every value converts back exactly
+    auto add = [&](std::string name, const CheckpointTensor& p, const std::vector<double>& flat) {
+        const auto* first = flat.data() + p.offset;
+        std::size_t n = 1;
+        for (const auto d : p.dims) n *= d;
+        if (state.f64) {
+            w.add<double>(std::move(name), p.dims, std::span<const double>(first, n));
+        } else {
+            narrow.assign(first, first + n);
+            w.add<float>(std::move(name), p.dims, std::span<const float>(narrow));
+        }
+    };
+    for (const auto& p : state.params) add(p.name, p, state.weights);
+    if (!state.optimizer.empty()) {
+        STRATA_CHECK(state.slots.size() == state.slot_names.size(), ValueError, "write_checkpoint: ", state.slot_names.size(),
+                     " optimizer slots named, ", state.slots.size(), " given");
+        for (std::size_t s = 0; s < state.slots.size(); ++s)
+            for (const auto& p : state.params) add("optimizer/" + state.slot_names[s] + "/" + p.name, p, state.slots[s]);
+        w.set_metadata("optimizer", state.optimizer);
+        if (state.optimizer_iterations) w.set_metadata("optimizer_iterations", std::to_string(*state.optimizer_iterations));
+        if (state.learning_rate) {
+            char lr[40];
+            std::snprintf(lr, sizeof lr, "%.17g", *state.learning_rate);
+            w.set_metadata("learning_rate", lr);
+        }
+    }
+    w.set_metadata("format", "strata-checkpoint");
+    w.set_metadata("format_version", std::to_string(checkpoint_format_version));
+    w.set_metadata("epoch", std::to_string(state.epoch));
+    w.set_metadata("step", std::to_string(state.step));
+    if (state.seed) w.set_metadata("seed", std::to_string(*state.seed));
+    w.save(path);
+}
+
+/// Reads and validates the checkpoint at `path` against a model's `layout` (its parameters and
+/// compiled optimizer; values ignored) as read_checkpoint does (`strict` as there), and returns
+/// the state it holds, ready for the model to take: nothing is returned, so nothing can be
+/// applied, unless the whole file is valid.
+inline ModelState read_model_state(const std::filesystem::path& path, const ModelState& layout, bool strict = true) {
+    CheckpointSpec spec;
+    spec.params = layout.params;
+    spec.num_params = layout.num_params;
+    spec.optimizer = layout.optimizer;
+    spec.slots = layout.slot_names;
+    spec.strict = strict;
+    spec.format_version = checkpoint_format_version;
+    auto data = read_checkpoint<double>(path, spec);
+    ModelState s;
+    s.params = layout.params;
+    s.num_params = layout.num_params;
+    s.f64 = layout.f64;
+    s.optimizer = layout.optimizer;
+    s.slot_names = layout.slot_names;
+    s.has_values = true;
+    s.weights = std::move(data.params);
+    for (auto& [name, values] : data.slots) s.slots.push_back(std::move(values));
+    s.optimizer_iterations = data.optimizer_iterations;
+    s.learning_rate = data.learning_rate;
+    s.epoch = data.epoch;
+    s.step = data.step;
+    s.seed = data.seed;
+    return s;
+}
+
+// TrainingContext's checkpoint members (declared in callbacks.hpp): defined here, so that the
+// checkpoint code is compiled only where a callback or a program saves or loads.
+
+inline void TrainingContext::save_checkpoint(const std::string& path, int epoch) {
+    ModelState s = state(true);
+    s.epoch = epoch + 1;
+    write_checkpoint(path, s);
+}
+
+inline void TrainingContext::save_state(const std::string& path, const std::map<std::string, std::string>& metadata) {
+    write_checkpoint(path, state(true), metadata);
+}
+
+inline void TrainingContext::load_state(const std::string& path) { restore_state(read_model_state(path, state(false), true)); }
 
 }  // namespace strata::train

@@ -47,7 +47,6 @@
 #include "strata/train/callbacks.hpp"
 #include "strata/train/checkpoint.hpp"
 #include "strata/train/progress.hpp"
-#include "strata/train/safetensors.hpp"
 
 namespace strata {
 
@@ -583,40 +582,9 @@ public:
     /// Under MultiWorkerMirrored call it on every process: the chief writes, and every process
     /// returns once the file is complete (so each may load it at once).
     void save(const std::string& path, const std::map<std::string, std::string>& extra_metadata = {}) const {
-        write_checkpoint(path, extra_metadata);
+        if (is_chief()) train::write_checkpoint(path, state(true), extra_metadata);  // across processes the chief writes
         if constexpr (requires { strategy_->process_group(); }) strategy_->process_group().barrier(0, distribute::SyncPoint{"barrier", "save"});
     }
-
-private:
-    // save() without the wait for the other processes: what callbacks call on the chief alone.
-    void write_checkpoint(const std::string& path, const std::map<std::string, std::string>& extra_metadata) const {
-        if (!is_chief()) return;  // across processes only the chief writes
-        train::SafetensorsWriter w;
-        for (const auto& [key, value] : extra_metadata) w.set_metadata(key, value);
-        const auto params = get_weights();
-        const auto infos = Net::parameters();
-        for (const auto& p : infos)
-            w.add<T>(p.name, dims_of(p.shape), std::span<const T>(params.data() + p.offset, std::size_t(p.shape.size())));
-        if (compiled_) {
-            for (const auto& [slot, v] : path_.slots())
-                for (const auto& p : infos)
-                    w.add<T>("optimizer/" + slot + "/" + p.name, dims_of(p.shape),
-                             std::span<const T>(v.data() + p.offset, std::size_t(p.shape.size())));
-            w.set_metadata("optimizer", path_.optimizer_name());
-            w.set_metadata("optimizer_iterations", std::to_string(path_.iterations()));
-            char lr[40];
-            std::snprintf(lr, sizeof lr, "%.17g", path_.learning_rate());
-            w.set_metadata("learning_rate", lr);
-        }
-        w.set_metadata("format", "strata-checkpoint");
-        w.set_metadata("format_version", std::to_string(checkpoint_version));
-        w.set_metadata("epoch", std::to_string(epoch_));
-        w.set_metadata("step", std::to_string(step_));
-        w.set_metadata("seed", std::to_string(seed_));
-        w.save(path);
-    }
-
-public:
 
     /// Loads a checkpoint written by save() (under any strategy: the layout is the same).
     /// The whole file is validated before anything changes (train::read_checkpoint): a missing
@@ -626,31 +594,8 @@ public:
     /// are a CheckpointError, and the model is left as it was. With `strict = false` unknown
     /// tensors are ignored and another optimizer's state is left out. The learning rate stored
     /// by save() is restored when the model is compiled.
-    void load(const std::string& path, bool strict = true) {
-        train::CheckpointSpec spec;
-        spec.num_params = num_params;
-        spec.strict = strict;
-        spec.format_version = checkpoint_version;
-        for (const auto& p : Net::parameters()) spec.params.push_back({p.name, dims_of(p.shape), p.offset});
-        if (compiled_) {
-            spec.optimizer = path_.optimizer_name();
-            for (const auto& [slot, unused] : path_.slots()) spec.slots.push_back(slot);
-        }
-        const auto data = train::read_checkpoint<T>(path, spec);
-        // Validated: from here on nothing throws on the file's account.
-        set_weights(data.params);
-        if (compiled_) {
-            for (const auto& [slot, v] : data.slots)
-                if (!v.empty()) path_.set_slot(slot, v);
-            if (data.optimizer_iterations) path_.set_iterations(*data.optimizer_iterations);
-            // A schedule's rate follows from the restored iteration count; a constant one (or one a
-            // callback set) is the stored value.
-            if (data.learning_rate && constant_lr_) path_.set_learning_rate(*data.learning_rate);
-        }
-        epoch_ = data.epoch;
-        step_ = data.step;
-    }
-    static constexpr int checkpoint_version = 1;
+    void load(const std::string& path, bool strict = true) { restore_state(train::read_model_state(path, state(false), strict)); }
+    static constexpr int checkpoint_version = train::checkpoint_format_version;
 
     /// Epochs trained so far (restored by load), and figures of the last epoch.
     int epoch() const { return epoch_; }
@@ -666,21 +611,56 @@ public:
         path_.set_learning_rate(lr);
         constant_lr_ = true;
     }
-    void save_checkpoint(const std::string& path, int epoch) override {
-        const int keep = epoch_;
-        epoch_ = epoch + 1;
-        write_checkpoint(path, {});  // callbacks write on the chief alone: no waiting for the others
-        epoch_ = keep;
-    }
     std::vector<double> weights_snapshot() const override {
         const auto w = get_weights();
         return std::vector<double>(w.begin(), w.end());
     }
     void restore_weights(const std::vector<double>& s) override { set_weights(std::vector<T>(s.begin(), s.end())); }
-    void save_state(const std::string& path, const std::map<std::string, std::string>& metadata) override {
-        write_checkpoint(path, metadata);
+    /// The model's layout and, `with_values`, its whole state (train::ModelState): what
+    /// checkpoints save and load. Only data crosses here; the checkpoint code is not a part
+    /// of Model, so it is compiled only where something saves or loads.
+    train::ModelState state(bool with_values) const override {
+        train::ModelState s;
+        s.num_params = num_params;
+        s.f64 = std::is_same_v<T, double>;
+        for (const auto& p : Net::parameters()) s.params.push_back({p.name, dims_of(p.shape), p.offset});
+        if (compiled_) {
+            s.optimizer = path_.optimizer_name();
+            for (auto& [slot, v] : path_.slots()) {
+                s.slot_names.push_back(slot);
+                if (with_values) s.slots.emplace_back(v.begin(), v.end());
+            }
+            if (with_values) {
+                s.optimizer_iterations = path_.iterations();
+                s.learning_rate = path_.learning_rate();
+            }
+        }
+        if (with_values) {
+            const auto w = get_weights();
+            s.weights.assign(w.begin(), w.end());
+            s.has_values = true;
+        }
+        s.epoch = epoch_;
+        s.step = step_;
+        s.seed = seed_;
+        return s;
     }
-    void load_state(const std::string& path) override { load(path, /*strict=*/true); }
+    /// Takes a state of this model's layout (validated by train::read_model_state): weights,
+    /// and when compiled the optimizer slots, iterations and the stored learning rate (a
+    /// constant rate; a schedule's follows from the iterations), epoch and step.
+    void restore_state(const train::ModelState& s) override {
+        STRATA_CHECK(s.has_values && s.num_params == num_params && std::int64_t(s.weights.size()) == num_params, ValueError,
+                     "restore_state: a state of ", s.weights.size(), " weights does not fit a model of ", num_params);
+        set_weights(std::vector<T>(s.weights.begin(), s.weights.end()));
+        if (compiled_) {
+            for (std::size_t i = 0; i < s.slots.size() && i < s.slot_names.size(); ++i)
+                if (!s.slots[i].empty()) path_.set_slot(s.slot_names[i], std::vector<T>(s.slots[i].begin(), s.slots[i].end()));
+            if (s.optimizer_iterations) path_.set_iterations(*s.optimizer_iterations);
+            if (s.learning_rate && constant_lr_) path_.set_learning_rate(*s.learning_rate);
+        }
+        epoch_ = s.epoch;
+        step_ = s.step;
+    }
 
 private:
     // What one compute unit (replica or worker) owns: its network's activations and the staging
