@@ -11,13 +11,16 @@
 /// auto history = model.fit(train.shuffle(10000, 1).batch(128), {.epochs = 3, .validation_data = test.batch(1000)});
 /// \endcode
 ///
-/// The training step, for every replica r of the strategy (in parallel, on r's thread):
-///   forward on r's slice of the global batch → loss and its gradient (each example's weighed
-///   by its sample weight and class weight, if any; scaled by 1 / the global batch size) →
-///   backward → gradient aggregation (none, all-reduce, or reduction to the central copy) →
-///   optimizer update.
-/// It is one inlined call chain over the layers; once the buffers have grown to the batch
-/// size it allocates nothing.
+/// The unit of work, for every compute unit r of the strategy (a replica, or a parameter
+/// server's worker; on r's thread): forward on r's mini-batch → loss and its gradient (each
+/// example's weighed by its sample weight and class weight, if any; scaled by 1 / the batch the
+/// update averages over) → backward. What happens to the gradients — nothing, an all-reduce, a
+/// reduction onto the central copy, a push to the servers — and when the optimizer applies them
+/// is the strategy's gradient path's business (distribute/gradient_path.hpp), never Model's.
+/// The unit of work is one inlined call chain over the layers; once the buffers have grown to
+/// the batch size it allocates nothing. What does not depend on the network or the strategy
+/// lives outside this template: the fit loop (train/fit_loop.hpp) and the checkpoint code
+/// (train/checkpoint.hpp, through train::ModelState).
 
 #include <cmath>
 #include <cstdint>
@@ -35,17 +38,15 @@
 #include "strata/distribute/distributed_dataset.hpp"
 #include "strata/distribute/strategy.hpp"
 #include "strata/distribute/gradient_path.hpp"
-#include "strata/distribute/path/central_storage.hpp"
-#include "strata/distribute/path/mirrored.hpp"
-#include "strata/distribute/path/one_device.hpp"
-#include "strata/distribute/path/parameter_server.hpp"
 #include "strata/loss/losses.hpp"
 #include "strata/metrics/accuracy.hpp"
 #include "strata/metrics/metric.hpp"
+#include "strata/nn/activation.hpp"
 #include "strata/nn/sequential.hpp"
 #include "strata/optim/optimizers.hpp"
 #include "strata/train/callbacks.hpp"
 #include "strata/train/checkpoint.hpp"
+#include "strata/train/fit_loop.hpp"
 #include "strata/train/progress.hpp"
 
 namespace strata {
@@ -145,7 +146,7 @@ public:
     static constexpr bool last_is_softmax = detail::LastActivation<Net>::softmax;
     /// Whether the strategy steps all replicas in lockstep on one global batch (everything but
     /// ParameterServer); only then are the pieces of a step (compute_gradients, ...) offered.
-    static constexpr bool lockstep = requires(path_type& p) { p.apply(0); };
+    static constexpr bool lockstep = path_type::lockstep;
 
     /// A model with its own Default strategy (one replica, all host cores).
     explicit Model(std::uint64_t seed = 0)
@@ -189,7 +190,7 @@ public:
         loss_ = std::move(loss);
         accuracy_ = accuracy;
         input_kind_ = loss::input_kind(loss_, last_is_softmax);
-        fused_ = input_kind_ == loss::Input::Logits && last_is_softmax;
+        fused_softmax_ = input_kind_ == loss::Input::Logits && last_is_softmax;
         if (std::holds_alternative<loss::SparseCategoricalCrossentropy>(loss_)) acc_kind_ = metrics::AccuracyKind::SparseCategorical;
         else if (output_size == 1) acc_kind_ = metrics::AccuracyKind::Binary;
         else acc_kind_ = metrics::AccuracyKind::Categorical;
@@ -202,11 +203,7 @@ public:
     /// server's workers.
     int replicas() const { return path_.units(); }
     /// Gradient buckets a step all-reduces (StrategyOptions::bucket_bytes; 1 = after backward).
-    std::size_t gradient_buckets() const
-        requires requires(const path_type& p) { p.gradient_buckets(); }
-    {
-        return path_.gradient_buckets();
-    }
+    std::size_t gradient_buckets() const { return path_.gradient_buckets(); }
     Strategy& strategy() { return *strategy_; }
     /// The strategy's gradient path (its statistics, for ParameterServer).
     path_type& gradient_path() { return path_; }
@@ -222,7 +219,7 @@ public:
     StepResult train_step(const data::Batch<Y>& batch) {
         require_compiled("train_step");
         check_batch(batch, "train_step");
-        return result_of(path_.train_step(batch, step_, unit_work<Y>()));
+        return result_of(path_.train_step(batch, step_, make_unit_work<Y>()));
     }
 
     // ---- the pieces of a step, for custom training loops (lockstep strategies) ---------------
@@ -244,7 +241,7 @@ public:
         requires lockstep
     {
         const int r = ctx.replica_id_in_sync_group();
-        const auto w = unit_work<Y>()(r, b, path_.params(r), path_.grads(r), double(b.global_size), step_,
+        const auto w = make_unit_work<Y>()(r, b, path_.params(r), path_.grads(r), double(b.global_size), step_,
                                       [&](std::int64_t first, std::int64_t) { path_.gradient_ready(r, first); });
         return w.loss_sum;
     }
@@ -303,94 +300,10 @@ public:
         STRATA_CHECK(options.steps_per_epoch > 0 || train.cardinality() != data::infinite_cardinality, ValueError,
                      "fit: the dataset repeats forever; give options.steps_per_epoch");
         build(std::int64_t(train.batch_size()), true);
-        train::History history;
-        train::ProgressBar bar(is_chief() ? options.verbose : 0);  // one process prints
-        stop_training = false;
-        resume.reset();
-        position = {options.initial_epoch, 0, 0, 0, 0};
-        for (auto& cb : options.callbacks) cb->on_train_begin(*this);
-        // A callback (BackupAndRestore) restored a backup: start where it was taken.
-        const std::optional<train::TrainingPosition> from = std::exchange(resume, std::nullopt);
-        if (from) {
-            STRATA_CHECK(from->epoch >= 0 && from->batches >= 0 && from->seen >= 0, ValueError, "fit: cannot resume at epoch ",
-                         from->epoch, ", batch ", from->batches, " (", from->seen, " examples seen)");
-            // ParameterServer's updates do not follow the data's order one to one: there is no
-            // batch to resume at, only an epoch.
-            STRATA_CHECK(lockstep || from->batches == 0, ValueError, "fit: cannot resume part-way through epoch ", from->epoch,
-                         " (after ", from->batches, " updates) under ParameterServer; back up at epoch ends only");
-        }
-        train::Logs logs;
-        for (int epoch = from ? from->epoch : options.initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
-            for (auto& cb : options.callbacks) cb->on_epoch_begin(*this, epoch);
-            std::int64_t steps = options.steps_per_epoch > 0 ? options.steps_per_epoch : expected_steps(train);
-            if (steps < 0) steps = 0;  // unknown: the bar shows steps as they come
-            bar.epoch_begin(epoch, options.epochs, steps);
-            for (auto& u : units_) u->counts = {};
-            double loss_sum = 0, correct = 0;
-            std::int64_t seen = 0, done = 0;
-            bool interrupted = false;
-            auto it = train.iterate(std::uint64_t(epoch));
-            if (from && epoch == from->epoch) {
-                loss_sum = from->loss_sum;
-                correct = from->correct;
-                seen = from->seen;
-                // A pass is a pure function of the epoch (data/dataset.hpp): skipping the batches
-                // already trained on puts it where the backup was taken. Skipped, not trained on.
-                for (; done < from->batches && it != std::default_sentinel; ++done) ++it;
-                STRATA_CHECK(done == from->batches, ValueError, "fit: cannot resume epoch ", epoch, " after batch ", from->batches,
-                             ": this epoch's pass has only ", done, " batches (the training data changed since the backup)");
-            }
-            position = {epoch, done, loss_sum, correct, seen};
-            CheckedSource source{distribute::detail::IteratorSource<Y, decltype(it)>(it), [this](const data::Batch<Y>& b) { check_batch(b, "fit"); }};
-            // A resumed epoch whose steps were all done before the backup trains on nothing.
-            if (!(options.steps_per_epoch > 0 && done >= options.steps_per_epoch)) {
-                path_.run_epoch(source, step_, unit_work<Y>(), [&](const distribute::StepTotals& t) {
-                    loss_sum += t.loss_sum;
-                    correct += t.correct;
-                    seen += t.examples;
-                    ++done;
-                    position = {epoch, done, loss_sum, correct, seen};
-                    logs.clear();
-                    logs.set("loss", seen ? loss_sum / double(seen) : 0.0);
-                    if (accuracy_) logs.set("accuracy", seen ? correct / double(seen) : 0.0);
-                    bar.step(done, logs);
-                    for (auto& cb : options.callbacks) cb->on_train_batch_end(*this, done, logs);
-                    // Keras: stop_training set during a batch (StopOnSignal, a user callback) ends
-                    // fit after that batch.
-                    if (stop_training) {
-                        interrupted = true;
-                        return false;
-                    }
-                    return !(options.steps_per_epoch > 0 && done >= options.steps_per_epoch);
-                });
-            }
-            last_epoch_seconds_ = bar.epoch_seconds();
-            last_epoch_examples_ = seen;
-            logs.clear();
-            logs.set("loss", seen ? loss_sum / double(seen) : 0.0);
-            if (accuracy_) logs.set("accuracy", seen ? correct / double(seen) : 0.0);
-            for (const auto& [name, value] : metric_figures(seen)) logs.set(metric_log_name(name, false), value);
-            if (options.validation_data) {
-                const auto ev = evaluate(*options.validation_data);
-                logs.set("val_loss", ev.loss);
-                if (accuracy_) logs.set("val_accuracy", ev.accuracy);
-                for (const auto& [name, value] : ev.metrics) logs.set(metric_log_name(name, true), value);
-            }
-            logs.set("lr", learning_rate());
-            if constexpr (requires { path_.epoch_figures(logs); }) path_.epoch_figures(logs);
-            bar.epoch_end(done, logs);
-            // An epoch stopped part-way is not counted as trained: resuming from a checkpoint
-            // (load, then fit with initial_epoch = epoch()) runs it again.
-            if (!interrupted) {
-                epoch_ = epoch + 1;
-                position = {epoch + 1, 0, 0, 0, 0};
-            }
-            history.record(epoch, logs);
-            if constexpr (requires { path_.staleness_histogram(); }) history.staleness.push_back(path_.staleness_histogram());
-            for (auto& cb : options.callbacks) cb->on_epoch_end(*this, epoch, logs);
-        }
-        for (auto& cb : options.callbacks) cb->on_train_end(*this, logs);
-        return history;
+        FitHooks<Y> hooks(*this, train, options);
+        const train::FitSettings settings{options.epochs, options.steps_per_epoch, options.verbose, options.initial_epoch,
+                                          accuracy_, is_chief()};
+        return train::run_fit(*this, hooks, options.callbacks, settings, &last_epoch_seconds_, &last_epoch_examples_);
     }
 
     /// fit on in-memory arrays: `x` holds n examples (n × input size floats), `y` their labels,
@@ -482,12 +395,12 @@ public:
             const std::int64_t n = std::int64_t(batch.size());
             path_.run_units([&](int r) {
                 Unit& u = *units_[std::size_t(r)];
-                const auto b = distribute::detail::unit_share(path_, batch, r);
+                const auto b = path_.unit_share(batch, r);
                 u.loss_sum = 0;
                 u.correct = 0;
                 if (b.size == 0) return;
-                nn::Mode mode{false, fused_, step_, seed_};
-                mode.no_backward = true;
+                const nn::Mode mode{.training = false, .skip_activation = fused_softmax_, .step = step_, .seed = seed_,
+                                    .no_backward = true};
                 auto x = stage_input(u, b.x.data(), b.size);
                 auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
                 auto out = u.net.forward(path_.inference_params(r), x, mode);
@@ -504,13 +417,9 @@ public:
         }
         // Across processes: every process's units computed their shares; the totals are global.
         double totals[3] = {loss_sum, correct, double(seen)};
-        if constexpr (requires { path_.per_worker_input(); }) {
-            if (!path_.per_worker_input()) totals[2] = 0;  // every process saw every example
-            distribute::detail::sum_over_workers(path_, std::span<double>(totals, 3));
-            if (!path_.per_worker_input()) totals[2] = double(seen);
-        } else {
-            distribute::detail::sum_over_workers(path_, std::span<double>(totals, 3));
-        }
+        if (!path_.per_worker_input()) totals[2] = 0;  // every process saw every example
+        path_.sum_over_workers(std::span<double>(totals, 3));
+        if (!path_.per_worker_input()) totals[2] = double(seen);
         loss_sum = totals[0];
         correct = totals[1];
         seen = std::int64_t(totals[2]);
@@ -534,18 +443,17 @@ public:
             all.resize(base + std::size_t(n * output_size));
             path_.run_units([&](int r) {
                 Unit& u = *units_[std::size_t(r)];
-                const auto b = distribute::detail::unit_share(path_, batch, r);
+                const auto b = path_.unit_share(batch, r);
                 if (b.size == 0) return;
                 auto x = stage_input(u, b.x.data(), b.size);
-                nn::Mode mode{false, false, step_, seed_};
-                mode.no_backward = true;
+                const nn::Mode mode{.training = false, .skip_activation = false, .step = step_, .seed = seed_, .no_backward = true};
                 auto out = u.net.forward(path_.inference_params(r), x, mode);
                 copy(out, TensorView<T, place::Host>(all.data() + base + std::size_t(b.first * output_size), out.shape()));
             });
         }
         // Across processes each one computed its replicas' rows (the others are zeros): the sum
         // gives every process every row.
-        if constexpr (requires { path_.sum_outputs_over_workers(std::span<T>(all)); }) path_.sum_outputs_over_workers(std::span<T>(all));
+        path_.sum_outputs_over_workers(std::span<T>(all));
         const auto count = std::int64_t(all.size()) / output_size;
         return from_vector(all, Net::output_shape::batched(count));
     }
@@ -583,7 +491,7 @@ public:
     /// returns once the file is complete (so each may load it at once).
     void save(const std::string& path, const std::map<std::string, std::string>& extra_metadata = {}) const {
         if (is_chief()) train::write_checkpoint(path, state(true), extra_metadata);  // across processes the chief writes
-        if constexpr (requires { strategy_->process_group(); }) strategy_->process_group().barrier(0, distribute::SyncPoint{"barrier", "save"});
+        path_.after_save();  // across processes: every process returns once the file is complete
     }
 
     /// Loads a checkpoint written by save() (under any strategy: the layout is the same).
@@ -605,7 +513,7 @@ public:
     // ---- TrainingContext ------------------------------------------------------------------
     /// Whether this process prints and writes files (always, but under MultiWorkerMirrored
     /// only on rank 0).
-    bool is_chief() const override { return distribute::detail::is_chief(path_); }
+    bool is_chief() const override { return path_.is_chief(); }
     double learning_rate() const override { return compiled_ ? path_.learning_rate() : 0.0; }
     void set_learning_rate(double lr) override {
         path_.set_learning_rate(lr);
@@ -676,6 +584,47 @@ private:
         std::int64_t correct = 0;
     };
 
+    // What the network-independent fit loop (train/fit_loop.hpp) asks of this model.
+    template <class Y>
+    struct FitHooks final : train::FitDriver {
+        Model& m;
+        const data::Dataset<Y>& train;
+        const FitOptions<Y>& options;
+        FitHooks(Model& model, const data::Dataset<Y>& t, const FitOptions<Y>& o) : m(model), train(t), options(o) {}
+
+        std::int64_t expected_steps() override { return m.expected_steps(train); }
+        bool resumes_mid_epoch() const override { return lockstep; }
+        void epoch_done(int epochs) override { m.epoch_ = epochs; }
+        void begin_epoch() override {
+            for (auto& u : m.units_) u->counts = {};
+        }
+        void run_epoch(int epoch, std::int64_t skip, train::FitEpoch& e) override {
+            auto it = train.iterate(std::uint64_t(epoch));
+            // A pass is a pure function of the epoch (data/dataset.hpp): skipping the batches
+            // already trained on puts it where the backup was taken. Skipped, not trained on.
+            std::int64_t done = 0;
+            for (; done < skip && it != std::default_sentinel; ++done) ++it;
+            STRATA_CHECK(done == skip, ValueError, "fit: cannot resume epoch ", epoch, " after batch ", skip,
+                         ": this epoch's pass has only ", done, " batches (the training data changed since the backup)");
+            CheckedSource source{distribute::detail::IteratorSource<Y, decltype(it)>(it),
+                                 [this](const data::Batch<Y>& b) { m.check_batch(b, "fit"); }};
+            m.path_.run_epoch(source, m.step_, m.make_unit_work<Y>(), [&](const distribute::StepTotals& t) {
+                return e.step(t.loss_sum, t.correct, t.examples);
+            });
+        }
+        void end_epoch(std::int64_t seen, train::Logs& logs, train::History& history) override {
+            for (const auto& [name, value] : m.metric_figures(seen)) logs.set(metric_log_name(name, false), value);
+            if (options.validation_data) {
+                const auto ev = m.evaluate(*options.validation_data);
+                logs.set("val_loss", ev.loss);
+                if (m.accuracy_) logs.set("val_accuracy", ev.accuracy);
+                for (const auto& [name, value] : ev.metrics) logs.set(metric_log_name(name, true), value);
+            }
+            logs.set("lr", m.learning_rate());
+            m.path_.end_epoch(logs, history);
+        }
+    };
+
     // Every batch fit takes is checked (labels in range, shapes) before any unit sees it.
     template <class Inner, class Check>
     struct CheckedSource {
@@ -703,7 +652,7 @@ private:
     // gradient scaled by 1 / `denominator`), backward into `grads`, telling `on_ready` as each
     // layer's gradient becomes final.
     template <class Y>
-    auto unit_work() {
+    auto make_unit_work() {
         return [this](int r, const distribute::ReplicaBatch<Y>& b, const T* params, T* grads, double denominator,
                       std::uint64_t step, auto&& on_ready) -> distribute::UnitWork {
             Unit& u = *units_[std::size_t(r)];
@@ -717,7 +666,8 @@ private:
                          " values do not fit the model's input ", nn::detail::shape_text<typename Net::input_shape>());
             STRATA_CHECK(b.w.empty() || std::int64_t(b.w.size()) == b.size, ShapeError, "compute_gradients: ", b.size,
                          " examples need ", b.size, " sample weights (one each) or none, got ", b.w.size());
-            const nn::Mode mode{true, fused_, step, seed_, b.first};
+            const nn::Mode mode{.training = true, .skip_activation = fused_softmax_, .step = step, .seed = seed_,
+                                .first_example = b.first};
             auto x = stage_input(u, b.x.data(), b.size);
             auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
             auto out = u.net.forward(params, x, mode);
@@ -749,8 +699,7 @@ private:
 
     template <class Y>
     std::int64_t expected_steps(const data::Dataset<Y>& train) const {
-        if constexpr (requires { path_.expected_updates(std::int64_t(0)); }) return path_.expected_updates(train.cardinality());
-        else return train.cardinality();
+        return path_.expected_updates(train.cardinality());
     }
 
     TensorView<T, P> stage_input(Unit& u, const float* src, std::int64_t count) {
@@ -839,7 +788,7 @@ private:
         for (const auto& u : units_) c += u->counts;
         if (top_k_ > 0 || precision_ || recall_) {  // across processes: every process's counts
             double v[4] = {double(c.in_top_k), double(c.true_positives), double(c.false_positives), double(c.false_negatives)};
-            distribute::detail::sum_over_workers(path_, std::span<double>(v, 4));
+            path_.sum_over_workers(std::span<double>(v, 4));
             c.in_top_k = std::int64_t(v[0]);
             c.true_positives = std::int64_t(v[1]);
             c.false_positives = std::int64_t(v[2]);
@@ -900,7 +849,7 @@ private:
     std::map<std::int64_t, double> class_weight_;   // FitOptions::class_weight while fit runs
     int top_k_ = 0;                                 // sparse_top_k_categorical_accuracy's k; 0: off
     bool precision_ = false, recall_ = false;
-    bool fused_ = false, accuracy_ = true, compiled_ = false, constant_lr_ = true;
+    bool fused_softmax_ = false, accuracy_ = true, compiled_ = false, constant_lr_ = true;
     std::uint64_t step_ = 0;
     int epoch_ = 0;
     double last_epoch_seconds_ = 0;
