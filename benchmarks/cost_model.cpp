@@ -355,7 +355,7 @@ Compute measure_compute(std::int64_t batch, int cores, const Options& opt) {
     std::vector<std::array<double, Net::num_layers>> runs;
     std::vector<double> totals;
     for (int s = 0; s <= opt.reps * opt.steps; ++s) {
-        const strata::nn::Mode mode{true, false, std::uint64_t(s + 1), 42, 0};
+        const strata::nn::Mode mode{.training = true, .step = std::uint64_t(s + 1), .seed = 42};
         net.forward(params.data(), xv, mode);
         strata::fill(net.output_grad(), 1e-3f);
         std::array<double, Net::num_layers> r{};

@@ -11,7 +11,7 @@
 /// | `CentralStorage<P, S>`           | `Synchronous` (its update waits for every replica's gradient)    |
 /// | `MultiWorkerMirrored<P, S>`      | `Synchronous` (an all-reduce across processes, every step)       |
 /// | `ParameterServer<P, S>`          | all: `Synchronous`, `KSync<K>`, `KBatchSync<K>`, `KAsync<K>`,    |
-/// |                                  | `KBatchAsync<K>`, `Asynchronous<B>`                               |
+/// |                                  | `KBatchAsync<K>`, `Asynchronous<B>`, and `Any` (chosen at run time)|
 
 #include "strata/distribute/sync.hpp"
 
@@ -19,7 +19,7 @@
 #define STRATA_VALID_COMBINATIONS                                                                           \
     "Valid combinations: Default, OneDevice<P>, Mirrored<P, sync::Synchronous>, "                            \
     "CentralStorage<P, sync::Synchronous>, MultiWorkerMirrored<P, sync::Synchronous>, ParameterServer<P, any sync mode: Synchronous, KSync<K>, "        \
-    "KBatchSync<K>, KAsync<K>, KBatchAsync<K>, Asynchronous<B>>; the relaxed modes need ParameterServer "    \
+    "KBatchSync<K>, KAsync<K>, KBatchAsync<K>, Asynchronous<B>, or Any to choose at run time>; the relaxed modes need ParameterServer "    \
     "(see docs/distribution.md)"
 
 namespace strata::distribute {

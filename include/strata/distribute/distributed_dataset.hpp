@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "strata/data/dataset.hpp"
-#include "strata/distribute/strategy.hpp"
+#include "strata/distribute/slice.hpp"
 
 namespace strata::distribute {
 

@@ -6,7 +6,8 @@
 /// given gradients) and the path decides where the variables live, which copy a unit computes
 /// with, how gradients are combined and applied, and the schedule of a step.
 ///
-/// One specialisation per strategy, each in its own file under distribute/path/:
+/// One specialisation per strategy, each in its own file under distribute/path/ (MultiWorkerMirrored
+/// reuses Mirrored's), included by the strategy's header — Model includes none:
 ///
 /// | strategy                 | variables                       | gradients meet variables         | schedule            |
 /// |--------------------------|---------------------------------|----------------------------------|---------------------|
@@ -31,6 +32,7 @@
 ///   slots() / set_slot(name, v)      optimizer slots, gathered into the same flat layout
 ///   optimizer_name(), iterations(), set_iterations(n), learning_rate(), set_learning_rate(lr)
 ///   log_placement()                  one placement-log line per variable copy or shard
+/// and, through detail::PathBase (below), the optional parts with their defaults.
 /// Lockstep paths (everything but ParameterServer) also expose the pieces of a step for custom
 /// training loops: params(r), grads(r), gradient_ready(r, first), apply(r), end_step().
 
@@ -45,7 +47,8 @@
 #include "strata/detail/dependent_false.hpp"
 #include "strata/distribute/combinations.hpp"
 #include "strata/distribute/distributed_dataset.hpp"
-#include "strata/distribute/strategy.hpp"
+#include "strata/distribute/rendezvous.hpp"
+#include "strata/place/devices.hpp"
 #include "strata/optim/optimizers.hpp"
 
 namespace strata::distribute {
@@ -145,10 +148,50 @@ struct OptimizerCopies {
     }
 };
 
+/// The base of every gradient path: the optional parts of the interface, with their defaults
+/// (one process, no gradient buckets, one update per batch). A path overrides what it does
+/// differently by declaring a member of the same name; Model calls every member below
+/// unconditionally (no `requires` probes), so a name Model expects that no path declares is a
+/// compile error, not a feature silently switched off.
+///
+/// | member                            | default                | overridden by                      |
+/// |-----------------------------------|------------------------|------------------------------------|
+/// | `lockstep`                        | true                   | ParameterServer (false)            |
+/// | `gradient_buckets()`              | 0 (no all-reduce)      | Mirrored, MultiWorkerMirrored      |
+/// | `expected_updates(batches)`       | batches                | ParameterServer (rounds, or -1)    |
+/// | `end_epoch(logs, history)`        | nothing                | ParameterServer (figures, staleness)|
+/// | `is_chief()`                      | true                   | MultiWorkerMirrored (rank 0)       |
+/// | `per_worker_input()`              | false                  | MultiWorkerMirrored                |
+/// | `unit_share(batch, r)`            | even split over units()| lockstep paths, MultiWorkerMirrored|
+/// | `sum_over_workers(values)`        | nothing (one process)  | MultiWorkerMirrored                |
+/// | `sum_outputs_over_workers(rows)`  | nothing (one process)  | MultiWorkerMirrored                |
+/// | `after_save()`                    | nothing                | MultiWorkerMirrored (barrier)      |
+template <class Derived>
+class PathBase {
+public:
+    /// Whether every unit steps on its share of one global batch (custom training loops need it).
+    static constexpr bool lockstep = true;
+    std::size_t gradient_buckets() const { return 0; }
+    std::int64_t expected_updates(std::int64_t batches) const { return batches; }
+    template <class Logs, class History>
+    void end_epoch(Logs&, History&) const {}
+    bool is_chief() const { return true; }
+    bool per_worker_input() const { return false; }
+    template <class Y>
+    ReplicaBatch<Y> unit_share(const data::Batch<Y>& batch, int r) const {
+        return split_batch(batch, static_cast<const Derived&>(*this).units(), r);
+    }
+    template <class V>
+    void sum_over_workers(std::span<V>) {}
+    template <class V>
+    void sum_outputs_over_workers(std::span<V>) {}
+    void after_save() const {}
+};
+
 /// Shared by the lockstep paths: one gradient buffer per replica, every replica computes its
 /// share of the same global batch, then `Derived::apply(r)` combines and updates.
 template <class Derived, class Strategy, class Net, class T>
-class LockstepPath {
+class LockstepPath : public PathBase<Derived> {
 public:
     using value_type = T;
     using place_type = typename Strategy::place_type;
@@ -236,26 +279,6 @@ protected:
     std::vector<Tensor<T, P>> grads_;
     OptimizerCopies<T, P> opt_;  // one state per copy of the variables
 };
-
-/// Unit r's share of `batch` as `path` splits it (its own rule, or evenly over its units).
-template <class Path, class Y>
-ReplicaBatch<Y> unit_share(const Path& path, const data::Batch<Y>& batch, int r) {
-    if constexpr (requires { path.unit_share(batch, r); }) return path.unit_share(batch, r);
-    else return split_batch(batch, path.units(), r);
-}
-
-/// Sums `values` over the processes of a multi-process path (nothing to do in one process).
-template <class Path, class V>
-void sum_over_workers(Path& path, std::span<V> values) {
-    if constexpr (requires { path.sum_over_workers(values); }) path.sum_over_workers(values);
-}
-
-/// Whether this process is the one that prints and writes files.
-template <class Path>
-bool is_chief(const Path& path) {
-    if constexpr (requires { path.is_chief(); }) return path.is_chief();
-    else return true;
-}
 
 /// Logs each parameter of `Net` on `devices[c]` for every copy c < copies.
 template <class Net>

@@ -101,7 +101,6 @@ public:
     using place_type = P;
     using sync_mode = Sync;
     using strategy_tag = MultiWorkerMirrored;
-    static constexpr Kind kind = Kind::MultiWorkerMirrored;
     static constexpr const char* name = "MultiWorkerMirrored";
 
     /// `local_replicas` replicas in this process (the same number in every process).

@@ -30,6 +30,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,7 +66,11 @@ struct ParameterServerOptions {
     double virtual_batch_seconds = 0.001;
     /// Host cores each worker's ops may use; 0 = the machine's cores divided among the workers.
     int cores_per_worker = 0;
-    /// K of a mode whose K is `sync::dynamic` (KSync<sync::dynamic>, ...); 0 otherwise (or K).
+    /// The mode of `ParameterServer<P, sync::Any>` (required there); any other sync mode says
+    /// its own rule in its type, and this must be left empty or equal to it.
+    std::optional<sync::Rule> rule{};
+    /// K of a mode whose K is `sync::dynamic` (KSync<sync::dynamic>, ...) or of a K mode chosen
+    /// at run time (sync::Any); 0 otherwise (or K).
     int k = 0;
     /// B of `Asynchronous<sync::dynamic>` (>= 0, or -1 unbounded); ignored otherwise unless it
     /// contradicts the mode's B.
@@ -88,9 +93,10 @@ public:
     using place_type = P;
     using sync_mode = Sync;
     using strategy_tag = ParameterServer;
-    static constexpr Kind kind = Kind::ParameterServer;
     static constexpr const char* name = "ParameterServer";
-    static constexpr sync::Rule rule = sync::traits<Sync>::rule;
+    /// Whether the mode is chosen at run time (sync::Any): rule(), k() and staleness_bound()
+    /// then come from ParameterServerOptions.
+    static constexpr bool dynamic_rule = std::is_same_v<Sync, sync::Any>;
     /// K of the K modes as the type says (sync::dynamic: given at run time; 1 for
     /// Asynchronous; 0 for Synchronous: every worker).
     static constexpr int static_k = sync::traits<Sync>::k;
@@ -102,10 +108,20 @@ public:
         : detail::ReplicaRuntime<P>(checked_workers(workers), runtime_options(options), "ParameterServer", true),
           servers_(servers), ps_options_(std::move(options)) {
         STRATA_CHECK(servers >= 1, ValueError, "ParameterServer: the number of servers must be >= 1, got ", servers);
-        if constexpr (static_k == sync::dynamic) {
-            STRATA_CHECK(ps_options_.k >= 1, ValueError, "ParameterServer<", Sync::name,
-                         "<sync::dynamic>>: give K in ParameterServerOptions::k (>= 1), got ", ps_options_.k);
-        } else if constexpr (rule != sync::Rule::Synchronous && rule != sync::Rule::Asynchronous) {
+        if constexpr (dynamic_rule) {
+            STRATA_CHECK(ps_options_.rule.has_value(), ValueError, "ParameterServer<sync::Any>: choose the mode in "
+                         "ParameterServerOptions::rule (Synchronous, KSync, KBatchSync, KAsync, KBatchAsync or Asynchronous)");
+        } else {
+            STRATA_CHECK(!ps_options_.rule || *ps_options_.rule == sync::traits<Sync>::rule, ValueError, "ParameterServer<",
+                         Sync::name, ">: ParameterServerOptions::rule = ", sync::rule_name(*ps_options_.rule),
+                         " contradicts the type's mode (leave it empty, or use sync::Any to choose the mode at run time)");
+        }
+        const sync::Rule r = rule();
+        const bool k_mode = r != sync::Rule::Synchronous && r != sync::Rule::Asynchronous;
+        if (static_k == sync::dynamic && k_mode) {
+            STRATA_CHECK(ps_options_.k >= 1, ValueError, "ParameterServer<", Sync::name, dynamic_rule ? "" : "<sync::dynamic>",
+                         ">: give K in ParameterServerOptions::k (>= 1), got ", ps_options_.k);
+        } else if (k_mode) {
             STRATA_CHECK(ps_options_.k == 0 || ps_options_.k == static_k, ValueError, "ParameterServer<", Sync::name, "<", static_k,
                          ">>: ParameterServerOptions::k = ", ps_options_.k, " contradicts the mode's K = ", static_k,
                          " (leave it 0, or use ", Sync::name, "<sync::dynamic>)");
@@ -113,10 +129,10 @@ public:
             STRATA_CHECK(ps_options_.k == 0, ValueError, "ParameterServer<", sync_name(), ">: ParameterServerOptions::k = ",
                          ps_options_.k, " means nothing for this mode (only the K modes take a K)");
         }
-        if constexpr (static_bound == sync::dynamic) {
-            STRATA_CHECK(ps_options_.staleness_bound >= -1, ValueError, "ParameterServer<Asynchronous<sync::dynamic>>: "
-                         "ParameterServerOptions::staleness_bound must be >= 0, or -1 for unbounded, got ", ps_options_.staleness_bound);
-        } else if constexpr (rule == sync::Rule::Asynchronous) {
+        if (static_bound == sync::dynamic && r == sync::Rule::Asynchronous) {
+            STRATA_CHECK(ps_options_.staleness_bound >= -1, ValueError, "ParameterServer<", dynamic_rule ? "sync::Any" : "Asynchronous<sync::dynamic>",
+                         ">: ParameterServerOptions::staleness_bound must be >= 0, or -1 for unbounded, got ", ps_options_.staleness_bound);
+        } else if (r == sync::Rule::Asynchronous) {
             STRATA_CHECK(ps_options_.staleness_bound == -1 || ps_options_.staleness_bound == static_bound, ValueError,
                          "ParameterServer<", sync_name(), ">: ParameterServerOptions::staleness_bound = ", ps_options_.staleness_bound,
                          " contradicts the mode's bound ", static_bound, " (use Asynchronous<sync::dynamic> to choose it at run time)");
@@ -145,19 +161,41 @@ public:
     }
 
     int num_workers() const { return this->num_replicas_in_sync(); }
-    /// K in force (the type's, or ParameterServerOptions::k for a dynamic one).
-    int k() const { return static_k == sync::dynamic ? ps_options_.k : static_k; }
+    /// The mode's rule: the type's, or ParameterServerOptions::rule under sync::Any.
+    sync::Rule rule() const {
+        if constexpr (dynamic_rule) return ps_options_.rule.value_or(sync::Rule::Synchronous);
+        else return sync::traits<Sync>::rule;
+    }
+    /// K in force (the type's, or ParameterServerOptions::k for a dynamic one): 0 for
+    /// Synchronous (every worker), 1 for Asynchronous.
+    int k() const {
+        if constexpr (dynamic_rule) {
+            const sync::Rule r = rule();
+            return r == sync::Rule::Synchronous ? 0 : r == sync::Rule::Asynchronous ? 1 : ps_options_.k;
+        } else {
+            return static_k == sync::dynamic ? ps_options_.k : static_k;
+        }
+    }
     /// The SSP bound in force (−1: unbounded or not an SSP mode).
-    int staleness_bound() const { return static_bound == sync::dynamic ? ps_options_.staleness_bound : static_bound; }
+    int staleness_bound() const {
+        if (rule() != sync::Rule::Asynchronous) return -1;
+        return static_bound == sync::dynamic ? ps_options_.staleness_bound : static_bound;
+    }
     int num_servers() const { return servers_; }
     const ParameterServerOptions& ps_options() const { return ps_options_; }
     /// The logical device of each server (in one process: host memory, named like TF's ps tasks).
     const std::vector<place::LogicalDevice>& server_devices() const { return server_devices_; }
     /// "KSync<2>", "Asynchronous<3>", "Synchronous" (dynamic knobs shown by their run-time value).
     std::string sync_name() const {
-        if constexpr (rule == sync::Rule::Synchronous) return "Synchronous";
-        else if constexpr (rule == sync::Rule::Asynchronous) return "Asynchronous<" + std::to_string(staleness_bound()) + ">";
-        else return std::string(Sync::name) + "<" + std::to_string(k()) + ">";
+        switch (rule()) {
+            case sync::Rule::Synchronous: return "Synchronous";
+            case sync::Rule::Asynchronous: return "Asynchronous<" + std::to_string(staleness_bound()) + ">";
+            case sync::Rule::KSync: return "KSync<" + std::to_string(k()) + ">";
+            case sync::Rule::KBatchSync: return "KBatchSync<" + std::to_string(k()) + ">";
+            case sync::Rule::KAsync: return "KAsync<" + std::to_string(k()) + ">";
+            case sync::Rule::KBatchAsync: return "KBatchAsync<" + std::to_string(k()) + ">";
+        }
+        return "?";
     }
 
 private:
@@ -178,3 +216,6 @@ private:
 };
 
 }  // namespace strata::distribute
+
+// The strategy brings its gradient path (servers, shards, the sync mode's admission rule).
+#include "strata/distribute/path/parameter_server.hpp"

@@ -33,6 +33,7 @@
 #include "strata/distribute/collective/all_reduce.hpp"
 #include "strata/distribute/replica_pool.hpp"
 #include "strata/distribute/combinations.hpp"
+#include "strata/distribute/slice.hpp"
 #include "strata/distribute/sync.hpp"
 #include "strata/place/devices.hpp"
 #include "strata/place/place.hpp"
@@ -42,10 +43,6 @@ namespace strata::distribute {
 
 using collective::Algorithm;
 using collective::ReduceOp;
-
-/// What kind of distribution a strategy does (the Model's training step switches on it at
-/// compile time).
-enum class Kind { Default, OneDevice, Mirrored, CentralStorage, ParameterServer, MultiWorkerMirrored };
 
 /// Options of the multi-replica strategies.
 struct StrategyOptions {
@@ -290,7 +287,6 @@ public:
     using place_type = place::Host;
     using sync_mode = sync::Synchronous;
     using strategy_tag = Default;
-    static constexpr Kind kind = Kind::Default;
     static constexpr const char* name = "Default";
     Default() : ReplicaRuntime(1, StrategyOptions{}, "Default") {}
 };
@@ -304,7 +300,6 @@ public:
     using place_type = P;
     using sync_mode = sync::Synchronous;
     using strategy_tag = OneDevice;
-    static constexpr Kind kind = Kind::OneDevice;
     static constexpr const char* name = "OneDevice";
     /// `cores`: host threads for the device's ops and BLAS (0 = leave the caller's setting,
     /// see strata::set_num_threads).
@@ -330,7 +325,6 @@ public:
     using place_type = P;
     using sync_mode = Sync;
     using strategy_tag = Mirrored;
-    static constexpr Kind kind = Kind::Mirrored;
     static constexpr const char* name = "Mirrored";
     explicit Mirrored(int replicas = 2, StrategyOptions options = {})
         : detail::ReplicaRuntime<P>(replicas, options, "Mirrored") {}
@@ -356,7 +350,6 @@ public:
     using place_type = P;
     using sync_mode = Sync;
     using strategy_tag = CentralStorage;
-    static constexpr Kind kind = Kind::CentralStorage;
     static constexpr const char* name = "CentralStorage";
     explicit CentralStorage(int replicas = 2, StrategyOptions options = {})
         : detail::ReplicaRuntime<P>(replicas, options, "CentralStorage") {}
@@ -368,19 +361,12 @@ concept Strategy = requires {
     typename S::strategy_tag;
     typename S::place_type;
     typename S::sync_mode;
-    { S::kind } -> std::convertible_to<Kind>;
 };
-
-/// Example i of a global batch of `global` examples belongs to the replica whose range holds it:
-/// replica r gets `global / n` examples, plus one if r < global % n (so every example is used
-/// exactly once, also when the batch does not divide).
-struct Slice {
-    std::int64_t first = 0, count = 0;
-};
-inline Slice replica_slice(std::int64_t global, int replicas, int r) {
-    const std::int64_t base = global / replicas, extra = global % replicas;
-    const std::int64_t first = r * base + (r < extra ? r : extra);
-    return {first, base + (r < extra ? 1 : 0)};
-}
 
 }  // namespace strata::distribute
+
+// Each strategy brings its gradient path (how its gradients meet its variables): Model includes
+// none of them, so a program pays only for the strategies it includes.
+#include "strata/distribute/path/central_storage.hpp"
+#include "strata/distribute/path/mirrored.hpp"
+#include "strata/distribute/path/one_device.hpp"

@@ -87,6 +87,14 @@ struct Asynchronous {
 };
 
 /// Satisfied by the sync-mode tags.
+/// Any of the modes above, chosen at run time (ParameterServerOptions::rule, with its K or B):
+/// a program that offers every mode instantiates one ParameterServer model instead of one per
+/// mode. The compile-time tags stay: they check K and B where the type says them.
+struct Any {
+    using sync_tag = Any;
+    static constexpr const char* name = "Any";
+};
+
 template <class S>
 concept SyncMode = requires { typename S::sync_tag; };
 
@@ -130,6 +138,14 @@ struct traits<Asynchronous<Bound>> {
     static constexpr Rule rule = Rule::Asynchronous;
     static constexpr int k = 1;
     static constexpr int bound = Bound;
+};
+
+/// sync::Any: the rule, K and B are the strategy's run-time choice.
+template <>
+struct traits<Any> {
+    static constexpr Rule rule = Rule::Synchronous;  // unused: ParameterServer::rule() says it
+    static constexpr int k = dynamic;
+    static constexpr int bound = dynamic;
 };
 
 template <class S>

@@ -15,6 +15,7 @@
 
 #include "strata/distribute/collective/async.hpp"
 #include "strata/distribute/gradient_path.hpp"
+#include "strata/distribute/strategy.hpp"
 
 namespace strata::distribute {
 
@@ -144,6 +145,10 @@ public:
     // ---- across processes (MultiWorkerMirrored) ---------------------------------------------
 
     bool is_chief() const { return this->strategy_->is_chief(); }
+    /// After the chief wrote a checkpoint: every process waits until the file is complete.
+    void after_save() const {
+        if constexpr (MultiProcess<S>) this->strategy_->process_group().barrier(0, SyncPoint{"barrier", "save"});
+    }
 
     /// Sums the step's loss and correct count over the processes, so that every process logs
     /// the global figures.

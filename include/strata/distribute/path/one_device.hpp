@@ -4,6 +4,7 @@
 /// gradients applied directly.
 
 #include "strata/distribute/gradient_path.hpp"
+#include "strata/distribute/strategy.hpp"
 
 namespace strata::distribute {
 

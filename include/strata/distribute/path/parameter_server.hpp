@@ -39,65 +39,31 @@
 
 #include "strata/distribute/gradient_path.hpp"
 #include "strata/distribute/parameter_server.hpp"
+#include "strata/distribute/parameter_server_stats.hpp"
 #include "strata/distribute/replica_pool.hpp"
 
 namespace strata::distribute {
-
-/// What a parameter server did: counts over an epoch (or since construction).
-struct ParameterServerStats {
-    std::int64_t updates = 0;     ///< versions applied
-    std::int64_t gradients = 0;   ///< pushes applied
-    std::int64_t cancelled = 0;   ///< mini-batches stopped before they finished
-    std::int64_t dropped = 0;     ///< finished, but too late for their update (real clock)
-    std::int64_t staleness_max = 0;
-    std::int64_t staleness_sum = 0;
-    /// histogram[s] = applied pushes of staleness s.
-    std::vector<std::int64_t> histogram;
-    /// The largest (finished mini-batches of a starting worker − the slowest's) seen at any
-    /// start: the SSP gap, ≤ B under Asynchronous<B>.
-    std::int64_t ssp_gap_max = 0;
-    /// Clock seconds (virtual under Clock::Virtual).
-    double seconds = 0;
-    double staleness_mean() const { return gradients ? double(staleness_sum) / double(gradients) : 0.0; }
-    void add(const ParameterServerStats& o) {
-        updates += o.updates;
-        gradients += o.gradients;
-        cancelled += o.cancelled;
-        dropped += o.dropped;
-        staleness_max = std::max(staleness_max, o.staleness_max);
-        staleness_sum += o.staleness_sum;
-        if (histogram.size() < o.histogram.size()) histogram.resize(o.histogram.size());
-        for (std::size_t i = 0; i < o.histogram.size(); ++i) histogram[i] += o.histogram[i];
-        ssp_gap_max = std::max(ssp_gap_max, o.ssp_gap_max);
-        seconds += o.seconds;
-    }
-};
-
-/// One applied update, for observers (ParameterServer's path calls them on the coordinator).
-struct UpdateRecord {
-    std::int64_t version = 0;  ///< the version this update produced (1 for the first)
-    double time = 0;           ///< clock seconds since the path was built
-    int gradients = 0;
-    std::int64_t max_staleness = 0;
-};
 
 namespace detail {
 struct Cancelled {};  // thrown by backward's hook to stop a cancelled mini-batch between layers
 }  // namespace detail
 
 template <class P, class Sync, class Net, class T>
-class GradientPath<ParameterServer<P, Sync>, Net, T> {
+class GradientPath<ParameterServer<P, Sync>, Net, T> : public detail::PathBase<GradientPath<ParameterServer<P, Sync>, Net, T>> {
     using Strategy = ParameterServer<P, Sync>;
     static constexpr std::int64_t num_params = Net::num_params;
-    static constexpr sync::Rule rule = Strategy::rule;
-    static constexpr bool lockstep_rounds = rule == sync::Rule::Synchronous || rule == sync::Rule::KSync || rule == sync::Rule::KBatchSync;
 
 public:
     using value_type = T;
     using place_type = P;
+    /// Workers take whole mini-batches on their own schedule: no global batch, no step pieces.
+    static constexpr bool lockstep = false;
 
     template <class Init>
-    GradientPath(Strategy& s, Init&& init) : strategy_(&s), W_(s.num_workers()), K_(s.k()), B_(s.staleness_bound()) {
+    GradientPath(Strategy& s, Init&& init)
+        : strategy_(&s), rule_(s.rule()),
+          lockstep_rounds_(rule_ == sync::Rule::Synchronous || rule_ == sync::Rule::KSync || rule_ == sync::Rule::KBatchSync),
+          W_(s.num_workers()), K_(s.k()), B_(s.staleness_bound()) {
         plan();
         workers_.resize(std::size_t(W_));
         s.run_replicas([&](int w) {  // on the worker's thread: its logical device's memory
@@ -184,8 +150,8 @@ public:
     /// Updates an epoch over `batches` mini-batches is expected to make (-1: not known ahead).
     std::int64_t expected_updates(std::int64_t batches) const {
         if (batches < 0) return -1;
-        if constexpr (rule == sync::Rule::Synchronous || rule == sync::Rule::KSync) return (batches + W_ - 1) / W_;
-        else if constexpr (rule == sync::Rule::KBatchSync) return -1;  // cancelled batches are not known ahead
+        if (rule_ == sync::Rule::Synchronous || rule_ == sync::Rule::KSync) return (batches + W_ - 1) / W_;
+        else if (rule_ == sync::Rule::KBatchSync) return -1;  // cancelled batches are not known ahead
         else return (batches + K_ - 1) / K_;
     }
 
@@ -200,6 +166,12 @@ public:
     double clock_seconds() const { return now_; }
     std::int64_t version() const { return version_; }
 
+    /// At an epoch's end: its figures into fit's logs, its staleness histogram into the History.
+    template <class Logs, class History>
+    void end_epoch(Logs& logs, History& history) const {
+        epoch_figures(logs);
+        history.staleness.push_back(staleness_histogram());
+    }
     template <class Logs>
     void epoch_figures(Logs& logs) const {
         logs.set("updates", double(epoch_.updates));
@@ -475,7 +447,7 @@ private:
             state[std::size_t(w)] = State::Computing;
             posted[std::size_t(w)] = 0;
             if (!virtual_clock) post(w);
-            if constexpr (rule == sync::Rule::Asynchronous) {
+            if (rule_ == sync::Rule::Asynchronous) {
                 std::int64_t lo = completed[0];
                 for (auto c : completed) lo = std::min(lo, c);
                 epoch_.ssp_gap_max = std::max(epoch_.ssp_gap_max, completed[std::size_t(w)] - lo);
@@ -640,7 +612,7 @@ private:
         };
 
         auto coordinator = [&] {
-            if constexpr (lockstep_rounds) start_round();
+            if (lockstep_rounds_) start_round();
             else
                 for (int w = 0; w < W_; ++w) dispatch(w);
             while (!stopping) {
@@ -662,7 +634,7 @@ private:
                     // Nothing in flight: the data ran out (apply what has arrived), or waiting
                     // workers can go on.
                     if (pending > 0 && !close()) break;
-                    if constexpr (lockstep_rounds) start_round();
+                    if (lockstep_rounds_) start_round();
                     else
                         for (int w = 0; w < W_; ++w)
                             if (state[std::size_t(w)] != State::Computing) dispatch(w);
@@ -684,22 +656,22 @@ private:
                 if (r.failed) fail(w, r.error);
                 state[std::size_t(w)] = State::Idle;
                 ++completed[std::size_t(w)];
-                if constexpr (lockstep_rounds) {
+                if (lockstep_rounds_) {
                     if (workers_[std::size_t(w)].version != version_) {  // finished after its update closed
                         ++epoch_.dropped;
                         continue;
                     }
                 }
                 admit(w, r.work);
-                if constexpr (rule == sync::Rule::Synchronous || rule == sync::Rule::KSync) {
+                if (rule_ == sync::Rule::Synchronous || rule_ == sync::Rule::KSync) {
                     state[std::size_t(w)] = State::Waiting;
-                    const int need = rule == sync::Rule::Synchronous ? round_started : std::min(K_, round_started);
+                    const int need = rule_ == sync::Rule::Synchronous ? round_started : std::min(K_, round_started);
                     if (pending == need) {
                         cancel_computing();
                         if (!close()) stopping = true;
                         else start_round();
                     }
-                } else if constexpr (rule == sync::Rule::KBatchSync) {
+                } else if (rule_ == sync::Rule::KBatchSync) {
                     if (pending == K_) {
                         deferred.clear();
                         cancel_computing();
@@ -713,7 +685,7 @@ private:
                     } else {
                         dispatch(w);
                     }
-                } else if constexpr (rule == sync::Rule::KAsync) {
+                } else if (rule_ == sync::Rule::KAsync) {
                     state[std::size_t(w)] = State::Waiting;
                     if (pending == K_) {
                         if (!close()) stopping = true;
@@ -721,7 +693,7 @@ private:
                             for (int v = 0; v < W_; ++v)
                                 if (state[std::size_t(v)] == State::Waiting) dispatch(v);
                     }
-                } else if constexpr (rule == sync::Rule::KBatchAsync) {
+                } else if (rule_ == sync::Rule::KBatchAsync) {
                     if (pending == K_ && !close()) stopping = true;
                     else dispatch(w);
                 } else {  // Asynchronous<B>
@@ -761,6 +733,8 @@ private:
     }
 
     Strategy* strategy_;
+    sync::Rule rule_;        // the sync mode's admission rule (the type's, or chosen at run time)
+    bool lockstep_rounds_;   // Synchronous, KSync, KBatchSync: updates close rounds of dispatches
     int W_, K_, B_;
     std::vector<ShardRange> shards_;
     std::vector<Server> servers_;
