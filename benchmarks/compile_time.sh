@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Compile time is part of the product: how long g++ -O2 takes to build examples/mnist_cnn.cpp
-# (the reference CNN with all three in-process strategies instantiated), compile and link, from
-# scratch, best of N runs. Prints a table; --json FILE writes the same figures.
+# Compile time is part of the product. Measures, with g++ -O2 from scratch, best of N runs:
+#   readme     the README's first program (the seed CNN, Mirrored, fit, evaluate), extracted
+#              from README.md so that it is always the program users copy; compile + link
+#   umbrella   a translation unit that includes <strata/strata.hpp> and nothing else
+#   mnist_cnn  every host unit of examples/mnist_cnn (every strategy and sync mode it offers;
+#              MultiWorkerMirrored's unit too where MPI is found), compiled two at a time as
+#              `meson compile -j 2` would on this 2-core machine, then linked: wall time
+#   units      each unit of mnist_cnn alone (the slowest one bounds the parallel build)
+#   nvcc       units that nvcc compiles for the GPU, where nvcc is found (reported beside, with
+#              their own target; none yet in mnist_cnn)
+# Prints a table; --json FILE writes the same figures (and the machine, compiler and flags).
 #   benchmarks/compile_time.sh [--reps 3] [--json FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,38 +26,100 @@ done
 cxx=${CXX:-g++}
 flags=(-std=c++20 -O2 -fopenmp -Iinclude $(pkg-config --cflags openblas) -DSTRATA_BLAS_OPENBLAS)  # CLI11, nlohmann-json: /usr/include
 [ -f /usr/local/cuda/include/cccl/thrust/version.h ] && flags+=(-isystem /usr/local/cuda/include/cccl)
+libs=(-fopenmp -lopenblas)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-times=() main_times=() ps_times=()
+
+# The README's first C++ listing.
+python3 - README.md "$out/readme.cpp" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"```cpp\n(.*?)```", text, re.S)
+if not m: sys.exit("compile_time.sh: README.md has no C++ listing")
+open(sys.argv[2], "w").write(m.group(1))
+PY
+printf '#include <strata/strata.hpp>\nint main() { return 0; }\n' > "$out/umbrella.cpp"
+
+# examples/mnist_cnn's host units (as examples/meson.build lists them) and their flags.
+units=(examples/mnist_cnn.cpp examples/mnist_cnn_ps.cpp)
+[ -f examples/mnist_cnn_train.cpp ] && units+=(examples/mnist_cnn_train.cpp)
+mpi_flags=() mpi_libs=()
+if command -v mpicxx >/dev/null 2>&1; then
+  read -r -a mpi_flags <<<"$(mpicxx --showme:compile)"
+  read -r -a mpi_libs <<<"$(mpicxx --showme:link)"
+  mpi_flags+=(-DMNIST_CNN_HAVE_MPI=1)
+  units+=(examples/mnist_cnn_mw.cpp)
+fi
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+best() { printf '%s\n' "$@" | sort -n | head -n1; }
+
+readme=() umbrella=() mnist=()
+declare -A unit_times
 for i in $(seq "$reps"); do
-  s=$(date +%s.%N)
-  ( a=$(date +%s.%N); "$cxx" "${flags[@]}" -c examples/mnist_cnn.cpp -o "$out/main.o"; b=$(date +%s.%N)
-    awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", b - a }' > "$out/t_main" ) &
-  ( a=$(date +%s.%N); "$cxx" "${flags[@]}" -c examples/mnist_cnn_ps.cpp -o "$out/ps.o"; b=$(date +%s.%N)
-    awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", b - a }' > "$out/t_ps" ) &
-  wait
-  "$cxx" -fopenmp "$out/main.o" "$out/ps.o" -o "$out/mnist_cnn" -lopenblas
-  e=$(date +%s.%N)
-  times+=("$(awk -v a="$s" -v b="$e" 'BEGIN { printf "%.2f", b - a }')")
-  main_times+=("$(cat "$out/t_main")")
-  ps_times+=("$(cat "$out/t_ps")")
+  s=$(now); "$cxx" "${flags[@]}" "$out/readme.cpp" -o "$out/readme" "${libs[@]}"; e=$(now)
+  readme+=("$(elapsed "$s" "$e")")
+  s=$(now); "$cxx" "${flags[@]}" -c "$out/umbrella.cpp" -o "$out/umbrella.o"; e=$(now)
+  umbrella+=("$(elapsed "$s" "$e")")
+  # Two compilers at a time (this machine's cores), then the link.
+  s=$(now)
+  printf '%s\n' "${units[@]}" | xargs -P 2 -I{} sh -c '
+    u="$1"; shift; a=$(date +%s.%N)
+    "$@" -c "$u" -o "'"$out"'/$(basename "$u" .cpp).o"
+    b=$(date +%s.%N); awk -v a="$a" -v b="$b" "BEGIN { printf \"%.2f\", b - a }" > "'"$out"'/$(basename "$u" .cpp).t"' \
+    _ {} "$cxx" "${flags[@]}" "${mpi_flags[@]}"
+  objs=()
+  for u in "${units[@]}"; do objs+=("$out/$(basename "$u" .cpp).o"); done
+  "$cxx" "${objs[@]}" -o "$out/mnist_cnn" "${libs[@]}" "${mpi_libs[@]}"
+  e=$(now)
+  mnist+=("$(elapsed "$s" "$e")")
+  for u in "${units[@]}"; do
+    b=$(basename "$u" .cpp)
+    unit_times[$b]="${unit_times[$b]:-} $(cat "$out/$b.t")"
+  done
 done
-best=$(printf '%s\n' "${times[@]}" | sort -n | head -n1)
-printf '%-46s %-10s %s\n' "target" "best (s)" "runs (s)"
-printf '%-46s %-10.2f %s\n' "examples/mnist_cnn, 2 units in parallel + link" "$best" "${times[*]}"
-printf '%-46s %-10.2f %s\n' "  mnist_cnn.cpp alone" "$(printf '%s\n' "${main_times[@]}" | sort -n | head -n1)" "${main_times[*]}"
-printf '%-46s %-10.2f %s\n' "  mnist_cnn_ps.cpp alone" "$(printf '%s\n' "${ps_times[@]}" | sort -n | head -n1)" "${ps_times[*]}"
+
+# nvcc units of mnist_cnn (none yet: the example trains on the host; see issue 19).
+nvcc_units=()
+nvcc_note="no CUDA units in examples/mnist_cnn"
+command -v nvcc >/dev/null 2>&1 || nvcc_note="nvcc not found"
+
+printf '%-58s %-9s %-8s %s\n' "target" "best (s)" "target" "runs (s)"
+printf '%-58s %-9.2f %-8s %s\n' "README program, header-only (compile + link)" "$(best "${readme[@]}")" "<= 8" "${readme[*]}"
+printf '%-58s %-9.2f %-8s %s\n' "#include <strata/strata.hpp> alone" "$(best "${umbrella[@]}")" "<= 2.5" "${umbrella[*]}"
+printf '%-58s %-9.2f %-8s %s\n' "examples/mnist_cnn: ${#units[@]} host units, 2 at a time, + link" "$(best "${mnist[@]}")" "<= 15" "${mnist[*]}"
+for u in "${units[@]}"; do
+  b=$(basename "$u" .cpp)
+  read -r -a ts <<<"${unit_times[$b]}"
+  printf '%-58s %-9.2f %-8s %s\n' "  $u alone" "$(best "${ts[@]}")" "" "${ts[*]}"
+done
+printf '%-58s %s\n' "nvcc units" "$nvcc_note"
+
 if [ -n "$json" ]; then
-  # Python's json module quotes the compiler's version string (it may hold any character).
-  python3 - "$json" "$($cxx --version | head -n1)" "$best" "${times[*]}" "${main_times[*]}" "${ps_times[*]}" <<'PY'
-import json, os, sys
-path, compiler, best = sys.argv[1], sys.argv[2], float(sys.argv[3])
-runs, main_runs, ps_runs = ([float(t) for t in a.split()] for a in sys.argv[4:7])
-doc = {"benchmark": "compile_time", "target": "examples/mnist_cnn (mnist_cnn.cpp + mnist_cnn_ps.cpp, in parallel, linked)",
-       "compiler": compiler, "flags": "-O2", "best_seconds": best, "runs_seconds": runs,
-       "mnist_cnn_cpp_seconds": main_runs, "mnist_cnn_ps_cpp_seconds": ps_runs}
+  unit_json=$(for u in "${units[@]}"; do b=$(basename "$u" .cpp); echo "$u=${unit_times[$b]}"; done)
+  python3 - "$json" "$($cxx --version | head -n1)" "$(nproc)" "${readme[*]}" "${umbrella[*]}" "${mnist[*]}" "$nvcc_note" "$unit_json" <<'PY'
+import json, os, platform, sys
+path, compiler, cores = sys.argv[1], sys.argv[2], int(sys.argv[3])
+readme, umbrella, mnist = ([float(t) for t in a.split()] for a in sys.argv[4:7])
+nvcc_note = sys.argv[7]
+units = {}
+for line in sys.argv[8].splitlines():
+    name, _, times = line.partition("=")
+    units[name] = [float(t) for t in times.split()]
+cpu = ""
+try:
+    cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+except (OSError, StopIteration):
+    pass
+doc = {"benchmark": "compile_time", "compiler": compiler, "flags": "-O2", "cores": cores, "cpu": cpu,
+       "readme_program": {"best_seconds": min(readme), "runs_seconds": readme, "target_seconds": 8},
+       "umbrella_header": {"best_seconds": min(umbrella), "runs_seconds": umbrella, "target_seconds": 2.5},
+       "mnist_cnn": {"best_seconds": min(mnist), "runs_seconds": mnist, "target_seconds": 15,
+                     "jobs": 2, "units": {u: {"best_seconds": min(t), "runs_seconds": t} for u, t in units.items()}},
+       "nvcc_units": nvcc_note}
 with open(path + ".tmp", "w") as f:
-    json.dump(doc, f)
+    json.dump(doc, f, indent=1)
     f.write("\n")
 os.replace(path + ".tmp", path)
 PY

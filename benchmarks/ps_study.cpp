@@ -16,6 +16,7 @@
 //
 //   build/benchmarks/ps_study [--part runtime|mnist|real|all] [--json FILE] [--plot-dir DIR]
 #include <strata/strata.hpp>
+#include <strata/distribute/parameter_server.hpp>
 #include <strata/train/plot.hpp>
 
 #include <cmath>

@@ -15,6 +15,8 @@
 //   build/examples/mnist_cnn --help             every flag, its default and its range
 #include "mnist_cnn.hpp"
 
+#include "cli.hpp"
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -189,18 +191,8 @@ int main(int argc, char** argv) {
 
         Report rep;
         int used_replicas = 1;
-        strata::distribute::StrategyOptions opts{.cores_per_replica = threads, .timeout = std::chrono::milliseconds(flags.timeout_ms)};
-        if (flags.strategy == "one_device") {
-            strata::distribute::OneDevice<> s(threads);
-            rep = train(s, flags, mnist);
-        } else if (flags.strategy == "mirrored") {
-            strata::distribute::Mirrored<> s(flags.replicas, opts);
-            used_replicas = s.num_replicas_in_sync();
-            rep = train(s, flags, mnist);
-        } else if (flags.strategy == "central_storage") {
-            strata::distribute::CentralStorage<> s(flags.replicas, opts);
-            used_replicas = s.num_replicas_in_sync();
-            rep = train(s, flags, mnist);
+        if (flags.strategy == "one_device" || flags.strategy == "mirrored" || flags.strategy == "central_storage") {
+            rep = train_in_process(flags, mnist, used_replicas);
         } else if (flags.strategy == "multi_worker_mirrored") {
             rep = train_multi_worker(flags, mnist, used_replicas);
         } else {

@@ -1,9 +1,11 @@
 #pragma once
 // What the translation units of examples/mnist_cnn share: the network, the flags, the report and
-// the training function. The parameter-server modes live in mnist_cnn_ps.cpp and
+// the training function. The command line (CLI11, JSON) is in mnist_cnn.cpp, the in-process
+// strategies in mnist_cnn_train.cpp, the parameter-server modes in mnist_cnn_ps.cpp and
 // MultiWorkerMirrored (which needs MPI) in mnist_cnn_mw.cpp, so that they compile in parallel
 // (compile time is part of the product) and a build without MPI still has the rest.
 #include <strata/strata.hpp>
+#include <strata/distribute/parameter_server_stats.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -14,8 +16,6 @@
 #include <vector>
 
 #include <csignal>
-
-#include "cli.hpp"
 
 namespace mnist_example {
 
@@ -139,7 +139,11 @@ Report train(Strategy& strategy, const Flags& flags, const strata::data::Mnist& 
     return rep;
 }
 
-/// --strategy parameter_server (mnist_cnn_ps.cpp): one instantiation per sync mode.
+/// --strategy one_device, mirrored or central_storage (mnist_cnn_train.cpp): `replicas_in_sync`
+/// gets the replicas the strategy runs.
+Report train_in_process(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync);
+
+/// --strategy parameter_server (mnist_cnn_ps.cpp): one instantiation for every sync mode (sync::Any).
 Report train_parameter_server(const Flags& f, const strata::data::Mnist& mnist);
 
 /// --strategy multi_worker_mirrored (mnist_cnn_mw.cpp): `replicas_in_sync` gets processes ×

@@ -1,10 +1,12 @@
-// examples/mnist_cnn --strategy parameter_server: the six sync modes, each one instantiation with K
-// and B given at run time (sync::dynamic). A translation unit of its own: see mnist_cnn.hpp.
+// examples/mnist_cnn --strategy parameter_server: the six sync modes in one instantiation, the
+// mode, K and B chosen at run time (sync::Any). A translation unit of its own: see mnist_cnn.hpp.
 #include "mnist_cnn.hpp"
+
+#include <strata/distribute/parameter_server.hpp>
 
 namespace mnist_example {
 
-// One instantiation per sync mode; K and B are run-time knobs (sync::dynamic).
+// One instantiation for every sync mode: the rule, K and B are run-time knobs (sync::Any).
 Report train_parameter_server(const Flags& f, const strata::data::Mnist& mnist) {
     namespace sd = strata::distribute;
     namespace ss = strata::sync;
@@ -14,19 +16,17 @@ Report train_parameter_server(const Flags& f, const strata::data::Mnist& mnist) 
     o.stragglers = sd::Stragglers::parse(f.straggler);
     o.straggler_seed = f.seed;
     o.cores_per_worker = f.threads;
-    auto run = [&]<class Sync>(Sync) {
-        sd::ParameterServer<strata::place::Host, Sync> s(f.workers, f.servers, o);
-        return train(s, f, mnist);
-    };
-    if (f.sync == "sync") return run(ss::Synchronous{});
-    o.k = f.k;
-    if (f.sync == "ksync") return run(ss::KSync<ss::dynamic>{});
-    if (f.sync == "kbatch_sync") return run(ss::KBatchSync<ss::dynamic>{});
-    if (f.sync == "kasync") return run(ss::KAsync<ss::dynamic>{});
-    if (f.sync == "kbatch_async") return run(ss::KBatchAsync<ss::dynamic>{});
-    o.k = 0;
-    o.staleness_bound = f.staleness;
-    return run(ss::Asynchronous<ss::dynamic>{});
+    if (f.sync == "sync") o.rule = ss::Rule::Synchronous;
+    else if (f.sync == "ksync") o.rule = ss::Rule::KSync;
+    else if (f.sync == "kbatch_sync") o.rule = ss::Rule::KBatchSync;
+    else if (f.sync == "kasync") o.rule = ss::Rule::KAsync;
+    else if (f.sync == "kbatch_async") o.rule = ss::Rule::KBatchAsync;
+    else o.rule = ss::Rule::Asynchronous;
+    const bool k_mode = *o.rule != ss::Rule::Synchronous && *o.rule != ss::Rule::Asynchronous;
+    o.k = k_mode ? f.k : 0;
+    o.staleness_bound = *o.rule == ss::Rule::Asynchronous ? f.staleness : -1;
+    sd::ParameterServer<strata::place::Host, ss::Any> s(f.workers, f.servers, o);
+    return train(s, f, mnist);
 }
 
 }  // namespace mnist_example

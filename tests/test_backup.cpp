@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <strata/strata.hpp>
+#include <strata/distribute/parameter_server.hpp>
 
 using namespace strata::nn;
 namespace fs = std::filesystem;

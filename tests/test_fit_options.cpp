@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <strata/strata.hpp>
+#include <strata/distribute/parameter_server.hpp>
 
 using namespace strata::nn;
 using strata_test::error_of;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <strata/strata.hpp>
+#include <strata/distribute/parameter_server.hpp>
 
 using namespace strata::nn;
 namespace dist = strata::distribute;
@@ -407,6 +408,38 @@ TEST_CASE("K and B given at run time (sync::dynamic) train exactly as the static
     using Sync = dist::ParameterServer<Host, ss::Synchronous>;
     CHECK(has(error_of<strata::ValueError>([] { Sync ps(3, 1, {.k = 2}); }), "means nothing for this mode"));
     CHECK(has(error_of<strata::ValueError>([] { Sync ps(3, 1, {.staleness_bound = 2}); }), "a staleness bound means nothing"));
+}
+
+TEST_CASE("sync::Any: the mode chosen at run time trains bitwise as its compile-time tag; a missing or contradicting rule is an error") {
+    const auto data = dataset<Mlp>(60, 5).batch(4);
+    const strata::optim::Optimizer opt = strata::optim::SGD{.learning_rate = 0.05};
+    const dist::ParameterServerOptions o{.clock = dist::Clock::Virtual, .stragglers = dist::Stragglers::exponential(1)};
+    auto any = [&](ss::Rule rule, int k, int b) {
+        auto d = o;
+        d.rule = rule;
+        d.k = k;
+        d.staleness_bound = b;
+        return d;
+    };
+    // Every rule, under stragglers that make the modes differ from one another (checked below).
+    const auto sync = ps_train<ss::Any>(3, 2, any(ss::Rule::Synchronous, 0, -1), data, opt);
+    CHECK(sync == ps_train<ss::Synchronous>(3, 2, o, data, opt));
+    const auto ksync = ps_train<ss::Any>(3, 2, any(ss::Rule::KSync, 2, -1), data, opt);
+    CHECK(ksync == ps_train<ss::KSync<2>>(3, 2, o, data, opt));
+    CHECK(ps_train<ss::Any>(3, 2, any(ss::Rule::KBatchSync, 2, -1), data, opt) == ps_train<ss::KBatchSync<2>>(3, 2, o, data, opt));
+    CHECK(ps_train<ss::Any>(3, 1, any(ss::Rule::KAsync, 2, -1), data, opt) == ps_train<ss::KAsync<2>>(3, 1, o, data, opt));
+    CHECK(ps_train<ss::Any>(3, 1, any(ss::Rule::KBatchAsync, 3, -1), data, opt) == ps_train<ss::KBatchAsync<3>>(3, 1, o, data, opt));
+    const auto async = ps_train<ss::Any>(3, 1, any(ss::Rule::Asynchronous, 0, 1), data, opt);
+    CHECK(async == ps_train<ss::Asynchronous<1>>(3, 1, o, data, opt));
+    CHECK(sync != ksync);  // the rule really changes the schedule
+    CHECK(sync != async);
+    using AnyPs = dist::ParameterServer<Host, ss::Any>;
+    CHECK(has(error_of<strata::ValueError>([] { AnyPs ps(3, 1); }), "choose the mode in ParameterServerOptions::rule"));
+    CHECK(has(error_of<strata::ValueError>([] { AnyPs ps(3, 1, {.rule = ss::Rule::KSync}); }), "give K in ParameterServerOptions::k (>= 1), got 0"));
+    CHECK(has(error_of<strata::ValueError>([] { AnyPs ps(3, 1, {.rule = ss::Rule::Synchronous, .k = 2}); }), "means nothing for this mode"));
+    CHECK(AnyPs(3, 1, {.rule = ss::Rule::KBatchAsync, .k = 2}).sync_name() == "KBatchAsync<2>");
+    using Static = dist::ParameterServer<Host, ss::KSync<2>>;
+    CHECK(has(error_of<strata::ValueError>([] { Static ps(3, 1, {.rule = ss::Rule::KAsync}); }), "rule = kasync contradicts the type's mode"));
 }
 
 TEST_CASE("cancelled work stops between layers of backward, not at the end of the mini-batch") {

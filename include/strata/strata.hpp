@@ -1,10 +1,15 @@
 #pragma once
 /// \file strata/strata.hpp
-/// The one header a user includes: the whole of strata.
+/// The header most programs include: tensors, layers, losses, optimizers, metrics, datasets
+/// and MNIST's IDX files, devices, the in-process strategies (Default, OneDevice, Mirrored,
+/// CentralStorage), Model with fit/evaluate/predict, callbacks, checkpoints and backups.
 ///
-/// Sub-headers stay includable on their own for those who care about compile time:
-/// strata/tensor/tensor_all.hpp (the tensor core), strata/nn/layers.hpp (layers and
-/// Sequential), strata/train/model.hpp (Model and callbacks), strata/distribute/... .
+/// Compile time is part of the product: the heavy, rarely used parts are opt-in headers, so
+/// a program pays only for what it includes:
+///   strata/distribute/parameter_server.hpp      ParameterServer, its sync modes, stragglers, partitioners
+///   strata/distribute/multi_worker_mirrored.hpp MultiWorkerMirrored (needs MPI)
+/// Sub-headers stay includable on their own: strata/tensor/tensor_all.hpp (the tensor core),
+/// strata/nn/layers.hpp (layers and Sequential), strata/train/model.hpp (Model), ...
 
 #include "strata/config.hpp"
 #include "strata/core/error.hpp"
@@ -23,10 +28,7 @@
 #include "strata/distribute/collective/all_reduce.hpp"
 #include "strata/distribute/collective/async.hpp"
 #include "strata/distribute/distributed_dataset.hpp"
-#include "strata/distribute/partitioner.hpp"
 #include "strata/distribute/strategy.hpp"
-#include "strata/distribute/straggler.hpp"
-#include "strata/distribute/parameter_server.hpp"
 #include "strata/train/backup.hpp"
 #include "strata/train/callbacks.hpp"
 #include "strata/train/checkpoint.hpp"
