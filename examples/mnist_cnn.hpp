@@ -4,6 +4,7 @@
 // MultiWorkerMirrored (which needs MPI) in mnist_cnn_mw.cpp, so that they compile in parallel
 // (compile time is part of the product) and a build without MPI still has the rest.
 #include <strata/strata.hpp>
+#include <strata/train/tensorboard.hpp>  // opt-in: not part of strata.hpp
 
 #include <chrono>
 #include <cstdint>

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <strata/strata.hpp>
+#include <strata/train/tensorboard.hpp>  // opt-in: not part of strata.hpp
 
 using namespace strata::nn;
 namespace fs = std::filesystem;

@@ -1,5 +1,6 @@
-// Tests of strata/data/idx.hpp: IDX round trips, byte layout, every kind of bad file, MNIST
-// loaders (on small generated files, and on the real files when data/mnist has them).
+// Tests of strata/io/idx.hpp (IDX round trips, byte layout, every kind of bad file) and
+// strata/data/mnist.hpp (the MNIST loaders, on small generated files, and on the real files
+// when data/mnist has them).
 #include <doctest/doctest.h>
 
 #include "test_util.hpp"
@@ -14,10 +15,14 @@
 
 #include <unistd.h>
 
-#include "strata/data/idx.hpp"
+#include "strata/data/mnist.hpp"
+#include "strata/io/idx.hpp"
 
 namespace fs = std::filesystem;
-using namespace strata::data;
+using namespace strata::io;
+using strata::data::load_mnist;
+using strata::data::load_mnist_images;
+using strata::data::load_mnist_labels;
 using strata_test::error_of;
 using strata_test::has;
 using strata_test::TempDir;
@@ -195,7 +200,7 @@ TEST_CASE("idx: truncated and oversized files give expected vs found sizes") {
         fs::resize_file(dir / "a", fs::file_size(dir / "a") - 5);
         const auto msg = error_of<strata::IoError>([&] { read_idx<float>(dir / "a"); });
         CHECK(has(msg, "is truncated"));
-        CHECK(has(msg, "dims 2 x 3 x 3 of ubyte"));
+        CHECK(has(msg, "dims [2, 3, 3] of ubyte"));
         CHECK(has(msg, "need 18 data bytes"));
         CHECK(has(msg, "found 13 data bytes"));
         CHECK(has(msg, "file size 29"));
@@ -218,7 +223,7 @@ TEST_CASE("idx: truncated and oversized files give expected vs found sizes") {
     SUBCASE("dims describing an absurd size") {
         write_bytes(dir / "a", {0, 0, 0x0E, 3, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF});
         const auto msg = error_of<strata::IoError>([&] { read_idx<float>(dir / "a"); });
-        CHECK(has(msg, "4294967295 x 4294967295 x 4294967295"));
+        CHECK(has(msg, "[4294967295, 4294967295, 4294967295]"));
     }
 }
 
@@ -267,8 +272,8 @@ TEST_CASE("idx: MNIST loaders on small generated files") {
     SUBCASE("a label file where images belong") {
         const auto msg = error_of<strata::IoError>([&] { load_mnist_images(dir / "train-labels-idx1-ubyte"); });
         CHECK(has(msg, "expected an image file of rank 3"));
-        CHECK(has(msg, "found rank 1 (3) of ubyte"));
-        CHECK(has(error_of<strata::IoError>([&] { load_mnist_labels(dir / "train-images-idx3-ubyte"); }), "found rank 3 (3 x 4 x 5)"));
+        CHECK(has(msg, "found dims [3] (rank 1) of ubyte"));
+        CHECK(has(error_of<strata::IoError>([&] { load_mnist_labels(dir / "train-images-idx3-ubyte"); }), "found dims [3, 4, 5] (rank 3)"));
     }
     SUBCASE("a missing file says how to fetch") {
         fs::remove(dir / "t10k-images-idx3-ubyte");

@@ -4,7 +4,13 @@
 ///
 /// Sub-headers stay includable on their own for those who care about compile time:
 /// strata/tensor/tensor_all.hpp (the tensor core), strata/nn/layers.hpp (layers and
-/// Sequential), strata/train/model.hpp (Model and callbacks), strata/distribute/... .
+/// Sequential), strata/train/model.hpp (Model and callbacks), strata/distribute/... ,
+/// strata/io/... (file formats: safetensors, IDX, JSON, the atomic file writer).
+///
+/// Opt-in, not included here (a program that uses them includes them itself):
+/// strata/io/svg_plot.hpp (LinePlot, Figure), strata/train/plot.hpp (plot_history),
+/// strata/io/tensorboard.hpp (event files) and strata/train/tensorboard.hpp (the TensorBoard
+/// callback).
 
 #include "strata/config.hpp"
 #include "strata/core/error.hpp"
@@ -19,7 +25,12 @@
 #include "strata/optim/optimizers.hpp"
 #include "strata/metrics/accuracy.hpp"
 #include "strata/data/dataset.hpp"
-#include "strata/data/idx.hpp"
+#include "strata/io/text.hpp"
+#include "strata/io/atomic_file.hpp"
+#include "strata/io/json.hpp"
+#include "strata/io/safetensors.hpp"
+#include "strata/io/idx.hpp"
+#include "strata/data/mnist.hpp"
 #include "strata/distribute/collective/all_reduce.hpp"
 #include "strata/distribute/collective/async.hpp"
 #include "strata/distribute/distributed_dataset.hpp"
@@ -31,6 +42,4 @@
 #include "strata/train/callbacks.hpp"
 #include "strata/train/checkpoint.hpp"
 #include "strata/train/interrupt.hpp"
-#include "strata/train/plot.hpp"
-#include "strata/train/tensorboard.hpp"
 #include "strata/train/model.hpp"

@@ -47,7 +47,7 @@
 #include "strata/train/callbacks.hpp"
 #include "strata/train/checkpoint.hpp"
 #include "strata/train/progress.hpp"
-#include "strata/train/safetensors.hpp"
+#include "strata/io/safetensors.hpp"
 
 namespace strata {
 
@@ -591,7 +591,7 @@ private:
     // save() without the wait for the other processes: what callbacks call on the chief alone.
     void write_checkpoint(const std::string& path, const std::map<std::string, std::string>& extra_metadata) const {
         if (!is_chief()) return;  // across processes only the chief writes
-        train::SafetensorsWriter w;
+        io::SafetensorsWriter w;
         for (const auto& [key, value] : extra_metadata) w.set_metadata(key, value);
         const auto params = get_weights();
         const auto infos = Net::parameters();
