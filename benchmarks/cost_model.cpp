@@ -25,11 +25,11 @@
 //      predicted the same way, measured by mwm_step under mpirun (its JSON read back).
 //   5. prediction: scaling efficiency from 8 to 1024 GPUs (DGX A100 nodes: NVLink inside, HDR
 //      InfiniBand between) for the seed CNN and a 25.6 M-parameter fp32 gradient, by algorithm,
-//      and a bucket-size sweep; SVG plots with strata::plot.
+//      and a bucket-size sweep; SVG plots with strata::io::LinePlot.
 //
 // Every time is the median of --reps samples; a sample of steps is --steps back-to-back steps.
 #include <strata/strata.hpp>
-#include <strata/train/plot.hpp>
+#include <strata/io/svg_plot.hpp>
 
 #include "../examples/mnist_cnn.hpp"
 #include "bench_common.hpp"
@@ -836,7 +836,7 @@ int run(const Options& opt) {
                 100 * published8, 100 * published8_amp, 100 * model8, 100 * model8_amp);
 
     if (!opt.plot_dir.empty()) {
-        namespace sp = strata::plot;
+        namespace sp = strata::io;
         std::filesystem::create_directories(opt.plot_dir);
         auto gpu_x = std::vector<double>(gpus.begin(), gpus.end());
         sp::Figure fig;
@@ -895,7 +895,7 @@ int run(const Options& opt) {
                     yp.push_back(r.predicted.total() * 1e3);
                     ym.push_back(r.measured.step * 1e3);
                 }
-            const auto color = sp::detail::svg::palette(ck.series.size() / 2);
+            const auto color = sp::palette(ck.series.size() / 2);
             ck.add("measured, " + tag, x, ym, color);
             ck.add("predicted, " + tag, x, yp, color, true);
         };

@@ -154,13 +154,13 @@ cli::Json runtime_part(const Options& opt, std::vector<RuntimeCell>& cells, bool
 }
 
 void runtime_plot(const std::vector<RuntimeCell>& cells, const std::string& path) {
-    strata::plot::Figure fig;
+    strata::io::Figure fig;
     for (const std::string law : {"exp", "sexp"}) {
-        strata::plot::LinePlot p;
+        strata::io::LinePlot p;
         p.title = law == "exp" ? "X ~ Exp(1), P = 8" : "X ~ 1 + Exp(1), P = 8";
         p.x_label = "K (log scale)";
         p.y_label = "mean time per update";
-        p.x_scale = strata::plot::Scale::Log;
+        p.x_scale = strata::io::Scale::Log;
         p.width = 620;
         p.height = 460;
         for (const std::string mode : {"ksync", "kbatch_sync", "kasync", "kbatch_async"}) {
@@ -174,7 +174,7 @@ void runtime_plot(const std::vector<RuntimeCell>& cells, const std::string& path
                         ty.push_back(c.theory);
                     }
                 }
-            const auto color = strata::plot::detail::svg::palette(p.series.size() / 2);
+            const auto color = strata::io::palette(p.series.size() / 2);
             p.add(mode + " (measured)", x, y, color);
             p.add(mode + " (theory)", tx, ty, color, true);
         }
@@ -251,7 +251,7 @@ cli::Json mnist_part(const Options& opt, std::vector<Curve>& curves) {
 }
 
 void mnist_plot(const std::vector<Curve>& curves, const std::string& path) {
-    strata::plot::LinePlot by_time, by_updates;
+    strata::io::LinePlot by_time, by_updates;
     by_time.title = "test accuracy against virtual time";
     by_time.x_label = "virtual seconds";
     by_time.y_label = "test accuracy";
@@ -262,7 +262,7 @@ void mnist_plot(const std::vector<Curve>& curves, const std::string& path) {
         by_time.add(c.mode, c.seconds, c.accuracy);
         by_updates.add(c.mode, c.updates, c.accuracy);
     }
-    strata::plot::Figure fig;
+    strata::io::Figure fig;
     fig.panels = {by_time, by_updates};
     fig.save(path);
     std::printf("wrote %s\n", path.c_str());

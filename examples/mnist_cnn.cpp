@@ -15,6 +15,8 @@
 //   build/examples/mnist_cnn --help             every flag, its default and its range
 #include "mnist_cnn.hpp"
 
+#include <strata/train/plot.hpp>  // opt-in: not part of strata.hpp
+
 #include "cli.hpp"
 
 #include <cerrno>
@@ -235,7 +237,7 @@ int main(int argc, char** argv) {
         }
 
         if (!flags.plot.empty()) {
-            strata::plot::plot_history(rep.history, flags.plot);
+            strata::train::plot_history(rep.history, flags.plot);
             std::printf("%-28s %s\n", "plot", flags.plot.c_str());
         }
         if (!flags.json.empty()) {

@@ -6,6 +6,7 @@
 // (compile time is part of the product) and a build without MPI still has the rest.
 #include <strata/strata.hpp>
 #include <strata/distribute/parameter_server_stats.hpp>
+#include <strata/train/tensorboard.hpp>  // opt-in: not part of strata.hpp
 
 #include <chrono>
 #include <cstdint>

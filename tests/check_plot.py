@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent check of strata's SVG plots (strata/train/plot.hpp) with Python's XML parser.
+"""Independent check of strata's SVG plots (strata/io/svg_plot.hpp) with Python's XML parser.
 
   check_plot.py FILE.svg...      parse each file and print its series and points
   check_plot.py --writer EXE     run the doctest binary EXE's test case "plot: python sample"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent decoder of strata's TensorBoard event files (strata/train/tensorboard.hpp).
+"""Independent decoder of strata's TensorBoard event files (strata/io/tensorboard.hpp).
 
   check_tensorboard.py FILE...        decode each event file and print its events
   check_tensorboard.py --writer EXE   run the doctest binary EXE's test case "tensorboard: python

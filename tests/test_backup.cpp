@@ -18,6 +18,7 @@
 
 #include <strata/strata.hpp>
 #include <strata/distribute/parameter_server.hpp>
+#include <strata/train/tensorboard.hpp>  // opt-in: not part of strata.hpp
 
 using namespace strata::nn;
 namespace fs = std::filesystem;

@@ -15,6 +15,7 @@
 
 namespace fs = std::filesystem;
 using namespace strata::train;
+using strata::io::SafetensorsWriter;
 using strata_test::error_of;
 using strata_test::has;
 using strata_test::TempDir;

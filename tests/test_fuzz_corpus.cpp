@@ -1,5 +1,5 @@
 // A deterministic fuzz corpus for the two file parsers a stranger's file reaches: IDX
-// (strata/data/idx.hpp) and safetensors (strata/train/safetensors.hpp), and the checkpoint
+// (strata/io/idx.hpp) and safetensors (strata/io/safetensors.hpp), and the checkpoint
 // reader on top of the latter. Thousands of mutants of valid files (every truncation, every bit
 // flip of the headers, header fields at their extremes, mangled JSON, seeded random edits).
 // Every case must end in a correct read (checked against the input bytes) or in the parser's
@@ -29,9 +29,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "strata/data/idx.hpp"
+#include "strata/io/idx.hpp"
+#include "strata/io/safetensors.hpp"
+#include "strata/io/text.hpp"
 #include "strata/train/checkpoint.hpp"
-#include "strata/train/safetensors.hpp"
 
 // ---- The largest single allocation of each case: a header field that sizes a buffer before it
 // is checked against the file shows up here, whatever the machine's memory. ----
@@ -119,7 +120,7 @@ struct Harness {
                            std::to_string(input_size) + "-byte input");
     }
     void fail(const std::string& name, const std::string& what) {
-        if (failures.size() < 20) failures.push_back(name + ": " + strata::train::detail::st::clipped(what, 400));
+        if (failures.size() < 20) failures.push_back(name + ": " + strata::io::clipped(what, 400));
         else if (failures.size() == 20) failures.push_back("...");
     }
     void report(const char* parser, int at_least) {
@@ -219,13 +220,13 @@ void idx_case(Harness& h, const fs::path& file, const std::string& name, const B
     const IdxReference ref = idx_reference(b);
     h.run<strata::IoError>(name + " [header]", b.size(), [&] {
         read_or_refuse(ref.valid, [&] {
-            const auto hd = strata::data::read_idx_header(file);
+            const auto hd = strata::io::read_idx_header(file);
             if (hd.dims != ref.dims || hd.element_count() != ref.values.size()) wrong("header differs from the reference");
         });
     });
     h.run<strata::IoError>(name + " [double]", b.size(), [&] {
         read_or_refuse(ref.valid, [&] {
-            const auto a = strata::data::read_idx<double>(file);
+            const auto a = strata::io::read_idx<double>(file);
             if (a.dims != ref.dims || a.data.size() != ref.values.size()) wrong("dims or size differ from the reference");
             for (std::size_t i = 0; i < a.data.size(); ++i)
                 if (!same_value(a.data[i], ref.values[i])) wrong("element " + std::to_string(i) + " differs");
@@ -234,7 +235,7 @@ void idx_case(Harness& h, const fs::path& file, const std::string& name, const B
     // Every integer type of IDX fits int32: a refusal can only be the float types' IoError.
     h.run<strata::IoError>(name + " [int32]", b.size(), [&] {
         read_or_refuse(ref.valid && !ref.is_float, [&] {
-            const auto a = strata::data::read_idx<std::int32_t>(file);
+            const auto a = strata::io::read_idx<std::int32_t>(file);
             for (std::size_t i = 0; i < a.data.size(); ++i)
                 if (double(a.data[i]) != ref.values[i]) wrong("element " + std::to_string(i) + " differs");
         });
@@ -244,7 +245,7 @@ void idx_case(Harness& h, const fs::path& file, const std::string& name, const B
 template <class T>
 Bytes idx_seed(const fs::path& dir, const std::vector<std::size_t>& dims, const std::vector<T>& data) {
     const auto p = dir / "seed";
-    strata::data::write_idx<T>(p, dims, data);
+    strata::io::write_idx<T>(p, dims, data);
     std::ifstream f(p, std::ios::binary);
     return Bytes(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
@@ -283,8 +284,8 @@ Bytes st_file(const std::string& header, std::size_t data_bytes, unsigned char f
 // What a correct read must satisfy, checked against the raw input: the tensors tile the data
 // buffer in order, each one's bytes are exactly its slice of the file, its byte size matches
 // dtype and shape; and the content survives a write and a second read unchanged.
-void check_safetensors_read(const strata::train::SafetensorsFile& f, const Bytes& input) {
-    using namespace strata::train;
+void check_safetensors_read(const strata::io::SafetensorsFile& f, const Bytes& input) {
+    using namespace strata::io;
     const std::uint64_t n = header_length(input);
     const std::size_t data_at = static_cast<std::size_t>(8 + n);
     std::uint64_t at = 0;
@@ -319,7 +320,7 @@ void st_case(Harness& h, const std::string& name, const Bytes& b) {
     h.run<strata::CheckpointError>(name, b.size(), [&] {
         std::vector<std::byte> copy(b.size());
         if (!b.empty()) std::memcpy(copy.data(), b.data(), b.size());
-        const auto f = strata::train::SafetensorsFile::parse(std::move(copy), "fuzz");
+        const auto f = strata::io::SafetensorsFile::parse(std::move(copy), "fuzz");
         check_safetensors_read(f, b);
     });
 }
@@ -335,8 +336,8 @@ Bytes with_header(const Bytes& f, const std::string& header) {
     return out;
 }
 
-strata::train::SafetensorsWriter st_sample() {
-    strata::train::SafetensorsWriter w;
+strata::io::SafetensorsWriter st_sample() {
+    strata::io::SafetensorsWriter w;
     w.add("weights/f32", {2, 3}, std::vector<float>{-1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 1.5f});
     w.add("weights/f64", {3}, std::vector<double>{0.1, -2.5, 1e300});
     w.add("counts/i32", {2, 2}, std::vector<std::int32_t>{-7, -1, 0, 7});
@@ -353,7 +354,7 @@ strata::train::SafetensorsWriter st_sample() {
 TEST_CASE("fuzz corpus: IDX mutants end in a correct read or an IoError") {
     TempDir dir("strata_fuzz_idx");
     const auto file = dir / "case";
-    using strata::data::idx_type_of;
+    using strata::io::idx_type_of;
     std::vector<std::pair<std::string, Bytes>> seeds = {
         {"ubyte 2x3", idx_seed<std::uint8_t>(dir.path, {2, 3}, {0, 1, 2, 127, 128, 255})},
         {"sbyte 5", idx_seed<std::int8_t>(dir.path, {5}, {-128, -1, 0, 1, 127})},
@@ -432,8 +433,8 @@ TEST_CASE("fuzz corpus: IDX mutants end in a correct read or an IoError") {
 }
 
 TEST_CASE("fuzz corpus: safetensors mutants end in a correct read or a CheckpointError") {
-    using strata::train::SafetensorsWriter;
-    strata::train::SafetensorsWriter meta_only;
+    using strata::io::SafetensorsWriter;
+    strata::io::SafetensorsWriter meta_only;
     meta_only.set_metadata("format", "strata-checkpoint");
     std::vector<std::pair<std::string, Bytes>> seeds = {
         {"sample", to_bytes(st_sample().serialize())},
@@ -598,6 +599,7 @@ TEST_CASE("fuzz corpus: safetensors mutants end in a correct read or a Checkpoin
 
 TEST_CASE("fuzz corpus: the checkpoint reader refuses mutants of a checkpoint with CheckpointError") {
     using namespace strata::train;
+    using strata::io::SafetensorsWriter;
     TempDir dir("strata_fuzz_ckpt");
     SafetensorsWriter w;
     w.add("dense/kernel", {2, 2}, std::vector<float>{1, 2, 3, 4});

@@ -1,5 +1,6 @@
-// Tests of strata/data/idx.hpp: IDX round trips, byte layout, every kind of bad file, MNIST
-// loaders (on small generated files, and on the real files when data/mnist has them).
+// Tests of strata/io/idx.hpp (IDX round trips, byte layout, every kind of bad file) and
+// strata/data/mnist.hpp (the MNIST loaders, on small generated files, and on the real files
+// when data/mnist has them).
 #include <doctest/doctest.h>
 
 #include "test_util.hpp"
@@ -14,10 +15,15 @@
 
 #include <unistd.h>
 
-#include "strata/data/idx.hpp"
+#include "strata/data/mnist.hpp"
+#include "strata/io/idx.hpp"
 
 namespace fs = std::filesystem;
-using namespace strata::data;
+using namespace strata::io;
+using strata::data::load_mnist;
+using strata::data::load_mnist_images;
+using strata::data::load_mnist_labels;
+using strata::data::MnistFormat;
 using strata_test::error_of;
 using strata_test::has;
 using strata_test::TempDir;
@@ -195,7 +201,7 @@ TEST_CASE("idx: truncated and oversized files give expected vs found sizes") {
         fs::resize_file(dir / "a", fs::file_size(dir / "a") - 5);
         const auto msg = error_of<strata::IoError>([&] { read_idx<float>(dir / "a"); });
         CHECK(has(msg, "is truncated"));
-        CHECK(has(msg, "dims 2 x 3 x 3 of ubyte"));
+        CHECK(has(msg, "dims [2, 3, 3] of ubyte"));
         CHECK(has(msg, "need 18 data bytes"));
         CHECK(has(msg, "found 13 data bytes"));
         CHECK(has(msg, "file size 29"));
@@ -218,7 +224,7 @@ TEST_CASE("idx: truncated and oversized files give expected vs found sizes") {
     SUBCASE("dims describing an absurd size") {
         write_bytes(dir / "a", {0, 0, 0x0E, 3, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF});
         const auto msg = error_of<strata::IoError>([&] { read_idx<float>(dir / "a"); });
-        CHECK(has(msg, "4294967295 x 4294967295 x 4294967295"));
+        CHECK(has(msg, "[4294967295, 4294967295, 4294967295]"));
     }
 }
 
@@ -234,6 +240,7 @@ TEST_CASE("idx: write_idx checks its arguments") {
 
 TEST_CASE("idx: MNIST loaders on small generated files") {
     TempDir dir;
+    const MnistFormat small{.rows = 4, .cols = 5};
     std::vector<std::uint8_t> pixels(3 * 4 * 5);
     for (std::size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<std::uint8_t>(i * 4 + 3);
     pixels[0] = 0;
@@ -244,15 +251,15 @@ TEST_CASE("idx: MNIST loaders on small generated files") {
     write_idx(dir / "t10k-images-idx3-ubyte", {1, 4, 5}, std::vector<std::uint8_t>(20, 51));
     write_idx(dir / "t10k-labels-idx1-ubyte", {1}, std::vector<std::uint8_t>{4});
 
-    const auto x = load_mnist_images(dir / "train-images-idx3-ubyte");
+    const auto x = load_mnist_images(dir / "train-images-idx3-ubyte", small);
     CHECK(x.dims == std::vector<std::size_t>{3, 4, 5, 1});
     CHECK(x.data[0] == 0.0f);
     CHECK(x.data[1] == 1.0f);
     CHECK(x.data[2] == doctest::Approx(11.0 / 255));
-    const auto y = load_mnist_labels(dir / "train-labels-idx1-ubyte");
+    const auto y = load_mnist_labels(dir / "train-labels-idx1-ubyte", small);
     CHECK(y.data == std::vector<std::int32_t>{7, 0, 9});
 
-    const auto m = load_mnist(dir.path);
+    const auto m = load_mnist(dir.path, small);
     CHECK(m.train.size() == 3);
     CHECK(m.test.size() == 1);
     CHECK(m.test.images.data[5] == doctest::Approx(0.2));
@@ -260,24 +267,89 @@ TEST_CASE("idx: MNIST loaders on small generated files") {
 
     SUBCASE("images and labels disagree") {
         write_idx(dir / "t10k-labels-idx1-ubyte", {2}, std::vector<std::uint8_t>{4, 5});
-        const auto msg = error_of<strata::IoError>([&] { load_mnist(dir.path); });
+        const auto msg = error_of<strata::IoError>([&] { load_mnist(dir.path, small); });
         CHECK(has(msg, "has 1 images"));
         CHECK(has(msg, "has 2 labels"));
     }
     SUBCASE("a label file where images belong") {
         const auto msg = error_of<strata::IoError>([&] { load_mnist_images(dir / "train-labels-idx1-ubyte"); });
         CHECK(has(msg, "expected an image file of rank 3"));
-        CHECK(has(msg, "found rank 1 (3) of ubyte"));
-        CHECK(has(error_of<strata::IoError>([&] { load_mnist_labels(dir / "train-images-idx3-ubyte"); }), "found rank 3 (3 x 4 x 5)"));
+        CHECK(has(msg, "found dims [3] (rank 1) of ubyte"));
+        CHECK(has(error_of<strata::IoError>([&] { load_mnist_labels(dir / "train-images-idx3-ubyte"); }), "found dims [3, 4, 5] (rank 3)"));
     }
     SUBCASE("a missing file says how to fetch") {
         fs::remove(dir / "t10k-images-idx3-ubyte");
-        const auto msg = error_of<strata::IoError>([&] { load_mnist(dir.path); });
+        const auto msg = error_of<strata::IoError>([&] { load_mnist(dir.path, small); });
         CHECK(has(msg, "t10k-images-idx3-ubyte' does not exist"));
         CHECK(has(msg, "scripts/fetch-mnist"));
         CHECK(has(msg, "from strata's source tree (the scripts are not installed)"));
         write_bytes(dir / "t10k-images-idx3-ubyte.gz", {0x1f, 0x8b});
-        CHECK(has(error_of<strata::IoError>([&] { load_mnist(dir.path); }), "gzip -dk"));
+        CHECK(has(error_of<strata::IoError>([&] { load_mnist(dir.path, small); }), "gzip -dk"));
+    }
+}
+
+namespace {
+
+// The four MNIST files in `dir`: `n` training and `n` test images of rows x cols, and labels.
+void write_mnist(const fs::path& dir, std::size_t n, std::size_t rows, std::size_t cols,
+                 const std::vector<std::uint8_t>& train_labels, const std::vector<std::uint8_t>& test_labels) {
+    const std::vector<std::uint8_t> pixels(n * rows * cols, 128);
+    write_idx(dir / "train-images-idx3-ubyte", {n, rows, cols}, pixels);
+    write_idx(dir / "t10k-images-idx3-ubyte", {n, rows, cols}, pixels);
+    write_idx(dir / "train-labels-idx1-ubyte", {train_labels.size()}, train_labels);
+    write_idx(dir / "t10k-labels-idx1-ubyte", {test_labels.size()}, test_labels);
+}
+
+}  // namespace
+
+TEST_CASE("idx: MNIST images of another size than the model's 28x28 are refused, naming both sizes") {
+    TempDir dir;
+    const std::vector<std::uint8_t> labels{1, 2};
+    SUBCASE("28x28 loads") {
+        write_mnist(dir.path, 2, 28, 28, labels, labels);
+        const auto m = load_mnist(dir.path);
+        CHECK(m.train.images.dims == std::vector<std::size_t>{2, 28, 28, 1});
+        CHECK(m.test.size() == 2);
+    }
+    SUBCASE("32x32") {
+        write_mnist(dir.path, 2, 32, 32, labels, labels);
+        const auto msg = error_of<strata::IoError>([&] { load_mnist(dir.path); });
+        CHECK(has(msg, "train-images-idx3-ubyte'"));
+        CHECK(has(msg, "images are 32x32, the model expects 28x28"));
+        CHECK(has(error_of<strata::IoError>([&] { load_mnist_images(dir / "t10k-images-idx3-ubyte"); }),
+                  "t10k-images-idx3-ubyte': images are 32x32"));
+    }
+    SUBCASE("14x56 has 784 pixels but is not 28x28") {
+        write_mnist(dir.path, 2, 14, 56, labels, labels);
+        const auto msg = error_of<strata::IoError>([&] { load_mnist(dir.path); });
+        CHECK(has(msg, "images are 14x56, the model expects 28x28"));
+        CHECK(has(msg, "as many pixels, but another shape"));
+    }
+    SUBCASE("another size is read when the format says so") {
+        write_mnist(dir.path, 2, 14, 56, labels, labels);
+        CHECK(load_mnist(dir.path, {.rows = 14, .cols = 56}).train.images.dims == std::vector<std::size_t>{2, 14, 56, 1});
+    }
+}
+
+TEST_CASE("idx: MNIST labels outside [0, 9] are refused at load time, naming the file and the first bad index") {
+    TempDir dir;
+    SUBCASE("a bad test label: found before any training") {
+        write_mnist(dir.path, 5, 28, 28, {0, 1, 2, 3, 9}, {4, 5, 10, 6, 255});
+        const auto msg = error_of<strata::IoError>([&] { load_mnist(dir.path); });
+        CHECK(has(msg, "t10k-labels-idx1-ubyte'"));
+        CHECK(has(msg, "the label at index 2 is 10, expected a class in [0, 9] (10 classes)"));
+        CHECK(has(msg, "out of range: 2 of the 5 labels"));
+    }
+    SUBCASE("a bad training label") {
+        write_mnist(dir.path, 2, 28, 28, {200, 1}, {0, 1});
+        const auto msg = error_of<strata::IoError>([&] { load_mnist_labels(dir / "train-labels-idx1-ubyte"); });
+        CHECK(has(msg, "train-labels-idx1-ubyte': the label at index 0 is 200"));
+    }
+    SUBCASE("more classes when the format says so; a format without classes is refused") {
+        write_mnist(dir.path, 2, 28, 28, {0, 26}, {26, 1});
+        CHECK(has(error_of<strata::IoError>([&] { load_mnist(dir.path); }), "the label at index 1 is 26"));
+        CHECK(load_mnist(dir.path, {.num_classes = 27}).train.labels.data == std::vector<std::int32_t>{0, 26});
+        CHECK(has(error_of<strata::ValueError>([&] { load_mnist(dir.path, {.num_classes = 0}); }), "num_classes >= 1"));
     }
 }
 

@@ -40,7 +40,7 @@ void trained_checkpoint(const std::string& path, strata::optim::Optimizer opt) {
 // metadata before writing.
 void rewrite(const std::string& from, const std::string& to,
              const std::function<void(std::vector<std::pair<std::string, std::vector<float>>>&, std::map<std::string, std::string>&)>& edit) {
-    const auto f = strata::train::SafetensorsFile::load(from);
+    const auto f = strata::io::SafetensorsFile::load(from);
     std::vector<std::pair<std::string, std::vector<float>>> tensors;
     std::map<std::string, std::string> meta(f.metadata().begin(), f.metadata().end());
     std::map<std::string, std::vector<std::size_t>> shapes;
@@ -49,7 +49,7 @@ void rewrite(const std::string& from, const std::string& to,
         shapes[n] = f.shape(n);
     }
     edit(tensors, meta);
-    strata::train::SafetensorsWriter w;
+    strata::io::SafetensorsWriter w;
     for (const auto& [n, v] : tensors)
         w.add<float>(n, shapes.count(n) ? shapes[n] : std::vector<std::size_t>{v.size()}, std::span<const float>(v));
     for (const auto& [k, v] : meta) w.set_metadata(k, v);

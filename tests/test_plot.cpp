@@ -1,7 +1,9 @@
-// SVG line plots (strata/train/plot.hpp): ticks, the document's content, errors, atomic files.
+// SVG line plots (strata/io/svg_plot.hpp, and strata/train/plot.hpp's plot_history): ticks,
+// the document's content, errors, atomic files.
 // The SVG's structure is checked by an independent XML parser in tests/check_plot.py.
 #include <doctest/doctest.h>
 
+#include <strata/io/svg_plot.hpp>
 #include <strata/train/plot.hpp>
 
 #include <algorithm>
@@ -38,8 +40,8 @@ std::size_t count(const std::string& text, const std::string& what) {
 constexpr double not_a_number = std::numeric_limits<double>::quiet_NaN();
 
 // The sample tests/check_plot.py compares the files with (its SAMPLE must match).
-strata::plot::LinePlot sample_plot() {
-    strata::plot::LinePlot p{.title = "Accuracy <vs> time & \"modes\"", .x_label = "seconds", .y_label = "accuracy"};
+strata::io::LinePlot sample_plot() {
+    strata::io::LinePlot p{.title = "Accuracy <vs> time & \"modes\"", .x_label = "seconds", .y_label = "accuracy"};
     p.add("mirrored", {1, 2, 3, 4}, {0.5, 0.7, 0.8, 0.85});
     p.add("parameter server", {1.5, 2.5, 3.5, 4.5, 5.5}, {0.4, not_a_number, 0.75, 0.8, 0.9}, "", true);
     return p;
@@ -62,7 +64,7 @@ strata::train::History sample_history() {
 }  // namespace
 
 TEST_CASE("nice_ticks: round steps that cover the range") {
-    using strata::plot::nice_ticks;
+    using strata::io::nice_ticks;
     auto t = nice_ticks(0.13, 0.92, 5);
     REQUIRE(t.size() >= 3);
     CHECK(t.front() <= 0.13);
@@ -84,7 +86,7 @@ TEST_CASE("nice_ticks: round steps that cover the range") {
 }
 
 TEST_CASE("log_ticks: decades, with 2 and 5 on a short range") {
-    using strata::plot::log_ticks;
+    using strata::io::log_ticks;
     auto t = log_ticks(1e-5, 1e-1);
     CHECK(t.front() == doctest::Approx(1e-5));
     CHECK(t.back() == doctest::Approx(1e-1));
@@ -109,14 +111,14 @@ TEST_CASE("LinePlot: every drawable point is in the SVG, NaN points are skipped 
 }
 
 TEST_CASE("LinePlot: a log x axis leaves out x <= 0; mismatched series are ShapeErrors") {
-    strata::plot::LinePlot p{.title = "lr", .x_label = "learning rate", .y_label = "loss", .x_scale = strata::plot::Scale::Log};
+    strata::io::LinePlot p{.title = "lr", .x_label = "learning rate", .y_label = "loss", .x_scale = strata::io::Scale::Log};
     p.add("loss", {0, 1e-4, 1e-3, 1e-2}, {9, 1.0, 0.5, 0.7});
     const std::string svg = p.svg();
     CHECK(count(svg, "<circle") == 3);
     CHECK(has(svg, ">0.0001<"));  // a decade tick
     const auto msg = error_of<strata::ShapeError>([&] { p.add("bad", {1, 2}, {1}); });
     CHECK(has(msg, "series 'bad' has 2 x values and 1 y values"));
-    strata::plot::LinePlot empty{.title = "nothing yet"};
+    strata::io::LinePlot empty{.title = "nothing yet"};
     CHECK(has(empty.svg(), "nothing yet"));  // an empty frame, not an error
 }
 
@@ -126,7 +128,7 @@ TEST_CASE("plot_history: loss and accuracy, train and validation, written atomic
     {
         std::ofstream(path) << "old";
     }
-    strata::plot::plot_history(sample_history(), path);
+    strata::train::plot_history(sample_history(), path);
     const std::string svg = read_text(path);
     CHECK(has(svg, "data-name=\"train loss\""));
     CHECK(has(svg, "data-name=\"validation loss\""));
@@ -135,8 +137,8 @@ TEST_CASE("plot_history: loss and accuracy, train and validation, written atomic
     CHECK(count(svg, "<circle") == 12);
     CHECK(dir.entries() == std::vector<std::string>{"curves.svg"});  // no temporary file left
     strata::train::History none;
-    CHECK(has(error_of<strata::ValueError>([&] { strata::plot::plot_history(none, dir / "x.svg"); }), "neither loss nor accuracy"));
-    const auto msg = error_of<strata::IoError>([&] { strata::plot::plot_history(sample_history(), dir / "no" / "dir.svg"); });
+    CHECK(has(error_of<strata::ValueError>([&] { strata::train::plot_history(none, dir / "x.svg"); }), "neither loss nor accuracy"));
+    const auto msg = error_of<strata::IoError>([&] { strata::train::plot_history(sample_history(), dir / "no" / "dir.svg"); });
     CHECK(has(msg, "dir.svg"));
 }
 
@@ -147,8 +149,8 @@ TEST_CASE("plot: python sample") {
     const char* env = std::getenv("STRATA_PLOT_SAMPLE");
     const fs::path out = env ? fs::path(env) : dir.path;
     sample_plot().save(out / "lineplot.svg");
-    strata::plot::plot_history(sample_history(), out / "history.svg");
-    strata::plot::LinePlot log{.title = "log", .x_label = "lr", .y_label = "loss", .x_scale = strata::plot::Scale::Log};
+    strata::train::plot_history(sample_history(), out / "history.svg");
+    strata::io::LinePlot log{.title = "log", .x_label = "lr", .y_label = "loss", .x_scale = strata::io::Scale::Log};
     log.add("loss", {1e-5, 1e-4, 1e-3, 1e-2, 1e-1}, {2.0, 1.0, 0.5, 0.6, 3.0});
     log.save(out / "log.svg");
     CHECK(fs::exists(out / "lineplot.svg"));

@@ -1,5 +1,5 @@
-// Tests of strata/train/safetensors.hpp: round trips, the byte layout, atomic saving, and every
-// kind of corrupt file the reader must refuse.
+// Tests of strata/io/safetensors.hpp and strata/io/atomic_file.hpp: round trips, the byte
+// layout, atomic saving, and every kind of corrupt file the reader must refuse.
 #include <doctest/doctest.h>
 
 #include "test_util.hpp"
@@ -17,10 +17,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "strata/train/safetensors.hpp"
+#include "strata/io/safetensors.hpp"
 
 namespace fs = std::filesystem;
-using namespace strata::train;
+using namespace strata::io;
 using strata_test::error_of;
 using strata_test::has;
 using strata_test::TempDir;

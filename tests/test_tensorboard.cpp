@@ -1,8 +1,10 @@
-// TensorBoard event files (strata/train/tensorboard.hpp): CRC-32C, protobuf encoding, TFRecord
+// TensorBoard event files (strata/io/tensorboard.hpp) and the callback
+// (strata/train/tensorboard.hpp): CRC-32C, protobuf encoding, TFRecord
 // framing, the callback's files and tags. An independent decoder (Python's protobuf) reads the
 // files in tests/check_tensorboard.py.
 #include <doctest/doctest.h>
 
+#include <strata/io/tensorboard.hpp>
 #include <strata/train/tensorboard.hpp>
 
 #include <cstdlib>
@@ -15,7 +17,7 @@
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
-namespace tb = strata::tensorboard;
+namespace tb = strata::io::tensorboard;
 using strata_test::TempDir;
 using strata_test::error_of;
 using strata_test::has;

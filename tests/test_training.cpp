@@ -469,7 +469,7 @@ TEST_CASE("save, load, continue gives the same weights as training straight thro
     CHECK(resumed->get_weights() == straight->get_weights());
 
     // The file is a plain safetensors file with the documented names.
-    auto f = strata::train::SafetensorsFile::load(path);
+    auto f = strata::io::SafetensorsFile::load(path);
     CHECK(f.contains("dense/kernel"));
     CHECK(f.contains("dense_1/bias"));
     CHECK(f.contains("optimizer/momentum/dense/kernel"));

@@ -9,26 +9,26 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "strata/data/idx.hpp"
+#include "strata/io/idx.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     static const int fd = ::memfd_create("idx", 0);
     static const std::string path = "/proc/self/fd/" + std::to_string(fd);
     if (fd < 0 || ::ftruncate(fd, 0) != 0) std::abort();
     if (size && ::pwrite(fd, data, size, 0) != static_cast<::ssize_t>(size)) std::abort();
-    strata::data::IdxHeader h;
+    strata::io::IdxHeader h;
     try {
-        h = strata::data::read_idx_header(path);
+        h = strata::io::read_idx_header(path);
     } catch (const strata::IoError&) {
         return 0;
     }
     // A valid header promises the file holds exactly the elements its dimensions describe, and
     // then the reads must succeed: an IoError from here on escapes and is reported.
-    if (h.data_offset + h.element_count() * strata::data::idx_type_size(h.type) != size) std::abort();
-    const auto a = strata::data::read_idx<double>(path);
+    if (h.data_offset + h.element_count() * strata::io::idx_type_size(h.type) != size) std::abort();
+    const auto a = strata::io::read_idx<double>(path);
     if (a.dims != h.dims || a.data.size() != h.element_count()) std::abort();
-    if (h.type == strata::data::IdxType::Float32 || h.type == strata::data::IdxType::Float64) return 0;
-    const auto b = strata::data::read_idx<std::int32_t>(path);  // every integer IDX type fits
+    if (h.type == strata::io::IdxType::Float32 || h.type == strata::io::IdxType::Float64) return 0;
+    const auto b = strata::io::read_idx<std::int32_t>(path);  // every integer IDX type fits
     if (b.data.size() != a.data.size()) std::abort();
     for (std::size_t i = 0; i < b.data.size(); ++i)
         if (double(b.data[i]) != a.data[i]) std::abort();

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <vector>
 
-#include "strata/train/safetensors.hpp"
+#include "strata/io/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    using namespace strata::train;
+    using namespace strata::io;
     std::vector<std::byte> bytes(size);
     if (size) std::memcpy(bytes.data(), data, size);
     try {

@@ -62,6 +62,7 @@
 
 #include "strata/core/error.hpp"
 #include "strata/core/random.hpp"
+#include "strata/io/text.hpp"
 
 namespace strata::data {
 
@@ -731,12 +732,6 @@ private:
     std::size_t k_, es_, yp_, wp_;
 };
 
-inline std::string shape_text(const std::vector<std::size_t>& s) {
-    std::string t = "[";
-    for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-    return t + "]";
-}
-
 // a * b for cardinalities >= 0, or unknown_cardinality on overflow.
 inline std::int64_t mul_cardinality(std::int64_t a, std::int64_t b) noexcept {
     if (a != 0 && b > std::numeric_limits<std::int64_t>::max() / a) return unknown_cardinality;
@@ -780,7 +775,7 @@ public:
     /// \endcode
     static Dataset from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
                                std::size_t y_per_example = 1, std::vector<float> sample_weight = {}) {
-        using detail::ds::shape_text;
+        using io::shape_text;
         std::size_t es = 1;
         for (auto d : example_shape) es *= d;
         STRATA_CHECK(es > 0, ShapeError, "from_arrays: example shape ", shape_text(example_shape),

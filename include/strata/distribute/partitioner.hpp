@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "strata/core/error.hpp"
+#include "strata/io/text.hpp"
 
 namespace strata::distribute {
 
@@ -153,18 +154,10 @@ inline void validate(const Partitioner& p) {
 
 namespace detail {
 
-inline std::string shape_text(std::span<const std::int64_t> shape) {
-    std::ostringstream os;
-    os << "[";
-    for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-    os << "]";
-    return os.str();
-}
-
 // Byte counts are products of user-given extents: an overflow must be an error, not a wrong plan.
 inline std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, std::span<const std::int64_t> shape) {
     if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a)
-        throw_error<ValueError>("partitioner: the byte size of a variable of shape ", shape_text(shape),
+        throw_error<ValueError>("partitioner: the byte size of a variable of shape ", io::shape_text(shape),
                                 " does not fit in 64 bits");
     return a * b;
 }
@@ -188,10 +181,10 @@ inline int num_shards(const Partitioner& p, std::span<const std::int64_t> shape,
     STRATA_CHECK(!shape.empty(), ValueError, "num_shards: ", describe(p),
                  " partitions along axis 0 and needs a shape of rank >= 1, found a scalar (rank 0)");
     for (auto d : shape)
-        STRATA_CHECK(d >= 0, ValueError, "num_shards: expected extents >= 0, found shape ", detail::shape_text(shape));
+        STRATA_CHECK(d >= 0, ValueError, "num_shards: expected extents >= 0, found shape ", io::shape_text(shape));
     const std::int64_t rows = shape[0];
     STRATA_CHECK(rows >= 1, ValueError, "num_shards: ", describe(p), " needs a first extent >= 1, found shape ",
-                 detail::shape_text(shape));
+                 io::shape_text(shape));
     std::uint64_t row_elements = 1;
     for (std::size_t i = 1; i < shape.size(); ++i) row_elements = detail::checked_mul(row_elements, std::uint64_t(shape[i]), shape);
 
@@ -218,7 +211,7 @@ inline int num_shards(const Partitioner& p, std::span<const std::int64_t> shape,
                 std::uint64_t n = (std::uint64_t(rows) + rows_per_shard - 1) / rows_per_shard;
                 if (q.max_shards > 0) n = std::min<std::uint64_t>(n, std::uint64_t(q.max_shards));
                 STRATA_CHECK(n <= std::uint64_t(INT_MAX), ValueError, "num_shards: ", describe(p), " gives ", n,
-                             " shards for shape ", detail::shape_text(shape), ", more than an int counts; set max_shards");
+                             " shards for shape ", io::shape_text(shape), ", more than an int counts; set max_shards");
                 shards = std::int64_t(n);
             }
         },
@@ -279,11 +272,11 @@ inline std::vector<ShardRange> plan_shards(const Partitioner& p, const std::vect
         std::uint64_t elements = 1;
         for (auto d : shape) {
             STRATA_CHECK(d >= 0, ValueError, "plan_shards: variable ", i, ": expected extents >= 0, found shape ",
-                         detail::shape_text(shape));
+                         io::shape_text(shape));
             elements = detail::checked_mul(elements, std::uint64_t(d), shape);
         }
         STRATA_CHECK(elements <= std::uint64_t(INT64_MAX), ValueError, "plan_shards: variable ", i, ": shape ",
-                     detail::shape_text(shape), " has more elements than an int64 counts");
+                     io::shape_text(shape), " has more elements than an int64 counts");
         const auto size = std::int64_t(elements);
         auto place = [&] { return int(placed++ % servers); };
         if (shape.empty() || std::holds_alternative<std::monostate>(p)) {

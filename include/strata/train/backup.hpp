@@ -41,7 +41,9 @@
 #include "strata/core/error.hpp"
 #include "strata/train/callbacks.hpp"
 #include "strata/train/checkpoint.hpp"
-#include "strata/train/safetensors.hpp"
+#include "strata/io/atomic_file.hpp"
+#include "strata/io/safetensors.hpp"
+#include "strata/io/text.hpp"
 
 namespace strata::train {
 
@@ -107,7 +109,7 @@ public:
         std::error_code ec;
         const bool present = std::filesystem::exists(file(), ec);
         if (ec)
-            throw_error<IoError>("BackupAndRestore: cannot look for the backup ", quoted(file()), ": ", ec.message());
+            throw_error<IoError>("BackupAndRestore: cannot look for the backup ", io::in_quotes(file().string()), ": ", ec.message());
         if (!present) return;
         const TrainingPosition at = read_position(file());
         ctx.load_state(file().string());  // validates the whole file before the model changes
@@ -133,16 +135,16 @@ public:
         if (!o_.delete_at_end) return;
         std::error_code ec;
         std::filesystem::remove(file(), ec);
-        if (ec) throw_error<IoError>("BackupAndRestore: cannot remove the backup ", quoted(file()), ": ", ec.message());
+        if (ec) throw_error<IoError>("BackupAndRestore: cannot remove the backup ", io::in_quotes(file().string()), ": ", ec.message());
     }
 
     /// The position stored in the backup at `path`. Throws IoError when it cannot be read,
     /// CheckpointError naming the file when it is not a valid backup.
     static TrainingPosition read_position(const std::filesystem::path& path) {
-        const std::string where = "BackupAndRestore: backup " + quoted(path) + ": ";
-        SafetensorsFile f = [&] {
+        const std::string where = "BackupAndRestore: backup " + io::in_quotes(path.string()) + ": ";
+        io::SafetensorsFile f = [&] {
             try {
-                return SafetensorsFile::load(path);
+                return io::SafetensorsFile::load(path);
             } catch (const CheckpointError& e) {
                 throw CheckpointError(where + "corrupt (remove it to start over): " + e.what());
             } catch (const IoError& e) {
@@ -156,8 +158,8 @@ public:
             return f.metadata(key);
         };
         if (meta("backup_format") != "strata-backup")
-            throw_error<CheckpointError>(where, "metadata backup_format: expected 'strata-backup', found '",
-                                         detail::st::clipped(f.metadata("backup_format")), "'");
+            throw_error<CheckpointError>(where, "metadata backup_format: expected 'strata-backup', found ",
+                                         io::in_quotes(f.metadata("backup_format"), 64));
         TrainingPosition at;
         try {
             if (parse_metadata_int("backup_version", meta("backup_version"), 0, std::numeric_limits<int>::max()) != version)
@@ -178,14 +180,12 @@ public:
     }
 
 private:
-    static std::string quoted(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
-
     static double parse_double(const std::string& where, std::string_view key, const std::string& text) {
         double v = 0;
         const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, std::chars_format::general);
         if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(v))
-            throw_error<CheckpointError>(where, "metadata '", key, "': expected a finite decimal number, found '",
-                                         detail::st::clipped(text), "'");
+            throw_error<CheckpointError>(where, "metadata '", key, "': expected a finite decimal number, found ",
+                                         io::in_quotes(text, 64));
         return v;
     }
 
@@ -202,12 +202,12 @@ private:
         std::error_code ec;
         std::filesystem::create_directories(dir_, ec);
         if (ec || !std::filesystem::is_directory(dir_))
-            throw_error<IoError>("BackupAndRestore: cannot create the backup directory ", quoted(dir_), ": ",
+            throw_error<IoError>("BackupAndRestore: cannot create the backup directory ", io::in_quotes(dir_.string()), ": ",
                                  ec ? ec.message() : std::string("a file of that name is in the way"));
         try {
-            AtomicFileWriter probe(dir_ / ".write-probe");
+            io::AtomicFileWriter probe(dir_ / ".write-probe");
         } catch (const IoError& e) {
-            throw IoError("BackupAndRestore: the backup directory " + quoted(dir_) + " is not writable: " + e.what());
+            throw IoError("BackupAndRestore: the backup directory " + io::in_quotes(dir_.string()) + " is not writable: " + e.what());
         }
     }
 

@@ -4,7 +4,7 @@
 /// expects before the model changes anything, so that a load either succeeds completely or
 /// leaves the model as it was.
 ///
-/// A strata checkpoint is a safetensors file (see strata/train/safetensors.hpp) written by
+/// A strata checkpoint is a safetensors file (see strata/io/safetensors.hpp) written by
 /// `Model::save`:
 ///
 /// | what                         | where in the file                                               |
@@ -37,9 +37,10 @@
 #include <vector>
 
 #include "strata/core/error.hpp"
+#include "strata/io/safetensors.hpp"
+#include "strata/io/text.hpp"
 #include "strata/train/callbacks.hpp"
 #include "strata/train/model_state.hpp"
-#include "strata/train/safetensors.hpp"
 
 namespace strata::train {
 
@@ -81,19 +82,12 @@ struct CheckpointData {
 
 namespace detail::ckpt {
 
-inline std::string quote_name(std::string_view s) {
-    std::string out(1, '\'');
-    out += detail::st::clipped(s, 200);
-    out += '\'';
-    return out;
-}
-
 // "a, b, c and 4 more": a hostile file can hold a million names; a message lists a few.
 inline std::string some_names(const std::vector<std::string>& names, std::size_t shown = 5) {
     std::string s;
     for (std::size_t i = 0; i < names.size() && i < shown; ++i) {
         if (i) s += ", ";
-        s += quote_name(names[i]);
+        s += io::in_quotes(names[i], 200);
     }
     if (names.size() > shown) s += " and " + std::to_string(names.size() - shown) + " more";
     return s;
@@ -101,9 +95,9 @@ inline std::string some_names(const std::vector<std::string>& names, std::size_t
 
 template <class I>
 [[noreturn]] void bad_integer(std::string_view where, std::string_view key, std::string_view text, I min, I max) {
-    throw_error<CheckpointError>(where, "metadata ", quote_name(key), ": expected a decimal integer in [", +min, ", ", +max,
+    throw_error<CheckpointError>(where, "metadata ", io::in_quotes(key, 200), ": expected a decimal integer in [", +min, ", ", +max,
                                  "] (digits only: no sign", std::cmp_less(min, 0) ? " but '-'" : "",
-                                 ", no spaces, no exponent), found ", quote_name(text));
+                                 ", no spaces, no exponent), found ", io::in_quotes(text, 200));
 }
 
 // Strict decimal: std::from_chars takes no whitespace and no '+'; it would take '-' for a
@@ -122,25 +116,25 @@ inline double parse_rate(std::string_view where, std::string_view text) {
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, std::chars_format::general);
     if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(v) || v < 0)
         throw_error<CheckpointError>(where, "metadata 'learning_rate': expected a finite number >= 0 (like 0.001), found ",
-                                     quote_name(text));
+                                     io::in_quotes(text, 200));
     return v;
 }
 
 // Copies an F32 or F64 tensor (checked by the caller) into dst, converting to T.
 template <class T>
-void read_values(const SafetensorsFile& f, const TensorInfo& t, T* dst) {
+void read_values(const io::SafetensorsFile& f, const io::TensorInfo& t, T* dst) {
     const auto bytes = f.bytes(t.name);
     const std::size_t n = t.numel();
     auto convert = [&]<class U>(U*) {
         if constexpr (std::same_as<U, T>) {
-            detail::st::copy_le(dst, bytes.data(), n, sizeof(T));
+            io::detail::st::copy_le(dst, bytes.data(), n, sizeof(T));
         } else {
             std::vector<U> tmp(n);
-            detail::st::copy_le(tmp.data(), bytes.data(), n, sizeof(U));
+            io::detail::st::copy_le(tmp.data(), bytes.data(), n, sizeof(U));
             for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(tmp[i]);
         }
     };
-    if (t.dtype == Dtype::F32) convert(static_cast<float*>(nullptr));
+    if (t.dtype == io::Dtype::F32) convert(static_cast<float*>(nullptr));
     else convert(static_cast<double*>(nullptr));
 }
 
@@ -148,12 +142,12 @@ inline void check_spec(const CheckpointSpec& spec) {
     std::int64_t total = 0;
     std::set<std::string_view> names;
     for (const auto& p : spec.params) {
-        const auto n = detail::st::checked_numel(p.dims);
+        const auto n = io::detail::st::checked_numel(p.dims);
         STRATA_CHECK(n && p.offset >= 0 && p.offset <= spec.num_params &&
                          *n <= static_cast<std::uint64_t>(spec.num_params - p.offset),
-                     ValueError, "read_checkpoint: parameter ", quote_name(p.name), " of shape ", shape_text(p.dims),
+                     ValueError, "read_checkpoint: parameter ", io::in_quotes(p.name, 200), " of shape ", io::shape_text(p.dims),
                      " at offset ", p.offset, " does not fit the flat buffer of ", spec.num_params, " values");
-        STRATA_CHECK(names.insert(p.name).second, ValueError, "read_checkpoint: parameter ", quote_name(p.name),
+        STRATA_CHECK(names.insert(p.name).second, ValueError, "read_checkpoint: parameter ", io::in_quotes(p.name, 200),
                      " is listed twice in the spec");
         total += static_cast<std::int64_t>(*n);
     }
@@ -210,10 +204,9 @@ inline std::uint64_t parse_metadata_uint(std::string_view key, std::string_view 
 /// \endcode
 template <std::floating_point T>
 CheckpointData<T> read_checkpoint(const std::filesystem::path& path, const CheckpointSpec& spec) {
-    using detail::ckpt::quote_name;
     detail::ckpt::check_spec(spec);
-    const auto f = SafetensorsFile::load(path);
-    const std::string where = "checkpoint " + quote_name(path.string()) + ": ";
+    const auto f = io::SafetensorsFile::load(path);
+    const std::string where = "checkpoint " + io::in_quotes(path.string(), 200) + ": ";
     auto meta = [&](std::string_view key) -> const std::string* {
         const auto& m = f.metadata();
         const auto it = m.find(key);
@@ -224,7 +217,7 @@ CheckpointData<T> read_checkpoint(const std::filesystem::path& path, const Check
     const std::string* format = meta("format");
     if (!format || *format != "strata-checkpoint")
         throw_error<CheckpointError>(where, "not a strata checkpoint: expected metadata format = 'strata-checkpoint', found ",
-                                     format ? quote_name(*format) : std::string("none"));
+                                     format ? io::in_quotes(*format, 200) : std::string("none"));
     const std::string* version = meta("format_version");
     if (!version)
         throw_error<CheckpointError>(where, "expected metadata format_version = ", spec.format_version, ", found none");
@@ -235,18 +228,18 @@ CheckpointData<T> read_checkpoint(const std::filesystem::path& path, const Check
     std::set<std::string_view> used;  // tensor names the model reads or deliberately ignores
     std::vector<std::string> missing;
     // A tensor the model expects: present, F32 or F64, of the expected shape.
-    auto expect = [&](const std::string& name, const std::vector<std::size_t>& dims) -> const TensorInfo* {
+    auto expect = [&](const std::string& name, const std::vector<std::size_t>& dims) -> const io::TensorInfo* {
         if (!f.contains(name)) {
             missing.push_back(name);
             return nullptr;
         }
-        const TensorInfo& t = f.info(name);
+        const io::TensorInfo& t = f.info(name);
         used.insert(t.name);
-        if (t.dtype != Dtype::F32 && t.dtype != Dtype::F64)
-            throw_error<CheckpointError>(where, "tensor ", quote_name(name), ": expected dtype F32 or F64, found ", dtype_name(t.dtype));
+        if (t.dtype != io::Dtype::F32 && t.dtype != io::Dtype::F64)
+            throw_error<CheckpointError>(where, "tensor ", io::in_quotes(name, 200), ": expected dtype F32 or F64, found ", io::dtype_name(t.dtype));
         if (t.shape != dims)
-            throw_error<CheckpointError>(where, "tensor ", quote_name(name), ": the model expects shape ", shape_text(dims),
-                                         ", the checkpoint holds ", shape_text(t.shape));
+            throw_error<CheckpointError>(where, "tensor ", io::in_quotes(name, 200), ": the model expects shape ", io::shape_text(dims),
+                                         ", the checkpoint holds ", io::shape_text(t.shape));
         return &t;
     };
     auto refuse_missing = [&](const char* what) {
@@ -255,7 +248,7 @@ CheckpointData<T> read_checkpoint(const std::filesystem::path& path, const Check
                                      what, missing.size() == 1 ? " tensor " : " tensors ", detail::ckpt::some_names(missing));
     };
 
-    std::vector<const TensorInfo*> params;
+    std::vector<const io::TensorInfo*> params;
     params.reserve(spec.params.size());
     for (const auto& p : spec.params) params.push_back(expect(p.name, p.dims));
     refuse_missing("parameter");
@@ -264,7 +257,7 @@ CheckpointData<T> read_checkpoint(const std::filesystem::path& path, const Check
     // anything else is refused when strict and left out (the optimizer starts afresh) when not.
     const std::string prefix = "optimizer/";
     bool read_slots = false;
-    std::vector<std::vector<const TensorInfo*>> slot_tensors;
+    std::vector<std::vector<const io::TensorInfo*>> slot_tensors;
     if (!spec.optimizer.empty()) {
         const std::string* saved = meta("optimizer");
         if (!saved) {
@@ -274,7 +267,7 @@ CheckpointData<T> read_checkpoint(const std::filesystem::path& path, const Check
                                              " (load with strict = false to take the weights alone)");
         } else if (*saved != spec.optimizer) {
             if (spec.strict)
-                throw_error<CheckpointError>(where, "the checkpoint holds ", detail::st::clipped(*saved), " state; the model is compiled with ",
+                throw_error<CheckpointError>(where, "the checkpoint holds ", io::clipped(*saved), " state; the model is compiled with ",
                                              spec.optimizer, " (load with strict = false to take the weights alone)");
         } else {
             read_slots = true;
@@ -346,7 +339,7 @@ inline void write_checkpoint(const std::filesystem::path& path, const ModelState
                              const std::map<std::string, std::string>& extra = {}) {
     STRATA_CHECK(state.has_values && std::int64_t(state.weights.size()) == state.num_params, ValueError,
                  "write_checkpoint: the state holds ", state.weights.size(), " weights, the layout ", state.num_params);
-    SafetensorsWriter w;
+    io::SafetensorsWriter w;
     for (const auto& [key, value] : extra) w.set_metadata(key, value);
     std::vector<float> narrow;  // F32 models: every value converts back exactly
     auto add = [&](std::string name, const CheckpointTensor& p, const std::vector<double>& flat) {

@@ -1,6 +1,7 @@
 #pragma once
-/// \file strata/data/idx.hpp
-/// The IDX file format (the one MNIST ships in) and MNIST loaders.
+/// \file strata/io/idx.hpp
+/// The IDX file format (the one MNIST ships in): read_idx, write_idx, read_idx_header. The
+/// MNIST loaders built on it are strata/data/mnist.hpp.
 ///
 /// An IDX file, as specified on Yann LeCun's MNIST page, is:
 ///
@@ -35,8 +36,9 @@
 #include <vector>
 
 #include "strata/core/error.hpp"
+#include "strata/io/text.hpp"
 
-namespace strata::data {
+namespace strata::io {
 
 /// The element type stored in an IDX file, with the numeric value of its type byte.
 enum class IdxType : std::uint8_t {
@@ -112,7 +114,7 @@ struct IdxHeader {
 /// Invariant kept by read_idx and required by write_idx: `data.size()` is the product of `dims`.
 ///
 /// \code
-///   auto labels = strata::data::read_idx<std::int32_t>("train-labels-idx1-ubyte");
+///   auto labels = strata::io::read_idx<std::int32_t>("train-labels-idx1-ubyte");
 ///   // labels.dims == {60000}, labels.stored_type == IdxType::UInt8, labels.data[0] == 5
 /// \endcode
 template <class T>
@@ -140,24 +142,6 @@ struct FileCloser {
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
 
-// Built by appending: g++ 12 warns falsely (-Wrestrict) on "'" + std::string.
-inline std::string in_quotes(const std::filesystem::path& p) {
-    std::string s(1, '\'');
-    s += p.string();
-    s += '\'';
-    return s;
-}
-
-inline std::string dims_text(const std::vector<std::size_t>& dims) {
-    if (dims.empty()) return "(scalar)";
-    std::string s;
-    for (std::size_t i = 0; i < dims.size(); ++i) {
-        if (i) s += " x ";
-        s += std::to_string(dims[i]);
-    }
-    return s;
-}
-
 inline std::string hex_bytes(const unsigned char* b, std::size_t n) {
     static constexpr char digits[] = "0123456789abcdef";
     std::string s;
@@ -177,7 +161,7 @@ inline bool known_type(std::uint8_t code) {
 inline File open_for_reading(const std::filesystem::path& path, const char* who) {
     std::error_code ec;
     if (std::filesystem::is_directory(path, ec))
-        throw_error<IoError>(who, ": ", in_quotes(path), " is a directory, not an IDX file");
+        throw_error<IoError>(who, ": ", in_quotes(path.string()), " is a directory, not an IDX file");
     File f(std::fopen(path.c_str(), "rb"));
     if (!f) {
         const int err = errno;
@@ -185,19 +169,19 @@ inline File open_for_reading(const std::filesystem::path& path, const char* who)
         std::filesystem::path gz = path;
         gz += ".gz";
         if (err == ENOENT && std::filesystem::exists(gz, ec))
-            hint = "; " + in_quotes(gz) +
+            hint = "; " + in_quotes(gz.string()) +
                    " exists, but gzip-compressed IDX files are not supported: decompress it with "
                    "`gzip -dk " + gz.string() + "`";
-        throw_error<IoError>(who, ": cannot open ", in_quotes(path), ": ", std::strerror(err), hint);
+        throw_error<IoError>(who, ": cannot open ", in_quotes(path.string()), ": ", std::strerror(err), hint);
     }
     return f;
 }
 
 inline std::uint64_t file_size_of(std::FILE* f, const std::filesystem::path& path, const char* who) {
-    if (std::fseek(f, 0, SEEK_END) != 0) throw_error<IoError>(who, ": cannot seek in ", in_quotes(path), ": ", std::strerror(errno));
+    if (std::fseek(f, 0, SEEK_END) != 0) throw_error<IoError>(who, ": cannot seek in ", in_quotes(path.string()), ": ", std::strerror(errno));
     const long end = std::ftell(f);
-    if (end < 0) throw_error<IoError>(who, ": cannot tell the size of ", in_quotes(path), ": ", std::strerror(errno));
-    if (std::fseek(f, 0, SEEK_SET) != 0) throw_error<IoError>(who, ": cannot seek in ", in_quotes(path), ": ", std::strerror(errno));
+    if (end < 0) throw_error<IoError>(who, ": cannot tell the size of ", in_quotes(path.string()), ": ", std::strerror(errno));
+    if (std::fseek(f, 0, SEEK_SET) != 0) throw_error<IoError>(who, ": cannot seek in ", in_quotes(path.string()), ": ", std::strerror(errno));
     return static_cast<std::uint64_t>(end);
 }
 
@@ -206,8 +190,8 @@ inline void read_exact(std::FILE* f, void* dst, std::size_t n, const std::filesy
     if (n == 0) return;
     if (std::fread(dst, 1, n, f) != n) {
         if (std::ferror(f))
-            throw_error<IoError>(who, ": read error in ", in_quotes(path), " at byte ", at, ": ", std::strerror(errno));
-        throw_error<IoError>(who, ": ", in_quotes(path), " ended early: expected ", n, " more bytes at byte ", at,
+            throw_error<IoError>(who, ": read error in ", in_quotes(path.string()), " at byte ", at, ": ", std::strerror(errno));
+        throw_error<IoError>(who, ": ", in_quotes(path.string()), " ended early: expected ", n, " more bytes at byte ", at,
                              " (was the file truncated while being read?)");
     }
 }
@@ -216,7 +200,7 @@ inline void read_exact(std::FILE* f, void* dst, std::size_t n, const std::filesy
 inline IdxHeader parse_header(std::FILE* f, const std::filesystem::path& path, const char* who) {
     const std::uint64_t size = file_size_of(f, path, who);
     if (size < 4)
-        throw_error<IoError>(who, ": ", in_quotes(path), " is truncated: an IDX file starts with a 4-byte magic number "
+        throw_error<IoError>(who, ": ", in_quotes(path.string()), " is truncated: an IDX file starts with a 4-byte magic number "
                              "(00 00 type rank), but the file has ", size, " bytes");
     unsigned char magic[4];
     read_exact(f, magic, 4, path, 0, who);
@@ -225,9 +209,9 @@ inline IdxHeader parse_header(std::FILE* f, const std::filesystem::path& path, c
         if (magic[0] == 0x1f && magic[1] == 0x8b)
             why = " (this is a gzip file: gzip-compressed IDX files are not supported; decompress it with `gzip -dk`)";
         if (magic[0] != 0 || magic[1] != 0)
-            throw_error<IoError>(who, ": ", in_quotes(path), " is not an IDX file: expected magic bytes 00 00 <type> <rank>, found ",
+            throw_error<IoError>(who, ": ", in_quotes(path.string()), " is not an IDX file: expected magic bytes 00 00 <type> <rank>, found ",
                                  hex_bytes(magic, 4), why);
-        throw_error<IoError>(who, ": ", in_quotes(path), ": unknown IDX type code 0x", hex_bytes(magic + 2, 1),
+        throw_error<IoError>(who, ": ", in_quotes(path.string()), ": unknown IDX type code 0x", hex_bytes(magic + 2, 1),
                              " in byte 2 (magic ", hex_bytes(magic, 4), "); expected one of 0x08 (ubyte), 0x09 (sbyte), "
                              "0x0b (short), 0x0c (int), 0x0d (float), 0x0e (double)");
     }
@@ -236,7 +220,7 @@ inline IdxHeader parse_header(std::FILE* f, const std::filesystem::path& path, c
     const std::size_t rank = magic[3];
     h.data_offset = 4 + 4 * rank;
     if (size < h.data_offset)
-        throw_error<IoError>(who, ": ", in_quotes(path), " is truncated in its header: rank ", rank, " needs a ",
+        throw_error<IoError>(who, ": ", in_quotes(path.string()), " is truncated in its header: rank ", rank, " needs a ",
                              h.data_offset, "-byte header, but the file has ", size, " bytes");
     unsigned char raw[4 * 255];
     read_exact(f, raw, 4 * rank, path, 4, who);
@@ -259,13 +243,13 @@ inline IdxHeader parse_header(std::FILE* f, const std::filesystem::path& path, c
     }
     const std::uint64_t esize = idx_type_size(h.type);
     if (overflow || count > (std::numeric_limits<std::uint64_t>::max() - h.data_offset) / esize)
-        throw_error<IoError>(who, ": ", in_quotes(path), ": dims ", dims_text(h.dims), " of ", idx_type_name(h.type),
+        throw_error<IoError>(who, ": ", in_quotes(path.string()), ": dims ", shape_text(h.dims), " of ", idx_type_name(h.type),
                              " describe more bytes than any file can hold (corrupt header?); the file has ", size, " bytes");
     const std::uint64_t expected = count * esize;
     const std::uint64_t found = size - h.data_offset;
     if (found != expected)
-        throw_error<IoError>(who, ": ", in_quotes(path), found < expected ? " is truncated" : " has trailing bytes",
-                             ": dims ", dims_text(h.dims), " of ", idx_type_name(h.type), " (", esize,
+        throw_error<IoError>(who, ": ", in_quotes(path.string()), found < expected ? " is truncated" : " has trailing bytes",
+                             ": dims ", shape_text(h.dims), " of ", idx_type_name(h.type), " (", esize,
                              " bytes each) need ", expected, " data bytes after the ", h.data_offset,
                              "-byte header (file size ", h.data_offset + expected, "), found ", found,
                              " data bytes (file size ", size, ")");
@@ -317,7 +301,7 @@ void read_elements(std::FILE* f, const IdxHeader& h, std::vector<T>& out, const 
             const S v = decode_be<S>(buf.data() + i * sizeof(S));
             if constexpr (std::is_integral_v<T> && !std::same_as<S, T>) {
                 if (!std::in_range<T>(v))
-                    throw_error<ValueError>(who, ": ", in_quotes(path), ": element ", done + i, " = ", +v,
+                    throw_error<ValueError>(who, ": ", in_quotes(path.string()), ": element ", done + i, " = ", +v,
                                             " does not fit the requested integer type (range ",
                                             +std::numeric_limits<T>::min(), " .. ", +std::numeric_limits<T>::max(), ")");
             }
@@ -348,7 +332,7 @@ inline IdxHeader read_idx_header(const std::filesystem::path& path) {
 /// Throws IoError for a missing, truncated or malformed file (see read_idx_header).
 ///
 /// \code
-///   auto a = strata::data::read_idx<float>("t10k-images-idx3-ubyte");   // dims {10000, 28, 28}
+///   auto a = strata::io::read_idx<float>("t10k-images-idx3-ubyte");   // dims {10000, 28, 28}
 /// \endcode
 template <class T>
     requires std::floating_point<T> || (std::integral<T> && !std::same_as<T, bool> && !std::same_as<T, char> &&
@@ -364,7 +348,7 @@ IdxArray<T> read_idx(const std::filesystem::path& path) {
     using namespace detail::idx;
     if constexpr (std::is_integral_v<T>) {
         if (h.type == IdxType::Float32 || h.type == IdxType::Float64)
-            throw_error<IoError>(who, ": ", in_quotes(path), " stores ", idx_type_name(h.type),
+            throw_error<IoError>(who, ": ", in_quotes(path.string()), " stores ", idx_type_name(h.type),
                                  " elements, which cannot be read as an integer type; read it as float or double");
     }
     switch (h.type) {
@@ -391,30 +375,30 @@ IdxArray<T> read_idx(const std::filesystem::path& path) {
 ///
 /// \code
 ///   std::vector<std::uint8_t> labels{3, 1, 4};
-///   strata::data::write_idx<std::uint8_t>("labels-idx1-ubyte", {3}, labels);
+///   strata::io::write_idx<std::uint8_t>("labels-idx1-ubyte", {3}, labels);
 /// \endcode
 template <IdxElement T>
 void write_idx(const std::filesystem::path& path, const std::vector<std::size_t>& dims, std::span<const T> data) {
     using namespace detail::idx;
-    STRATA_CHECK(dims.size() <= 255, ValueError, "write_idx: ", in_quotes(path), ": IDX files hold at most 255 dimensions, got ",
+    STRATA_CHECK(dims.size() <= 255, ValueError, "write_idx: ", in_quotes(path.string()), ": IDX files hold at most 255 dimensions, got ",
                  dims.size());
     std::size_t count = 1;
     for (auto d : dims) {
-        STRATA_CHECK(d <= 0xFFFFFFFFull, ValueError, "write_idx: ", in_quotes(path), ": dimension ", d,
+        STRATA_CHECK(d <= 0xFFFFFFFFull, ValueError, "write_idx: ", in_quotes(path.string()), ": dimension ", d,
                      " does not fit the 32-bit size field of an IDX file");
         count *= d;
     }
-    STRATA_CHECK(count == data.size(), ShapeError, "write_idx: ", in_quotes(path), ": dims ", dims_text(dims), " hold ", count,
+    STRATA_CHECK(count == data.size(), ShapeError, "write_idx: ", in_quotes(path.string()), ": dims ", shape_text(dims), " hold ", count,
                  " elements, but the data has ", data.size());
 
     File f(std::fopen(path.c_str(), "wb"));
-    if (!f) throw_error<IoError>("write_idx: cannot create ", in_quotes(path), ": ", std::strerror(errno));
+    if (!f) throw_error<IoError>("write_idx: cannot create ", in_quotes(path.string()), ": ", std::strerror(errno));
     auto fail = [&](const char* what) {
         const int err = errno;
         f.reset();
         std::error_code ec;
         std::filesystem::remove(path, ec);
-        throw_error<IoError>("write_idx: ", what, " ", in_quotes(path), ": ", std::strerror(err));
+        throw_error<IoError>("write_idx: ", what, " ", in_quotes(path.string()), ": ", std::strerror(err));
     };
     std::vector<unsigned char> buf;
     buf.reserve(4 + 4 * dims.size());
@@ -438,7 +422,7 @@ void write_idx(const std::filesystem::path& path, const std::vector<std::size_t>
         const int err = errno;
         std::error_code ec;
         std::filesystem::remove(path, ec);
-        throw_error<IoError>("write_idx: cannot close ", in_quotes(path), ": ", std::strerror(err));
+        throw_error<IoError>("write_idx: cannot close ", in_quotes(path.string()), ": ", std::strerror(err));
     }
 }
 
@@ -454,96 +438,4 @@ void write_idx(const std::filesystem::path& path, const IdxArray<T>& a) {
     write_idx<T>(path, a.dims, std::span<const T>(a.data));
 }
 
-/// Reads an MNIST-style image file (rank 3, ubyte: N x rows x cols) as floats scaled to [0, 1]
-/// (pixel / 255), with dims {N, rows, cols, 1}: one channel, channels last, ready for a
-/// `Input<28, 28, 1>` model.
-///
-/// Throws IoError for a malformed file or one that is not rank-3 ubyte.
-///
-/// \code
-///   auto x = strata::data::load_mnist_images("data/mnist/train-images-idx3-ubyte");
-///   // x.dims == {60000, 28, 28, 1}, x.data.size() == 47040000
-/// \endcode
-inline IdxArray<float> load_mnist_images(const std::filesystem::path& path) {
-    const IdxHeader h = read_idx_header(path);
-    if (h.type != IdxType::UInt8 || h.dims.size() != 3)
-        throw_error<IoError>("load_mnist_images: ", detail::idx::in_quotes(path),
-                             ": expected an image file of rank 3 (N x rows x cols) with ubyte pixels, found rank ",
-                             h.dims.size(), " (", detail::idx::dims_text(h.dims), ") of ", idx_type_name(h.type));
-    IdxArray<float> a = read_idx<float>(path);
-    for (float& v : a.data) v /= 255.0f;
-    a.dims.push_back(1);
-    return a;
-}
-
-/// Reads an MNIST-style label file (rank 1, ubyte: N) as int32 class ids, dims {N}.
-///
-/// Throws IoError for a malformed file or one that is not rank-1 ubyte.
-inline IdxArray<std::int32_t> load_mnist_labels(const std::filesystem::path& path) {
-    const IdxHeader h = read_idx_header(path);
-    if (h.type != IdxType::UInt8 || h.dims.size() != 1)
-        throw_error<IoError>("load_mnist_labels: ", detail::idx::in_quotes(path),
-                             ": expected a label file of rank 1 (N) with ubyte labels, found rank ", h.dims.size(),
-                             " (", detail::idx::dims_text(h.dims), ") of ", idx_type_name(h.type));
-    return read_idx<std::int32_t>(path);
-}
-
-/// Images and labels of one MNIST split. Invariant: `images.count() == labels.count()`.
-struct MnistSplit {
-    IdxArray<float> images;         ///< dims {N, 28, 28, 1}, values in [0, 1]
-    IdxArray<std::int32_t> labels;  ///< dims {N}, values 0..9 for MNIST
-
-    /// Number of examples.
-    std::size_t size() const noexcept { return labels.count(); }
-};
-
-/// Loads an image file and its label file and checks that they hold the same number of examples
-/// (IoError naming both files and both counts otherwise).
-inline MnistSplit load_mnist_split(const std::filesystem::path& images_path, const std::filesystem::path& labels_path) {
-    MnistSplit s{load_mnist_images(images_path), load_mnist_labels(labels_path)};
-    if (s.images.count() != s.labels.count())
-        throw_error<IoError>("load_mnist_split: ", detail::idx::in_quotes(images_path), " has ", s.images.count(),
-                             " images but ", detail::idx::in_quotes(labels_path), " has ", s.labels.count(),
-                             " labels; expected the same count");
-    return s;
-}
-
-/// Both MNIST splits: 60000 training and 10000 test examples for the original files.
-struct Mnist {
-    MnistSplit train;  ///< from train-images-idx3-ubyte and train-labels-idx1-ubyte
-    MnistSplit test;   ///< from t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte
-};
-
-/// Loads the four standard, uncompressed MNIST files from `dir`:
-/// `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`,
-/// `t10k-labels-idx1-ubyte` (what `scripts/fetch-mnist DIR` puts there).
-///
-/// Throws IoError when a file is missing (the message says to run `scripts/fetch-mnist DIR`, or
-/// to decompress when only the `.gz` is there), malformed, or when images and labels disagree.
-///
-/// \code
-///   auto mnist = strata::data::load_mnist("data/mnist");
-///   // mnist.train.size() == 60000, mnist.test.size() == 10000
-/// \endcode
-inline Mnist load_mnist(const std::filesystem::path& dir) {
-    static constexpr const char* names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                             "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
-    std::error_code ec;
-    for (const char* name : names) {
-        const auto p = dir / name;
-        if (std::filesystem::exists(p, ec)) continue;
-        auto gz = p;
-        gz += ".gz";
-        if (std::filesystem::exists(gz, ec))
-            throw_error<IoError>("load_mnist: ", detail::idx::in_quotes(p), " is missing but ", detail::idx::in_quotes(gz),
-                                 " exists; gzip-compressed files are not supported: run `gzip -dk ", gz.string(),
-                                 "` (or, from strata's source tree, `scripts/fetch-mnist ", dir.string(), "`)");
-        throw_error<IoError>("load_mnist: ", detail::idx::in_quotes(p), " does not exist; expected the four MNIST files "
-                             "(train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
-                             "t10k-labels-idx1-ubyte) in ", detail::idx::in_quotes(dir), ": run `scripts/fetch-mnist ",
-                             dir.string(), "` from strata's source tree (the scripts are not installed)");
-    }
-    return Mnist{load_mnist_split(dir / names[0], dir / names[1]), load_mnist_split(dir / names[2], dir / names[3])};
-}
-
-}  // namespace strata::data
+}  // namespace strata::io
