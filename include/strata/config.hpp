@@ -34,6 +34,20 @@
 #define STRATA_INLINE inline
 #endif
 
+// Header-only (the default), or with the compiled part. With STRATA_SEPARATE_COMPILATION defined
+// in every translation unit of a program (the `strata-compiled` Meson and pkg-config
+// dependencies define it), the headers declare strata's non-template code and the library
+// (src/strata.cpp, libstrata) defines it, compiled once: the way fmt and Asio offer one. A header
+// with such code ends with `#if STRATA_HEADER_ONLY #include ".../impl/X.ipp"`; its declarations
+// and the .ipp's definitions carry STRATA_DECL (`inline` when header-only).
+#if defined(STRATA_SEPARATE_COMPILATION)
+#define STRATA_HEADER_ONLY 0
+#define STRATA_DECL
+#else
+#define STRATA_HEADER_ONLY 1
+#define STRATA_DECL inline
+#endif
+
 #define STRATA_VERSION_MAJOR 0
 #define STRATA_VERSION_MINOR 1
 #define STRATA_VERSION_PATCH 0

@@ -7,30 +7,48 @@
 #   run.sh cmake SRC        strata installed by `meson install`, found by CMake's
 #                           find_package(strata CONFIG) as the target strata::strata
 #   run.sh plain SRC        a plain compiler line: -I include plus the flags docs/building.md lists
+# Each mode with the suffix _compiled uses the compiled part instead (STRATA_SEPARATE_COMPILATION:
+# dependency('strata-compiled'), strata-compiled.pc, or src/strata.cpp on the command line);
+# the consumer then checks that it runs the library's code ("compiled part" in its output).
 set -euo pipefail
 mode=$1
+compiled=0
+case "$mode" in *_compiled) compiled=1; mode=${mode%_compiled} ;; esac
 src=$(cd "$2" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp -r "$here/consumer" "$work/consumer"
+if [ "$compiled" = 1 ]; then
+  sed -i "s|dependency('strata', fallback: \['strata', 'strata_dep'\])|dependency('strata-compiled', fallback: ['strata', 'strata_compiled_dep'])|" \
+    "$work/consumer/meson.build"
+  grep -q "strata-compiled" "$work/consumer/meson.build" || { echo "consumer/meson.build changed; update run.sh"; exit 1; }
+fi
+expect=header-only
+[ "$compiled" = 1 ] && expect="compiled part"
+check() {  # runs the consumer and checks which mode it was built in
+  local out
+  out=$("$@") || { echo "$out"; exit 1; }
+  echo "$out"
+  grep -q "($expect)" <<<"$out" || { echo "the consumer was not built $expect"; exit 1; }
+}
 cccl=/usr/local/cuda/include/cccl
 blas_cflags=$(pkg-config --cflags openblas 2>/dev/null || true)
 
 case "$mode" in
   subproject)
     mkdir -p "$work/consumer/subprojects/strata"
-    cp -r "$src/meson.build" "$src/meson_options.txt" "$src/include" "$work/consumer/subprojects/strata/"
+    cp -r "$src/meson.build" "$src/meson_options.txt" "$src/include" "$src/src" "$work/consumer/subprojects/strata/"
     meson setup "$work/build" "$work/consumer" --force-fallback-for=strata >"$work/setup.log" 2>&1 ||
       { cat "$work/setup.log"; exit 1; }
     meson compile -C "$work/build" >"$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
-    "$work/build/consumer"
+    check "$work/build/consumer"
     ;;
   wrap)
     command -v git >/dev/null || { echo "the wrap check needs git (scripts/install-deps installs it)"; exit 1; }
     # The files a release would hold, committed to a fresh git repository: the wrap clones that.
     mkdir -p "$work/repo"
-    cp -r "$src/meson.build" "$src/meson_options.txt" "$src/include" "$src/packaging" "$work/repo/"
+    cp -r "$src/meson.build" "$src/meson_options.txt" "$src/include" "$src/src" "$src/packaging" "$work/repo/"
     git -C "$work/repo" init -q
     git -C "$work/repo" add -A
     git -C "$work/repo" -c user.name=test -c user.email=test@invalid commit -q -m "strata for the wrap test"
@@ -44,7 +62,7 @@ case "$mode" in
       { cat "$work/setup.log"; exit 1; }
     [ -f "$work/consumer/subprojects/strata/meson.build" ] || { echo "the wrap did not fetch strata"; cat "$work/setup.log"; exit 1; }
     meson compile -C "$work/build" >"$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
-    "$work/build/consumer"
+    check "$work/build/consumer"
     ;;
   cmake)
     command -v cmake >/dev/null || { echo "the CMake check needs cmake (scripts/install-deps installs it)"; exit 1; }
@@ -61,7 +79,7 @@ case "$mode" in
     cmake -S "$work/cmake_consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/moved" -DCMAKE_BUILD_TYPE=Release \
       >"$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; exit 1; }
     cmake --build "$work/build" >"$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
-    "$work/build/consumer"
+    check "$work/build/consumer"
     # A version this installation does not serve must be refused, with CMake's message.
     if cmake -S "$work/cmake_consumer" -B "$work/build-v" -DCMAKE_PREFIX_PATH="$work/moved" \
          -DSTRATA_VERSION_WANTED=0.2 >"$work/cmake-v.log" 2>&1; then
@@ -78,20 +96,27 @@ case "$mode" in
     pc=$(dirname "$(find "$work/prefix" -name strata.pc | head -n1)")
     [ -n "$pc" ] || { echo "meson install wrote no strata.pc"; exit 1; }
     export PKG_CONFIG_PATH="$pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-    echo "strata.pc: $(pkg-config --cflags --libs strata)"
+    name=strata
+    [ "$compiled" = 1 ] && name=strata-compiled
+    echo "$name.pc: $(pkg-config --cflags --libs $name)"
     meson setup "$work/build" "$work/consumer" >"$work/setup2.log" 2>&1 || { cat "$work/setup2.log"; exit 1; }
     meson compile -C "$work/build" >"$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
-    "$work/build/consumer"
+    check "$work/build/consumer"
     # And straight from the command line, as a Makefile would.
-    ${CXX:-c++} -O2 $(pkg-config --cflags strata) "$work/consumer/consumer.cpp" -o "$work/consumer-direct" $(pkg-config --libs strata)
-    "$work/consumer-direct"
+    ${CXX:-c++} -O2 $(pkg-config --cflags $name) "$work/consumer/consumer.cpp" -o "$work/consumer-direct" $(pkg-config --libs $name)
+    check "$work/consumer-direct"
     ;;
   plain)
     extra=()
     [ -f "$cccl/thrust/version.h" ] && extra=(-isystem "$cccl")
+    sources=("$work/consumer/consumer.cpp")
+    if [ "$compiled" = 1 ]; then
+      extra+=(-DSTRATA_SEPARATE_COMPILATION)
+      sources+=("$src/src/strata.cpp")
+    fi
     ${CXX:-c++} -std=c++20 -O2 -fopenmp -I "$src/include" "${extra[@]}" $blas_cflags -DSTRATA_BLAS_OPENBLAS \
-      "$work/consumer/consumer.cpp" -o "$work/consumer-plain" -lopenblas
-    "$work/consumer-plain"
+      "${sources[@]}" -o "$work/consumer-plain" -lopenblas
+    check "$work/consumer-plain"
     ;;
-  *) echo "usage: run.sh subproject|wrap|pkgconfig|cmake|plain SRC_ROOT"; exit 2 ;;
+  *) echo "usage: run.sh subproject|wrap|pkgconfig|cmake|plain[_compiled] SRC_ROOT"; exit 2 ;;
 esac

@@ -1,6 +1,6 @@
 #pragma once
 /// \file strata/train/callbacks.hpp
-/// Keras-style callbacks: History, CsvLogger, ModelCheckpoint, EarlyStopping,
+/// Keras-style callbacks: History, CsvLogger, ModelCheckpoint, TerminateOnNaN, EarlyStopping,
 /// LearningRateScheduler, LambdaCallback, and the base class for user-written ones.
 ///
 /// Callbacks run between steps, never inside one: a virtual call per batch costs nothing
@@ -393,6 +393,39 @@ private:
     Options o_;
     double best_;
     int saved_ = 0;
+};
+
+/// Keras's TerminateOnNaN, made an error: a loss that is NaN or infinite after a batch, or a
+/// weight that is at the end of an epoch, ends fit with a NumericError that says where (epoch,
+/// batch; the parameter and the index of its first bad value). Without it a NaN can train on
+/// unseen: ReLU and max pooling pass it on, and a NaN weight need not make the loss NaN.
+/// The examples use it by default.
+class TerminateOnNaN : public Callback {
+public:
+    void on_train_batch_end(TrainingContext& ctx, std::int64_t batch, const Logs& logs) override {
+        if (!logs.contains("loss")) return;
+        const double loss = logs.get("loss");
+        if (!std::isfinite(loss))
+            throw_error<NumericError>("TerminateOnNaN: the loss became ", loss, " at epoch ", ctx.position.epoch + 1, ", batch ",
+                                      batch, " (a non-finite input, weight or learning rate; training stopped)");
+    }
+    void on_epoch_end(TrainingContext& ctx, int epoch, const Logs&) override {
+        const auto w = ctx.weights_snapshot();
+        std::size_t bad = 0;
+        while (bad < w.size() && std::isfinite(w[bad])) ++bad;
+        if (bad == w.size()) return;
+        std::string where = "weight " + std::to_string(bad);
+        for (const auto& p : ctx.state(false).params) {
+            std::size_t n = 1;
+            for (const auto d : p.dims) n *= d;
+            if (bad >= std::size_t(p.offset) && bad < std::size_t(p.offset) + n) {
+                where = "parameter '" + p.name + "', index " + std::to_string(bad - std::size_t(p.offset));
+                break;
+            }
+        }
+        throw_error<NumericError>("TerminateOnNaN: ", where, " is ", w[bad], " after epoch ", epoch + 1,
+                                  " (training stopped)");
+    }
 };
 
 /// Stops training when `monitor` has not improved by more than `min_delta` for `patience`

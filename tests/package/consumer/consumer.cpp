@@ -1,8 +1,13 @@
 // A tiny downstream program: includes the umbrella header, multiplies two matrices and checks
-// the answer. Exit 0 when the library works from this way of consuming it.
+// the answer, then trains a small model a step, saves it and loads it into another (the code
+// the compiled part holds: with STRATA_SEPARATE_COMPILATION it must come from libstrata).
+// Exit 0 when the library works from this way of consuming it.
 #include <strata/strata.hpp>
 
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <vector>
 
 int main() {
     auto a = strata::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
@@ -13,5 +18,22 @@ int main() {
                     strata::sum(c.view()) == 30.0;
     std::printf("consumer: c = [[%g, %g], [%g, %g]] -> %s\n", c.at(0, 0), c.at(0, 1), c.at(1, 0), c.at(1, 1),
                 ok ? "ok" : "WRONG");
-    return ok ? 0 : 1;
+    if (!ok) return 1;
+
+    using namespace strata::nn;
+    using Net = Sequential<Input<3>, Dense<4, Tanh>, Dense<2, Softmax>>;
+    strata::Model<Net> m(5);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    m.fit(std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, std::vector<std::int32_t>{0, 1, 0, 1},
+          {.epochs = 1, .verbose = 0, .batch_size = 2});
+    const auto file = std::filesystem::temp_directory_path() / "strata_consumer.safetensors";
+    m.save(file.string());
+    strata::Model<Net> n(9);
+    n.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    n.load(file.string());
+    std::filesystem::remove(file);
+    const bool same = n.get_weights() == m.get_weights() && n.epoch() == 1;
+    std::printf("consumer: checkpoint round trip (%s) -> %s\n", STRATA_HEADER_ONLY ? "header-only" : "compiled part",
+                same ? "ok" : "WRONG");
+    return same ? 0 : 1;
 }

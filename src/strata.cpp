@@ -1,0 +1,16 @@
+// strata's compiled part: the non-template code of the headers that have an impl/*.ipp, compiled
+// once, and the instantiations the headers declare `extern template` for under
+// STRATA_SEPARATE_COMPILATION (strata/config.hpp). Build it with -DSTRATA_SEPARATE_COMPILATION,
+// as the `strata-compiled` Meson dependency and libstrata's pkg-config file do, and link it into
+// a program whose every translation unit defines the macro too.
+#if !defined(STRATA_SEPARATE_COMPILATION)
+#error "src/strata.cpp is strata's compiled part: compile it with -DSTRATA_SEPARATE_COMPILATION"
+#endif
+
+#include "strata/train/impl/checkpoint.ipp"
+#include "strata/train/impl/fit_loop.ipp"
+
+namespace strata::train {
+template CheckpointData<float> read_checkpoint<float>(const std::filesystem::path&, const CheckpointSpec&);
+template CheckpointData<double> read_checkpoint<double>(const std::filesystem::path&, const CheckpointSpec&);
+}  // namespace strata::train
