@@ -19,6 +19,8 @@
 
 #include "cli.hpp"
 
+#include <strata/distribute/straggler.hpp>  // --straggler is checked with the flags
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>

@@ -97,7 +97,8 @@ Report train(Strategy& strategy, const Flags& flags, const strata::data::Mnist& 
     if (!flags.load.empty()) model.load(flags.load);
     // Ctrl-C or SIGTERM: finish the step in progress, save what --save asks for, report.
     auto stop = std::make_shared<strata::train::StopOnSignal>();
-    strata::train::CallbackList callbacks{timer, stop};
+    // A NaN or infinite loss or weight ends training with an error instead of training on it.
+    strata::train::CallbackList callbacks{timer, stop, std::make_shared<strata::train::TerminateOnNaN>()};
     std::shared_ptr<strata::train::BackupAndRestore> backup;
     if (!flags.backup_dir.empty()) {
         // First, so that the backup is restored before any other callback starts.

@@ -6,6 +6,8 @@
 #include "test_util.hpp"
 
 #include <functional>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -95,6 +97,65 @@ TEST_CASE("unknown tensors: an error naming them (strict), ignored with strict=f
     ref.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9});
     ref.load(good);
     CHECK(m.get_weights() == ref.get_weights());
+}
+
+TEST_CASE("a NaN or infinite value in a checkpoint is a CheckpointError naming the tensor and the index; nothing changes") {
+    strata_test::TempDir dir;
+    const auto good = (dir / "good.safetensors").string(), nan = (dir / "nan.safetensors").string(),
+               inf = (dir / "inf.safetensors").string();
+    trained_checkpoint(good, strata::optim::Adam{.learning_rate = 0.01});
+    rewrite(good, nan, [](auto& tensors, auto&) {
+        for (auto& [n, v] : tensors)
+            if (n == "dense_1/kernel") v[7] = std::numeric_limits<float>::quiet_NaN();
+    });
+    rewrite(good, inf, [](auto& tensors, auto&) {
+        for (auto& [n, v] : tensors)
+            if (n == "optimizer/velocity/dense/bias") v[2] = -std::numeric_limits<float>::infinity();
+    });
+    M m(4);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    const auto before = m.get_weights();
+    const auto msg = error_of<strata::CheckpointError>([&] { m.load(nan); });
+    CHECK(has(msg, "'dense_1/kernel' holds nan at index 7"));
+    CHECK(has(msg, "must be finite"));
+    CHECK(has(error_of<strata::CheckpointError>([&] { m.load(inf); }), "'optimizer/velocity/dense/bias' holds -inf at index 2"));
+    // Loaded without the optimizer's state (strict = false, uncompiled), the weights alone are checked too.
+    M plain(5);
+    CHECK(has(error_of<strata::CheckpointError>([&] { plain.load(nan, false); }), "dense_1/kernel"));
+    CHECK(m.get_weights() == before);
+    m.load(good);  // the intact file loads
+}
+
+TEST_CASE("TerminateOnNaN: a non-finite loss stops fit with a NumericError naming the epoch and batch; a NaN weight at the epoch's end is named") {
+    // A NaN weight in the last layer makes the loss NaN at once.
+    M m(6);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
+    auto w = m.get_weights();
+    w.back() = std::numeric_limits<float>::quiet_NaN();
+    m.set_weights(w);
+    auto stop = std::make_shared<strata::train::TerminateOnNaN>();
+    const auto msg = error_of<strata::NumericError>([&] { m.fit(data(), {.epochs = 2, .callbacks = {stop}, .verbose = 0}); });
+    CHECK(has(msg, "the loss became nan at epoch 1, batch 1"));
+    // Without the callback the same run goes on silently (what the callback is for).
+    M quiet(6);
+    quiet.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
+    quiet.set_weights(w);
+    CHECK_NOTHROW(quiet.fit(data(), {.epochs = 1, .verbose = 0}));
+    // A healthy run is not stopped.
+    M ok(6);
+    ok.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
+    CHECK_NOTHROW(ok.fit(data(), {.epochs = 2, .callbacks = {stop}, .verbose = 0}));
+    // The weights are checked at the epoch's end: named by parameter and index.
+    auto lambda = std::make_shared<strata::train::LambdaCallback>();
+    lambda->epoch_end = [&](strata::train::TrainingContext& ctx, int, const strata::train::Logs&) {
+        auto v = ctx.weights_snapshot();
+        v[3] = std::numeric_limits<double>::infinity();  // dense/kernel, index 3
+        ctx.restore_weights(v);
+    };
+    M late(6);
+    late.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
+    CHECK(has(error_of<strata::NumericError>([&] { late.fit(data(), {.epochs = 2, .callbacks = {lambda, stop}, .verbose = 0}); }),
+              "parameter 'dense/kernel', index 3 is inf after epoch 1"));
 }
 
 TEST_CASE("metadata integers are strict, and a bad one changes nothing") {

@@ -27,8 +27,12 @@ class IoError : public Error { public: using Error::Error; };
 class DeviceError : public Error { public: using Error::Error; };
 /// A collective or a peer failed: a timeout (naming who did not arrive) or a replica that threw.
 class DistributedError : public Error { public: using Error::Error; };
-/// A checkpoint cannot be used: wrong format version, missing tensor, shapes that differ.
+/// A checkpoint cannot be used: wrong format version, missing tensor, shapes that differ, a
+/// value that is NaN or infinite.
 class CheckpointError : public IoError { public: using IoError::IoError; };
+/// Training produced a value that is not finite (a NaN or infinite loss or weight): the message
+/// says where (epoch, batch, the parameter and its index).
+class NumericError : public Error { public: using Error::Error; };
 
 namespace detail {
 template <class... Args>
