@@ -178,10 +178,13 @@ inline File open_for_reading(const std::filesystem::path& path, const char* who)
 }
 
 inline std::uint64_t file_size_of(std::FILE* f, const std::filesystem::path& path, const char* who) {
-    if (std::fseek(f, 0, SEEK_END) != 0) throw_error<IoError>(who, ": cannot seek in ", in_quotes(path.string()), ": ", std::strerror(errno));
+    if (std::fseek(f, 0, SEEK_END) != 0)
+        throw_error<IoError>(who, ": cannot seek in ", in_quotes(path.string()), ": ", std::strerror(errno));
     const long end = std::ftell(f);
-    if (end < 0) throw_error<IoError>(who, ": cannot tell the size of ", in_quotes(path.string()), ": ", std::strerror(errno));
-    if (std::fseek(f, 0, SEEK_SET) != 0) throw_error<IoError>(who, ": cannot seek in ", in_quotes(path.string()), ": ", std::strerror(errno));
+    if (end < 0)
+        throw_error<IoError>(who, ": cannot tell the size of ", in_quotes(path.string()), ": ", std::strerror(errno));
+    if (std::fseek(f, 0, SEEK_SET) != 0)
+        throw_error<IoError>(who, ": cannot seek in ", in_quotes(path.string()), ": ", std::strerror(errno));
     return static_cast<std::uint64_t>(end);
 }
 
@@ -190,7 +193,8 @@ inline void read_exact(std::FILE* f, void* dst, std::size_t n, const std::filesy
     if (n == 0) return;
     if (std::fread(dst, 1, n, f) != n) {
         if (std::ferror(f))
-            throw_error<IoError>(who, ": read error in ", in_quotes(path.string()), " at byte ", at, ": ", std::strerror(errno));
+            throw_error<IoError>(who, ": read error in ", in_quotes(path.string()), " at byte ", at, ": ",
+                                 std::strerror(errno));
         throw_error<IoError>(who, ": ", in_quotes(path.string()), " ended early: expected ", n, " more bytes at byte ", at,
                              " (was the file truncated while being read?)");
     }
@@ -200,8 +204,9 @@ inline void read_exact(std::FILE* f, void* dst, std::size_t n, const std::filesy
 inline IdxHeader parse_header(std::FILE* f, const std::filesystem::path& path, const char* who) {
     const std::uint64_t size = file_size_of(f, path, who);
     if (size < 4)
-        throw_error<IoError>(who, ": ", in_quotes(path.string()), " is truncated: an IDX file starts with a 4-byte magic number "
-                             "(00 00 type rank), but the file has ", size, " bytes");
+        throw_error<IoError>(who, ": ", in_quotes(path.string()),
+                             " is truncated: an IDX file starts with a 4-byte magic number (00 00 type rank), but the file has ",
+                             size, " bytes");
     unsigned char magic[4];
     read_exact(f, magic, 4, path, 0, who);
     if (magic[0] != 0 || magic[1] != 0 || !known_type(magic[2])) {
@@ -209,7 +214,8 @@ inline IdxHeader parse_header(std::FILE* f, const std::filesystem::path& path, c
         if (magic[0] == 0x1f && magic[1] == 0x8b)
             why = " (this is a gzip file: gzip-compressed IDX files are not supported; decompress it with `gzip -dk`)";
         if (magic[0] != 0 || magic[1] != 0)
-            throw_error<IoError>(who, ": ", in_quotes(path.string()), " is not an IDX file: expected magic bytes 00 00 <type> <rank>, found ",
+            throw_error<IoError>(who, ": ", in_quotes(path.string()),
+                                 " is not an IDX file: expected magic bytes 00 00 <type> <rank>, found ",
                                  hex_bytes(magic, 4), why);
         throw_error<IoError>(who, ": ", in_quotes(path.string()), ": unknown IDX type code 0x", hex_bytes(magic + 2, 1),
                              " in byte 2 (magic ", hex_bytes(magic, 4), "); expected one of 0x08 (ubyte), 0x09 (sbyte), "
@@ -380,16 +386,16 @@ IdxArray<T> read_idx(const std::filesystem::path& path) {
 template <IdxElement T>
 void write_idx(const std::filesystem::path& path, const std::vector<std::size_t>& dims, std::span<const T> data) {
     using namespace detail::idx;
-    STRATA_CHECK(dims.size() <= 255, ValueError, "write_idx: ", in_quotes(path.string()), ": IDX files hold at most 255 dimensions, got ",
-                 dims.size());
+    STRATA_CHECK(dims.size() <= 255, ValueError, "write_idx: ", in_quotes(path.string()),
+                 ": IDX files hold at most 255 dimensions, got ", dims.size());
     std::size_t count = 1;
     for (auto d : dims) {
         STRATA_CHECK(d <= 0xFFFFFFFFull, ValueError, "write_idx: ", in_quotes(path.string()), ": dimension ", d,
                      " does not fit the 32-bit size field of an IDX file");
         count *= d;
     }
-    STRATA_CHECK(count == data.size(), ShapeError, "write_idx: ", in_quotes(path.string()), ": dims ", shape_text(dims), " hold ", count,
-                 " elements, but the data has ", data.size());
+    STRATA_CHECK(count == data.size(), ShapeError, "write_idx: ", in_quotes(path.string()), ": dims ", shape_text(dims),
+                 " hold ", count, " elements, but the data has ", data.size());
 
     File f(std::fopen(path.c_str(), "wb"));
     if (!f) throw_error<IoError>("write_idx: cannot create ", in_quotes(path.string()), ": ", std::strerror(errno));

@@ -1,7 +1,8 @@
 #pragma once
 /// \file strata/io/tensorboard.hpp
 /// TensorBoard event files without TensorFlow or protobuf: the format and a writer of scalars
-/// (EventFileWriter). The Keras callback built on it is strata/train/tensorboard.hpp.
+/// (EventFileWriter). The Keras callback built on it is strata/train/tensorboard.hpp. Opt-in:
+/// strata/strata.hpp does not include it.
 ///
 /// The file format, written by hand from TensorFlow's sources:
 ///   - a file is a sequence of TFRecords (tensorflow/core/lib/io/record_writer.cc):
