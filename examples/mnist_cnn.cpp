@@ -127,6 +127,12 @@ void check_flags(const CLI::App& app, const Flags& f) {
         std::fprintf(stderr, "mnist_cnn: warning: --threads %d is more than the %d hardware threads here; the extra threads "
                              "only wait for each other (expect it to be much slower)\n", f.threads, strata::hardware_threads());
     const bool ps = f.strategy == "parameter_server";
+    // One thread per replica or worker: more than the library starts is refused before any data is read.
+    const int most = strata::distribute::max_replica_threads();
+    if (ps ? f.workers > most : f.replicas > most)
+        throw cli::usage_error((ps ? "--workers " + std::to_string(f.workers) : "--replicas " + std::to_string(f.replicas)) +
+                               ": at most " + std::to_string(most) + " on " + std::to_string(strata::hardware_threads()) +
+                               " hardware threads (16 per hardware thread, at least 64; each is a thread with its own buffers)");
     if (!ps)
         for (const auto& name : ps_only)
             if (app.count(name))

@@ -64,7 +64,7 @@ def fake_mnist(directory, train=256, test=100):
     rng = random.Random(7)
     for prefix, n in (("train", train), ("t10k", test)):
         write_idx(os.path.join(directory, f"{prefix}-images-idx3-ubyte"), 0x803, (n, 28, 28),
-                  [rng.randrange(256) for _ in range(n * 28 * 28)])
+                  rng.randbytes(n * 28 * 28) if n > 1000 else [rng.randrange(256) for _ in range(n * 28 * 28)])
         write_idx(os.path.join(directory, f"{prefix}-labels-idx1-ubyte"), 0x801, (n,), [i % 10 for i in range(n)])
 
 
@@ -210,11 +210,37 @@ def mnist_cnn_backup(exe, data):
         bad_flag(exe, "mnist_cnn", ["--data", data, "--backup-every-steps", "5"], "--backup-every-steps")
 
 
+def mnist_cnn_hardening(exe, data, missing):
+    """Hardening (issue 23, second round), as users and scripts meet it: each case below says what
+    once went wrong."""
+    import resource
+    import signal
+    import time
+    ps = ["--data", data, "--strategy", "parameter_server", "--workers", "2", "--epochs", "1", "--steps-per-epoch", "3",
+          "--batch-size", "8", "--threads", "1", "--verbose", "0"]
+    # More workers or replicas than threads the machine can run are refused before the data is
+    # read (--workers 1000 once grew to 24 GB until the kernel killed it).
+    for args, flag in ((["--strategy", "parameter_server", "--workers", "1000"], "--workers 1000"),
+                       (["--strategy", "mirrored", "--replicas", "1024"], "--replicas 1024")):
+        if 16 * (os.cpu_count() or 1) >= 1000:
+            break  # a machine of 63 hardware threads or more runs that many
+        r = run([exe, "--data", missing] + args)
+        check(r.returncode == 2 and flag + ": at most " in r.stderr and "hardware threads" in r.stderr,
+              f"mnist_cnn {' '.join(args)}: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", action="append", default=[], help="NAME=PATH of a built example or benchmark")
+    p.add_argument("--only-hardening", action="store_true", help="only mnist_cnn_hardening (quick iteration)")
     a = p.parse_args()
     bins = dict(b.split("=", 1) for b in a.bin)
+    if a.only_hardening:
+        with tempfile.TemporaryDirectory() as data:
+            fake_mnist(data)
+            mnist_cnn_hardening(bins["mnist_cnn"], data, os.path.join(data, "no-such-dir"))
+        print(f"{len(failures)} failure(s)" if failures else "all checks passed")
+        return 1 if failures else 0
     mpi_env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_btl": "self,vader"}
 
     with tempfile.TemporaryDirectory() as data:
@@ -267,6 +293,7 @@ def main():
                 check(doc["test_images_per_second"] > 0, f"mnist_cnn JSON: test_images_per_second {doc['test_images_per_second']}")
             mnist_cnn_more(exe, data, missing)
             mnist_cnn_backup(exe, data)
+            mnist_cnn_hardening(exe, data, missing)
 
         if "custom_training_loop" in bins:
             exe = bins["custom_training_loop"]

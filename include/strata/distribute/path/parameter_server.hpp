@@ -99,6 +99,8 @@ public:
     template <class Init>
     GradientPath(Strategy& s, Init&& init) : strategy_(&s), W_(s.num_workers()), K_(s.k()), B_(s.staleness_bound()) {
         plan();
+        distribute::detail::check_units_fit_memory("ParameterServer", "workers", W_, 2 * std::uint64_t(num_params) * sizeof(T),
+                                                   "a pulled copy of the variables and a gradient");
         workers_.resize(std::size_t(W_));
         s.run_replicas([&](int w) {  // on the worker's thread: its logical device's memory
             workers_[std::size_t(w)].params.resize(Shape{num_params});
