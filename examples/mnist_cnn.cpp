@@ -151,7 +151,9 @@ void check_flags(const CLI::App& app, const Flags& f) {
         try {
             strata::distribute::Stragglers::parse(f.straggler).validate(f.workers);
         } catch (const strata::Error& e) {
-            throw cli::usage_error(std::string("--straggler: ") + e.what());
+            std::string what = e.what();
+            if (what.rfind("Stragglers::parse: ", 0) == 0) what.erase(0, 19);  // the flag names it
+            throw cli::usage_error("--straggler: " + what);
         }
     }
     if (app.count("--backup-every-steps") && f.backup_dir.empty())

@@ -14,6 +14,7 @@ Report train_parameter_server(const Flags& f, const strata::data::Mnist& mnist) 
     o.stragglers = sd::Stragglers::parse(f.straggler);
     o.straggler_seed = f.seed;
     o.cores_per_worker = f.threads;
+    o.timeout = std::chrono::milliseconds(f.timeout_ms);  // a worker that does not report within it is named
     auto run = [&]<class Sync>(Sync) {
         sd::ParameterServer<strata::place::Host, Sync> s(f.workers, f.servers, o);
         return train(s, f, mnist);

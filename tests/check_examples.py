@@ -210,6 +210,18 @@ def mnist_cnn_backup(exe, data):
         bad_flag(exe, "mnist_cnn", ["--data", data, "--backup-every-steps", "5"], "--backup-every-steps")
 
 
+def catches(pid, sig):
+    """Whether process `pid` has a handler for `sig` (Linux: SigCgt in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
+    except OSError:
+        pass
+    return False
+
+
 def mnist_cnn_hardening(exe, data, missing):
     """Hardening (issue 23, second round), as users and scripts meet it: each case below says what
     once went wrong."""
@@ -227,6 +239,47 @@ def mnist_cnn_hardening(exe, data, missing):
         r = run([exe, "--data", missing] + args)
         check(r.returncode == 2 and flag + ": at most " in r.stderr and "hardware threads" in r.stderr,
               f"mnist_cnn {' '.join(args)}: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+    # --straggler "": says the value is empty and lists the forms (not `cannot read """"`).
+    r = run([exe, "--data", missing, "--strategy", "parameter_server", "--straggler", ""])
+    check(r.returncode == 2 and "--straggler: empty value; expected none | slow:WORKER:FACTOR | exp:MEAN_MS | "
+          "sexp:SHIFT_MS:MEAN_MS" in r.stderr and '""' not in r.stderr,
+          f"mnist_cnn --straggler '': exit {r.returncode}, stderr {r.stderr.strip()!r}")
+    # Straggler durations out of range (a factor of 1e12 once overflowed the wait into no wait).
+    for spec, says in (("slow:1:1e12", "FACTOR must be a finite number >= 1 and <= 1e+06"),
+                       ("exp:1e12", "MEAN_MS must be a finite number > 0 and <= 8.64e+07"),
+                       ("sexp:1e12:5", "SHIFT_MS must be a finite number >= 0 and <= 8.64e+07")):
+        r = run([exe, "--data", missing, "--strategy", "parameter_server", "--straggler", spec])
+        check(r.returncode == 2 and "--straggler" in r.stderr and says in r.stderr and '"' + spec + '"' in r.stderr,
+              f"mnist_cnn --straggler {spec}: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+    # --timeout-ms reaches the parameter server: worker 1 sleeps ~1e5 times its compute time,
+    # --sync sync waits for it, and the run fails naming it after 500 ms (not 60 s).
+    t0 = time.monotonic()
+    r = run([exe] + ps + ["--sync", "sync", "--straggler", "slow:1:100000", "--clock", "real", "--timeout-ms", "500"], timeout=120)
+    took = time.monotonic() - t0
+    check(r.returncode == 1 and "1 of 2 did not finish" in r.stderr and "within 500 ms" in r.stderr and took < 30,
+          f"mnist_cnn parameter_server --timeout-ms 500: exit {r.returncode} after {took:.1f} s, stderr {r.stderr.strip()[-300:]!r}")
+    # Ctrl-C ends an injected straggler delay: the step ends, --save is written, exit 130.
+    with tempfile.TemporaryDirectory() as d:
+        ckpt = os.path.join(d, "ps.safetensors")
+        p = subprocess.Popen([exe] + ps + ["--sync", "sync", "--straggler", "slow:1:100000", "--clock", "real",
+                                           "--timeout-ms", "600000", "--save", ckpt],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not catches(p.pid, signal.SIGINT) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # until StopOnSignal is installed (fit is about to start)
+        time.sleep(1)  # the first step's worker 1 is asleep for minutes
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        took = time.monotonic() - t0
+        check(p.returncode == 130 and "interrupted by SIGINT" in out and took < 20,
+              f"mnist_cnn parameter_server, SIGINT during a straggler's delay: exit {p.returncode} after {took:.1f} s "
+              f"({out.strip()[-200:]!r} {err.strip()[-300:]!r})")
+        check(os.path.exists(ckpt), "mnist_cnn parameter_server after SIGINT: --save file missing")
 
 
 def main():

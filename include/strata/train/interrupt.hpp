@@ -14,6 +14,8 @@
 ///
 /// The handlers are installed by the constructor and the previous ones restored by the
 /// destructor. One StopOnSignal at a time per process (signal dispositions are per process).
+/// The signal is also recorded in strata::stop_signal(), which the waits that could outlast it
+/// read (a parameter-server worker's injected straggler delay ends at once).
 
 #include <atomic>
 #include <csignal>
@@ -21,6 +23,7 @@
 #include <signal.h>
 
 #include "strata/core/error.hpp"
+#include "strata/core/stop_signal.hpp"
 #include "strata/train/callbacks.hpp"
 
 namespace strata::train {
@@ -41,6 +44,7 @@ public:
         ::sigaction(SIGINT, &old_int_, nullptr);
         ::sigaction(SIGTERM, &old_term_, nullptr);
         active() = false;
+        caught() = 0;  // a later run without a StopOnSignal is not stopped by this one's signal
     }
     StopOnSignal(const StopOnSignal&) = delete;
     StopOnSignal& operator=(const StopOnSignal&) = delete;
@@ -61,10 +65,7 @@ public:
 
 private:
     static void handle(int sig) { caught() = sig; }
-    static std::atomic<int>& caught() {
-        static std::atomic<int> s{0};
-        return s;
-    }
+    static std::atomic<int>& caught() { return stop_signal(); }
     static std::atomic<bool>& active() {
         static std::atomic<bool> a{false};
         return a;

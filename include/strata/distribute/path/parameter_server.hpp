@@ -616,9 +616,9 @@ private:
                     if (!virtual_clock) {
                         const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
                         const double delay = opt.stragglers.delay_seconds(opt.straggler_seed, w, job.n, measured);
-                        if (delay > 0) {
+                        if (delay > 0) {  // range-checked, and cut short by Ctrl-C (the step then ends as usual)
                             std::unique_lock<std::mutex> lock(mutex_);
-                            cv_.wait_for(lock, std::chrono::duration<double>(delay), [&] { return cancel.load() || stop_; });
+                            Stragglers::sleep(cv_, lock, delay, [&] { return cancel.load() || stop_; });
                         }
                         if (cancel.load()) throw detail::Cancelled{};
                     }
