@@ -100,7 +100,14 @@ void check_writable(const std::string& flag, const std::string& path) {
     std::error_code ec;
     if (fs::is_directory(p, ec)) throw cli::usage_error(flag + " " + path + ": is a directory; expected a file name");
     const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-    if (!fs::is_directory(dir, ec)) throw cli::usage_error(flag + " " + path + ": the directory " + dir.string() + " does not exist");
+    if (!fs::is_directory(dir, ec)) {
+        // A regular file on the way ("model.safetensors/out.json") is named as such.
+        fs::path up = dir;
+        while (!up.empty() && !fs::exists(up, ec)) up = up.parent_path();
+        if (!up.empty() && !fs::is_directory(up, ec))
+            throw cli::usage_error(flag + " " + path + ": " + up.string() + " is not a directory");
+        throw cli::usage_error(flag + " " + path + ": the directory " + dir.string() + " does not exist");
+    }
     if (::access(dir.c_str(), W_OK) != 0)
         throw cli::usage_error(flag + " " + path + ": cannot write into " + dir.string() + " (" + std::strerror(errno) + ")");
 }

@@ -280,6 +280,26 @@ def mnist_cnn_hardening(exe, data, missing):
               f"mnist_cnn parameter_server, SIGINT during a straggler's delay: exit {p.returncode} after {took:.1f} s "
               f"({out.strip()[-200:]!r} {err.strip()[-300:]!r})")
         check(os.path.exists(ckpt), "mnist_cnn parameter_server after SIGINT: --save file missing")
+    # --json: a path under a regular file is named as such, before any data is read.
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "file")
+        open(f, "w").close()
+        r = run([exe, "--data", missing, "--json", os.path.join(f, "out.json")])
+        check(r.returncode == 2 and f"{f} is not a directory" in r.stderr,
+              f"mnist_cnn --json FILE/out.json: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+        # A write that fails (here the file size limit: EFBIG, as ENOSPC on a full disk) says the
+        # system's reason, and leaves no temporary file.
+        def small_files():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+        out = os.path.join(d, "out.json")
+        r = subprocess.run([exe, "--data", data, "--epochs", "1", "--steps-per-epoch", "1", "--batch-size", "8",
+                            "--threads", "1", "--verbose", "0", "--json", out],
+                           capture_output=True, text=True, timeout=300, preexec_fn=small_files)
+        check(r.returncode == 1 and "cannot write the JSON report" in r.stderr and os.strerror(27) in r.stderr,
+              f"mnist_cnn --json over the file size limit: exit {r.returncode}, stderr {r.stderr.strip()!r} "
+              f"(expected the reason, {os.strerror(27)!r})")
+        check(sorted(os.listdir(d)) == ["file"], f"mnist_cnn --json failure left {sorted(os.listdir(d))}")
 
 
 def main():
