@@ -16,6 +16,7 @@
 #include "mnist_cnn.hpp"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -234,6 +235,9 @@ int main(int argc, char** argv) {
                                            : ("state saved to " + flags.save + " (continue with --load " + flags.save + ")").c_str());
             if (!flags.backup_dir.empty())
                 std::printf("backup kept in %s: run again with the same flags to resume where it stopped\n", flags.backup_dir.c_str());
+            if (rep.interrupted_by == SIGTERM && std::getenv("OMPI_COMM_WORLD_SIZE"))
+                std::printf("(under Open MPI's mpirun: mpirun sends SIGTERM to every process when it gets SIGINT or SIGTERM, so "
+                            "a Ctrl-C arrives here as SIGTERM; this process exits %d, and mpirun itself exits 1)\n", 128 + SIGTERM);
             return 128 + rep.interrupted_by;
         }
         const int used_threads = threads > 0 ? threads : strata::hardware_threads();

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -222,6 +223,24 @@ def catches(pid, sig):
     return False
 
 
+def descendants(pid):
+    """The process ids below `pid` (Linux: the parent field of /proc/*/stat)."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, frontier = [], [pid]
+    while frontier:
+        kids = [c for c, p in parent.items() if p in frontier]
+        found += kids
+        frontier = kids
+    return found
+
+
 def mnist_cnn_hardening(exe, data, missing):
     """Hardening (issue 23, second round), as users and scripts meet it: each case below says what
     once went wrong."""
@@ -280,6 +299,29 @@ def mnist_cnn_hardening(exe, data, missing):
               f"mnist_cnn parameter_server, SIGINT during a straggler's delay: exit {p.returncode} after {took:.1f} s "
               f"({out.strip()[-200:]!r} {err.strip()[-300:]!r})")
         check(os.path.exists(ckpt), "mnist_cnn parameter_server after SIGINT: --save file missing")
+    # Under Open MPI's mpirun a Ctrl-C reaches the processes as SIGTERM (mpirun turns SIGINT into
+    # SIGTERM for every process and exits 1 itself): the report says so, and the process exits 143.
+    mpirun = shutil.which("mpirun")
+    if mpirun:
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl="self,vader",
+                   OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_hwloc_base_binding_policy="none")
+        p = subprocess.Popen([mpirun, "-np", "1", exe, "--data", data, "--strategy", "multi_worker_mirrored", "--epochs", "1000",
+                              "--batch-size", "8", "--threads", "1", "--verbose", "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 60
+        while not any(catches(c, signal.SIGINT) and catches(c, signal.SIGTERM) for c in descendants(p.pid)) \
+                and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the process under mpirun has installed StopOnSignal
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        check("interrupted by SIGTERM" in out and "mpirun sends SIGTERM to every process when it gets SIGINT" in out
+              and "this process exits 143" in out,
+              f"mpirun mnist_cnn, Ctrl-C: the report does not say how the signal arrived ({out.strip()[-400:]!r} {err.strip()[-300:]!r})")
     # --json: a path under a regular file is named as such, before any data is read.
     with tempfile.TemporaryDirectory() as d:
         f = os.path.join(d, "file")
@@ -300,6 +342,37 @@ def mnist_cnn_hardening(exe, data, missing):
               f"mnist_cnn --json over the file size limit: exit {r.returncode}, stderr {r.stderr.strip()!r} "
               f"(expected the reason, {os.strerror(27)!r})")
         check(sorted(os.listdir(d)) == ["file"], f"mnist_cnn --json failure left {sorted(os.listdir(d))}")
+    # A signal after fit is not swallowed: SIGTERM during the final evaluation (a test set large
+    # enough to take seconds) ends the process at once, and --save was written before it.
+    with tempfile.TemporaryDirectory() as big, tempfile.TemporaryDirectory() as d:
+        fake_mnist(big, train=64, test=12000)
+        backup_dir = os.path.join(d, "backup")
+        backup = os.path.join(backup_dir, "backup.safetensors")
+        ckpt = os.path.join(d, "final.safetensors")
+        p = subprocess.Popen([exe, "--data", big, "--epochs", "2", "--steps-per-epoch", "1", "--batch-size", "8", "--threads", "1",
+                              "--verbose", "0", "--backup-dir", backup_dir, "--save", ckpt],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(backup) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # epoch 1 ended: its backup
+        while os.path.exists(backup) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # fit returned: its backup is removed, the final evaluation begins
+        time.sleep(0.2)
+        running = p.poll() is None
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        took = time.monotonic() - t0
+        if check(running, "mnist_cnn: the run ended before the final evaluation could be signalled"):
+            check(p.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM) and took < 1.0,
+                  f"mnist_cnn, SIGTERM during the final evaluate: exit {p.returncode} after {took:.2f} s, expected to end at "
+                  f"once with SIGTERM ({out.strip()[-200:]!r} {err.strip()[-300:]!r})")
+            check(os.path.exists(ckpt) and not [f for f in os.listdir(d) if ".tmp" in f],
+                  f"mnist_cnn, SIGTERM during the final evaluate: --save missing or temporary files ({os.listdir(d)})")
 
 
 def main():

@@ -422,11 +422,13 @@ TEST_CASE("real clock: Ctrl-C (StopOnSignal) ends a straggler's injected delay; 
     CHECK(stop->exit_status() == 130);
     CHECK(took < std::chrono::seconds(10));
     CHECK(model.gradient_path().stats().updates <= 2);
-    // Destroyed, it restores the previous handlers and clears the flag for the next run.
-    stop.reset();
+    // Released (or destroyed), the handlers are the previous ones again and the flag is clear
+    // for the next run.
+    stop->release();
     struct sigaction now {};
     ::sigaction(SIGINT, nullptr, &now);
     CHECK((now.sa_handler == before.sa_handler));
+    stop.reset();
     CHECK(strata::stop_signal().load() == 0);
 }
 
