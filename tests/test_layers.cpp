@@ -772,6 +772,10 @@ TEST_CASE("Conv2D(ReLU) then MaxPooling2D fused in a Network: a NaN input comes 
     net.backward(params.data(), grads.data(), Mode{.training = true});
     // The convolution's kernel gradient sums over every example: the NaN reaches it.
     CHECK(std::isnan(grads[0]));
+    // Its bias gradient does only through the fused backward's ReLU derivative, taken at the
+    // pooled maxima (NaN in example 1); Dense's input gradient is finite.
+    constexpr std::int64_t bias = 3 * 3 * 1 * 4;
+    CHECK(std::all_of(grads.begin() + bias, grads.begin() + bias + 4, [](double v) { return std::isnan(v); }));
 }
 
 // ---- the reference model ----------------------------------------------------------------
