@@ -343,9 +343,9 @@ def mnist_cnn_hardening(exe, data, missing):
               f"(expected the reason, {os.strerror(27)!r})")
         check(sorted(os.listdir(d)) == ["file"], f"mnist_cnn --json failure left {sorted(os.listdir(d))}")
     # A signal after fit is not swallowed: SIGTERM during the final evaluation (a test set large
-    # enough to take seconds) ends the process at once, and --save was written before it.
+    # enough to take seconds on one thread) ends the process at once, and --save was written before it.
     with tempfile.TemporaryDirectory() as big, tempfile.TemporaryDirectory() as d:
-        fake_mnist(big, train=64, test=12000)
+        fake_mnist(big, train=64, test=30000)
         backup_dir = os.path.join(d, "backup")
         backup = os.path.join(backup_dir, "backup.safetensors")
         ckpt = os.path.join(d, "final.safetensors")
@@ -357,7 +357,9 @@ def mnist_cnn_hardening(exe, data, missing):
             time.sleep(0.005)  # epoch 1 ended: its backup
         while os.path.exists(backup) and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)  # fit returned: its backup is removed, the final evaluation begins
-        time.sleep(0.2)
+        soon = time.monotonic() + 1
+        while catches(p.pid, signal.SIGTERM) and p.poll() is None and time.monotonic() < soon:
+            time.sleep(0.005)  # until the handlers are released (--save written)
         running = p.poll() is None
         t0 = time.monotonic()
         p.send_signal(signal.SIGTERM)
