@@ -16,11 +16,14 @@
 //                            readable message: bad flags exit 2 (with a hint to --help), any
 //                            other failure exits 1. Nothing escapes main unexplained.
 //   cli::Json, write_json    insertion-ordered JSON; NaN and infinities are written as null (JSON
-//                            has no literal for them) and the file is replaced atomically.
+//                            has no literal for them) and the file is replaced atomically;
+//                            a failure names the step (create, write, close, rename) and the
+//                            system's reason (strerror).
 // Standard library, CLI11 and nlohmann-json only: bench_mpi_allreduce uses it without strata.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -35,6 +38,9 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace cli {
 
@@ -172,23 +178,37 @@ int run(CLI::App& app, int argc, char** argv, Body&& body, bool report_usage = t
 inline void write_json(const std::string& path, const Json& doc) {
     const std::string text = doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw std::runtime_error("cannot write the JSON report " + detail::quoted(path) + " (cannot create " + detail::quoted(tmp) + ")");
-        out << text;
-        out.flush();
-        if (!out) {
-            std::error_code ignore;
-            std::filesystem::remove(tmp, ignore);
-            throw std::runtime_error("error writing the JSON report " + detail::quoted(tmp));
-        }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
+    // POSIX calls, so that every failure says the system's reason (a full disk is ENOSPC from a
+    // write or from close; a path under a regular file is ENOTDIR).
+    const auto fail = [&](const std::string& what, int err) {
         std::error_code ignore;
         std::filesystem::remove(tmp, ignore);
-        throw std::runtime_error("cannot write the JSON report " + detail::quoted(path) + ": " + ec.message());
+        throw std::runtime_error("cannot write the JSON report " + detail::quoted(path) + ": " + what + ": " +
+                                 std::generic_category().message(err));
+    };
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        const int err = errno;
+        throw std::runtime_error("cannot write the JSON report " + detail::quoted(path) + ": cannot create " + detail::quoted(tmp) +
+                                 ": " + std::generic_category().message(err));
+    }
+    for (std::size_t done = 0; done < text.size();) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            const int err = n < 0 ? errno : EIO;
+            ::close(fd);
+            fail("writing " + detail::quoted(tmp) + " failed", err);
+        }
+        done += std::size_t(n);
+    }
+    if (::close(fd) != 0) {
+        const int err = errno;
+        fail("closing " + detail::quoted(tmp) + " failed", err);
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int err = errno;
+        fail("renaming " + detail::quoted(tmp) + " to it failed", err);
     }
 }
 

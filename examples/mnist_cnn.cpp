@@ -22,6 +22,7 @@
 #include <strata/distribute/straggler.hpp>  // --straggler is checked with the flags
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -106,7 +107,14 @@ void check_writable(const std::string& flag, const std::string& path) {
     std::error_code ec;
     if (fs::is_directory(p, ec)) throw cli::usage_error(flag + " " + path + ": is a directory; expected a file name");
     const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-    if (!fs::is_directory(dir, ec)) throw cli::usage_error(flag + " " + path + ": the directory " + dir.string() + " does not exist");
+    if (!fs::is_directory(dir, ec)) {
+        // A regular file on the way ("model.safetensors/out.json") is named as such.
+        fs::path up = dir;
+        while (!up.empty() && !fs::exists(up, ec)) up = up.parent_path();
+        if (!up.empty() && !fs::is_directory(up, ec))
+            throw cli::usage_error(flag + " " + path + ": " + up.string() + " is not a directory");
+        throw cli::usage_error(flag + " " + path + ": the directory " + dir.string() + " does not exist");
+    }
     if (::access(dir.c_str(), W_OK) != 0)
         throw cli::usage_error(flag + " " + path + ": cannot write into " + dir.string() + " (" + std::strerror(errno) + ")");
 }
@@ -133,6 +141,12 @@ void check_flags(const CLI::App& app, const Flags& f) {
         std::fprintf(stderr, "mnist_cnn: warning: --threads %d is more than the %d hardware threads here; the extra threads "
                              "only wait for each other (expect it to be much slower)\n", f.threads, strata::hardware_threads());
     const bool ps = f.strategy == "parameter_server";
+    // One thread per replica or worker: more than the library starts is refused before any data is read.
+    const int most = strata::distribute::max_replica_threads();
+    if (ps ? f.workers > most : f.replicas > most)
+        throw cli::usage_error((ps ? "--workers " + std::to_string(f.workers) : "--replicas " + std::to_string(f.replicas)) +
+                               ": at most " + std::to_string(most) + " on " + std::to_string(strata::hardware_threads()) +
+                               " hardware threads (16 per hardware thread, at least 64; each is a thread with its own buffers)");
     if (!ps)
         for (const auto& name : ps_only)
             if (app.count(name))
@@ -151,7 +165,9 @@ void check_flags(const CLI::App& app, const Flags& f) {
         try {
             strata::distribute::Stragglers::parse(f.straggler).validate(f.workers);
         } catch (const strata::Error& e) {
-            throw cli::usage_error(std::string("--straggler: ") + e.what());
+            std::string what = e.what();
+            if (what.rfind("Stragglers::parse: ", 0) == 0) what.erase(0, 19);  // the flag names it
+            throw cli::usage_error("--straggler: " + what);
         }
     }
     if (app.count("--backup-every-steps") && f.backup_dir.empty())
@@ -215,6 +231,9 @@ int main(int argc, char** argv) {
                                            : ("state saved to " + flags.save + " (continue with --load " + flags.save + ")").c_str());
             if (!flags.backup_dir.empty())
                 std::printf("backup kept in %s: run again with the same flags to resume where it stopped\n", flags.backup_dir.c_str());
+            if (rep.interrupted_by == SIGTERM && std::getenv("OMPI_COMM_WORLD_SIZE"))
+                std::printf("(under Open MPI's mpirun: mpirun sends SIGTERM to every process when it gets SIGINT or SIGTERM, so "
+                            "a Ctrl-C arrives here as SIGTERM; this process exits %d, and mpirun itself exits 1)\n", 128 + SIGTERM);
             return 128 + rep.interrupted_by;
         }
         const int used_threads = threads > 0 ? threads : strata::hardware_threads();

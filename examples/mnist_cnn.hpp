@@ -122,6 +122,15 @@ Report train(Strategy& strategy, const Flags& flags, const strata::data::Mnist& 
         if (!flags.save.empty()) model.save(flags.save);
         return rep;
     }
+    // Saved now, while a signal still waits for the save to end; then the handlers are released,
+    // so that a signal during the final evaluation ends the process at once (its default action)
+    // instead of being swallowed: what --save asked for is already written.
+    if (!flags.save.empty()) model.save(flags.save);
+    stop->release();
+    if (stop->interrupted()) {
+        rep.interrupted_by = stop->signal_number();
+        return rep;
+    }
     // The timed evaluation of the test set after training (inference throughput).
     const auto e0 = std::chrono::steady_clock::now();
     const auto ev = model.evaluate(test);
@@ -137,7 +146,6 @@ Report train(Strategy& strategy, const Flags& flags, const strata::data::Mnist& 
     }
     rep.history = history;
     if constexpr (requires { model.gradient_path().stats(); }) rep.ps = model.gradient_path().stats();
-    if (!flags.save.empty()) model.save(flags.save);
     return rep;
 }
 

@@ -16,6 +16,7 @@ Report train_parameter_server(const Flags& f, const strata::data::Mnist& mnist) 
     o.stragglers = sd::Stragglers::parse(f.straggler);
     o.straggler_seed = f.seed;
     o.cores_per_worker = f.threads;
+    o.timeout = std::chrono::milliseconds(f.timeout_ms);  // a worker that does not report within it is named
     if (f.sync == "sync") o.rule = ss::Rule::Synchronous;
     else if (f.sync == "ksync") o.rule = ss::Rule::KSync;
     else if (f.sync == "kbatch_sync") o.rule = ss::Rule::KBatchSync;

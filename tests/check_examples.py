@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -64,7 +65,7 @@ def fake_mnist(directory, train=256, test=100):
     rng = random.Random(7)
     for prefix, n in (("train", train), ("t10k", test)):
         write_idx(os.path.join(directory, f"{prefix}-images-idx3-ubyte"), 0x803, (n, 28, 28),
-                  [rng.randrange(256) for _ in range(n * 28 * 28)])
+                  rng.randbytes(n * 28 * 28) if n > 1000 else [rng.randrange(256) for _ in range(n * 28 * 28)])
         write_idx(os.path.join(directory, f"{prefix}-labels-idx1-ubyte"), 0x801, (n,), [i % 10 for i in range(n)])
 
 
@@ -210,11 +211,184 @@ def mnist_cnn_backup(exe, data):
         bad_flag(exe, "mnist_cnn", ["--data", data, "--backup-every-steps", "5"], "--backup-every-steps")
 
 
+def catches(pid, sig):
+    """Whether process `pid` has a handler for `sig` (Linux: SigCgt in /proc/PID/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
+    except OSError:
+        pass
+    return False
+
+
+def descendants(pid):
+    """The process ids below `pid` (Linux: the parent field of /proc/*/stat)."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, frontier = [], [pid]
+    while frontier:
+        kids = [c for c, p in parent.items() if p in frontier]
+        found += kids
+        frontier = kids
+    return found
+
+
+def mnist_cnn_hardening(exe, data, missing):
+    """Hardening (issue 23, second round), as users and scripts meet it: each case below says what
+    once went wrong."""
+    import resource
+    import signal
+    import time
+    ps = ["--data", data, "--strategy", "parameter_server", "--workers", "2", "--epochs", "1", "--steps-per-epoch", "3",
+          "--batch-size", "8", "--threads", "1", "--verbose", "0"]
+    # More workers or replicas than threads the machine can run are refused before the data is
+    # read (--workers 1000 once grew to 24 GB until the kernel killed it).
+    for args, flag in ((["--strategy", "parameter_server", "--workers", "1000"], "--workers 1000"),
+                       (["--strategy", "mirrored", "--replicas", "1024"], "--replicas 1024")):
+        if 16 * (os.cpu_count() or 1) >= 1000:
+            break  # a machine of 63 hardware threads or more runs that many
+        r = run([exe, "--data", missing] + args)
+        check(r.returncode == 2 and flag + ": at most " in r.stderr and "hardware threads" in r.stderr,
+              f"mnist_cnn {' '.join(args)}: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+    # --straggler "": says the value is empty and lists the forms (not `cannot read """"`).
+    r = run([exe, "--data", missing, "--strategy", "parameter_server", "--straggler", ""])
+    check(r.returncode == 2 and "--straggler: empty value; expected none | slow:WORKER:FACTOR | exp:MEAN_MS | "
+          "sexp:SHIFT_MS:MEAN_MS" in r.stderr and '""' not in r.stderr,
+          f"mnist_cnn --straggler '': exit {r.returncode}, stderr {r.stderr.strip()!r}")
+    # Straggler durations out of range (a factor of 1e12 once overflowed the wait into no wait).
+    for spec, says in (("slow:1:1e12", "FACTOR must be a finite number >= 1 and <= 1e+06"),
+                       ("exp:1e12", "MEAN_MS must be a finite number > 0 and <= 8.64e+07"),
+                       ("sexp:1e12:5", "SHIFT_MS must be a finite number >= 0 and <= 8.64e+07")):
+        r = run([exe, "--data", missing, "--strategy", "parameter_server", "--straggler", spec])
+        check(r.returncode == 2 and "--straggler" in r.stderr and says in r.stderr and '"' + spec + '"' in r.stderr,
+              f"mnist_cnn --straggler {spec}: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+    # --timeout-ms reaches the parameter server: worker 1 sleeps ~1e5 times its compute time,
+    # --sync sync waits for it, and the run fails naming it after 500 ms (not 60 s).
+    t0 = time.monotonic()
+    r = run([exe] + ps + ["--sync", "sync", "--straggler", "slow:1:100000", "--clock", "real", "--timeout-ms", "500"], timeout=120)
+    took = time.monotonic() - t0
+    check(r.returncode == 1 and "1 of 2 did not finish" in r.stderr and "within 500 ms" in r.stderr and took < 30,
+          f"mnist_cnn parameter_server --timeout-ms 500: exit {r.returncode} after {took:.1f} s, stderr {r.stderr.strip()[-300:]!r}")
+    # Ctrl-C ends an injected straggler delay: the step ends, --save is written, exit 130.
+    with tempfile.TemporaryDirectory() as d:
+        ckpt = os.path.join(d, "ps.safetensors")
+        p = subprocess.Popen([exe] + ps + ["--sync", "sync", "--straggler", "slow:1:100000", "--clock", "real",
+                                           "--timeout-ms", "600000", "--save", ckpt],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not catches(p.pid, signal.SIGINT) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # until StopOnSignal is installed (fit is about to start)
+        time.sleep(1)  # the first step's worker 1 is asleep for minutes
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        took = time.monotonic() - t0
+        check(p.returncode == 130 and "interrupted by SIGINT" in out and took < 20,
+              f"mnist_cnn parameter_server, SIGINT during a straggler's delay: exit {p.returncode} after {took:.1f} s "
+              f"({out.strip()[-200:]!r} {err.strip()[-300:]!r})")
+        check(os.path.exists(ckpt), "mnist_cnn parameter_server after SIGINT: --save file missing")
+    # Under Open MPI's mpirun a Ctrl-C reaches the processes as SIGTERM (mpirun turns SIGINT into
+    # SIGTERM for every process and exits 1 itself): the report says so, and the process exits 143.
+    mpirun = shutil.which("mpirun")
+    if mpirun:
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl="self,vader",
+                   OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_hwloc_base_binding_policy="none")
+        p = subprocess.Popen([mpirun, "-np", "1", exe, "--data", data, "--strategy", "multi_worker_mirrored", "--epochs", "1000",
+                              "--batch-size", "8", "--threads", "1", "--verbose", "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 60
+        while not any(catches(c, signal.SIGINT) and catches(c, signal.SIGTERM) for c in descendants(p.pid)) \
+                and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the process under mpirun has installed StopOnSignal
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        check("interrupted by SIGTERM" in out and "mpirun sends SIGTERM to every process when it gets SIGINT" in out
+              and "this process exits 143" in out,
+              f"mpirun mnist_cnn, Ctrl-C: the report does not say how the signal arrived ({out.strip()[-400:]!r} {err.strip()[-300:]!r})")
+    # --json: a path under a regular file is named as such, before any data is read.
+    with tempfile.TemporaryDirectory() as d:
+        f = os.path.join(d, "file")
+        open(f, "w").close()
+        r = run([exe, "--data", missing, "--json", os.path.join(f, "out.json")])
+        check(r.returncode == 2 and f"{f} is not a directory" in r.stderr,
+              f"mnist_cnn --json FILE/out.json: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+        # A write that fails (here the file size limit: EFBIG, as ENOSPC on a full disk) says the
+        # system's reason, and leaves no temporary file.
+        def small_files():
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+        out = os.path.join(d, "out.json")
+        r = subprocess.run([exe, "--data", data, "--epochs", "1", "--steps-per-epoch", "1", "--batch-size", "8",
+                            "--threads", "1", "--verbose", "0", "--json", out],
+                           capture_output=True, text=True, timeout=300, preexec_fn=small_files)
+        check(r.returncode == 1 and "cannot write the JSON report" in r.stderr and os.strerror(27) in r.stderr,
+              f"mnist_cnn --json over the file size limit: exit {r.returncode}, stderr {r.stderr.strip()!r} "
+              f"(expected the reason, {os.strerror(27)!r})")
+        check(sorted(os.listdir(d)) == ["file"], f"mnist_cnn --json failure left {sorted(os.listdir(d))}")
+    # A signal after fit is not swallowed: SIGTERM during the final evaluation (a test set large
+    # enough to take seconds on one thread) ends the process at once, and --save was written before it.
+    with tempfile.TemporaryDirectory() as big, tempfile.TemporaryDirectory() as d:
+        fake_mnist(big, train=64, test=30000)
+        backup_dir = os.path.join(d, "backup")
+        backup = os.path.join(backup_dir, "backup.safetensors")
+        ckpt = os.path.join(d, "final.safetensors")
+        p = subprocess.Popen([exe, "--data", big, "--epochs", "2", "--steps-per-epoch", "1", "--batch-size", "8", "--threads", "1",
+                              "--verbose", "0", "--backup-dir", backup_dir, "--save", ckpt],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(backup) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # epoch 1 ended: its backup
+        while os.path.exists(backup) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # fit returned: its backup is removed, the final evaluation begins
+        soon = time.monotonic() + 1
+        while catches(p.pid, signal.SIGTERM) and p.poll() is None and time.monotonic() < soon:
+            time.sleep(0.005)  # until the handlers are released (--save written)
+        running = p.poll() is None
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        took = time.monotonic() - t0
+        if check(running, "mnist_cnn: the run ended before the final evaluation could be signalled"):
+            check(p.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM) and took < 1.0,
+                  f"mnist_cnn, SIGTERM during the final evaluate: exit {p.returncode} after {took:.2f} s, expected to end at "
+                  f"once with SIGTERM ({out.strip()[-200:]!r} {err.strip()[-300:]!r})")
+            check(os.path.exists(ckpt) and not [f for f in os.listdir(d) if ".tmp" in f],
+                  f"mnist_cnn, SIGTERM during the final evaluate: --save missing or temporary files ({os.listdir(d)})")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", action="append", default=[], help="NAME=PATH of a built example or benchmark")
+    p.add_argument("--only-hardening", action="store_true", help="only mnist_cnn_hardening (quick iteration)")
     a = p.parse_args()
     bins = dict(b.split("=", 1) for b in a.bin)
+    if a.only_hardening:
+        with tempfile.TemporaryDirectory() as data:
+            fake_mnist(data)
+            mnist_cnn_hardening(bins["mnist_cnn"], data, os.path.join(data, "no-such-dir"))
+        print(f"{len(failures)} failure(s)" if failures else "all checks passed")
+        return 1 if failures else 0
     mpi_env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_btl": "self,vader"}
 
     with tempfile.TemporaryDirectory() as data:
@@ -267,6 +441,7 @@ def main():
                 check(doc["test_images_per_second"] > 0, f"mnist_cnn JSON: test_images_per_second {doc['test_images_per_second']}")
             mnist_cnn_more(exe, data, missing)
             mnist_cnn_backup(exe, data)
+            mnist_cnn_hardening(exe, data, missing)
 
         if "custom_training_loop" in bins:
             exe = bins["custom_training_loop"]

@@ -8,11 +8,18 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include <strata/strata.hpp>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace strata::nn;
 namespace dist = strata::distribute;
@@ -171,6 +178,107 @@ TEST_CASE("a replica that throws stops the step; the error names it; nothing han
     // The strategy is usable again afterwards.
     s.run([&](dist::ReplicaContext& ctx) { ctx.all_reduce(std::span<float>(buf.data() + ctx.replica_id_in_sync_group() * 100, 100)); });
     CHECK(buf[0] == 4.0f);
+}
+
+namespace {
+/// Makes thread `index` of every pool built in its scope fail to start (the test seam).
+struct FailThreadStart {
+    explicit FailThreadStart(int index) { dist::detail::fail_thread_start_at() = index; }
+    ~FailThreadStart() { dist::detail::fail_thread_start_at() = -1; }
+};
+}  // namespace
+
+TEST_CASE("a pool whose threads cannot all start stops those that did and says why") {
+    std::atomic<int> set_up{0};
+    {
+        FailThreadStart fail(5);
+        const auto msg = strata_test::error_of<strata::DistributedError>(
+            [&] { dist::ReplicaPool pool(8, [&](int) { ++set_up; }); });
+        INFO(msg);
+        CHECK(strata_test::has(msg, "8 threads asked for, 5 started (now stopped)"));
+        CHECK(strata_test::has(msg, "the system refused thread 5"));
+        CHECK(strata_test::has(msg, std::strerror(EAGAIN)));
+        CHECK(set_up == 5);  // the five that started ran, and were joined before the throw
+    }
+    {
+        // Through the strategies, which start one thread per replica or worker.
+        FailThreadStart fail(2);
+        CHECK_THROWS_WITH_AS(dist::Mirrored<>(4), doctest::Contains("4 threads asked for, 2 started"), strata::DistributedError);
+        CHECK_THROWS_WITH_AS((dist::ParameterServer<>(3, 1)), doctest::Contains("3 threads asked for, 2 started"),
+                             strata::DistributedError);
+    }
+    dist::Mirrored<> fine(4);  // the seam is off again: the same counts start
+    CHECK(fine.num_replicas_in_sync() == 4);
+}
+
+TEST_CASE("a pool that hits a real memory limit throws instead of hanging (a child process under RLIMIT_AS)") {
+    // Root ignores RLIMIT_NPROC, but not RLIMIT_AS: with little address space left, glibc cannot
+    // map the next thread's stack and pthread_create fails with EAGAIN. The child must end with
+    // the pool's error; a pool that waited forever is killed by the alarm.
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::alarm(30);
+        long vm_kb = 0;
+        if (FILE* f = std::fopen("/proc/self/status", "r")) {
+            char line[256];
+            while (std::fgets(line, sizeof line, f))
+                if (std::sscanf(line, "VmSize: %ld kB", &vm_kb) == 1) break;
+            std::fclose(f);
+        }
+        if (vm_kb <= 0) ::_exit(4);
+        const rlim_t limit = rlim_t(vm_kb) * 1024 + (rlim_t(96) << 20);
+        const struct rlimit rl{limit, limit};
+        if (::setrlimit(RLIMIT_AS, &rl) != 0) ::_exit(5);
+        try {
+            dist::ReplicaPool pool(256);
+            ::_exit(3);  // every thread started: the limit did not bite
+        } catch (const strata::DistributedError& e) {
+            const std::string msg = e.what();
+            ::_exit(msg.find("256 threads asked for") != std::string::npos && msg.find("started (now stopped)") != std::string::npos
+                        ? 0 : 6);
+        } catch (...) {
+            ::_exit(2);
+        }
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    INFO("child ", WIFEXITED(status) ? "exited " + std::to_string(WEXITSTATUS(status)) : "killed by signal " + std::to_string(WTERMSIG(status)));
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+}
+
+TEST_CASE("replica and worker counts the machine cannot run are refused, naming the count and the limit") {
+    // 1024 replicas or 1000 workers on a few cores once started every thread and grew until the
+    // kernel killed the process; 4 to 8 replicas on 2 cores are fine (the tests above run them).
+    const int limit = dist::max_replica_threads();
+    CHECK(limit >= 64);
+    const std::string at_most = "at most " + std::to_string(limit);
+    const std::string over = std::to_string(limit + 1);
+    auto refused = [](auto&& make) { return strata_test::error_of<strata::ValueError>(make); };
+    std::string msg = refused([&] { dist::Mirrored<> s(limit + 1); });
+    INFO(msg);
+    CHECK(strata_test::has(msg, "Mirrored: " + over + " replicas"));
+    CHECK(strata_test::has(msg, at_most));
+    msg = refused([&] { dist::CentralStorage<> s(limit + 1); });
+    CHECK(strata_test::has(msg, over + " replicas"));
+    CHECK(strata_test::has(msg, at_most));
+    msg = refused([&] { dist::ParameterServer<> s(limit + 1, 1); });
+    CHECK(strata_test::has(msg, over + " workers"));
+    CHECK(strata_test::has(msg, at_most));
+    msg = refused([&] { dist::ParameterServer<> s(2, limit + 1); });
+    CHECK(strata_test::has(msg, over + " servers"));
+    if (limit < 1000) {  // the issue's cases, on a machine of fewer than 63 hardware threads
+        CHECK(strata_test::has(refused([] { dist::ParameterServer<> s(1000, 1); }), "1000 workers"));
+        CHECK(strata_test::has(refused([] { dist::Mirrored<> s(1024); }), "1024 replicas"));
+    }
+    dist::Mirrored<> eight(8);
+    CHECK(eight.num_replicas_in_sync() == 8);
+    // Memory: units that together need more than the physical memory are refused.
+    const std::uint64_t physical = dist::physical_memory_bytes();
+    REQUIRE(physical > 0);
+    CHECK_THROWS_WITH_AS(dist::detail::check_units_fit_memory("ParameterServer", "workers", 4, physical / 2, "a copy"),
+                         doctest::Contains("4 workers need at least"), strata::ValueError);
+    CHECK_NOTHROW(dist::detail::check_units_fit_memory("ParameterServer", "workers", 4, physical / 8, "a copy"));
 }
 
 TEST_CASE("a collective that waits past its timeout names who did not arrive") {

@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -651,6 +653,129 @@ TEST_CASE_TEMPLATE("MaxPooling2D gives a tied window's gradient to its first max
     const auto r = run.run(&w);
     CHECK(r.y == std::vector<double>{5});
     CHECK(r.dx == std::vector<double>{0, 0, 2.5, 0, 0, 0, 0, 0, 0});
+}
+
+// ---- NaN propagates ----------------------------------------------------------------------
+// A NaN (a corrupted weight, a diverging step) must never come out as a finite value: ReLU once
+// returned 0 for NaN and max pooling skipped a NaN that was not first in its window, so one NaN
+// weight trained on with a finite loss.
+
+namespace {
+template <class T, class P, class Act>
+void check_activation_propagates_nan() {
+    const T nan = std::numeric_limits<T>::quiet_NaN();
+    INFO(Act::name);
+    // Forward: bias_activation on [2, 3], a NaN in each row's first column; the bias leaves the
+    // rest finite.
+    auto y = strata::copy_to<P>(strata::from_vector(std::vector<T>{nan, T(-1), T(2), nan, T(0.5), T(-0.0)}, Shape{2, 3}).view());
+    bias_activation<Act>(y.view(), static_cast<const T*>(nullptr), 3, false);
+    const auto out = strata::to_vector(y.view());
+    CHECK(std::isnan(out[0]));
+    CHECK(std::isnan(out[3]));
+    if constexpr (Act::rowwise) {
+        // A NaN anywhere in a softmax row makes the whole row NaN.
+        CHECK(std::all_of(out.begin(), out.end(), [](T v) { return std::isnan(v); }));
+    } else {
+        CHECK(std::none_of(out.begin() + 1, out.begin() + 3, [](T v) { return std::isnan(v); }));
+    }
+    // Backward: a NaN output (the forward's NaN) and a NaN incoming gradient both give NaN, at a
+    // unit that is on and at one that is off.
+    const std::vector<T> ys = Act::rowwise ? std::vector<T>{nan, T(0.2), T(0.8), T(0.3), T(0.3), T(0.4)}
+                                           : std::vector<T>{nan, T(0), T(0.25), T(0.5), T(0), T(0.25)};
+    auto yt = strata::copy_to<P>(strata::from_vector(ys, Shape{2, 3}).view());
+    auto dy = strata::copy_to<P>(strata::from_vector(std::vector<T>{T(1), T(1), T(1), T(1), nan, nan}, Shape{2, 3}).view());
+    activation_backward<Act>(yt.view(), dy.view(), false);
+    const auto g = strata::to_vector(dy.view());
+    if constexpr (!std::is_same_v<Act, Linear>) CHECK(std::isnan(g[0]));  // NaN output (Linear's derivative is 1 anyway)
+    CHECK(std::isnan(g[4]));  // NaN gradient (ReLU: where the unit is off)
+    CHECK(std::isnan(g[5]));  // NaN gradient (ReLU: where the unit is on)
+    if constexpr (!Act::rowwise) {
+        CHECK(std::none_of(g.begin() + 1, g.begin() + 4, [](T v) { return std::isnan(v); }));
+    }
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("every activation propagates NaN, forward and backward", P, STRATA_TEST_PLACES) {
+    check_activation_propagates_nan<float, P, Linear>();
+    check_activation_propagates_nan<float, P, ReLU>();
+    check_activation_propagates_nan<double, P, ReLU>();
+    check_activation_propagates_nan<float, P, Sigmoid>();
+    check_activation_propagates_nan<float, P, Tanh>();
+    check_activation_propagates_nan<float, P, Softmax>();
+    check_activation_propagates_nan<double, P, Softmax>();
+}
+
+TEST_CASE("ReLU gives the bits it always gave for every value that is not NaN") {
+    // The NaN-propagating form must not change a trained figure: +0 for -0 and every negative
+    // value, x itself otherwise; its derivative +0 where the unit is off.
+    for (float x : {-0.0f, 0.0f, -1.5f, 1.5f, -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min()}) {
+        const float old = x > 0.0f ? x : 0.0f;
+        const float now = ReLU::apply(x);
+        INFO("x = ", x);
+        CHECK(std::memcmp(&old, &now, sizeof old) == 0);
+        const float old_grad = old > 0.0f ? 3.0f : 0.0f;
+        const float now_grad = ReLU::grad(old, 3.0f);
+        CHECK(std::memcmp(&old_grad, &now_grad, sizeof old_grad) == 0);
+    }
+}
+
+TEST_CASE_TEMPLATE("MaxPooling2D gives NaN for a window holding a NaN, forward and backward", P, STRATA_TEST_PLACES) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    using In = StaticShape<4, 4, 2>;
+    // Two 2x2 windows per row, two channels. Channel 0: a NaN in the last position of window
+    // (0, 0) and in the first of window (1, 1); channel 1: no NaN.
+    std::vector<double> x(In::size);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = double(i % 7) - 3.0;
+    auto at = [](int yy, int xx, int c) { return std::size_t((yy * 4 + xx) * 2 + c); };
+    x[at(1, 1, 0)] = nan;  // window (0, 0), last position
+    x[at(2, 2, 0)] = nan;  // window (1, 1), first position
+    for (int threads : {1, 2}) {
+        strata::set_num_threads(threads);
+        LayerRun<MaxPooling2D<2>, In, float, P> run(1, {}, x, Mode{.training = true});
+        std::vector<double> w(std::size_t(run.out_size()), 1.0);
+        w[1] = nan;  // a NaN gradient for window (0, 0), channel 1
+        const auto r = run.run(&w);
+        INFO("threads ", threads);
+        CHECK(std::isnan(r.y[0]));                // window (0, 0), channel 0
+        CHECK(std::isnan(r.y[(1 * 2 + 1) * 2]));  // window (1, 1), channel 0
+        CHECK(std::count_if(r.y.begin(), r.y.end(), [](double v) { return std::isnan(v); }) == 2);
+        // The window's gradient goes to the NaN's position; a NaN gradient reaches the input.
+        CHECK(r.dx[at(1, 1, 0)] == 1.0);
+        CHECK(r.dx[at(0, 0, 0)] == 0.0);
+        CHECK(std::count_if(r.dx.begin(), r.dx.end(), [](double v) { return std::isnan(v); }) == 1);
+    }
+    strata::set_num_threads(1);
+}
+
+TEST_CASE("Conv2D(ReLU) then MaxPooling2D fused in a Network: a NaN input comes out as NaN, forward and backward") {
+    // The host Network pools each chunk of the convolution's output in cache and takes ReLU's
+    // derivative at the pooled maximum (nn/conv2d.hpp): both must carry a NaN through.
+    using Seq = Sequential<Input<8, 8, 1>, Conv2D<4, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<3>>;
+    const std::int64_t n = 3;
+    const auto params = reference_values(Seq::num_params, 71, -0.5, 0.5);
+    auto xs = reference_values(n * Seq::input_shape::size, 72);
+    xs[std::size_t(Seq::input_shape::size + 20)] = std::numeric_limits<double>::quiet_NaN();  // example 1 only
+    Network<Seq, double, Host> net;
+    auto x = on_place<double, Host>(xs, Seq::input_shape::batched(n));
+    Mode inference{};
+    inference.no_backward = true;
+    for (const Mode& mode : {inference, Mode{.training = true}}) {
+        const auto y = as_double(net.forward(params.data(), x.view(), mode));
+        CHECK(std::none_of(y.begin(), y.begin() + 3, [](double v) { return std::isnan(v); }));
+        CHECK(std::all_of(y.begin() + 3, y.begin() + 6, [](double v) { return std::isnan(v); }));
+        CHECK(std::none_of(y.begin() + 6, y.end(), [](double v) { return std::isnan(v); }));
+    }
+    auto dy = on_place<double, Host>(std::vector<double>(std::size_t(n * 3), 1.0), Shape{n, 3});
+    copy(dy.view(), net.output_grad());
+    std::vector<double> grads(std::size_t(Seq::num_params), 0.0);
+    net.backward(params.data(), grads.data(), Mode{.training = true});
+    // The convolution's kernel gradient sums over every example: the NaN reaches it.
+    CHECK(std::isnan(grads[0]));
+    // Its bias gradient does only through the fused backward's ReLU derivative, taken at the
+    // pooled maxima (NaN in example 1); Dense's input gradient is finite.
+    constexpr std::int64_t bias = 3 * 3 * 1 * 4;
+    CHECK(std::all_of(grads.begin() + bias, grads.begin() + bias + 4, [](double v) { return std::isnan(v); }));
 }
 
 // ---- the reference model ----------------------------------------------------------------

@@ -16,6 +16,11 @@
 #include <strata/strata.hpp>
 #include <strata/distribute/parameter_server.hpp>
 
+#include <csignal>
+#include <memory>
+#include <signal.h>
+#include <unistd.h>
+
 using namespace strata::nn;
 namespace dist = strata::distribute;
 namespace ss = strata::sync;
@@ -385,6 +390,47 @@ TEST_CASE("real clock: every mode trains and ends; KSync cancels a slow worker p
     ps_train<ss::Asynchronous<1>>(3, 2, {}, data, opt, 1, &s);
     CHECK(s.updates == 16);
     CHECK(s.ssp_gap_max <= 1);
+}
+
+TEST_CASE("real clock: Ctrl-C (StopOnSignal) ends a straggler's injected delay; fit stops after the step") {
+    // Every mini-batch sleeps at least 600 s (shift); SIGINT arrives 300 ms in. The workers wake
+    // within a slice, the step completes, StopOnSignal stops fit. Without it, the coordinator
+    // would wait for its 20 s timeout and throw.
+    const auto data = dataset<Mlp>(64, 3).batch(4);
+    dist::ParameterServer<Host, ss::Synchronous> ps(
+        2, 1, {.stragglers = dist::Stragglers::shifted_exponential(600, 1), .timeout = std::chrono::seconds(20)});
+    strata::Model<Mlp, decltype(ps)> model(ps, 11);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.05});
+    struct sigaction before {};
+    ::sigaction(SIGINT, nullptr, &before);
+    auto stop = std::make_shared<strata::train::StopOnSignal>();
+    std::thread signaller([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ::kill(::getpid(), SIGINT);
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+        model.fit(data, {.epochs = 3, .callbacks = {stop}, .verbose = 0});
+    } catch (const strata::Error& e) {
+        error = e.what();
+    }
+    const auto took = std::chrono::steady_clock::now() - t0;
+    signaller.join();
+    CHECK(error == "");
+    CHECK(stop->interrupted());
+    CHECK(stop->signal_number() == SIGINT);
+    CHECK(stop->exit_status() == 130);
+    CHECK(took < std::chrono::seconds(10));
+    CHECK(model.gradient_path().stats().updates <= 2);
+    // Released (or destroyed), the handlers are the previous ones again and the flag is clear
+    // for the next run.
+    stop->release();
+    struct sigaction now {};
+    ::sigaction(SIGINT, nullptr, &now);
+    CHECK((now.sa_handler == before.sa_handler));
+    stop.reset();
+    CHECK(strata::stop_signal().load() == 0);
 }
 
 TEST_CASE("K and B given at run time (sync::dynamic) train exactly as the static ones; missing or contradicting knobs are errors") {

@@ -1,15 +1,22 @@
 // The parameter-server strategy's parts: TF's variable partitioners (the outputs TF documents),
 // the "div" split, round-robin placement, and the seeded straggler model (determinism, moments,
-// the command-line form). Deterministic: fixed seeds, no timing.
+// the command-line form, its ranges, and the real clock's interruptible delay). Deterministic:
+// fixed seeds; the only timing is a delay that must end well before its length.
 #include <doctest/doctest.h>
 
 #include <strata/distribute/partitioner.hpp>
 #include <strata/distribute/straggler.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <limits>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "test_util.hpp"
@@ -222,11 +229,11 @@ TEST_CASE("stragglers: slow factors and none") {
     CHECK(has(error_of<ValueError>([&] { per.validate(4); }), "one slowdown factor per worker (4), found 3"));
     CHECK(has(error_of<ValueError>([] { sd::Stragglers::none().validate(0); }), "at least 1 worker, found 0"));
 
-    CHECK(has(error_of<ValueError>([] { (void)sd::Stragglers::slow(0, 0.5); }), "factor >= 1, found 0.5"));
+    CHECK(has(error_of<ValueError>([] { (void)sd::Stragglers::slow(0, 0.5); }), "factor >= 1 and <= 1e+06, found 0.5"));
     CHECK(has(error_of<ValueError>([] { (void)sd::Stragglers::slow(-1, 2.0); }), "worker index >= 0, found -1"));
     CHECK(has(error_of<ValueError>([] { (void)sd::Stragglers::slow(std::vector<double>{}); }), "found none"));
-    CHECK(has(error_of<ValueError>([] { (void)sd::Stragglers::exponential(0); }), "mean > 0 s, found 0"));
-    CHECK(has(error_of<ValueError>([] { (void)sd::Stragglers::shifted_exponential(-1, 1); }), "shift >= 0 s, found -1"));
+    CHECK(has(error_of<ValueError>([] { (void)sd::Stragglers::exponential(0); }), "mean > 0 s and <= 86400 s (one day), found 0"));
+    CHECK(has(error_of<ValueError>([] { (void)sd::Stragglers::shifted_exponential(-1, 1); }), "shift >= 0 s and <= 86400 s (one day), found -1"));
 }
 
 TEST_CASE("stragglers: parse and describe") {
@@ -258,7 +265,7 @@ TEST_CASE("stragglers: parse and describe") {
     // Parsed and built models draw the same numbers.
     CHECK(sexp.compute_seconds(5, 2, 11, 0) == sd::Stragglers::shifted_exponential(0.002, 0.010).compute_seconds(5, 2, 11, 0));
 
-    for (const char* junk : {"", "exp:", "exp:-1", "exp:0", "exp:1e400", "exp:5x", "exp: 5", "exp:+5", "exp:nan",
+    for (const char* junk : {"exp:", "exp:-1", "exp:0", "exp:1e400", "exp:5x", "exp: 5", "exp:+5", "exp:nan",
                              "exp:inf", "slow:1", "slow:a:2", "slow:1:0.5", "slow:-1:2", "slow:1.0:2", "slow:1:2:3",
                              "sexp:1:2:3", "sexp:-1:2", "sexp:1", "none:", "None", "uniform:3", "exp:10ms"}) {
         CAPTURE(junk);
@@ -266,4 +273,50 @@ TEST_CASE("stragglers: parse and describe") {
         CHECK(has(msg, std::string("\"") + junk + "\""));
         CHECK(has(msg, "none, slow:WORKER:FACTOR, exp:MEAN_MS, sexp:SHIFT_MS:MEAN_MS"));
     }
+}
+
+TEST_CASE("stragglers: an empty value and durations out of range are named, with the range") {
+    const auto empty = error_of<ValueError>([] { (void)sd::Stragglers::parse(""); });
+    CHECK(has(empty, "empty value; expected none | slow:WORKER:FACTOR | exp:MEAN_MS | sexp:SHIFT_MS:MEAN_MS"));
+    CHECK(!has(empty, "\"\""));
+    // A factor of 1e12 once overflowed the real clock's wait into no wait at all.
+    for (const auto& [spec, says] : {std::pair{"slow:1:1e12", "FACTOR must be a finite number >= 1 and <= 1e+06, found \"1e12\""},
+                                     std::pair{"exp:1e12", "MEAN_MS must be a finite number > 0 and <= 8.64e+07, found \"1e12\""},
+                                     std::pair{"sexp:1e12:5", "SHIFT_MS must be a finite number >= 0 and <= 8.64e+07"},
+                                     std::pair{"sexp:5:1e12", "MEAN_MS must be a finite number > 0 and <= 8.64e+07"}}) {
+        CAPTURE(spec);
+        CHECK(has(error_of<ValueError>([&] { (void)sd::Stragglers::parse(spec); }), says));
+    }
+    CHECK_NOTHROW((void)sd::Stragglers::parse("slow:1:1e6"));
+    CHECK_NOTHROW((void)sd::Stragglers::parse("exp:86400000"));
+    CHECK(has(error_of<ValueError>([] { (void)sd::Stragglers::slow(1, 1e12); }), "factor >= 1 and <= 1e+06, found 1e+12"));
+    CHECK(has(error_of<ValueError>([] { (void)sd::Stragglers::slow(std::vector<double>{1, 2e6}); }), "found 2e+06"));
+    CHECK(has(error_of<ValueError>([] { (void)sd::Stragglers::exponential(1e9); }), "mean > 0 s and <= 86400 s (one day), found 1e+09"));
+    CHECK(has(error_of<ValueError>([] { (void)sd::Stragglers::shifted_exponential(1e9, 1); }), "found 1e+09"));
+}
+
+TEST_CASE("stragglers: a real-clock delay is range-checked, ends when done, and ends at a stop request (Ctrl-C)") {
+    std::mutex m;
+    std::condition_variable cv;
+    std::unique_lock<std::mutex> lock(m);
+    for (double bad : {1e12, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+        CAPTURE(bad);
+        const auto msg = error_of<ValueError>([&] { sd::Stragglers::sleep(cv, lock, bad, [] { return false; }); });
+        CHECK(has(msg, "an injected delay must be finite, >= 0 s and <= 1e+07 s, found "));
+    }
+    CHECK(!sd::Stragglers::sleep(cv, lock, 0.02, [] { return false; }));  // slept it out
+    CHECK(!sd::Stragglers::sleep(cv, lock, 3600, [] { return true; }));   // done at once
+    // A signal handler cannot notify the condition variable: the flag is read in slices.
+    REQUIRE(strata::stop_signal().load() == 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::thread signaller([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        strata::stop_signal() = 2;  // what StopOnSignal's handler stores for SIGINT
+    });
+    const bool stopped = sd::Stragglers::sleep(cv, lock, 3600, [] { return false; });
+    const auto took = std::chrono::steady_clock::now() - t0;
+    signaller.join();
+    strata::stop_signal() = 0;
+    CHECK(stopped);
+    CHECK(took < std::chrono::seconds(2));
 }

@@ -108,6 +108,8 @@ public:
         : detail::ReplicaRuntime<P>(checked_workers(workers), runtime_options(options), "ParameterServer", true),
           servers_(servers), ps_options_(std::move(options)) {
         STRATA_CHECK(servers >= 1, ValueError, "ParameterServer: the number of servers must be >= 1, got ", servers);
+        STRATA_CHECK(servers <= max_replica_threads(), ValueError, "ParameterServer: ", servers, " servers (one thread each) on ",
+                     hardware_threads(), " hardware threads; at most ", max_replica_threads(), " (16 per hardware thread, at least 64)");
         if constexpr (dynamic_rule) {
             STRATA_CHECK(ps_options_.rule.has_value(), ValueError, "ParameterServer<sync::Any>: choose the mode in "
                          "ParameterServerOptions::rule (Synchronous, KSync, KBatchSync, KAsync, KBatchAsync or Asynchronous)");
@@ -201,6 +203,9 @@ public:
 private:
     static int checked_workers(int workers) {
         STRATA_CHECK(workers >= 1, ValueError, "ParameterServer: the number of workers must be >= 1, got ", workers);
+        STRATA_CHECK(workers <= max_replica_threads(), ValueError, "ParameterServer: ", workers, " workers (one thread each) on ",
+                     hardware_threads(), " hardware threads; at most ", max_replica_threads(),
+                     " (16 per hardware thread, at least 64): more only wait for each other and each holds its own buffers");
         return workers;
     }
     static StrategyOptions runtime_options(const ParameterServerOptions& o) {

@@ -6,13 +6,19 @@
 /// replica finish, and rethrows on the caller's thread a DistributedError naming the replica
 /// and its error. Threads are kept between steps because starting them costs more than a
 /// small model's step (and, on CUDA, each needs its own context setup).
+///
+/// The threads start all or none: when the system refuses one (pthread_create's EAGAIN: a
+/// process or memory limit), the constructor stops and joins those already started and throws
+/// DistributedError saying how many were asked for, how many started, and the system's reason.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -20,6 +26,16 @@
 #include "strata/core/error.hpp"
 
 namespace strata::distribute {
+
+namespace detail {
+/// For tests: the index of the thread whose start every ReplicaPool built from now on fails, as
+/// pthread_create fails when the system refuses a thread (EAGAIN); -1 (the default): none.
+/// Lets a test check the all-or-nothing start without exhausting the machine.
+inline std::atomic<int>& fail_thread_start_at() {
+    static std::atomic<int> index{-1};
+    return index;
+}
+}  // namespace detail
 
 class ReplicaPool {
 public:
@@ -35,19 +51,25 @@ public:
         }
         errors_.resize(std::size_t(n_));
         threads_.reserve(std::size_t(n_));
-        for (int r = 0; r < n_; ++r) threads_.emplace_back([this, r, setup] { worker(r, setup); });
+        for (int r = 0; r < n_; ++r) {
+            try {
+                if (detail::fail_thread_start_at().load() == r)
+                    throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                                            "injected by detail::fail_thread_start_at");
+                threads_.emplace_back([this, r, setup] { worker(r, setup); });
+            } catch (const std::exception& e) {
+                // The started threads wait for a job: stop them before anything they use is
+                // destroyed (unwinding with threads still waiting on wake_ would never end).
+                stop_and_join();
+                throw_error<DistributedError>("ReplicaPool: ", n_, " threads asked for, ", r,
+                                              " started (now stopped); the system refused thread ", r, ": ", e.what(),
+                                              " (fewer replicas or workers, or a higher process/thread or memory limit)");
+            }
+        }
     }
     ReplicaPool(const ReplicaPool&) = delete;
     ReplicaPool& operator=(const ReplicaPool&) = delete;
-    ~ReplicaPool() {
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            stopping_ = true;
-            ++generation_;
-        }
-        wake_.notify_all();
-        for (auto& t : threads_) t.join();
-    }
+    ~ReplicaPool() { stop_and_join(); }
 
     int size() const { return n_; }
 
@@ -111,6 +133,17 @@ public:
     }
 
 private:
+    void stop_and_join() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stopping_ = true;
+            ++generation_;
+        }
+        wake_.notify_all();
+        for (auto& t : threads_) t.join();
+        threads_.clear();
+    }
+
     void worker(int r, const std::function<void(int)>& setup) {
         if (setup) setup(r);
         std::uint64_t seen = 0;

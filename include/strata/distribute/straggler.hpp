@@ -12,9 +12,12 @@
 /// (strata/core/random.hpp), so a run is reproducible whatever order the threads ask in.
 
 #include <charconv>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -24,6 +27,7 @@
 
 #include "strata/core/error.hpp"
 #include "strata/core/random.hpp"
+#include "strata/core/stop_signal.hpp"
 
 namespace strata::distribute {
 
@@ -49,6 +53,15 @@ public:
     /// (high bits 0) and dropout (low word with bit 63 set) never reach, so they are
     /// independent of the model's random numbers for the same seed. The value spells "STRAG".
     static constexpr std::uint64_t stream = 0x5354524147000000ULL;
+
+    /// The largest slowdown factor (slow:WORKER:FACTOR), and the longest mean or shift (exp,
+    /// sexp): one day, as the longest timeout. Beyond them a delay overflows the clocks (a factor
+    /// of 1e12 once slept nothing at all).
+    static constexpr double max_factor = 1e6;
+    static constexpr double max_seconds = 86400;
+    /// The longest delay a real clock sleeps (a draw is at most ~37 means; factor × a measured
+    /// compute time is checked against it when it is slept).
+    static constexpr double max_delay_seconds = 1e7;
 
     /// No straggler: every worker takes base_seconds per mini-batch, no delay is injected.
     Stragglers() = default;
@@ -77,7 +90,7 @@ public:
         return s;
     }
 
-    /// Compute time ~ Exp(mu) with mean 1/mu = mean_seconds. Requires: mean_seconds finite and > 0.
+    /// Compute time ~ Exp(mu) with mean 1/mu = mean_seconds. Requires: 0 < mean_seconds <= max_seconds.
     static Stragglers exponential(double mean_seconds) {
         check_mean(mean_seconds, "Stragglers::exponential");
         Stragglers s;
@@ -87,10 +100,11 @@ public:
     }
 
     /// Compute time ~ shift_seconds + Exp(mu) with 1/mu = mean_seconds.
-    /// Requires: shift_seconds finite and >= 0, mean_seconds finite and > 0.
+    /// Requires: 0 <= shift_seconds <= max_seconds, 0 < mean_seconds <= max_seconds.
     static Stragglers shifted_exponential(double shift_seconds, double mean_seconds) {
-        STRATA_CHECK(std::isfinite(shift_seconds) && shift_seconds >= 0, ValueError,
-                     "Stragglers::shifted_exponential: expected a finite shift >= 0 s, found ", shift_seconds);
+        STRATA_CHECK(std::isfinite(shift_seconds) && shift_seconds >= 0 && shift_seconds <= max_seconds, ValueError,
+                     "Stragglers::shifted_exponential: expected a finite shift >= 0 s and <= ", max_seconds, " s (one day), found ",
+                     shift_seconds);
         check_mean(mean_seconds, "Stragglers::shifted_exponential");
         Stragglers s;
         s.kind_ = Kind::ShiftedExponential;
@@ -108,6 +122,9 @@ public:
     /// Stragglers::parse("exp:10").mean_seconds(0, 0) == 0.01
     /// \endcode
     static Stragglers parse(std::string_view spec) {
+        if (spec.empty())
+            throw_error<ValueError>("Stragglers::parse: empty value; expected none | slow:WORKER:FACTOR | exp:MEAN_MS | "
+                                    "sexp:SHIFT_MS:MEAN_MS (times in milliseconds)");
         std::vector<std::string_view> parts;
         for (std::size_t start = 0;;) {
             const auto colon = spec.find(':', start);
@@ -124,14 +141,16 @@ public:
             if (parts.size() != n)
                 fail("\"", parts[0], "\" takes ", n - 1, n == 2 ? " number" : " numbers", ", found ", parts.size() - 1);
         };
-        auto number = [&](std::string_view text, const char* name, double lo, bool lo_included) {
+        auto number = [&](std::string_view text, const char* name, double lo, bool lo_included, double hi) {
             double x = 0;
             const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
             const bool ok = !text.empty() && ec == std::errc() && end == text.data() + text.size() && std::isfinite(x) &&
-                            (lo_included ? x >= lo : x > lo);
-            if (!ok) fail(name, " must be a finite number ", lo_included ? ">= " : "> ", lo, ", found \"", text, "\"");
+                            (lo_included ? x >= lo : x > lo) && x <= hi;
+            if (!ok)
+                fail(name, " must be a finite number ", lo_included ? ">= " : "> ", lo, " and <= ", hi, ", found \"", text, "\"");
             return x;
         };
+        const double max_ms = max_seconds * 1000.0;
         const auto head = parts[0];
         if (head == "none") {
             arity(1);
@@ -144,16 +163,16 @@ public:
             const auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), worker);
             if (w.empty() || ec != std::errc() || end != w.data() + w.size() || worker < 0)
                 fail("WORKER must be an integer >= 0, found \"", w, "\"");
-            return slow(worker, number(parts[2], "FACTOR", 1.0, true));
+            return slow(worker, number(parts[2], "FACTOR", 1.0, true, max_factor));
         }
         if (head == "exp") {
             arity(2);
-            return exponential(number(parts[1], "MEAN_MS", 0.0, false) / 1000.0);
+            return exponential(number(parts[1], "MEAN_MS", 0.0, false, max_ms) / 1000.0);
         }
         if (head == "sexp") {
             arity(3);
-            const double shift = number(parts[1], "SHIFT_MS", 0.0, true);
-            return shifted_exponential(shift / 1000.0, number(parts[2], "MEAN_MS", 0.0, false) / 1000.0);
+            const double shift = number(parts[1], "SHIFT_MS", 0.0, true, max_ms);
+            return shifted_exponential(shift / 1000.0, number(parts[2], "MEAN_MS", 0.0, false, max_ms) / 1000.0);
         }
         fail("unknown model \"", head, "\"");
         return {};  // not reached: fail throws
@@ -205,6 +224,28 @@ public:
         return 0;
     }
 
+    /// Real clock: waits `seconds` on `cv` (its `lock` held) until `done()`, or until a stop
+    /// was requested (strata::stop_signal(): Ctrl-C or SIGTERM under StopOnSignal), checked every
+    /// 50 ms at most since a signal cannot notify a condition variable. Returns whether a stop
+    /// request ended it. Throws ValueError for a delay that is not finite, negative or beyond
+    /// max_delay_seconds (naming it), rather than overflowing the clock into no wait at all.
+    template <class Done>
+    static bool sleep(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, double seconds, Done&& done) {
+        STRATA_CHECK(std::isfinite(seconds) && seconds >= 0 && seconds <= max_delay_seconds, ValueError,
+                     "Stragglers: an injected delay must be finite, >= 0 s and <= ", max_delay_seconds, " s, found ", seconds,
+                     " s (a smaller slowdown factor or mean)");
+        using clock = std::chrono::steady_clock;
+        const auto until = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
+        for (;;) {
+            if (done()) return false;
+            if (stop_signal().load() != 0) return true;
+            const auto now = clock::now();
+            if (now >= until) return false;
+            const auto slice = std::chrono::milliseconds(50);
+            cv.wait_until(lock, until - now < slice ? until : now + slice);
+        }
+    }
+
     /// The expected compute time under the virtual clock, for the theory formulas:
     /// base × factor(worker), 1/mu, or shift + 1/mu.
     double mean_seconds(int worker, double base_seconds) const {
@@ -252,11 +293,12 @@ public:
 
 private:
     static void check_factor(double factor, int worker) {
-        STRATA_CHECK(std::isfinite(factor) && factor >= 1, ValueError, "Stragglers::slow: worker ", worker,
-                     ": expected a finite slowdown factor >= 1, found ", factor);
+        STRATA_CHECK(std::isfinite(factor) && factor >= 1 && factor <= max_factor, ValueError, "Stragglers::slow: worker ", worker,
+                     ": expected a finite slowdown factor >= 1 and <= ", max_factor, ", found ", factor);
     }
     static void check_mean(double mean, const char* who) {
-        STRATA_CHECK(std::isfinite(mean) && mean > 0, ValueError, who, ": expected a finite mean > 0 s, found ", mean);
+        STRATA_CHECK(std::isfinite(mean) && mean > 0 && mean <= max_seconds, ValueError, who, ": expected a finite mean > 0 s and <= ",
+                     max_seconds, " s (one day), found ", mean);
     }
 
     // Inverse CDF of Exp with mean mean_: -mean·log(1 − u), u in [0, 1) with 53 random bits, so

@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "strata/distribute/collective/all_reduce.hpp"
 #include "strata/distribute/replica_pool.hpp"
 #include "strata/distribute/combinations.hpp"
@@ -94,6 +96,32 @@ private:
     std::vector<R> values_;
 };
 
+/// The most replica (or worker) threads one process may start: 16 per hardware thread, and at
+/// least 64. More only wait for each other and hold a model's buffers each (1000 workers on
+/// 2 cores once grew to 24 GB until the kernel killed them), so a larger count is refused.
+inline int max_replica_threads() { return std::max(64, 16 * hardware_threads()); }
+
+/// Bytes of physical memory of this machine (0 if the system does not say).
+inline std::uint64_t physical_memory_bytes() {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : 0;
+}
+
+namespace detail {
+/// Refuses `units` replicas or workers that each hold at least `bytes_each` (`what`) when
+/// together they need more than the machine's physical memory: such a run would only grow until
+/// the kernel killed it.
+inline void check_units_fit_memory(const char* name, const char* units_name, int units, std::uint64_t bytes_each,
+                                   const char* what) {
+    const std::uint64_t physical = physical_memory_bytes();
+    const double need = double(units) * double(bytes_each);
+    if (physical == 0 || need <= double(physical)) return;
+    throw_error<ValueError>(name, ": ", units, " ", units_name, " need at least ", need / double(1 << 20), " MiB (",
+                            double(bytes_each) / double(1 << 20), " MiB each: ", what, "), more than the ",
+                            double(physical) / double(1 << 20), " MiB of physical memory here; use fewer ", units_name);
+}
+}  // namespace detail
+
 namespace detail {
 /// The run-time part every strategy shares: one logical device and one thread per replica,
 /// and the collective group among them.
@@ -111,6 +139,9 @@ public:
         : options_(options), group_(replicas, collective::GroupOptions{options.timeout}), prefix_(std::move(device_prefix)),
           first_device_(first_device) {
         STRATA_CHECK(replicas >= 1, ValueError, name, ": the number of replicas must be >= 1, got ", replicas);
+        STRATA_CHECK(replicas <= max_replica_threads(), ValueError, name, ": ", replicas, " replicas (one thread each) on ",
+                     hardware_threads(), " hardware threads; at most ", max_replica_threads(),
+                     " (16 per hardware thread, at least 64): more only wait for each other and each holds its own buffers");
         STRATA_CHECK(options.cores_per_replica >= 0, ValueError, name, ": cores_per_replica must be >= 0, got ",
                      options.cores_per_replica);
         pick_devices(replicas, name);

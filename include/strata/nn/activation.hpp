@@ -3,6 +3,11 @@
 /// Activations: `Linear`, `ReLU`, `Sigmoid`, `Tanh`, `Softmax`, as tags layers take
 /// (`Dense<64, ReLU>`). Each gives its value and, for the backward pass, its derivative
 /// expressed through its output y (so no pre-activation buffer is kept).
+///
+/// Every activation propagates NaN, forward and backward: a NaN input gives a NaN output, and a
+/// NaN output or incoming gradient gives a NaN gradient (as IEEE arithmetic, and TensorFlow's
+/// `dy * (y > 0)`, do), so a corrupted weight or a diverging step is never turned into a finite
+/// value that trains on. The forms stay branch-free selects, so the host loops vectorise.
 
 #include <cmath>
 #include <cstdint>
@@ -18,12 +23,16 @@ struct Linear {
     template <class T> STRATA_HD static T apply(T x) { return x; }
     template <class T> STRATA_HD static T grad(T, T dy) { return dy; }
 };
-/// y = max(x, 0).
+/// y = max(x, 0); NaN stays NaN.
 struct ReLU {
     static constexpr const char* name = "relu";
     static constexpr bool rowwise = false;
-    template <class T> STRATA_HD static T apply(T x) { return x > T(0) ? x : T(0); }
-    template <class T> STRATA_HD static T grad(T y, T dy) { return y > T(0) ? dy : T(0); }
+    // `x < 0 ? 0 : x` passes NaN (an unordered compare is false; x86's maxps(0, x) is this form);
+    // `+ 0` turns -0 into +0, so every other input gives the same bits as `x > 0 ? x : 0`.
+    template <class T> STRATA_HD static T apply(T x) { return x < T(0) ? T(0) : x + T(0); }
+    // Where the unit is off, 0 for finite y and dy (x - x is +0) and NaN where either is NaN
+    // (TensorFlow's dy * (y > 0) gives the same); where it is on, dy.
+    template <class T> STRATA_HD static T grad(T y, T dy) { return y > T(0) ? dy : (y - y) + (dy - dy); }
 };
 /// y = 1 / (1 + e^-x).
 struct Sigmoid {

@@ -57,9 +57,12 @@ struct MaxPoolRows {
                     const auto k = std::int32_t(ky * G::kw + kx);
                     for (std::int64_t ci = 0; ci < G::c; ++ci) {
                         // A mask rather than a second select: GCC if-converts (vectorises) this form.
+                        // A NaN is taken and then kept (nothing compares greater than it), so a
+                        // window holding a NaN gives NaN, with its position as the maximum's.
                         const T v = s[ci], old = best[ci];
-                        const std::int32_t more = -std::int32_t(v > old);
-                        best[ci] = v > old ? v : old;
+                        const bool take = (v > old) | (v != v);
+                        const std::int32_t more = -std::int32_t(take);
+                        best[ci] = take ? v : old;
                         where[ci] = (k & more) | (where[ci] & ~more);
                     }
                 }
@@ -89,7 +92,7 @@ struct MaxPoolElements {
                 const std::int64_t ix = ox * G::sw - G::pl + kx;
                 if (ix < 0 || ix >= G::w) continue;
                 const T v = x[((n * G::h + iy) * G::w + ix) * G::c + ci];
-                if (first || v > best) {
+                if (first || v > best || v != v) {  // a NaN is taken and kept, as on the host
                     best = v;
                     where = std::int32_t(ky * G::kw + kx);
                     first = false;
@@ -213,7 +216,8 @@ class MaxPooling2DImpl;
 /// `LayerShapeError<MaxPooling2DRect<...>, Expected, Found>` in the message.
 /// Ensures: output [n, oh, ow, c] (see `Padding`), the maximum of each window over its
 /// positions inside the image; no parameters. The gradient of a window goes to its first
-/// maximum in row-major window order.
+/// maximum in row-major window order. A window holding a NaN gives NaN (never the largest of
+/// its other values), and its gradient goes to that NaN's position (its last NaN).
 ///
 /// \code
 /// using namespace strata::nn;

@@ -12,8 +12,23 @@
 /// if (stop->interrupted()) { model.save("interrupted.safetensors"); return 130; }
 /// \endcode
 ///
-/// The handlers are installed by the constructor and the previous ones restored by the
-/// destructor. One StopOnSignal at a time per process (signal dispositions are per process).
+/// The handlers are installed by the constructor and the previous ones restored by `release()`
+/// or the destructor. One StopOnSignal at a time per process (signal dispositions are per
+/// process). The signal is also recorded in strata::stop_signal(), which the waits that could
+/// outlast it read (a parameter-server worker's injected straggler delay ends at once).
+///
+/// Signals must be handled until the program's last step, not swallowed after fit: keep the
+/// StopOnSignal while the state is being saved (a signal then waits for the save to end), check
+/// `interrupted()` afterwards, and `release()` it before work that may simply be cut short (a
+/// final evaluation), so that a signal then takes its default action at once:
+///
+/// \code
+/// model.fit(train, {.epochs = 10, .callbacks = {stop}});
+/// model.save("final.safetensors");         // a signal here is held until the save is done
+/// stop->release();                          // from here on SIGINT/SIGTERM end the process
+/// if (stop->interrupted()) return stop->exit_status();
+/// model.evaluate(test);
+/// \endcode
 
 #include <atomic>
 #include <csignal>
@@ -21,6 +36,7 @@
 #include <signal.h>
 
 #include "strata/core/error.hpp"
+#include "strata/core/stop_signal.hpp"
 #include "strata/train/callbacks.hpp"
 
 namespace strata::train {
@@ -38,9 +54,20 @@ public:
         ::sigaction(SIGTERM, &sa, &old_term_);
     }
     ~StopOnSignal() override {
+        release();
+        // A later run without a StopOnSignal is not stopped by this one's signal (unless another
+        // StopOnSignal was installed after release(): the flag is then its).
+        if (!active()) caught() = 0;
+    }
+    /// Restores the previous handlers now (SIGINT and SIGTERM take their default action again,
+    /// as they would have without a StopOnSignal); `interrupted()` still says whether a signal
+    /// arrived while it was installed. Idempotent.
+    void release() {
+        if (released_) return;
         ::sigaction(SIGINT, &old_int_, nullptr);
         ::sigaction(SIGTERM, &old_term_, nullptr);
         active() = false;
+        released_ = true;
     }
     StopOnSignal(const StopOnSignal&) = delete;
     StopOnSignal& operator=(const StopOnSignal&) = delete;
@@ -61,15 +88,13 @@ public:
 
 private:
     static void handle(int sig) { caught() = sig; }
-    static std::atomic<int>& caught() {
-        static std::atomic<int> s{0};
-        return s;
-    }
+    static std::atomic<int>& caught() { return stop_signal(); }
     static std::atomic<bool>& active() {
         static std::atomic<bool> a{false};
         return a;
     }
     struct sigaction old_int_ {}, old_term_ {};
+    bool released_ = false;
 };
 
 }  // namespace strata::train

@@ -65,6 +65,8 @@ public:
           lockstep_rounds_(rule_ == sync::Rule::Synchronous || rule_ == sync::Rule::KSync || rule_ == sync::Rule::KBatchSync),
           W_(s.num_workers()), K_(s.k()), B_(s.staleness_bound()) {
         plan();
+        distribute::detail::check_units_fit_memory("ParameterServer", "workers", W_, 2 * std::uint64_t(num_params) * sizeof(T),
+                                                   "a pulled copy of the variables and a gradient");
         workers_.resize(std::size_t(W_));
         s.run_replicas([&](int w) {  // on the worker's thread: its logical device's memory
             workers_[std::size_t(w)].params.resize(Shape{num_params});
@@ -586,9 +588,9 @@ private:
                     if (!virtual_clock) {
                         const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
                         const double delay = opt.stragglers.delay_seconds(opt.straggler_seed, w, job.n, measured);
-                        if (delay > 0) {
+                        if (delay > 0) {  // range-checked, and cut short by Ctrl-C (the step then ends as usual)
                             std::unique_lock<std::mutex> lock(mutex_);
-                            cv_.wait_for(lock, std::chrono::duration<double>(delay), [&] { return cancel.load() || stop_; });
+                            Stragglers::sleep(cv_, lock, delay, [&] { return cancel.load() || stop_; });
                         }
                         if (cancel.load()) throw detail::Cancelled{};
                     }
