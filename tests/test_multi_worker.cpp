@@ -335,3 +335,37 @@ TEST_CASE("processes with different numbers of local replicas are refused on eve
     CHECK(msg.find("rank " + std::to_string(me) + " has " + std::to_string(me == 1 ? 2 : 1) + ", the ranks have from 1 to 2") !=
           std::string::npos);
 }
+
+TEST_CASE("ranks that ask for different transports are refused on every rank, never hang") {
+    // One rank in MPI_Comm_dup, the others in MPI_Win_allocate_shared, used to wait forever.
+    const int me = world_rank();
+    const auto t = me == 1 ? coll::Transport::Mpi : coll::Transport::SharedMemory;
+    const auto start = std::chrono::steady_clock::now();
+    const auto msg = strata_test::error_of<strata::ValueError>(
+        [&] { coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.timeout = std::chrono::seconds(20), .transport = t}); });
+    CHECK(msg.find("the ranks disagree on their settings") != std::string::npos);
+    CHECK(msg.find("transport: " + std::string(world_size() == 2 ? "rank 0 has" : "ranks 0, 2 have") +
+                   " shared_memory, rank 1 has mpi") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+    // The same through the strategy, whose own settings join the process group's.
+    const auto msg2 = strata_test::error_of<strata::ValueError>([&] {
+        dist::MultiWorkerMirrored<> mw(1, {.timeout = std::chrono::seconds(20)}, {.transport = t});
+    });
+    CHECK(msg2.find("transport: ") != std::string::npos);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("a rank that never joins the process group is named on the others within the timeout") {
+    const int n = world_size(), me = world_rank();
+    if (me != n - 1) {
+        const auto start = std::chrono::steady_clock::now();
+        const auto msg = strata_test::error_of<strata::DistributedError>([&] {
+            coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.timeout = std::chrono::milliseconds(500), .stall_warning = std::chrono::milliseconds(-1)});
+        });
+        CHECK(msg.find("set-up") != std::string::npos);
+        CHECK(msg.find("rank " + std::to_string(n - 1) + " of " + std::to_string(n) + " did not arrive within 500 ms") !=
+              std::string::npos);
+        CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
