@@ -369,3 +369,48 @@ TEST_CASE("a rank that never joins the process group is named on the others with
     }
     MPI_Barrier(MPI_COMM_WORLD);
 }
+
+TEST_CASE("processes whose settings differ are refused on every rank, naming who has what") {
+    const int me = world_rank();
+    dist::MultiWorkerOptions o;
+    o.settings = {{"--batch-size", me == 1 ? "64" : "128"}, {"--seed", "42"}, {"--save", me == 1 ? "w.safetensors" : ""}};
+    const auto msg = strata_test::error_of<strata::ValueError>([&] { dist::MultiWorkerMirrored<> mw(1, {}, o); });
+    const std::string others = world_size() == 2 ? "rank 0 has" : "ranks 0, 2 have";
+    CHECK(msg.find("--batch-size: " + others + " 128, rank 1 has 64") != std::string::npos);
+    CHECK(msg.find("--save: " + others + " (none), rank 1 has w.safetensors") != std::string::npos);
+    CHECK(msg.find("--seed") == std::string::npos);  // agreed: not named
+    o.settings = {{"--batch-size", "128"}};
+    dist::MultiWorkerMirrored<> fine(1, {}, o);
+    CHECK(fine.num_workers() == world_size());
+}
+
+using Mlp = Sequential<Input<6, 6, 2>, Flatten, Dense<5, Tanh>, Dense<3, Softmax>>;
+
+TEST_CASE("a process with another model, optimizer or global batch size is refused on every rank before it trains") {
+    const int me = world_rank();
+    dist::MultiWorkerMirrored<> mw(1, {.timeout = std::chrono::seconds(20)});
+    // The model: checked when it is built, before its initial variables are broadcast.
+    const auto m = strata_test::error_of<strata::ValueError>([&] {
+        if (me == 1) strata::Model<Mlp, dist::MultiWorkerMirrored<>, float> model(mw, 1);
+        else strata::Model<Cnn, dist::MultiWorkerMirrored<>, float> model(mw, 1);
+    });
+    CHECK(m.find("the ranks disagree on the model: model: ") != std::string::npos);
+    CHECK(m.find("rank 1 has " + std::to_string(Mlp::num_params) + " parameters") != std::string::npos);
+    // The optimizer and its hyper-parameters: checked at compile.
+    strata::Model<Cnn, dist::MultiWorkerMirrored<>, float> model(mw, 1);
+    const auto o = strata_test::error_of<strata::ValueError>([&] {
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = me == 1 ? 0.05 : 0.1});
+    });
+    CHECK(o.find("the ranks disagree on optimizer: optimizer: ") != std::string::npos);
+    CHECK(o.find("rank 1 has SGD(learning_rate=0.050000000000000003, momentum=0, nesterov=false)") != std::string::npos);
+    // The global batch: checked when an epoch starts, before its first step.
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
+    const auto before = model.get_weights();
+    const auto b = strata_test::error_of<strata::ValueError>(
+        [&] { model.fit(images(24, 1).batch(me == 1 ? 6 : 8), {.epochs = 1, .verbose = 0}); });
+    CHECK(b.find("global batch size: ") != std::string::npos);
+    CHECK(b.find("rank 1 has 6") != std::string::npos);
+    CHECK(model.get_weights() == before);  // nothing trained
+    model.fit(images(24, 1).batch(8), {.epochs = 1, .verbose = 0});  // agreed: trains
+    CHECK(same_on_every_rank(model.get_weights()));
+}
