@@ -34,6 +34,7 @@ Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int&
                    {"--tensorboard", f.tensorboard},
                    {"--backup-dir", f.backup_dir},
                    {"--backup-every-steps", std::to_string(f.backup_every_steps)},
+                   {"--backup-force", f.backup_force ? "given" : ""},
                    {"training images", std::to_string(mnist.train.size())},
                    {"test images", std::to_string(mnist.test.size())}};
     sd::MultiWorkerMirrored<> s(f.replicas, {.cores_per_replica = f.threads, .timeout = std::chrono::milliseconds(f.timeout_ms)}, mw);
