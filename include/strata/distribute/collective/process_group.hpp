@@ -463,12 +463,17 @@ private:
                                     "the same ones): ", d);
     }
 
+    // A deadline of `timeout` for a loop that polls at least every millisecond.
+    RunningDeadline fresh(std::chrono::milliseconds timeout) const { return RunningDeadline(timeout, poll_interval); }
+    static constexpr auto poll_interval = std::chrono::milliseconds(2);
+
     // MPI_Comm_idup, polled against the timeout.
     MPI_Comm dup(MPI_Comm c, const SyncPoint& at) {
         MPI_Comm out = MPI_COMM_NULL;
         MPI_Request req;
         MPI_Comm_idup(c, &out, &req);
-        wait_request(req, clock::now() + options_.timeout, at, 0, "some rank");
+        auto d = fresh(options_.timeout);
+        wait_request(req, d, at, 0, "some rank");
         return out;
     }
 
@@ -493,7 +498,7 @@ private:
             f();
         };
         const std::string where = "across processes: " + at.str();
-        const auto deadline = clock::now() + options_.timeout;
+        auto deadline = fresh(options_.timeout);
         auto fail = [&](const std::string& who) {
             failed();
             (void)io.release();
@@ -519,16 +524,16 @@ private:
             MPI_Request send;
             locked([&] { MPI_Isend(io->out.data(), int(io->out.size()), MPI_BYTE, 0, tag, c, &send); });
             // Rank 0 answers at its own deadline at the latest.
-            const auto root_deadline = deadline + options_.timeout;
+            auto root_deadline = fresh(2 * options_.timeout);
             for (int spins = 0; !take(0, tag + 1, io->in); ++spins) {
-                if (clock::now() > root_deadline) fail("rank 0 of " + std::to_string(size_));
+                if (root_deadline.expired()) fail("rank 0 of " + std::to_string(size_));
                 pause(spins);
             }
             for (int spins = 0;; ++spins) {
                 int done = 0;
                 locked([&] { MPI_Test(&send, &done, MPI_STATUS_IGNORE); });
                 if (done) break;
-                if (clock::now() > root_deadline) fail("rank 0 of " + std::to_string(size_));
+                if (root_deadline.expired()) fail("rank 0 of " + std::to_string(size_));
                 pause(spins);
             }
             std::string_view in(io->in);
@@ -553,13 +558,12 @@ private:
         have[0] = 1;
         std::vector<int> late;
         bool warned = false;
-        const auto start = clock::now();
         for (int spins = 0;; ++spins) {
             late.clear();
             for (int q = 1; q < size_; ++q)
                 if (!have[std::size_t(q)] && !(have[std::size_t(q)] = char(take(q, tag, io->got[std::size_t(q)])))) late.push_back(q);
-            if (late.empty() || clock::now() > deadline) break;
-            const auto waited = clock::now() - start;
+            if (late.empty() || deadline.expired()) break;
+            const auto waited = deadline.waited();
             if (!warned && options_.stall_warning.count() > 0 && waited > options_.stall_warning) {
                 warned = true;
                 std::fprintf(stderr, "strata: warning: %s: rank 0 has waited %lld ms for %s (timeout %lld ms)\n", where.c_str(),
@@ -584,7 +588,7 @@ private:
             int done = 0;
             locked([&] { MPI_Testall(int(io->sends.size()), io->sends.data(), &done, MPI_STATUSES_IGNORE); });
             if (done) break;
-            if (clock::now() > deadline + options_.timeout) fail("a rank");
+            if (deadline.expired()) fail("a rank");
             pause(spins);
         }
         return std::move(io->got);
@@ -651,7 +655,8 @@ private:
         std::atomic_thread_fence(std::memory_order_seq_cst);
         MPI_Request req;
         MPI_Ibarrier(comm_, &req);
-        wait_request(req, clock::now() + options_.timeout, SyncPoint{"set-up", "shared window"}, 0, "some rank");
+        auto d = fresh(options_.timeout);
+        wait_request(req, d, SyncPoint{"set-up", "shared window"}, 0, "some rank");
     }
 
     Control& control(int q) const { return *reinterpret_cast<Control*>(bases_[std::size_t(q)]); }
@@ -672,7 +677,9 @@ private:
     // Publishes arrival number `seq` on `lane` and waits until every rank has published it.
     void arrive_and_wait(int lane, std::uint64_t seq, const SyncPoint& at) {
         counter_ptr(rank_, lane)->value.store(seq, std::memory_order_release);
-        const auto start = clock::now();
+        // Counts the time this process could run: a job suspended as a whole and resumed has
+        // not timed out (RunningDeadline).
+        RunningDeadline deadline = fresh(options_.timeout);
         bool warned = false;
         int spins = 0;
         for (;;) {
@@ -697,9 +704,10 @@ private:
 #endif
                 continue;
             }
-            const auto waited = clock::now() - start;
             if (spins < 2048) std::this_thread::yield();
-            else std::this_thread::sleep_for(std::chrono::microseconds(waited > std::chrono::milliseconds(10) ? 500 : 20));
+            else std::this_thread::sleep_for(std::chrono::microseconds(deadline.waited() > std::chrono::milliseconds(10) ? 500 : 20));
+            const bool expired = deadline.expired();
+            const auto waited = deadline.waited();
             if (!warned && options_.stall_warning.count() > 0 && waited > options_.stall_warning) {
                 warned = true;
                 std::fprintf(stderr, "strata: warning: %s: rank %d has waited %lld ms for %s (timeout %lld ms)\n",
@@ -707,7 +715,7 @@ private:
                              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()),
                              missing(lane, seq).c_str(), static_cast<long long>(options_.timeout.count()));
             }
-            if (waited > options_.timeout) {
+            if (expired) {
                 const std::string who = missing(lane, seq) + " did not arrive within " + std::to_string(options_.timeout.count()) + " ms";
                 counter_ptr(rank_, lane)->gave_up.store(seq, std::memory_order_release);
                 abort("it gave up waiting: " + who);
@@ -847,8 +855,9 @@ private:
 
     // ---- MPI transport ---------------------------------------------------------------------------
 
-    // Polls `req` until it completes or the deadline passes.
-    void wait_request(MPI_Request& req, clock::time_point deadline, const SyncPoint& at, int lane, const std::string& who) {
+    // Polls `req` until it completes or the deadline passes (time the process was suspended
+    // is not counted: RunningDeadline).
+    void wait_request(MPI_Request& req, RunningDeadline& deadline, const SyncPoint& at, int lane, const std::string& who) {
         for (int spins = 0;; ++spins) {
             int done = 0;
             {
@@ -857,7 +866,7 @@ private:
                 MPI_Test(&req, &done, MPI_STATUS_IGNORE);
             }
             if (done) return;
-            if (clock::now() > deadline) {
+            if (deadline.expired()) {
                 mark_failed();
                 throw_error<DistributedError>(where(at, lane), ": ", who, " did not arrive within ", options_.timeout.count(), " ms");
             }
@@ -874,7 +883,7 @@ private:
         // receive still posted when this rank gives up must not write into a dead stack frame.
         ControlBuffers& cb = control_[std::size_t(lane)];
         const std::uint64_t seq = ++seq_[std::size_t(lane)];
-        const auto deadline = clock::now() + options_.timeout;
+        RunningDeadline deadline = fresh(options_.timeout);
         auto locked = [&](auto&& f) {
             std::unique_lock lock(mpi_mutex_, std::defer_lock);
             if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
@@ -890,7 +899,7 @@ private:
             });
             // Rank 0 answers at its own deadline at the latest: wait longer than that before
             // naming rank 0 itself.
-            const auto root_deadline = deadline + options_.timeout;
+            RunningDeadline root_deadline = fresh(2 * options_.timeout);
             const std::string root = "rank 0 of " + std::to_string(size_);
             wait_request(recv, root_deadline, at, lane, root);
             wait_request(send, root_deadline, at, lane, root);
@@ -912,7 +921,6 @@ private:
         });
         std::vector<int>& late = cb.late;
         bool warned = false;
-        const auto start = clock::now();
         for (int spins = 0;; ++spins) {
             late.clear();
             locked([&] {
@@ -923,7 +931,8 @@ private:
                 }
             });
             if (late.empty()) break;
-            const auto waited = clock::now() - start;
+            const bool expired = deadline.expired();
+            const auto waited = deadline.waited();
             if (!warned && options_.stall_warning.count() > 0 && waited > options_.stall_warning) {
                 warned = true;
                 std::fprintf(stderr, "strata: warning: %s: rank 0 has waited %lld ms for %s (timeout %lld ms)\n",
@@ -931,7 +940,7 @@ private:
                              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()),
                              ranks_text(late).c_str(), static_cast<long long>(options_.timeout.count()));
             }
-            if (clock::now() > deadline) break;
+            if (expired) break;
             if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
         }
         cb.answer = std::int64_t(late.size());
@@ -952,7 +961,8 @@ private:
             throw_error<DistributedError>(where(at, lane), ": ", ranks_text(late), " did not arrive within ",
                                           options_.timeout.count(), " ms");
         }
-        for (auto& s : sends) wait_request(s, deadline + options_.timeout, at, lane, "a rank");
+        RunningDeadline sent = fresh(options_.timeout);
+        for (auto& s : sends) wait_request(s, sent, at, lane, "a rank");
     }
 
     template <Reducible T>
@@ -965,7 +975,8 @@ private:
             MPI_Iallreduce(MPI_IN_PLACE, data.data(), int(data.size()), mpi::datatype<T>(), MPI_SUM,
                            lane_comms_[std::size_t(lane)], &req);
         }
-        wait_request(req, clock::now() + options_.timeout, at, lane, "some rank (the transfer stopped part-way)");
+        auto d = fresh(options_.timeout);
+        wait_request(req, d, at, lane, "some rank (the transfer stopped part-way)");
         if (op == ReduceOp::Mean)
             for (auto& v : data) v /= T(size_);
     }
@@ -979,7 +990,8 @@ private:
             if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
             MPI_Ibcast(data.data(), int(data.size()), mpi::datatype<T>(), root, lane_comms_[std::size_t(lane)], &req);
         }
-        wait_request(req, clock::now() + options_.timeout, at, lane, "some rank (the transfer stopped part-way)");
+        auto d = fresh(options_.timeout);
+        wait_request(req, d, at, lane, "some rank (the transfer stopped part-way)");
     }
 
     ProcessGroupOptions options_;
