@@ -271,7 +271,7 @@ private:
 
     // Takes <dir>/lock (flock, not waiting): a second live run on this directory is refused,
     // naming the process that holds it (the pid written in the file). A crashed run's lock
-    // goes with its process. After the lock is taken, the file must still be the one at the
+    // goes with its process; where the file system has no locks, a warning says so. After the lock is taken, the file must still be the one at the
     // path (another run may have removed it at its end and a third made a new one): else again.
     void lock() {
         if (lock_fd_ >= 0) return;
@@ -292,7 +292,10 @@ private:
                                          pid.empty() ? std::string("unknown") : pid, " holds ", quoted(lock_file()),
                                          "); two runs on one backup directory would resume from each other's backups: wait for "
                                          "it to end, or give this run another directory");
-                throw_error<IoError>("BackupAndRestore: cannot lock ", quoted(lock_file()), ": ", std::strerror(err));
+                // A file system without locks (some network mounts): train, but say what is not guarded.
+                std::fprintf(stderr, "strata: warning: BackupAndRestore: cannot lock %s (%s): a second run on this directory "
+                                     "would not be refused\n", quoted(lock_file()).c_str(), std::strerror(err));
+                return;
             }
             struct stat held {}, now {};
             if (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &now) == 0 && held.st_ino == now.st_ino && held.st_dev == now.st_dev) {
