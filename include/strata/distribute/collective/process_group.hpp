@@ -584,11 +584,12 @@ private:
             io->sends.push_back(s);
         }
         if (!late.empty()) fail(ranks_text(late));  // the answers go out eagerly; the gone never take theirs
+        auto sent = fresh(options_.timeout);  // every rank is here: the answers go out at once
         for (int spins = 0;; ++spins) {
             int done = 0;
             locked([&] { MPI_Testall(int(io->sends.size()), io->sends.data(), &done, MPI_STATUSES_IGNORE); });
             if (done) break;
-            if (deadline.expired()) fail("a rank");
+            if (sent.expired()) fail("a rank");
             pause(spins);
         }
         return std::move(io->got);
