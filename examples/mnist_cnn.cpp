@@ -95,6 +95,8 @@ void declare_flags(CLI::App& app, Flags& f) {
                                                  "run again with the same flags after a crash to resume; removed at the end");
     app.add_option("--backup-every-steps", f.backup_every_steps, "with --backup-dir: back up every N batches instead")
         ->transform(cli::integer<std::int64_t>(1, 1'000'000'000));
+    app.add_flag("--backup-force", f.backup_force, "with --backup-dir: resume a backup made with other flags (batch size, seed, "
+                                                   "...) instead of refusing it");
 }
 
 /// Checks what a single flag's range cannot (combinations), before any data is loaded.
@@ -172,6 +174,7 @@ void check_flags(const CLI::App& app, const Flags& f) {
     }
     if (app.count("--backup-every-steps") && f.backup_dir.empty())
         throw cli::usage_error("--backup-every-steps needs --backup-dir DIR");
+    if (f.backup_force && f.backup_dir.empty()) throw cli::usage_error("--backup-force needs --backup-dir DIR");
     if (ps && app.count("--backup-every-steps"))
         throw cli::usage_error("--backup-every-steps: parameter_server backs up at epoch ends only (its updates do not follow "
                                "the data's order, so there is no batch to resume at)");

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +49,7 @@ struct Flags {
     std::string transport = "auto";
     std::string backup_dir;                // BackupAndRestore: a relaunch with the same flags resumes
     std::int64_t backup_every_steps = 0;   // 0: back up at every epoch end
+    bool backup_force = false;             // resume a backup made with other flags
     // parameter_server only
     int workers = 2;
     int servers = 1;
@@ -102,8 +104,23 @@ Report train(Strategy& strategy, const Flags& flags, const strata::data::Mnist& 
     std::shared_ptr<strata::train::BackupAndRestore> backup;
     if (!flags.backup_dir.empty()) {
         // First, so that the backup is restored before any other callback starts.
+        // The flags that change the trajectory: a backup made under others is refused (--backup-force: resumed).
+        std::map<std::string, std::string> config{
+            {"strategy", flags.strategy}, {"batch size", std::to_string(flags.batch_size)}, {"seed", std::to_string(flags.seed)},
+            {"steps per epoch", std::to_string(flags.steps_per_epoch)}, {"training images", std::to_string(mnist.train.size())},
+            {"model", std::to_string(Net::num_params) + " parameters"}, {"optimizer", "RMSprop(learning_rate=0.001)"}};
+        if constexpr (requires { strategy.num_replicas_in_sync(); })
+            config["replicas in sync"] = std::to_string(strategy.num_replicas_in_sync());
+        if (flags.strategy == "parameter_server")
+            for (const auto& [k, v] : std::map<std::string, std::string>{
+                     {"workers", std::to_string(flags.workers)}, {"servers", std::to_string(flags.servers)},
+                     {"shards", std::to_string(flags.shards)}, {"sync", flags.sync}, {"k", std::to_string(flags.k)},
+                     {"staleness", std::to_string(flags.staleness)}, {"straggler", flags.straggler}, {"clock", flags.clock}})
+                config[k] = v;
         backup = std::make_shared<strata::train::BackupAndRestore>(
-            flags.backup_dir, strata::train::BackupOptions{.save_every_steps = flags.backup_every_steps});
+            flags.backup_dir, strata::train::BackupOptions{.save_every_steps = flags.backup_every_steps,
+                                                           .config = config,
+                                                           .allow_config_change = flags.backup_force});
         callbacks.insert(callbacks.begin(), backup);
     }
     if (!flags.tensorboard.empty()) callbacks.push_back(std::make_shared<strata::train::TensorBoard>(flags.tensorboard));

@@ -375,6 +375,63 @@ def mnist_cnn_hardening(exe, data, missing):
                   f"once with SIGTERM ({out.strip()[-200:]!r} {err.strip()[-300:]!r})")
             check(os.path.exists(ckpt) and not [f for f in os.listdir(d) if ".tmp" in f],
                   f"mnist_cnn, SIGTERM during the final evaluate: --save missing or temporary files ({os.listdir(d)})")
+def mnist_cnn_backup_guards(exe, data):
+    """--backup-dir keyed to its run: a backup made with other flags is refused naming each
+    (--backup-force resumes it), a second live run on the directory is refused naming the
+    first one's pid, and a dangling backup link is an error, not a fresh start."""
+    import signal
+    import time
+    with tempfile.TemporaryDirectory() as d:
+        backup_dir = os.path.join(d, "backup")
+        backup = os.path.join(backup_dir, "backup.safetensors")
+        def flags(batch="8", seed="42"):
+            return ["--data", data, "--epochs", "3", "--steps-per-epoch", "24", "--batch-size", batch, "--seed", seed,
+                    "--threads", "1", "--verbose", "0", "--backup-dir", backup_dir, "--backup-every-steps", "5"]
+        p = subprocess.Popen([exe] + flags(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(backup) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        if not check(os.path.exists(backup), "mnist_cnn --backup-dir: no backup written before the kill"):
+            return
+        for changed, expected in (({"batch": "4"}, "batch size: the backup has 8, this run 4"),
+                                  ({"seed": "7"}, "seed: the backup has 42, this run 7")):
+            r = run([exe] + flags(**changed), timeout=120)
+            check(r.returncode == 1 and expected in r.stderr and backup_dir in r.stderr,
+                  f"mnist_cnn resumed a backup with {changed}: exit {r.returncode}, stderr {r.stderr.strip()[-400:]!r}")
+            check(os.path.exists(backup), f"mnist_cnn with {changed}: the refused backup was removed")
+        r = run([exe] + flags(batch="4") + ["--backup-force"], timeout=300)
+        check(r.returncode == 0 and "resumed from the backup" in r.stdout and "batch size: the backup has 8, this run 4" in r.stderr,
+              f"mnist_cnn --backup-force: exit {r.returncode}, stdout {r.stdout.strip()[-200:]!r}, stderr {r.stderr.strip()[-300:]!r}")
+
+        # Two live runs on one directory: the second is refused, naming the first's pid.
+        long_run = [exe, "--data", data, "--epochs", "1000", "--steps-per-epoch", "24", "--batch-size", "8", "--threads", "1",
+                    "--verbose", "0", "--backup-dir", backup_dir]
+        p = subprocess.Popen(long_run, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            lock = os.path.join(backup_dir, "lock")
+            deadline = time.monotonic() + 60
+            while p.poll() is None and time.monotonic() < deadline:
+                if os.path.exists(lock) and open(lock).read().strip() == str(p.pid):
+                    break
+                time.sleep(0.01)
+            r = run(long_run, timeout=120)
+            check(r.returncode == 1 and f"in use by another run (process {p.pid}" in r.stderr and backup_dir in r.stderr,
+                  f"mnist_cnn on a backup dir in use: exit {r.returncode}, stderr {r.stderr.strip()[-400:]!r}")
+            check(p.poll() is None, "mnist_cnn: the first run on the backup dir stopped when a second one started")
+        finally:
+            p.kill()
+            p.wait()
+
+        # A dangling backup link: an error naming it, not a fresh start.
+        for f in os.listdir(backup_dir):
+            os.remove(os.path.join(backup_dir, f))
+        os.symlink(os.path.join(d, "moved-away.safetensors"), backup)
+        r = run([exe] + flags(), timeout=120)
+        check(r.returncode == 1 and backup in r.stderr and "does not exist" in r.stderr and "test accuracy" not in r.stdout,
+              f"mnist_cnn with a dangling backup link: exit {r.returncode}, stderr {r.stderr.strip()[-400:]!r}")
+        bad_flag(exe, "mnist_cnn", ["--data", data, "--backup-force"], "--backup-force")
 
 
 def main():
@@ -442,6 +499,7 @@ def main():
             mnist_cnn_more(exe, data, missing)
             mnist_cnn_backup(exe, data)
             mnist_cnn_hardening(exe, data, missing)
+            mnist_cnn_backup_guards(exe, data)
 
         if "custom_training_loop" in bins:
             exe = bins["custom_training_loop"]

@@ -11,6 +11,10 @@ promises when a process stalls or dies.
     timeout plus a margin, every surviving rank names "rank 2 of 3 ... did not arrive", and a
     stall warning named it before the deadline;
   * 3 processes, one killed with SIGKILL: the job ends non-zero within seconds;
+  * 2 processes stopped together (SIGSTOP) for 3 times --timeout-ms, then resumed (3 times):
+    training completes (a suspension of the whole job is not a timeout);
+  * 2 processes started with different --transport, --batch-size, --seed, or --save on one
+    rank only: refused on both ranks within seconds, naming the flag and which rank has what;
   * 2 processes with --backup-dir, one killed with SIGKILL after a backup exists, relaunched
     with the same flags: the job resumes from the backup and rank 0 saves weights bitwise
     equal to those of an uninterrupted 2-process run.
@@ -138,6 +142,80 @@ def backup_resume(mpirun, exe, data, d):
     check(not os.path.exists(backup), "the backup was left after training ended")
 
 
+def suspended_job(mpirun, exe, data):
+    """The whole job stopped (SIGSTOP to every rank, as Ctrl-Z does) for longer than
+    --timeout-ms, then resumed (SIGCONT), three times: no rank was late, so training completes."""
+    cmd = [mpirun, "-np", "2", exe, "--data", data, "--strategy", "multi_worker_mirrored", "--epochs", "100",
+           "--batch-size", "12", "--verbose", "0", "--threads", "1", "--timeout-ms", "1000"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    ranks = {}
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and len(ranks) < 2 and p.poll() is None:
+            ranks = ranks_of(p.pid, os.path.basename(exe))
+            time.sleep(0.1)
+        if not check(len(ranks) == 2, "suspended job: the 2 processes did not start"):
+            return
+        time.sleep(1.5)  # well into training
+        if not check(p.poll() is None, "suspended job: training ended before the stop (make it longer)"):
+            return
+        for _ in range(3):  # each time, a rank is likely to be waiting for the other
+            for pid in ranks.values():
+                os.kill(pid, signal.SIGSTOP)
+            time.sleep(3)  # 3 times the timeout
+            for pid in ranks.values():
+                os.kill(pid, signal.SIGCONT)
+            time.sleep(0.7)
+        try:
+            out, err = p.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            check(False, "suspended job: still running 180 s after it was resumed")
+            return
+        check(p.returncode == 0 and "test accuracy" in out,
+              f"suspended job: a suspension of the whole job was taken for a timeout: exit {p.returncode}: {err[-1000:]!r}")
+        check("did not arrive" not in err, f"suspended job: {err[-1000:]!r}")
+    finally:
+        for pid in ranks.values():
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+
+
+def disagreeing_ranks(mpirun, exe, data, d):
+    """Ranks started with different flags (mpirun's `A : B` form): the job is refused on every
+    rank, naming the flag and who has what, before training and within seconds; never a hang,
+    never a run that trains to a wrong result or writes no file with exit status 0."""
+    common = [exe, "--data", data, "--strategy", "multi_worker_mirrored", "--epochs", "1", "--steps-per-epoch", "3",
+              "--verbose", "0", "--threads", "1", "--timeout-ms", "20000"]
+    save = os.path.join(d, "one_rank.safetensors")
+    cases = [
+        ("--transport", ["--transport", "mpi"], ["--transport", "shared_memory"],
+         "transport: rank 0 has mpi, rank 1 has shared_memory"),
+        ("--batch-size", ["--batch-size", "24"], ["--batch-size", "12"], "--batch-size: rank 0 has 24, rank 1 has 12"),
+        ("--seed", [], ["--seed", "7"], "--seed: rank 0 has 42, rank 1 has 7"),
+        ("--save on one rank", [], ["--save", save], "--save: rank 0 has (none), rank 1 has " + save),
+    ]
+    for name, a, b, expected in cases:
+        t0 = time.time()
+        try:
+            r = subprocess.run([mpirun, "-np", "1"] + common + a + [":", "-np", "1"] + common + b,
+                               capture_output=True, text=True, env=env(), timeout=120)
+        except subprocess.TimeoutExpired:
+            check(False, f"ranks with different {name}: still running after 120 s (a hang)")
+            continue
+        check(r.returncode != 0, f"ranks with different {name}: the job exited 0: {r.stdout[-300:]!r}")
+        check(time.time() - t0 < 60, f"ranks with different {name}: took {time.time() - t0:.1f} s to be refused")
+        check(r.stderr.count(expected) == 2,
+              f"ranks with different {name}: expected both ranks to say {expected!r}: {r.stderr[-1500:]!r}")
+        check("test accuracy" not in r.stdout, f"ranks with different {name}: trained anyway: {r.stdout[-300:]!r}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpirun", required=True)
@@ -186,6 +264,8 @@ def main():
             check(rc != 0, "multi_worker kill -9: the job exited 0")
             check(seconds < 30, f"multi_worker kill -9: the job took {seconds:.1f} s to end")
         backup_resume(args.mpirun, exe, data, d)
+        disagreeing_ranks(args.mpirun, exe, data, d)
+        suspended_job(args.mpirun, exe, data)
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -376,4 +377,86 @@ TEST_CASE("BackupAndRestore under ParameterServer: resumes at an epoch end, refu
     const auto msg = strata_test::error_of<strata::ValueError>(
         [&] { third->fit(blobs(), {.epochs = 3, .callbacks = {backup}, .verbose = 0}); });
     CHECK(msg.find("ParameterServer") != std::string::npos);
+}
+
+TEST_CASE("BackupAndRestore: a backup of another configuration is refused naming each key, unless allowed") {
+    TempDir dir("strata_backup");
+    const std::map<std::string, std::string> made{{"batch size", "128"}, {"seed", "42"}, {"strategy", "mirrored"}};
+    auto keep = std::make_shared<tr::BackupAndRestore>(dir.path, tr::BackupOptions{.delete_at_end = false, .config = made});
+    Run<strata::distribute::Default> first;
+    first.fit(1, {keep});
+    REQUIRE(fs::exists(keep->file()));
+    CHECK(tr::BackupAndRestore::read_config(keep->file()) == made);
+
+    auto other = std::make_shared<tr::BackupAndRestore>(
+        dir.path, tr::BackupOptions{.delete_at_end = false, .config = {{"batch size", "64"}, {"seed", "7"}, {"strategy", "mirrored"}}});
+    Run<strata::distribute::Default> second;
+    const auto before = second.model.get_weights();
+    auto count = std::make_shared<Interrupt>(Interrupt::None, 0);
+    const auto msg = strata_test::error_of<strata::CheckpointError>([&] { second.fit(2, {other, count}); });
+    CHECK(msg.find(keep->file().string()) != std::string::npos);
+    CHECK(msg.find("batch size: the backup has 128, this run 64") != std::string::npos);
+    CHECK(msg.find("seed: the backup has 42, this run 7") != std::string::npos);
+    CHECK(msg.find("strategy") == std::string::npos);  // the same: not named
+    CHECK(msg.find("allow_config_change") != std::string::npos);
+    CHECK(count->batches == 0);
+    CHECK(second.model.get_weights() == before);
+    // A key only one side has differs too.
+    auto fewer = std::make_shared<tr::BackupAndRestore>(dir.path, tr::BackupOptions{.config = {{"batch size", "128"}}});
+    const auto msg2 = strata_test::error_of<strata::CheckpointError>([&] { Run<strata::distribute::Default>().fit(2, {fewer}); });
+    CHECK(msg2.find("seed: the backup has 42, this run (not set)") != std::string::npos);
+
+    // Allowed: resumed, and the backups from then on carry the new configuration.
+    auto forced = std::make_shared<tr::BackupAndRestore>(
+        dir.path, tr::BackupOptions{.delete_at_end = false, .config = {{"batch size", "64"}, {"seed", "7"}}, .allow_config_change = true});
+    Run<strata::distribute::Default> third;
+    third.fit(2, {forced, count});
+    REQUIRE(forced->restored());
+    CHECK(forced->restored()->epoch == 1);
+    CHECK(count->batches == batches_per_epoch);  // only the second epoch
+    CHECK(tr::BackupAndRestore::read_config(forced->file()) == std::map<std::string, std::string>{{"batch size", "64"}, {"seed", "7"}});
+    // The same configuration resumes without a word.
+    Run<strata::distribute::Default> fourth;
+    auto same = std::make_shared<tr::BackupAndRestore>(dir.path, tr::BackupOptions{.config = {{"batch size", "64"}, {"seed", "7"}}});
+    fourth.fit(2, {same});
+    CHECK(same->restored());
+}
+
+TEST_CASE("BackupAndRestore: a second live run on one backup directory is refused, naming the process that holds it") {
+    TempDir dir("strata_backup");
+    auto first = std::make_shared<tr::BackupAndRestore>(dir.path);
+    std::string msg;
+    auto intruder = std::make_shared<tr::LambdaCallback>();
+    intruder->batch_end = [&](tr::TrainingContext&, std::int64_t step, const tr::Logs&) {
+        if (step != 2) return;
+        CHECK(fs::exists(first->lock_file()));
+        auto second = std::make_shared<tr::BackupAndRestore>(dir.path);
+        Run<strata::distribute::Default> run;
+        auto count = std::make_shared<Interrupt>(Interrupt::None, 0);
+        msg = strata_test::error_of<strata::IoError>([&] { run.fit(1, {second, count}); });
+        CHECK(count->batches == 0);
+    };
+    Run<strata::distribute::Default> run;
+    run.fit(1, {first, intruder});
+    CHECK(msg.find(dir.path.string()) != std::string::npos);
+    CHECK(msg.find("in use by another run (process " + std::to_string(::getpid())) != std::string::npos);
+    CHECK(dir.entries().empty());  // the first run ended: no backup, no lock left
+    // Released at the end: the next run takes the directory.
+    auto next = std::make_shared<tr::BackupAndRestore>(dir.path);
+    Run<strata::distribute::Default>().fit(1, {next});
+    CHECK(next->backups_written() == 1);
+}
+
+TEST_CASE("BackupAndRestore: a dangling backup link is an error naming it, never a fresh start") {
+    TempDir dir("strata_backup");
+    auto backup = std::make_shared<tr::BackupAndRestore>(dir.path);
+    fs::create_directories(dir.path);
+    fs::create_symlink(dir / "moved-away.safetensors", backup->file());
+    Run<strata::distribute::Default> run;
+    auto count = std::make_shared<Interrupt>(Interrupt::None, 0);
+    const auto msg = strata_test::error_of<strata::CheckpointError>([&] { run.fit(1, {backup, count}); });
+    CHECK(msg.find(backup->file().string()) != std::string::npos);
+    CHECK(msg.find("symbolic link to '" + (dir / "moved-away.safetensors").string() + "', which does not exist") != std::string::npos);
+    CHECK(count->batches == 0);
+    CHECK(fs::is_symlink(backup->file()));  // left for the user to look at
 }

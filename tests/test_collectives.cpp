@@ -22,7 +22,9 @@
 #include <type_traits>
 #include <vector>
 
+#include <csignal>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace coll = strata::distribute::collective;
@@ -602,4 +604,78 @@ TEST_CASE("AsyncAllReduce: a replica that never submits times the others out") {
         CHECK(contains(message_of(errors[r]), "all_reduce (direct, bucket 0, start)"));
         CHECK(contains(message_of(errors[r]), "replica 2 of 3 did not arrive within 100 ms"));
     }
+}
+
+TEST_CASE("RunningDeadline counts the time the process could run, not a suspension") {
+    using strata::distribute::RunningDeadline;
+    using clock = RunningDeadline::clock;
+    const auto t0 = clock::time_point{} + 1h;
+    RunningDeadline d(400ms, 1ms, t0);
+    auto t = t0;
+    for (int i = 0; i < 300; ++i) CHECK_FALSE(d.expired(t += 1ms));  // 300 ms of polling
+    // Stopped for 10 s (SIGSTOP, Ctrl-Z), resumed: one poll's worth is counted, not 10 s.
+    CHECK_FALSE(d.expired(t += 10s));
+    CHECK(d.waited() == 301ms);
+    CHECK(d.suspended() == 10s - 1ms);
+    for (int i = 0; i < 99; ++i) CHECK_FALSE(d.expired(t += 1ms));
+    CHECK(d.expired(t += 1ms));  // 401 ms counted: the deadline passes while running
+    // A late poll within the grace (a quarter of the timeout, 50 ms to 1 s) is counted in full:
+    // a loaded machine is not a suspension.
+    RunningDeadline e(400ms, 1ms, t0);
+    CHECK_FALSE(e.expired(t0 + 90ms));
+    CHECK(e.waited() == 90ms);
+    CHECK(e.suspended() == 0ms);
+    // The grace scales with the timeout: 50 ms at least, 1 s at most.
+    RunningDeadline f(60s, 1ms, t0);
+    CHECK_FALSE(f.expired(t0 + 900ms));
+    CHECK(f.suspended() == 0ms);
+    CHECK_FALSE(f.expired(t0 + 900ms + 2s));
+    CHECK(f.suspended() == 2s - 1ms);
+}
+
+TEST_CASE("Rendezvous: a process stopped (SIGSTOP) past the timeout and resumed does not time out") {
+    // A child process: replica 1 arrives after 60 naps of 10 ms; replica 0 waits with a timeout of
+    // 1500 ms. The parent stops the child for 3 s at about 100 ms, then resumes it: replica 1
+    // still has most of its naps to take, so a deadline that counted the stop would fire first.
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        int rc = 0;
+        try {
+            Rendezvous rv(2, 1500ms);
+            std::thread late([&] {
+                for (int i = 0; i < 60; ++i) std::this_thread::sleep_for(10ms);
+                try {
+                    rv.arrive_and_wait(1, SyncPoint{"barrier"});
+                } catch (const DistributedError&) {  // the other's false timeout aborted the group
+                }
+            });
+            try {
+                rv.arrive_and_wait(0, SyncPoint{"barrier"});
+            } catch (const DistributedError&) {
+                rc = 3;  // the false timeout
+            }
+            late.join();
+        } catch (...) {
+            rc = rc ? rc : 4;
+        }
+        ::_exit(rc);
+    }
+    std::this_thread::sleep_for(100ms);
+    ::kill(child, SIGSTOP);
+    std::this_thread::sleep_for(3s);
+    ::kill(child, SIGCONT);
+    int status = 0;
+    pid_t done = 0;
+    for (int i = 0; i < 300 && done == 0; ++i) {  // at most 30 s
+        done = ::waitpid(child, &status, WNOHANG);
+        if (done == 0) std::this_thread::sleep_for(100ms);
+    }
+    if (done == 0) {
+        ::kill(child, SIGKILL);
+        ::waitpid(child, &status, 0);
+    }
+    REQUIRE(done == child);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
 }

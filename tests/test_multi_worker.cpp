@@ -335,3 +335,82 @@ TEST_CASE("processes with different numbers of local replicas are refused on eve
     CHECK(msg.find("rank " + std::to_string(me) + " has " + std::to_string(me == 1 ? 2 : 1) + ", the ranks have from 1 to 2") !=
           std::string::npos);
 }
+
+TEST_CASE("ranks that ask for different transports are refused on every rank, never hang") {
+    // One rank in MPI_Comm_dup, the others in MPI_Win_allocate_shared, used to wait forever.
+    const int me = world_rank();
+    const auto t = me == 1 ? coll::Transport::Mpi : coll::Transport::SharedMemory;
+    const auto start = std::chrono::steady_clock::now();
+    const auto msg = strata_test::error_of<strata::ValueError>(
+        [&] { coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.timeout = std::chrono::seconds(20), .transport = t}); });
+    CHECK(msg.find("the ranks disagree on their settings") != std::string::npos);
+    CHECK(msg.find("transport: " + std::string(world_size() == 2 ? "rank 0 has" : "ranks 0, 2 have") +
+                   " shared_memory, rank 1 has mpi") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+    // The same through the strategy, whose own settings join the process group's.
+    const auto msg2 = strata_test::error_of<strata::ValueError>([&] {
+        dist::MultiWorkerMirrored<> mw(1, {.timeout = std::chrono::seconds(20)}, {.transport = t});
+    });
+    CHECK(msg2.find("transport: ") != std::string::npos);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("a rank that never joins the process group is named on the others within the timeout") {
+    const int n = world_size(), me = world_rank();
+    if (me != n - 1) {
+        const auto start = std::chrono::steady_clock::now();
+        const auto msg = strata_test::error_of<strata::DistributedError>([&] {
+            coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.timeout = std::chrono::milliseconds(500), .stall_warning = std::chrono::milliseconds(-1)});
+        });
+        CHECK(msg.find("set-up") != std::string::npos);
+        CHECK(msg.find("rank " + std::to_string(n - 1) + " of " + std::to_string(n) + " did not arrive within 500 ms") !=
+              std::string::npos);
+        CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("processes whose settings differ are refused on every rank, naming who has what") {
+    const int me = world_rank();
+    dist::MultiWorkerOptions o;
+    o.settings = {{"--batch-size", me == 1 ? "64" : "128"}, {"--seed", "42"}, {"--save", me == 1 ? "w.safetensors" : ""}};
+    const auto msg = strata_test::error_of<strata::ValueError>([&] { dist::MultiWorkerMirrored<> mw(1, {}, o); });
+    const std::string others = world_size() == 2 ? "rank 0 has" : "ranks 0, 2 have";
+    CHECK(msg.find("--batch-size: " + others + " 128, rank 1 has 64") != std::string::npos);
+    CHECK(msg.find("--save: " + others + " (none), rank 1 has w.safetensors") != std::string::npos);
+    CHECK(msg.find("--seed") == std::string::npos);  // agreed: not named
+    o.settings = {{"--batch-size", "128"}};
+    dist::MultiWorkerMirrored<> fine(1, {}, o);
+    CHECK(fine.num_workers() == world_size());
+}
+
+using Mlp = Sequential<Input<6, 6, 2>, Flatten, Dense<5, Tanh>, Dense<3, Softmax>>;
+
+TEST_CASE("a process with another model, optimizer or global batch size is refused on every rank before it trains") {
+    const int me = world_rank();
+    dist::MultiWorkerMirrored<> mw(1, {.timeout = std::chrono::seconds(20)});
+    // The model: checked when it is built, before its initial variables are broadcast.
+    const auto m = strata_test::error_of<strata::ValueError>([&] {
+        if (me == 1) strata::Model<Mlp, dist::MultiWorkerMirrored<>, float> model(mw, 1);
+        else strata::Model<Cnn, dist::MultiWorkerMirrored<>, float> model(mw, 1);
+    });
+    CHECK(m.find("the ranks disagree on the model: model: ") != std::string::npos);
+    CHECK(m.find("rank 1 has " + std::to_string(Mlp::num_params) + " parameters") != std::string::npos);
+    // The optimizer and its hyper-parameters: checked at compile.
+    strata::Model<Cnn, dist::MultiWorkerMirrored<>, float> model(mw, 1);
+    const auto o = strata_test::error_of<strata::ValueError>([&] {
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = me == 1 ? 0.05 : 0.1});
+    });
+    CHECK(o.find("the ranks disagree on optimizer: optimizer: ") != std::string::npos);
+    CHECK(o.find("rank 1 has SGD(learning_rate=0.050000000000000003, momentum=0, nesterov=false)") != std::string::npos);
+    // The global batch: checked when an epoch starts, before its first step.
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
+    const auto before = model.get_weights();
+    const auto b = strata_test::error_of<strata::ValueError>(
+        [&] { model.fit(images(24, 1).batch(me == 1 ? 6 : 8), {.epochs = 1, .verbose = 0}); });
+    CHECK(b.find("global batch size: ") != std::string::npos);
+    CHECK(b.find("rank 1 has 6") != std::string::npos);
+    CHECK(model.get_weights() == before);  // nothing trained
+    model.fit(images(24, 1).batch(8), {.epochs = 1, .verbose = 0});  // agreed: trains
+    CHECK(same_on_every_rank(model.get_weights()));
+}

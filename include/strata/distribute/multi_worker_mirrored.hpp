@@ -40,10 +40,15 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 #include "strata/distribute/collective/nccl_process.hpp"
 #include "strata/distribute/collective/process_group.hpp"
@@ -71,25 +76,81 @@ struct MultiWorkerOptions {
     std::size_t chunk_bytes = std::size_t(512) << 10;
     /// The processes that train together.
     MPI_Comm comm = MPI_COMM_WORLD;
+    /// The program's own settings that every process must share (the flags that change the
+    /// result: batch size, seed, output files, ...), as (name, value) text. They are checked
+    /// with the strategy's own when the processes join, before anything else crosses processes:
+    /// a difference is a ValueError on every process naming the setting and who has what.
+    collective::Settings settings{};
 };
 
 namespace detail {
-inline int comm_rank(MPI_Comm c) {
-    collective::mpi::ensure_initialized();
-    int r = 0;
-    MPI_Comm_rank(c, &r);
-    return r;
-}
 // Host cores per replica: this host's cores shared by every replica of every process on it.
-inline StrategyOptions multi_worker_cores(int local_replicas, StrategyOptions o, MPI_Comm c) {
+inline StrategyOptions multi_worker_cores(int local_replicas, StrategyOptions o, int processes_on_host) {
     if (o.cores_per_replica == 0 && local_replicas >= 1)
-        o.cores_per_replica = std::max(1, hardware_threads() / (local_replicas * collective::mpi::local_size(c)));
+        o.cores_per_replica = std::max(1, hardware_threads() / (local_replicas * processes_on_host));
     return o;
 }
+// "121930 parameters, summary 0x…": FNV-1a of the model's summary table.
+template <class Net>
+std::string model_signature() {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : Net::summary()) h = (h ^ c) * 0x100000001b3ull;
+    char buf[80];
+    std::snprintf(buf, sizeof buf, "%lld parameters, summary %016llx", static_cast<long long>(Net::num_params),
+                  static_cast<unsigned long long>(h));
+    return buf;
+}
+// An optimizer and its hyper-parameters as text, exactly (%.17g): "Adam(learning_rate=0.001,
+// beta_1=0.9, ...)". A schedule reads as its rates at steps 0, 1 and 1000.
+inline std::string describe(const optim::LearningRate& lr) {
+    char buf[128];
+    if (lr.is_constant()) std::snprintf(buf, sizeof buf, "%.17g", lr(0));
+    else std::snprintf(buf, sizeof buf, "schedule(0: %.17g, 1: %.17g, 1000: %.17g)", lr(0), lr(1), lr(1000));
+    return buf;
+}
+inline std::string describe(const optim::Optimizer& o) {
+    auto num = [](double v) {
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "%.17g", v);
+        return std::string(buf);
+    };
+    auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+    return std::visit(
+        [&](const auto& x) {
+            using O = std::decay_t<decltype(x)>;
+            std::string s = std::string(O::name) + "(learning_rate=" + describe(x.learning_rate);
+            if constexpr (std::is_same_v<O, optim::SGD>)
+                s += ", momentum=" + num(x.momentum) + ", nesterov=" + flag(x.nesterov);
+            else if constexpr (std::is_same_v<O, optim::RMSprop>)
+                s += ", rho=" + num(x.rho) + ", momentum=" + num(x.momentum) + ", epsilon=" + num(x.epsilon) +
+                     ", centered=" + flag(x.centered);
+            else if constexpr (std::is_same_v<O, optim::Adam>)
+                s += ", beta_1=" + num(x.beta_1) + ", beta_2=" + num(x.beta_2) + ", epsilon=" + num(x.epsilon);
+            return s + ")";
+        },
+        o);
+}
+inline std::string_view to_string(WorkerInput i) { return i == WorkerInput::PerWorker ? "per_worker" : "replicated"; }
+// The process group, joined before the replica threads start (a base class listed first):
+// the ranks agree on their settings before anything else happens across processes.
+struct JoinedProcessGroup {
+    JoinedProcessGroup(int local_replicas, const StrategyOptions& o, const MultiWorkerOptions& mw)
+        : pg_(mw.comm, local_replicas, group_options(o, mw)) {}
+    static collective::ProcessGroupOptions group_options(const StrategyOptions& o, const MultiWorkerOptions& mw) {
+        collective::ProcessGroupOptions p{o.timeout, mw.stall_warning, mw.transport, mw.chunk_bytes, {}};
+        p.settings = {{"strategy", "MultiWorkerMirrored"},
+                      {"input", std::string(to_string(mw.input))},
+                      {"all_reduce", std::string(collective::to_string(o.all_reduce))},
+                      {"bucket_bytes", std::to_string(o.bucket_bytes)}};
+        for (const auto& s : mw.settings) p.settings.push_back(s);
+        return p;
+    }
+    collective::ProcessGroup pg_;
+};
 }  // namespace detail
 
 template <class P = place::Host, class Sync = sync::Synchronous>
-class MultiWorkerMirrored : public detail::ReplicaRuntime<P> {
+class MultiWorkerMirrored : private detail::JoinedProcessGroup, public detail::ReplicaRuntime<P> {
     static_assert(place::Place<P>, "strata::distribute::MultiWorkerMirrored<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(sync::SyncMode<Sync>, "strata::distribute::MultiWorkerMirrored<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, ...)");
     static_assert(lockstep_sync_v<Sync>,
@@ -104,13 +165,14 @@ public:
     static constexpr const char* name = "MultiWorkerMirrored";
 
     /// `local_replicas` replicas in this process (the same number in every process).
+    /// The processes first join (collective::ProcessGroup: every process must come within
+    /// options.timeout, with the same local replicas, transport, timeout, input mode, all-reduce
+    /// options and mw.settings), then each starts its replicas.
     explicit MultiWorkerMirrored(int local_replicas = 1, StrategyOptions options = {}, MultiWorkerOptions mw = {})
-        : Runtime(local_replicas, detail::multi_worker_cores(local_replicas, options, mw.comm), "MultiWorkerMirrored", false,
-                  "/job:worker/task:" + std::to_string(detail::comm_rank(mw.comm)),
-                  local_replicas * collective::mpi::local_rank(mw.comm)),
-          mw_(mw),
-          pg_(mw.comm, local_replicas,
-              collective::ProcessGroupOptions{options.timeout, mw.stall_warning, mw.transport, mw.chunk_bytes}) {
+        : detail::JoinedProcessGroup(local_replicas, options, mw),
+          Runtime(local_replicas, detail::multi_worker_cores(local_replicas, options, pg_.local_size()), "MultiWorkerMirrored",
+                  false, "/job:worker/task:" + std::to_string(pg_.rank()), local_replicas * pg_.local_rank()),
+          mw_(mw) {
         // Every process must have the same number of local replicas: the process group checks it.
         collective::OuterStage stage;
         stage.self = &pg_;
@@ -146,6 +208,23 @@ public:
     bool per_worker_input() const { return mw_.input == WorkerInput::PerWorker; }
     const MultiWorkerOptions& multi_worker_options() const { return mw_; }
     collective::ProcessGroup& process_group() { return pg_; }
+    /// Checks that every process passes the same settings (collective::ProcessGroup::agree):
+    /// call it on every process at the same point, e.g. before training.
+    void agree(const collective::Settings& settings, std::string_view what = "settings") { pg_.agree(settings, what); }
+
+    // What the mirrored path agrees on across processes (each a ValueError on every process
+    // naming who has what): the model when it is built (its summary's hash and its number of
+    // parameters, and the element type), the optimizer and its hyper-parameters at compile,
+    // and at every epoch's start the size of its first global batch.
+    template <class Net, class T>
+    void agree_model() {
+        pg_.agree({{"model", detail::model_signature<Net>()}, {"dtype", std::is_same_v<T, float> ? "float32" : "float64"}},
+                  "the model");
+    }
+    void agree_optimizer(const optim::Optimizer& o) { pg_.agree("optimizer", detail::describe(o)); }
+    void agree_global_batch(std::int64_t size) {
+        pg_.agree("global batch size", size < 0 ? std::string("none (no data)") : std::to_string(size));
+    }
 #if defined(STRATA_HAS_NCCL_PROCESS)
     /// GPU places: the NCCL communicators across processes, one per local replica.
     collective::NcclProcessStage& device_stage() { return *nccl_; }
@@ -170,8 +249,8 @@ private:
                                                                  SyncPoint{"all_reduce", "gradients", 0, 0, bucket});
     }
 
+    using detail::JoinedProcessGroup::pg_;
     MultiWorkerOptions mw_;
-    collective::ProcessGroup pg_;
 #if defined(STRATA_HAS_NCCL_PROCESS)
     std::unique_ptr<collective::NcclProcessStage> nccl_;
 #endif

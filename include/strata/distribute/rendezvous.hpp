@@ -56,6 +56,85 @@ struct SyncPoint {
     }
 };
 
+/// A deadline over the time the job could run, for waiting loops: a job that was suspended as a
+/// whole (Ctrl-Z, SIGSTOP to every process, a paused virtual machine) and resumed has not timed
+/// out, though the clock moved on while it was stopped.
+///
+/// Represents: `timeout` of counted waiting. The loop polls expired() at least every `poll`
+/// (the longest it blocks between two checks). The time between two polls is counted, unless
+/// it exceeds `poll` by more than the grace (a quarter of the timeout, between 50 ms and 1 s):
+/// then this process was not running for that time (a scheduler does not delay a runnable
+/// thread that long), and only `poll` of it is counted. A peer that is late while this process
+/// runs is still named at the timeout; one stopped alone is too (this process keeps running
+/// and counting). The clock is injectable: every member takes `now`.
+///
+/// Example (the waiting loop of a collective):
+/// \code
+///   RunningDeadline d(timeout, std::chrono::milliseconds(1));
+///   while (!arrived()) {
+///       if (d.expired()) throw DistributedError("... did not arrive within ...");
+///       std::this_thread::sleep_for(std::chrono::microseconds(500));
+///   }
+/// \endcode
+class RunningDeadline {
+public:
+    using clock = std::chrono::steady_clock;
+
+    explicit RunningDeadline(std::chrono::milliseconds timeout, clock::duration poll = std::chrono::milliseconds(1),
+                             clock::time_point now = clock::now())
+        : timeout_(saturated(timeout)),
+          poll_(poll),
+          grace_(std::clamp<clock::duration>(timeout_ / 4, std::chrono::milliseconds(50), std::chrono::seconds(1))),
+          last_(now) {}
+
+    /// Counts the time since the previous poll (see the class comment) and returns whether
+    /// more than the timeout has been counted.
+    bool expired(clock::time_point now = clock::now()) {
+        const clock::duration gap = now - last_;
+        last_ = std::max(last_, now);
+        if (gap > poll_ + grace_) {
+            counted_ += poll_;
+            suspended_ += gap - poll_;
+        } else if (gap > clock::duration::zero()) {
+            counted_ += gap;
+        }
+        return counted_ > timeout_;
+    }
+    /// The waiting counted so far, and the time left out as suspended.
+    [[nodiscard]] clock::duration waited() const noexcept { return counted_; }
+    [[nodiscard]] clock::duration suspended() const noexcept { return suspended_; }
+    /// When a blocking wait must return to poll: `poll` from now, or the deadline if sooner.
+    [[nodiscard]] clock::time_point next_poll(clock::time_point now = clock::now()) const {
+        const clock::duration left = timeout_ - counted_;
+        return now + std::max(clock::duration::zero(), std::min(poll_, left + std::chrono::milliseconds(1)));
+    }
+
+private:
+    // Timeouts beyond a few decades mean "never": kept clear of the clock's overflow.
+    static clock::duration saturated(std::chrono::milliseconds t) {
+        constexpr auto cap = std::chrono::duration_cast<std::chrono::milliseconds>(clock::duration::max() / 4);
+        return t >= cap ? clock::duration(cap) : clock::duration(t);
+    }
+
+    clock::duration timeout_, poll_, grace_;
+    clock::time_point last_;
+    clock::duration counted_{}, suspended_{};
+};
+
+/// Waits on `cv` until `done()` or until `timeout` of running time passed (RunningDeadline:
+/// a suspension of the whole process does not count). Returns done(). `lock` is held on entry
+/// and on return, as for std::condition_variable::wait_for.
+template <class Pred>
+bool wait_running(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout, Pred done) {
+    constexpr auto poll = std::chrono::milliseconds(20);
+    RunningDeadline d(timeout, poll);
+    while (!done()) {
+        if (d.expired()) return done();
+        cv.wait_until(lock, d.next_poll(), done);
+    }
+    return true;
+}
+
 /// A generation-counted barrier for `participants` ranks with a timeout and an abort.
 ///
 /// Represents: the meeting point of N replicas (threads) of one process. Each call of
@@ -69,7 +148,8 @@ struct SyncPoint {
 /// Ensures:
 /// - when all N ranks arrive, all return; the returning threads see every write that any rank
 ///   made before arriving (the mutex gives the happens-before edge);
-/// - when a rank waits longer than the timeout, it throws DistributedError naming the point
+/// - when a rank waits longer than the timeout (of running time: a suspension of the whole
+///   process, SIGSTOP or Ctrl-Z, is not counted; see RunningDeadline), it throws DistributedError naming the point
 ///   and exactly the missing ranks (`all_reduce (ring, step 3 of 6): replicas 2, 3 of 4 did not
 ///   arrive within 5000 ms`) and the group becomes aborted, which releases everybody else;
 /// - after abort(rank, error), every rank waiting now or arriving later throws
@@ -146,7 +226,8 @@ public:
                             clock::time_point::max() - now)) {
             cv_.wait(lock, done);
         } else {
-            cv_.wait_until(lock, now + timeout_, done);
+            // In slices, so that a suspension of the whole process is not counted.
+            (void)wait_running(cv_, lock, timeout_, done);
         }
 
         if (epoch_ != epoch)

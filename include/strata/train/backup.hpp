@@ -20,15 +20,23 @@
 /// | `backup_format` = `strata-backup` | marks a backup; `backup_version` = `1`                 |
 /// | `backup_epoch`, `backup_batches`  | the epoch fit was in (from 0) and its batches done     |
 /// | `backup_loss_sum`, `backup_correct`, `backup_seen` | the epoch's running sums (exact decimal) |
+/// | `backup_config.KEY`               | the run's configuration (BackupOptions::config)        |
+///
+/// A backup belongs to its run: one made under another configuration (batch size, seed, ...:
+/// whatever BackupOptions::config holds) is refused unless BackupOptions::allow_config_change,
+/// and while a fit runs its chief holds `<dir>/lock` (flock), so that a second run on the same
+/// directory is refused instead of resuming from the first one's live backups.
 ///
 /// The data pipeline needs no state of its own: `Dataset::iterate(epoch)` is a pure function of
 /// the epoch (shuffles included), so fit re-creates the epoch's pass and skips the batches
 /// already done, without training on them.
 
 #include <charconv>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -37,6 +45,11 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "strata/core/error.hpp"
 #include "strata/train/callbacks.hpp"
@@ -54,6 +67,14 @@ struct BackupOptions {
     std::int64_t save_every_steps = 0;
     /// Remove the backup when fit ends normally (Keras's `delete_checkpoint`).
     bool delete_at_end = true;
+    /// The run's configuration that changes its trajectory, as key = value (batch size, seed,
+    /// model, optimizer and its hyper-parameters, strategy and replicas, dataset size: what the
+    /// caller knows). Stored in every backup; a backup whose configuration differs is refused
+    /// (CheckpointError naming each key that differs, the backup's value and this run's).
+    std::map<std::string, std::string> config{};
+    /// Resume a backup even when its configuration differs from `config` (a warning names the
+    /// differences on stderr); the backups written from then on carry the new configuration.
+    bool allow_config_change = false;
 };
 
 /// Backs up the training state into `dir` during fit, and restores it when fit starts again
@@ -76,10 +97,11 @@ struct BackupOptions {
 /// calls on_epoch_begin again); under ParameterServer, back up at epoch ends only (its updates
 /// do not follow the data's order, so there is no batch to resume at).
 /// Throws (from on_train_begin, so from fit, before any training):
-///   IoError naming `dir` when it cannot be created or written; CheckpointError naming the
-///   file and what is wrong when the backup is unreadable, corrupt, not a backup, or of another
-///   model (other parameter names or shapes, another optimizer). A bad backup is never
-///   ignored: remove it to start over.
+///   IoError naming `dir` when it cannot be created or written, or when another live run holds
+///   its lock (naming that process); CheckpointError naming the file and what is wrong when the
+///   backup is unreadable, corrupt, a dangling symbolic link, not a backup, of another model
+///   (other parameter names or shapes, another optimizer) or of another configuration. A bad
+///   backup is never ignored: remove it to start over.
 class BackupAndRestore : public Callback {
 public:
     /// The backup's file name inside `dir`.
@@ -93,8 +115,14 @@ public:
                      "BackupAndRestore: save_every_steps must be >= 0 (0: at every epoch end), got ", o_.save_every_steps);
     }
 
+    BackupAndRestore(const BackupAndRestore&) = delete;
+    BackupAndRestore& operator=(const BackupAndRestore&) = delete;
+    ~BackupAndRestore() override { unlock(false); }
+
     /// `<dir>/backup.safetensors`.
     std::filesystem::path file() const { return dir_ / file_name; }
+    /// `<dir>/lock`: held (flock) by the chief while a fit runs.
+    std::filesystem::path lock_file() const { return dir_ / "lock"; }
     /// Where the last fit resumed, if it restored a backup.
     const std::optional<TrainingPosition>& restored() const noexcept { return restored_; }
     /// Backups written by this process since the last on_train_begin.
@@ -105,17 +133,16 @@ public:
         last_.reset();
         written_ = 0;
         batches_ = 0;
-        if (ctx.is_chief()) check_writable();
-        std::error_code ec;
-        const bool present = std::filesystem::exists(file(), ec);
-        if (ec)
-            throw_error<IoError>("BackupAndRestore: cannot look for the backup ", io::in_quotes(file().string()), ": ", ec.message());
-        if (!present) return;
-        const TrainingPosition at = read_position(file());
-        ctx.load_state(file().string());  // validates the whole file before the model changes
-        ctx.resume = at;
-        restored_ = at;
-        last_ = at;
+        if (ctx.is_chief()) {
+            check_writable();
+            lock();
+        }
+        try {
+            restore(ctx);
+        } catch (...) {
+            unlock(false);  // fit does not start: the directory is free again
+            throw;
+        }
     }
 
     void on_train_batch_end(TrainingContext& ctx, std::int64_t, const Logs&) override {
@@ -130,18 +157,57 @@ public:
         if (!ctx.is_chief()) return;
         if (ctx.position.batches > 0) {
             backup(ctx);  // stopped inside an epoch: not done, keep where it stopped
+            unlock(true);
             return;
         }
-        if (!o_.delete_at_end) return;
-        std::error_code ec;
-        std::filesystem::remove(file(), ec);
-        if (ec) throw_error<IoError>("BackupAndRestore: cannot remove the backup ", io::in_quotes(file().string()), ": ", ec.message());
+        if (o_.delete_at_end) {
+            std::error_code ec;
+            std::filesystem::remove(file(), ec);
+            if (ec) throw_error<IoError>("BackupAndRestore: cannot remove the backup ", io::in_quotes((file()).string()), ": ", ec.message());
+        }
+        unlock(true);
     }
 
     /// The position stored in the backup at `path`. Throws IoError when it cannot be read,
     /// CheckpointError naming the file when it is not a valid backup.
-    static TrainingPosition read_position(const std::filesystem::path& path) {
-        const std::string where = "BackupAndRestore: backup " + io::in_quotes(path.string()) + ": ";
+    static TrainingPosition read_position(const std::filesystem::path& path) { return read(path).position; }
+
+    /// The configuration stored in the backup at `path` (BackupOptions::config of the run that
+    /// wrote it). Throws as read_position.
+    static std::map<std::string, std::string> read_config(const std::filesystem::path& path) { return read(path).config; }
+
+private:
+    void restore(TrainingContext& ctx) {
+        std::error_code ec;
+        const auto st = std::filesystem::symlink_status(file(), ec);
+        if (ec && ec != std::errc::no_such_file_or_directory)
+            throw_error<IoError>("BackupAndRestore: cannot look for the backup ", io::in_quotes((file()).string()), ": ", ec.message());
+        if (!std::filesystem::exists(st)) return;
+        // A dangling link is a backup that went missing, not a fresh start.
+        std::error_code target_ec;
+        if (std::filesystem::is_symlink(st) && !std::filesystem::exists(file(), target_ec)) {
+            const auto target = std::filesystem::read_symlink(file(), ec);
+            throw_error<CheckpointError>("BackupAndRestore: backup ", io::in_quotes((file()).string()), " is a symbolic link to ",
+                                         ec ? std::string("a path that cannot be read") : io::in_quotes((target).string()), ", which ",
+                                         target_ec ? "cannot be reached: " + target_ec.message() : std::string("does not exist"),
+                                         " (restore what it points to, or remove the link to start over)");
+        }
+        const Stored stored = read(file());
+        check_config(stored.config);
+        ctx.load_state(file().string());  // validates the whole file before the model changes
+        ctx.resume = stored.position;
+        restored_ = stored.position;
+        last_ = stored.position;
+    }
+
+    struct Stored {
+        TrainingPosition position;
+        std::map<std::string, std::string> config;
+    };
+    static constexpr std::string_view config_prefix = "backup_config.";
+
+    static Stored read(const std::filesystem::path& path) {
+        const std::string where = "BackupAndRestore: backup " + io::in_quotes((path).string()) + ": ";
         io::SafetensorsFile f = [&] {
             try {
                 return io::SafetensorsFile::load(path);
@@ -176,10 +242,85 @@ public:
             if (what.starts_with(where)) throw;
             throw CheckpointError(where + std::string(what));
         }
-        return at;
+        Stored out{at, {}};
+        for (const auto& [key, value] : f.metadata())
+            if (std::string_view(key).starts_with(config_prefix)) out.config[key.substr(config_prefix.size())] = value;
+        return out;
     }
 
-private:
+    // Refuses a backup of another configuration (or warns, with allow_config_change).
+    void check_config(const std::map<std::string, std::string>& stored) const {
+        std::string diff;
+        auto text = [](const std::map<std::string, std::string>& m, const std::string& k) {
+            const auto it = m.find(k);
+            return it == m.end() ? std::string("(not set)") : it->second.empty() ? std::string("(none)") : it->second;
+        };
+        std::map<std::string, std::string> keys = stored;
+        keys.insert(o_.config.begin(), o_.config.end());
+        for (const auto& [k, unused] : keys)
+            if (text(stored, k) != text(o_.config, k))
+                diff += (diff.empty() ? "" : "; ") + k + ": the backup has " + text(stored, k) + ", this run " + text(o_.config, k);
+        if (diff.empty()) return;
+        if (o_.allow_config_change) {
+            std::fprintf(stderr, "strata: warning: BackupAndRestore: resuming backup %s made under another configuration "
+                                 "(allow_config_change): %s\n", io::in_quotes((file()).string()).c_str(), diff.c_str());
+            return;
+        }
+        throw_error<CheckpointError>("BackupAndRestore: backup ", io::in_quotes((file()).string()), " was made by a run with another configuration: ",
+                                     diff, " (run with the backup's configuration to resume it; remove it to start over; or "
+                                     "allow the change: BackupOptions::allow_config_change, mnist_cnn --backup-force)");
+    }
+
+    // Takes <dir>/lock (flock, not waiting): a second live run on this directory is refused,
+    // naming the process that holds it (the pid written in the file). A crashed run's lock
+    // goes with its process; where the file system has no locks, a warning says so. After the lock is taken, the file must still be the one at the
+    // path (another run may have removed it at its end and a third made a new one): else again.
+    void lock() {
+        if (lock_fd_ >= 0) return;
+        const std::string path = lock_file().string();
+        for (int attempt = 0; attempt < 100; ++attempt) {
+            const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+            if (fd < 0)
+                throw_error<IoError>("BackupAndRestore: cannot open the lock file ", io::in_quotes((lock_file()).string()), ": ", std::strerror(errno));
+            if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+                const int err = errno;
+                char buf[32] = {};
+                const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+                ::close(fd);
+                std::string pid(buf, n > 0 ? std::size_t(n) : 0);
+                while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+                if (err == EWOULDBLOCK)
+                    throw_error<IoError>("BackupAndRestore: the backup directory ", io::in_quotes((dir_).string()), " is in use by another run (process ",
+                                         pid.empty() ? std::string("unknown") : pid, " holds ", io::in_quotes((lock_file()).string()),
+                                         "); two runs on one backup directory would resume from each other's backups: wait for "
+                                         "it to end, or give this run another directory");
+                // A file system without locks (some network mounts): train, but say what is not guarded.
+                std::fprintf(stderr, "strata: warning: BackupAndRestore: cannot lock %s (%s): a second run on this directory "
+                                     "would not be refused\n", io::in_quotes((lock_file()).string()).c_str(), std::strerror(err));
+                return;
+            }
+            struct stat held {}, now {};
+            if (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &now) == 0 && held.st_ino == now.st_ino && held.st_dev == now.st_dev) {
+                const std::string pid = std::to_string(::getpid()) + "\n";
+                if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {
+                    // The pid is only for the message of a run that finds the lock held.
+                }
+                lock_fd_ = fd;
+                return;
+            }
+            ::close(fd);
+        }
+        throw_error<IoError>("BackupAndRestore: cannot lock ", io::in_quotes((lock_file()).string()), ": it keeps being replaced");
+    }
+
+    // Releases the lock; `remove`: also removes the lock file (at the end of a fit).
+    void unlock(bool remove) noexcept {
+        if (lock_fd_ < 0) return;
+        if (remove) ::unlink(lock_file().c_str());
+        ::close(lock_fd_);
+        lock_fd_ = -1;
+    }
+
     static double parse_double(const std::string& where, std::string_view key, const std::string& text) {
         double v = 0;
         const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, std::chars_format::general);
@@ -215,13 +356,15 @@ private:
         if (!ctx.is_chief()) return;  // every process holds the same state; one writes it
         const TrainingPosition at = ctx.position;
         if (last_ && *last_ == at) return;  // already backed up at this very position
-        ctx.save_state(file().string(), {{"backup_format", "strata-backup"},
-                                         {"backup_version", std::to_string(version)},
-                                         {"backup_epoch", std::to_string(at.epoch)},
-                                         {"backup_batches", std::to_string(at.batches)},
-                                         {"backup_loss_sum", exact(at.loss_sum)},
-                                         {"backup_correct", exact(at.correct)},
-                                         {"backup_seen", std::to_string(at.seen)}});
+        std::map<std::string, std::string> meta{{"backup_format", "strata-backup"},
+                                                {"backup_version", std::to_string(version)},
+                                                {"backup_epoch", std::to_string(at.epoch)},
+                                                {"backup_batches", std::to_string(at.batches)},
+                                                {"backup_loss_sum", exact(at.loss_sum)},
+                                                {"backup_correct", exact(at.correct)},
+                                                {"backup_seen", std::to_string(at.seen)}};
+        for (const auto& [k, v] : o_.config) meta[std::string(config_prefix) + k] = v;
+        ctx.save_state(file().string(), meta);
         last_ = at;
         ++written_;
     }
@@ -231,6 +374,7 @@ private:
     std::optional<TrainingPosition> restored_, last_;
     std::int64_t batches_ = 0;
     int written_ = 0;
+    int lock_fd_ = -1;  // <dir>/lock while this run holds it
 };
 
 }  // namespace strata::train

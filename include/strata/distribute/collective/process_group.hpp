@@ -20,6 +20,13 @@
 /// gradient bucket cross processes in parallel). Calls on one lane pair up in program order
 /// across ranks, as in MPI.
 ///
+/// Joining: the constructor first exchanges every rank's settings (lanes, transport, timeout,
+/// chunk size, and whatever ProcessGroupOptions::settings adds) point to point on the caller's
+/// communicator, tags 0x5374 and 0x5375 (a program must not use them on it), polled against
+/// the timeout; ranks that are not there are named, settings that differ are refused on every
+/// rank, and only then are the collective MPI calls of the set-up made. agree() checks more
+/// settings later (MultiWorkerMirrored's model and optimizer).
+///
 /// Faults: a wait that exceeds the timeout throws DistributedError
 /// `all_reduce (lane 0): rank 2 of 3 did not arrive within 10000 ms` on every rank that waits,
 /// and marks the group failed, so the other ranks stop at once with the same cause instead of
@@ -47,7 +54,9 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace strata::distribute::collective {
@@ -78,7 +87,85 @@ struct ProcessGroupOptions {
     /// 512 KiB measured best here (benchmarks/bench_mpi_allreduce --chunk-kb, docs/benchmarks.md):
     /// a chunk and its partner stay in the cores' L2 between staging and reading.
     std::size_t chunk_bytes = std::size_t(512) << 10;
+    /// More settings every rank must share (e.g. a program's flags), checked with the group's
+    /// own when the ranks join (see ProcessGroup's constructor and agree()).
+    std::vector<std::pair<std::string, std::string>> settings{};
 };
+
+/// Settings the ranks of a job must share, as (name, value) text pairs (ProcessGroup::agree).
+using Settings = std::vector<std::pair<std::string, std::string>>;
+
+namespace detail {
+// Settings as bytes: every name and value as its length (8 bytes) and its text.
+inline void put_text(std::string& out, std::string_view s) {
+    const std::uint64_t n = s.size();
+    out.append(reinterpret_cast<const char*>(&n), sizeof n);
+    out.append(s);
+}
+inline bool get_text(std::string_view& in, std::string& s) {
+    std::uint64_t n = 0;
+    if (in.size() < sizeof n) return false;
+    std::memcpy(&n, in.data(), sizeof n);
+    in.remove_prefix(sizeof n);
+    if (in.size() < n) return false;
+    s.assign(in.data(), std::size_t(n));
+    in.remove_prefix(std::size_t(n));
+    return true;
+}
+inline std::string encode(const Settings& settings) {
+    std::string out;
+    for (const auto& [name, value] : settings) {
+        put_text(out, name);
+        put_text(out, value);
+    }
+    return out;
+}
+inline Settings decode(std::string_view in) {
+    Settings out;
+    std::string name, value;
+    while (!in.empty()) {
+        if (!get_text(in, name) || !get_text(in, value))
+            throw DistributedError("ProcessGroup: a peer sent settings that do not decode (is every process the same program?)");
+        out.emplace_back(name, value);
+    }
+    return out;
+}
+
+// "rank 1" / "ranks 0, 2".
+inline std::string rank_list(const std::vector<int>& ranks) {
+    std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+    for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+    return s;
+}
+
+// Every setting whose value is not the same on every rank, with who has what:
+// "transport: rank 0 has mpi, rank 1 has shared_memory; batch_size: ranks 0, 2 have 128, rank 1
+// has 64". Empty when the ranks agree. A setting a rank does not have reads "(not set)".
+inline std::string disagreements(const std::vector<Settings>& per_rank) {
+    std::vector<std::string> names;
+    for (const auto& settings : per_rank)
+        for (const auto& [name, value] : settings)
+            if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    std::string out;
+    for (const auto& name : names) {
+        std::vector<std::pair<std::string, std::vector<int>>> groups;  // value, ranks with it
+        for (std::size_t q = 0; q < per_rank.size(); ++q) {
+            std::string v = "(not set)";
+            for (const auto& [n, value] : per_rank[q])
+                if (n == name) v = value.empty() ? "(none)" : value;
+            auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& e) { return e.first == v; });
+            if (g == groups.end()) groups.push_back({v, {int(q)}});
+            else g->second.push_back(int(q));
+        }
+        if (groups.size() == 1) continue;
+        out += (out.empty() ? "" : "; ") + name + ": ";
+        for (std::size_t i = 0; i < groups.size(); ++i)
+            out += (i ? ", " : "") + rank_list(groups[i].second) + (groups[i].second.size() == 1 ? " has " : " have ") +
+                   groups[i].first;
+    }
+    return out;
+}
+}  // namespace detail
 
 namespace mpi {
 
@@ -167,6 +254,14 @@ class ProcessGroup {
 public:
     using clock = std::chrono::steady_clock;
 
+    /// Joins the ranks of `comm`. First the ranks exchange their settings, point to point and
+    /// polled against the timeout (nothing blocks before every rank is known to be here): the
+    /// lanes, the transport asked for, the timeout, chunk_bytes and options.settings. A rank
+    /// that does not come is named (DistributedError `rank 1 of 2 did not arrive within 60000
+    /// ms`); settings that differ are a ValueError on every rank naming each one and which rank
+    /// has what (`transport: rank 0 has mpi, rank 1 has shared_memory`). Only then are the
+    /// group's communicators and window made (MPI_Comm_idup polled; MPI_Win_allocate_shared,
+    /// which has no non-blocking form, once every rank is known to have agreed).
     ProcessGroup(MPI_Comm comm, int lanes, ProcessGroupOptions options = {}) : options_(options), lanes_(lanes) {
         STRATA_CHECK(lanes >= 1 && lanes <= 64, ValueError, "ProcessGroup: lanes must be in [1, 64], got ", lanes);
         STRATA_CHECK(options.timeout.count() > 0, ValueError, "ProcessGroup: the timeout must be > 0 ms, got ",
@@ -174,38 +269,25 @@ public:
         STRATA_CHECK(options.chunk_bytes >= 1024, ValueError, "ProcessGroup: chunk_bytes must be >= 1024, got ",
                      options.chunk_bytes);
         provided_ = mpi::ensure_initialized();
-        MPI_Comm_dup(comm, &comm_);
-        MPI_Comm_rank(comm_, &rank_);
-        MPI_Comm_size(comm_, &size_);
-        // Every rank must lay its part of the window out alike: the same number of lanes.
-        int range[2] = {-lanes_, lanes_};
-        MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_INT, MPI_MAX, comm_);
-        if (-range[0] != range[1]) {
-            MPI_Comm_free(&comm_);
-            throw_error<ValueError>("ProcessGroup: every rank needs the same number of lanes (MultiWorkerMirrored: of local "
-                                    "replicas); rank ", rank_, " has ", lanes_, ", the ranks have from ", -range[0], " to ",
-                                    range[1]);
-        }
+        MPI_Comm_rank(comm, &rank_);
+        MPI_Comm_size(comm, &size_);
         if (options_.stall_warning.count() == 0) options_.stall_warning = options_.timeout / 2;
-        MPI_Comm node;
-        MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-        int node_size = 1;
-        MPI_Comm_size(node, &node_size);
+        join(comm);
         transport_ = options_.transport;
-        if (transport_ == Transport::Auto) transport_ = node_size == size_ ? Transport::SharedMemory : Transport::Mpi;
-        STRATA_CHECK(transport_ != Transport::SharedMemory || node_size == size_, ValueError,
-                     "ProcessGroup: the shared-memory transport needs every rank on one host; ", node_size, " of ", size_,
+        if (transport_ == Transport::Auto) transport_ = local_size_ == size_ ? Transport::SharedMemory : Transport::Mpi;
+        STRATA_CHECK(transport_ != Transport::SharedMemory || local_size_ == size_, ValueError,
+                     "ProcessGroup: the shared-memory transport needs every rank on one host; ", local_size_, " of ", size_,
                      " ranks share this one (use Transport::Mpi or Auto)");
+        const SyncPoint setup{"set-up", "process group"};
+        comm_ = dup(comm, setup);
         if (transport_ == Transport::SharedMemory) {
-            MPI_Comm_free(&node);
             open_window();
         } else {
-            MPI_Comm_free(&node);
             lane_comms_.resize(std::size_t(lanes_));
             control_comms_.resize(std::size_t(lanes_));
             for (int l = 0; l < lanes_; ++l) {
-                MPI_Comm_dup(comm_, &lane_comms_[std::size_t(l)]);
-                MPI_Comm_dup(comm_, &control_comms_[std::size_t(l)]);
+                lane_comms_[std::size_t(l)] = dup(comm_, setup);
+                control_comms_[std::size_t(l)] = dup(comm_, setup);
             }
             seq_.assign(std::size_t(lanes_), 0);
             control_ = std::make_unique<ControlBuffers[]>(std::size_t(lanes_));
@@ -242,6 +324,30 @@ public:
     [[nodiscard]] MPI_Comm communicator() const noexcept { return comm_; }
     /// True once a collective of this group timed out or a rank called abort().
     [[nodiscard]] bool failed() const noexcept { return failed_; }
+    /// This process's index among the ranks on its host, and their number (from the host
+    /// names the ranks exchanged when they joined).
+    [[nodiscard]] int local_rank() const noexcept { return local_rank_; }
+    [[nodiscard]] int local_size() const noexcept { return local_size_; }
+
+    /// Checks that every rank passes the same `settings` (what = what they are, for the
+    /// message), e.g. once at set-up: the ranks exchange them point to point, polled against
+    /// the timeout. Throws, on every rank alike, ValueError `ProcessGroup: the ranks disagree on
+    /// the optimizer: optimizer: rank 0 has Adam(...), rank 1 has SGD(...)` naming every
+    /// setting that differs; DistributedError naming a rank that does not come (the group is
+    /// then failed). Requires: every rank calls it at the same point, from one thread, never
+    /// concurrently with another agree(); collectives on the lanes may run meanwhile.
+    void agree(const Settings& settings, std::string_view what = "settings") {
+        const SyncPoint at{"agree", what};
+        throw_if_failed(at);
+        if (size_ == 1) return;
+        const auto all = exchange(comm_, agree_tag, detail::encode(settings), at, [this] { mark_failed(); });
+        std::vector<Settings> per_rank;
+        for (const auto& bytes : all) per_rank.push_back(detail::decode(bytes));
+        const std::string d = detail::disagreements(per_rank);
+        if (!d.empty()) throw_error<ValueError>("ProcessGroup: the ranks disagree on ", what, ": ", d);
+    }
+    /// One setting: agree({{name, value}}).
+    void agree(std::string_view name, std::string_view value) { agree(Settings{{std::string(name), std::string(value)}}, name); }
 
     /// Sums (or averages) `data` over the ranks, in place, on `lane`.
     /// Throws ShapeError (shared memory: on every rank) when the ranks' lengths differ,
@@ -309,6 +415,186 @@ private:
         mpi::job_failed() = true;
     }
 
+    // Tags of the point-to-point exchanges: join's on the caller's communicator (the group's
+    // own does not exist yet), agree's on the group's communicator (which carries nothing else).
+    static constexpr int join_tag = 0x5374;  // and join_tag + 1
+    static constexpr int agree_tag = 0x5376;  // and agree_tag + 1
+
+    // The settings every rank must share; those that differ are refused on every rank. Sets
+    // local_rank_ and local_size_ from the host names.
+    void join(MPI_Comm comm) {
+        char host[MPI_MAX_PROCESSOR_NAME] = {};
+        int host_len = 0;
+        MPI_Get_processor_name(host, &host_len);
+        Settings mine{{"lanes", std::to_string(lanes_)},
+                      {"transport", std::string(to_string(options_.transport))},
+                      {"timeout_ms", std::to_string(options_.timeout.count())},
+                      {"chunk_bytes", std::to_string(options_.chunk_bytes)}};
+        for (const auto& s : options_.settings) mine.push_back(s);
+        local_rank_ = 0;
+        local_size_ = 1;
+        if (size_ == 1) return;
+        std::string bytes = detail::encode(mine);
+        detail::put_text(bytes, "");  // the host name last, outside the settings compared
+        detail::put_text(bytes, std::string_view(host, std::size_t(host_len)));
+        const auto all = exchange(comm, join_tag, bytes, SyncPoint{"set-up", "process group"}, [] { mpi::job_failed() = true; });
+        std::vector<Settings> per_rank;
+        std::vector<std::string> hosts;
+        for (const auto& b : all) {
+            per_rank.push_back(detail::decode(b));
+            hosts.push_back(per_rank.back().empty() ? std::string() : per_rank.back().back().second);
+            if (!per_rank.back().empty()) per_rank.back().pop_back();
+        }
+        local_size_ = int(std::count(hosts.begin(), hosts.end(), hosts[std::size_t(rank_)]));
+        local_rank_ = int(std::count(hosts.begin(), hosts.begin() + rank_, hosts[std::size_t(rank_)]));
+        int lo = lanes_, hi = lanes_;
+        for (const auto& settings : per_rank)
+            for (const auto& [name, value] : settings)
+                if (name == "lanes") {
+                    lo = std::min(lo, std::atoi(value.c_str()));
+                    hi = std::max(hi, std::atoi(value.c_str()));
+                }
+        if (lo != hi)
+            throw_error<ValueError>("ProcessGroup: every rank needs the same number of lanes (MultiWorkerMirrored: of local "
+                                    "replicas); rank ", rank_, " has ", lanes_, ", the ranks have from ", lo, " to ", hi);
+        const std::string d = detail::disagreements(per_rank);
+        if (!d.empty())
+            throw_error<ValueError>("ProcessGroup: the ranks disagree on their settings (every process must be started with "
+                                    "the same ones): ", d);
+    }
+
+    // A deadline of `timeout` for a loop that polls at least every millisecond.
+    RunningDeadline fresh(std::chrono::milliseconds timeout) const { return RunningDeadline(timeout, poll_interval); }
+    static constexpr auto poll_interval = std::chrono::milliseconds(2);
+
+    // MPI_Comm_idup, polled against the timeout.
+    MPI_Comm dup(MPI_Comm c, const SyncPoint& at) {
+        MPI_Comm out = MPI_COMM_NULL;
+        MPI_Request req;
+        MPI_Comm_idup(c, &out, &req);
+        auto d = fresh(options_.timeout);
+        wait_request(req, d, at, 0, "some rank");
+        return out;
+    }
+
+    // Every rank's `mine`, on every rank, in rank order. Each rank sends it to rank 0 (tag
+    // `tag`), which answers (tag + 1) with all of them once every rank came, or with the ranks
+    // missing at its deadline; a rank waits for the answer until rank 0's deadline plus the
+    // timeout. Point to point and polled: nothing blocks. On failure `failed` runs, the
+    // message naming the missing ranks is thrown, and the buffers of requests still in flight
+    // are leaked (a send or receive may still touch them).
+    template <class OnFailure>
+    std::vector<std::string> exchange(MPI_Comm c, int tag, const std::string& mine, const SyncPoint& at, OnFailure failed) {
+        struct Buffers {
+            std::string out, in;
+            std::vector<std::string> got;
+            std::vector<MPI_Request> sends;
+        };
+        auto io = std::make_unique<Buffers>();
+        io->out = mine;
+        auto locked = [&](auto&& f) {
+            std::unique_lock lock(mpi_mutex_, std::defer_lock);
+            if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
+            f();
+        };
+        const std::string where = "across processes: " + at.str();
+        auto deadline = fresh(options_.timeout);
+        auto fail = [&](const std::string& who) {
+            failed();
+            (void)io.release();
+            throw_error<DistributedError>(where, ": ", who, " did not arrive within ", options_.timeout.count(), " ms");
+        };
+        // Takes a message from `from` with `t` if one is there.
+        auto take = [&](int from, int t, std::string& into) {
+            int flag = 0;
+            MPI_Message m;
+            MPI_Status st;
+            locked([&] { MPI_Improbe(from, t, c, &flag, &m, &st); });
+            if (!flag) return false;
+            int n = 0;
+            MPI_Get_count(&st, MPI_BYTE, &n);
+            into.resize(std::size_t(n));
+            locked([&] { MPI_Mrecv(into.data(), n, MPI_BYTE, &m, MPI_STATUS_IGNORE); });
+            return true;
+        };
+        auto pause = [](int spins) {
+            if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(spins > 4096 ? 1000 : 50));
+        };
+        if (rank_ != 0) {
+            MPI_Request send;
+            locked([&] { MPI_Isend(io->out.data(), int(io->out.size()), MPI_BYTE, 0, tag, c, &send); });
+            // Rank 0 answers at its own deadline at the latest.
+            auto root_deadline = fresh(2 * options_.timeout);
+            for (int spins = 0; !take(0, tag + 1, io->in); ++spins) {
+                if (root_deadline.expired()) fail("rank 0 of " + std::to_string(size_));
+                pause(spins);
+            }
+            for (int spins = 0;; ++spins) {
+                int done = 0;
+                locked([&] { MPI_Test(&send, &done, MPI_STATUS_IGNORE); });
+                if (done) break;
+                if (root_deadline.expired()) fail("rank 0 of " + std::to_string(size_));
+                pause(spins);
+            }
+            std::string_view in(io->in);
+            STRATA_CHECK(!in.empty(), DistributedError, where, ": rank 0 sent an empty answer");
+            const char kind = in.front();
+            in.remove_prefix(1);
+            std::vector<std::string> all;
+            std::string item;
+            while (detail::get_text(in, item)) all.push_back(item);
+            if (kind == 'M') {  // the ranks rank 0 did not hear from
+                std::vector<int> late;
+                for (const auto& r : all) late.push_back(std::atoi(r.c_str()));
+                fail(ranks_text(late));
+            }
+            STRATA_CHECK(int(all.size()) == size_, DistributedError, where, ": rank 0 sent ", all.size(), " ranks' settings, expected ",
+                         size_);
+            return all;
+        }
+        io->got.assign(std::size_t(size_), std::string());
+        io->got[0] = mine;
+        std::vector<char> have(std::size_t(size_), 0);
+        have[0] = 1;
+        std::vector<int> late;
+        bool warned = false;
+        for (int spins = 0;; ++spins) {
+            late.clear();
+            for (int q = 1; q < size_; ++q)
+                if (!have[std::size_t(q)] && !(have[std::size_t(q)] = char(take(q, tag, io->got[std::size_t(q)])))) late.push_back(q);
+            if (late.empty() || deadline.expired()) break;
+            const auto waited = deadline.waited();
+            if (!warned && options_.stall_warning.count() > 0 && waited > options_.stall_warning) {
+                warned = true;
+                std::fprintf(stderr, "strata: warning: %s: rank 0 has waited %lld ms for %s (timeout %lld ms)\n", where.c_str(),
+                             static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()),
+                             ranks_text(late).c_str(), static_cast<long long>(options_.timeout.count()));
+            }
+            pause(spins);
+        }
+        io->out.assign(1, late.empty() ? 'A' : 'M');
+        if (late.empty())
+            for (const auto& g : io->got) detail::put_text(io->out, g);
+        else
+            for (int q : late) detail::put_text(io->out, std::to_string(q));
+        for (int q = 1; q < size_; ++q) {
+            if (!have[std::size_t(q)]) continue;
+            MPI_Request s;
+            locked([&] { MPI_Isend(io->out.data(), int(io->out.size()), MPI_BYTE, q, tag + 1, c, &s); });
+            io->sends.push_back(s);
+        }
+        if (!late.empty()) fail(ranks_text(late));  // the answers go out eagerly; the gone never take theirs
+        auto sent = fresh(options_.timeout);  // every rank is here: the answers go out at once
+        for (int spins = 0;; ++spins) {
+            int done = 0;
+            locked([&] { MPI_Testall(int(io->sends.size()), io->sends.data(), &done, MPI_STATUSES_IGNORE); });
+            if (done) break;
+            if (sent.expired()) fail("a rank");
+            pause(spins);
+        }
+        return std::move(io->got);
+    }
+
     // ---- shared-memory transport --------------------------------------------------------------
 
     // Per rank, in its part of the window: a control block, then lanes × 2 staging buffers.
@@ -368,7 +654,10 @@ private:
         lane_.assign(std::size_t(lanes_), Lane{});
         // Everyone's control blocks are initialized before anyone reads them.
         std::atomic_thread_fence(std::memory_order_seq_cst);
-        MPI_Barrier(comm_);
+        MPI_Request req;
+        MPI_Ibarrier(comm_, &req);
+        auto d = fresh(options_.timeout);
+        wait_request(req, d, SyncPoint{"set-up", "shared window"}, 0, "some rank");
     }
 
     Control& control(int q) const { return *reinterpret_cast<Control*>(bases_[std::size_t(q)]); }
@@ -389,7 +678,9 @@ private:
     // Publishes arrival number `seq` on `lane` and waits until every rank has published it.
     void arrive_and_wait(int lane, std::uint64_t seq, const SyncPoint& at) {
         counter_ptr(rank_, lane)->value.store(seq, std::memory_order_release);
-        const auto start = clock::now();
+        // Counts the time this process could run: a job suspended as a whole and resumed has
+        // not timed out (RunningDeadline).
+        RunningDeadline deadline = fresh(options_.timeout);
         bool warned = false;
         int spins = 0;
         for (;;) {
@@ -414,9 +705,10 @@ private:
 #endif
                 continue;
             }
-            const auto waited = clock::now() - start;
             if (spins < 2048) std::this_thread::yield();
-            else std::this_thread::sleep_for(std::chrono::microseconds(waited > std::chrono::milliseconds(10) ? 500 : 20));
+            else std::this_thread::sleep_for(std::chrono::microseconds(deadline.waited() > std::chrono::milliseconds(10) ? 500 : 20));
+            const bool expired = deadline.expired();
+            const auto waited = deadline.waited();
             if (!warned && options_.stall_warning.count() > 0 && waited > options_.stall_warning) {
                 warned = true;
                 std::fprintf(stderr, "strata: warning: %s: rank %d has waited %lld ms for %s (timeout %lld ms)\n",
@@ -424,7 +716,7 @@ private:
                              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()),
                              missing(lane, seq).c_str(), static_cast<long long>(options_.timeout.count()));
             }
-            if (waited > options_.timeout) {
+            if (expired) {
                 const std::string who = missing(lane, seq) + " did not arrive within " + std::to_string(options_.timeout.count()) + " ms";
                 counter_ptr(rank_, lane)->gave_up.store(seq, std::memory_order_release);
                 abort("it gave up waiting: " + who);
@@ -564,8 +856,9 @@ private:
 
     // ---- MPI transport ---------------------------------------------------------------------------
 
-    // Polls `req` until it completes or the deadline passes.
-    void wait_request(MPI_Request& req, clock::time_point deadline, const SyncPoint& at, int lane, const std::string& who) {
+    // Polls `req` until it completes or the deadline passes (time the process was suspended
+    // is not counted: RunningDeadline).
+    void wait_request(MPI_Request& req, RunningDeadline& deadline, const SyncPoint& at, int lane, const std::string& who) {
         for (int spins = 0;; ++spins) {
             int done = 0;
             {
@@ -574,7 +867,7 @@ private:
                 MPI_Test(&req, &done, MPI_STATUS_IGNORE);
             }
             if (done) return;
-            if (clock::now() > deadline) {
+            if (deadline.expired()) {
                 mark_failed();
                 throw_error<DistributedError>(where(at, lane), ": ", who, " did not arrive within ", options_.timeout.count(), " ms");
             }
@@ -591,7 +884,7 @@ private:
         // receive still posted when this rank gives up must not write into a dead stack frame.
         ControlBuffers& cb = control_[std::size_t(lane)];
         const std::uint64_t seq = ++seq_[std::size_t(lane)];
-        const auto deadline = clock::now() + options_.timeout;
+        RunningDeadline deadline = fresh(options_.timeout);
         auto locked = [&](auto&& f) {
             std::unique_lock lock(mpi_mutex_, std::defer_lock);
             if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
@@ -607,7 +900,7 @@ private:
             });
             // Rank 0 answers at its own deadline at the latest: wait longer than that before
             // naming rank 0 itself.
-            const auto root_deadline = deadline + options_.timeout;
+            RunningDeadline root_deadline = fresh(2 * options_.timeout);
             const std::string root = "rank 0 of " + std::to_string(size_);
             wait_request(recv, root_deadline, at, lane, root);
             wait_request(send, root_deadline, at, lane, root);
@@ -629,7 +922,6 @@ private:
         });
         std::vector<int>& late = cb.late;
         bool warned = false;
-        const auto start = clock::now();
         for (int spins = 0;; ++spins) {
             late.clear();
             locked([&] {
@@ -640,7 +932,8 @@ private:
                 }
             });
             if (late.empty()) break;
-            const auto waited = clock::now() - start;
+            const bool expired = deadline.expired();
+            const auto waited = deadline.waited();
             if (!warned && options_.stall_warning.count() > 0 && waited > options_.stall_warning) {
                 warned = true;
                 std::fprintf(stderr, "strata: warning: %s: rank 0 has waited %lld ms for %s (timeout %lld ms)\n",
@@ -648,7 +941,7 @@ private:
                              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()),
                              ranks_text(late).c_str(), static_cast<long long>(options_.timeout.count()));
             }
-            if (clock::now() > deadline) break;
+            if (expired) break;
             if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
         }
         cb.answer = std::int64_t(late.size());
@@ -669,7 +962,8 @@ private:
             throw_error<DistributedError>(where(at, lane), ": ", ranks_text(late), " did not arrive within ",
                                           options_.timeout.count(), " ms");
         }
-        for (auto& s : sends) wait_request(s, deadline + options_.timeout, at, lane, "a rank");
+        RunningDeadline sent = fresh(options_.timeout);
+        for (auto& s : sends) wait_request(s, sent, at, lane, "a rank");
     }
 
     template <Reducible T>
@@ -682,7 +976,8 @@ private:
             MPI_Iallreduce(MPI_IN_PLACE, data.data(), int(data.size()), mpi::datatype<T>(), MPI_SUM,
                            lane_comms_[std::size_t(lane)], &req);
         }
-        wait_request(req, clock::now() + options_.timeout, at, lane, "some rank (the transfer stopped part-way)");
+        auto d = fresh(options_.timeout);
+        wait_request(req, d, at, lane, "some rank (the transfer stopped part-way)");
         if (op == ReduceOp::Mean)
             for (auto& v : data) v /= T(size_);
     }
@@ -696,7 +991,8 @@ private:
             if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
             MPI_Ibcast(data.data(), int(data.size()), mpi::datatype<T>(), root, lane_comms_[std::size_t(lane)], &req);
         }
-        wait_request(req, clock::now() + options_.timeout, at, lane, "some rank (the transfer stopped part-way)");
+        auto d = fresh(options_.timeout);
+        wait_request(req, d, at, lane, "some rank (the transfer stopped part-way)");
     }
 
     ProcessGroupOptions options_;
@@ -704,6 +1000,7 @@ private:
     int provided_ = MPI_THREAD_SINGLE;
     MPI_Comm comm_ = MPI_COMM_NULL;
     int rank_ = 0, size_ = 1;
+    int local_rank_ = 0, local_size_ = 1;
     Transport transport_ = Transport::SharedMemory;
     std::atomic<bool> failed_{false};
     // shared memory

@@ -12,6 +12,8 @@
 
 #include <memory>
 #include <span>
+#include <type_traits>
+#include <utility>
 
 #include "strata/distribute/collective/async.hpp"
 #include "strata/distribute/gradient_path.hpp"
@@ -87,7 +89,9 @@ public:
         if constexpr (MultiProcess<S>) {
             // Every process starts from rank 0's values (tf.distribute's MultiWorkerMirrored
             // broadcasts the initial variables from the chief too): a user who seeds each
-            // process differently still trains one model.
+            // process differently still trains one model. First the processes agree that it
+            // is the same model.
+            s.template agree_model<Net, T>();
             auto w = get_weights();
             s.process_group().broadcast(0, std::span<T>(w), 0, SyncPoint{"broadcast", "initial variables"});
             set_weights(w);
@@ -99,6 +103,7 @@ public:
     std::size_t gradient_buckets() const { return buckets_.size(); }
 
     void compile(const optim::Optimizer& o) {
+        if constexpr (MultiProcess<S>) this->strategy_->agree_optimizer(o);  // every process the same one
         this->opt_.states.clear();
         this->opt_.states.resize(std::size_t(this->units()));
         // Slots on each replica's device, as its variables.
@@ -201,11 +206,27 @@ public:
                 run_joined_epoch(source, step, work, on_step);
                 return;
             }
+            // Every process reads the same global batches: they agree, once per epoch, on the
+            // first one's size (a process batching otherwise would train on other slices).
+            const auto* first = source.next();
+            this->strategy_->agree_global_batch(first ? std::int64_t(first->size()) : -1);
+            FirstThen<Source, std::remove_cvref_t<decltype(*first)>> rest{source, first};
+            Base::run_epoch(rest, step, work, on_step);
+            return;
         }
         Base::run_epoch(source, step, work, on_step);
     }
 
 private:
+    // A source whose first batch was taken already (to agree on its size).
+    template <class Source, class B>
+    struct FirstThen {
+        Source& source;
+        const B* first;
+        bool given = false;
+        const B* next() { return std::exchange(given, true) ? source.next() : first; }
+    };
+
     // Buckets over the flat gradient buffer, in the order backward produces them (last layer
     // first): each a contiguous range [first, first + count) of whole layers, planned by
     // collective::BucketPlan over the layers' parameter blocks.

@@ -458,7 +458,7 @@ private:
         };
         auto take_result = [&](int w) -> Result {
             std::unique_lock<std::mutex> lock(mutex_);
-            const bool ok = cv_.wait_for(lock, opt.timeout, [&] { return results_[std::size_t(w)].ready; });
+            const bool ok = wait_running(cv_, lock, opt.timeout, [&] { return results_[std::size_t(w)].ready; });  // a suspended job does not time out
             if (!ok)
                 throw_error<DistributedError>("ParameterServer: worker ", w, " of ", W_, " did not finish its mini-batch within ",
                                               opt.timeout.count(), " ms");
@@ -471,7 +471,7 @@ private:
         };
         auto take_any = [&]() -> int {
             std::unique_lock<std::mutex> lock(mutex_);
-            const bool ok = cv_.wait_for(lock, opt.timeout, [&] { return !fifo_.empty(); });
+            const bool ok = wait_running(cv_, lock, opt.timeout, [&] { return !fifo_.empty(); });
             if (!ok) {
                 std::string who;
                 for (int w = 0; w < W_; ++w)
