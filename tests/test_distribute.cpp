@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <strata/strata.hpp>
+#include <strata/distribute/parameter_server.hpp>
 
 #include <sys/resource.h>
 #include <sys/wait.h>
