@@ -7,6 +7,10 @@
 #error "src/strata.cpp is strata's compiled part: compile it with -DSTRATA_SEPARATE_COMPILATION"
 #endif
 
+#include "strata/io/impl/atomic_file.ipp"
+#include "strata/io/impl/json.ipp"
+#include "strata/io/impl/safetensors.ipp"
+#include "strata/io/impl/text.ipp"
 #include "strata/train/impl/checkpoint.ipp"
 #include "strata/train/impl/fit_loop.ipp"
 
