@@ -10,9 +10,11 @@
 #include "strata/io/impl/atomic_file.ipp"
 #include "strata/io/impl/json.ipp"
 #include "strata/io/impl/safetensors.ipp"
+#include "strata/io/impl/tensorboard.ipp"
 #include "strata/io/impl/text.ipp"
 #include "strata/train/impl/checkpoint.ipp"
 #include "strata/train/impl/fit_loop.ipp"
+#include "strata/train/impl/tensorboard.ipp"
 
 namespace strata::train {
 template CheckpointData<float> read_checkpoint<float>(const std::filesystem::path&, const CheckpointSpec&);
