@@ -359,10 +359,10 @@ private:
     void parse_all(std::vector<std::byte> file);
 
     // The metadata object at the cursor, into metadata_ (keys are distinct: checked in pass 1).
-    void parse_metadata(json::Reader& json);
+    void parse_metadata(json::Reader& reader);
 
     // The tensor entry at the cursor; leaves the cursor after it.
-    TensorInfo parse_tensor(const std::string& name, json::Reader& json) const;
+    TensorInfo parse_tensor(const std::string& name, json::Reader& reader) const;
 };
 
 }  // namespace strata::io

@@ -215,12 +215,12 @@ STRATA_DECL void SafetensorsFile::parse_all(std::vector<std::byte> file) {
     if (!valid_utf8(text)) fail("header is not valid UTF-8");
     if (text.front() != '{') fail("header must start with '{', found '", text.front(), "'");
 
-    json::Reader json(text, "safetensors: " + in_quotes(source_) + ": header");
-    json.validate();
-    json.enter();
-    for (std::string key; json.next_member(key);) {
-        if (key == "__metadata__") parse_metadata(json);
-        else tensors_.push_back(parse_tensor(key, json));
+    json::Reader reader(text, "safetensors: " + in_quotes(source_) + ": header");
+    reader.validate();
+    reader.enter();
+    for (std::string key; reader.next_member(key);) {
+        if (key == "__metadata__") parse_metadata(reader);
+        else tensors_.push_back(parse_tensor(key, reader));
     }
 
     const std::uint64_t buffer = size - 8 - n;
@@ -262,76 +262,76 @@ STRATA_DECL void SafetensorsFile::parse_all(std::vector<std::byte> file) {
     data_ = std::move(file);
 }
 
-STRATA_DECL void SafetensorsFile::parse_metadata(json::Reader& json) {
+STRATA_DECL void SafetensorsFile::parse_metadata(json::Reader& reader) {
     using json::Kind;
-    const Kind k = json.kind();
+    const Kind k = reader.kind();
     if (k != Kind::Object) fail("__metadata__ is ", json::kind_name(k), ", expected an object of strings");
-    json.enter();
-    for (std::string key; json.next_member(key);) {
-        const Kind vk = json.kind();
+    reader.enter();
+    for (std::string key; reader.next_member(key);) {
+        const Kind vk = reader.kind();
         if (vk != Kind::String)
             fail("__metadata__ value of ", in_quotes(key, 200), " is ",
                  json::kind_name(vk), ", expected a string");
-        metadata_.emplace(std::move(key), json.read_string());
+        metadata_.emplace(std::move(key), reader.read_string());
     }
 }
 
-STRATA_DECL TensorInfo SafetensorsFile::parse_tensor(const std::string& name, json::Reader& json) const {
+STRATA_DECL TensorInfo SafetensorsFile::parse_tensor(const std::string& name, json::Reader& reader) const {
     using json::Kind;
     using json::kind_name;
     const std::string who = "tensor " + in_quotes(name, 200);
     // SafetensorsWriter refuses an empty name, so a file with one was not written by strata.
     if (name.empty()) fail("a tensor has an empty name; expected a non-empty name like \"dense/kernel\"");
-    if (json.kind() != Kind::Object)
-        fail(who, " is ", kind_name(json.kind()), ", expected an object with dtype, shape and data_offsets");
+    if (reader.kind() != Kind::Object)
+        fail(who, " is ", kind_name(reader.kind()), ", expected an object with dtype, shape and data_offsets");
     // The fields are located first and read afterwards, so that an unknown or missing field is
     // reported before a bad value whatever the order of the fields.
     constexpr std::size_t absent = std::numeric_limits<std::size_t>::max();
     std::size_t dtype_at = absent, shape_at = absent, offsets_at = absent;
-    json.enter();
-    for (std::string k; json.next_member(k);) {
-        if (k == "dtype") dtype_at = json.pos();
-        else if (k == "shape") shape_at = json.pos();
-        else if (k == "data_offsets") offsets_at = json.pos();
+    reader.enter();
+    for (std::string k; reader.next_member(k);) {
+        if (k == "dtype") dtype_at = reader.pos();
+        else if (k == "shape") shape_at = reader.pos();
+        else if (k == "data_offsets") offsets_at = reader.pos();
         else fail(who, " has an unknown field ", in_quotes(k, 64), "; expected only dtype, shape and data_offsets");
-        json.skip_value();
+        reader.skip_value();
     }
-    const std::size_t after = json.pos();
+    const std::size_t after = reader.pos();
     if (dtype_at == absent || shape_at == absent || offsets_at == absent)
         fail(who, " lacks the field ", dtype_at == absent ? "dtype" : shape_at == absent ? "shape" : "data_offsets");
 
     TensorInfo t;
     t.name = name;
-    json.seek(dtype_at);
-    if (json.kind() != Kind::String) fail(who, ": dtype is ", kind_name(json.kind()), ", expected a string");
-    const std::string dtype = json.read_string();
+    reader.seek(dtype_at);
+    if (reader.kind() != Kind::String) fail(who, ": dtype is ", kind_name(reader.kind()), ", expected a string");
+    const std::string dtype = reader.read_string();
     const auto d = parse_dtype(dtype);
     if (!d)
         fail(who, ": unknown dtype ", in_quotes(dtype, 64),
              "; expected one of BOOL, U8, I8, U16, I16, F16, BF16, U32, I32, F32, U64, I64, F64, F8_E4M3, F8_E5M2");
     t.dtype = *d;
 
-    json.seek(shape_at);
-    if (json.kind() != Kind::Array) fail(who, ": shape is ", kind_name(json.kind()), ", expected an array of integers");
-    json.enter();
-    while (json.next_item()) {
-        const Kind k = json.kind();
+    reader.seek(shape_at);
+    if (reader.kind() != Kind::Array) fail(who, ": shape is ", kind_name(reader.kind()), ", expected an array of integers");
+    reader.enter();
+    while (reader.next_item()) {
+        const Kind k = reader.kind();
         if (k != Kind::Number) fail(who, ": shape entry ", kind_name(k), " is not a non-negative integer");
-        const std::string_view literal = json.read_number();
+        const std::string_view literal = reader.read_number();
         const auto x = json::parse_u64(literal);
         if (!x || *x > std::numeric_limits<std::size_t>::max())
             fail(who, ": shape entry ", clipped(literal), " is not a non-negative integer");
         t.shape.push_back(static_cast<std::size_t>(*x));
     }
 
-    json.seek(offsets_at);
+    reader.seek(offsets_at);
     std::optional<std::uint64_t> bounds[2];
     std::size_t count = 0;
-    if (json.kind() == Kind::Array) {
-        json.enter();
-        for (; json.next_item(); ++count) {
-            if (count < 2 && json.kind() == Kind::Number) bounds[count] = json::parse_u64(json.read_number());
-            else json.skip_value();
+    if (reader.kind() == Kind::Array) {
+        reader.enter();
+        for (; reader.next_item(); ++count) {
+            if (count < 2 && reader.kind() == Kind::Number) bounds[count] = json::parse_u64(reader.read_number());
+            else reader.skip_value();
         }
     }
     if (count != 2) fail(who, ": data_offsets must be an array of two integers [begin, end]");
@@ -340,7 +340,7 @@ STRATA_DECL TensorInfo SafetensorsFile::parse_tensor(const std::string& name, js
     if (b > e) fail(who, ": data_offsets [", b, ", ", e, "] end before they begin");
     t.begin = b;
     t.end = e;
-    json.seek(after);
+    reader.seek(after);
 
     const auto numel = detail::st::checked_numel(t.shape);
     const std::uint64_t es = dtype_size(t.dtype);
