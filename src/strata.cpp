@@ -7,8 +7,16 @@
 #error "src/strata.cpp is strata's compiled part: compile it with -DSTRATA_SEPARATE_COMPILATION"
 #endif
 
+#include "strata/io/impl/atomic_file.ipp"
+#include "strata/io/impl/json.ipp"
+#include "strata/io/impl/safetensors.ipp"
+#include "strata/io/impl/svg_plot.ipp"
+#include "strata/io/impl/tensorboard.ipp"
+#include "strata/io/impl/text.ipp"
 #include "strata/train/impl/checkpoint.ipp"
 #include "strata/train/impl/fit_loop.ipp"
+#include "strata/train/impl/plot.ipp"
+#include "strata/train/impl/tensorboard.ipp"
 
 namespace strata::train {
 template CheckpointData<float> read_checkpoint<float>(const std::filesystem::path&, const CheckpointSpec&);

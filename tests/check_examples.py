@@ -583,6 +583,19 @@ def main():
         common_checks(exe, "bench_mpi_allreduce", "--reps", mpi_env)
         json_run(exe, "bench_mpi_allreduce", quick + ["--sizes-mb", "0.0625"], ["benchmark", "machine", "rows"], mpi_env)
 
+    if "gpu_cnn" in bins:  # nvcc; measures only where a GPU is, exits 77 (nothing measured) elsewhere
+        exe = bins["gpu_cnn"]
+        help_lists(exe, "gpu_cnn", ["--batch-size", "--warmup", "--steps", "--reps", "--seed", "--json"])
+        common_checks(exe, "gpu_cnn", "--steps")
+        bad_flag(exe, "gpu_cnn", ["--batch-size", "128,0"], "--batch-size")
+        r = run([exe, "--steps", "2", "--warmup", "1", "--reps", "1", "--batch-size", "16"])
+        if r.returncode == 77:
+            check("no usable GPU" in r.stdout and "nothing measured" in r.stdout, f"gpu_cnn without a GPU: {r.stdout!r}")
+        else:
+            doc = json_run(exe, "gpu_cnn", ["--steps", "2", "--warmup", "1", "--reps", "1", "--batch-size", "16"],
+                           ["benchmark", "machine", "gpu", "flops_per_image", "rows"])
+            if doc:
+                check(len(doc["rows"]) == 1 and doc["rows"][0]["batch"] == 16, f"gpu_cnn rows: {doc['rows']}")
     if "bench_pingpong" in bins:  # needs 2 processes to measure; flags are checked on one
         common_checks(bins["bench_pingpong"], "bench_pingpong", "--reps", mpi_env)
         bad_flag(bins["bench_pingpong"], "bench_pingpong", ["--sizes-bytes", "8,0"], "--sizes-bytes", mpi_env)

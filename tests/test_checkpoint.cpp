@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/io/safetensors.hpp"
 #include "strata/train/checkpoint.hpp"
 
 namespace fs = std::filesystem;

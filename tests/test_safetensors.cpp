@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "strata/io/atomic_file.hpp"
 #include "strata/io/safetensors.hpp"
 
 namespace fs = std::filesystem;

@@ -176,6 +176,38 @@ TEST_CASE_TEMPLATE("axis reductions match float64 on every axis", P, STRATA_TEST
     }
 }
 
+TEST_CASE("the Cuda axis reduction's launch shape fills a GPU (checked on the host)") {
+    // issue 18: the host's 64-block column sums ran as 64 GPU threads. The Cuda form's shape is a
+    // constexpr function of the tensor's shape; an H100 and an H200 have 132 SMs.
+    using strata::detail::cuda_reduce_shape;
+    constexpr std::int64_t sms = 132;
+    // The bias gradient of Dense<64> at batch 128: [128, 64] summed over axis 0.
+    constexpr auto small = cuda_reduce_shape(1, 128, 64);
+    static_assert(small.threads() >= sms * 32, "at least a warp per SM for a 128 x 64 column sum");
+    static_assert(small.blocks() >= 32);
+    // The convolutions' bias gradients at batch 128: [128 * 26 * 26, 32] and [128 * 11 * 11, 64].
+    constexpr auto conv1 = cuda_reduce_shape(1, 128 * 26 * 26, 32), conv2 = cuda_reduce_shape(1, 128 * 11 * 11, 64);
+    static_assert(conv1.blocks() >= sms * 4 && conv2.blocks() >= sms * 4, "several blocks per SM for the big slabs");
+    static_assert(conv1.threads() >= sms * 1024);
+    // Every shape covers every row and column exactly once.
+    const std::int64_t shapes[][3] = {{1, 1, 1}, {1, 3, 1000}, {1, 1000, 3}, {1, 128, 64}, {1, 4097, 33},
+                                      {3, 1000, 1}, {1000, 3, 1}, {7, 0, 5}, {2, 100000, 7}};
+    for (const auto& sh : shapes) {
+        const auto s = cuda_reduce_shape(sh[0], sh[1], sh[2]);
+        CAPTURE(sh[0]);
+        CAPTURE(sh[1]);
+        CAPTURE(sh[2]);
+        CHECK(s.width * s.lanes == strata::detail::CudaReduceShape::block_threads);
+        CHECK(s.tiles * s.width >= sh[2]);
+        CHECK((s.tiles - 1) * s.width < sh[2]);
+        CHECK(s.chunks * s.rows_per_chunk >= sh[1]);
+        CHECK(s.chunks >= 1);
+        CHECK(s.chunks <= strata::detail::CudaReduceShape::max_chunks);
+        if (sh[1] > 0) CHECK((s.chunks - 1) * s.rows_per_chunk < sh[1]);  // no empty chunk
+        CHECK(s.rows_per_chunk >= s.lanes);
+    }
+}
+
 TEST_CASE_TEMPLATE("softmax and argmax of rows", P, STRATA_TEST_PLACES) {
     for (std::int64_t cols : {1, 2, 10, 97}) {
         const std::int64_t rows = 17;

@@ -6,17 +6,44 @@
 /// and a sum of 10^7 floats is within ~1e-9 relative of the float64 sum. The grouping of the
 /// partial sums depends only on the shape (never on the thread count), so results are
 /// reproducible run to run.
+///
+/// ## Where the per-place choice lives (the one dispatch point)
+/// An op written once over Thrust is only as parallel as its functor's decomposition: a functor
+/// that gives each index a serial inner loop (64 column blocks, one thread per output) keeps
+/// two host cores busy and starves a GPU (issue 18: the bias gradients' column sums were 95% of
+/// a training step on an H100). So every axis reduction goes through `detail::reduce_axis_impl`,
+/// which chooses by place, and nowhere else:
+///
+/// | op                                  | place::Host (unchanged, bit for bit)       | place::Cuda (nvcc only)                        |
+/// |-------------------------------------|--------------------------------------------|------------------------------------------------|
+/// | sum/mean along an axis, column sums | 64 row blocks + combine, or one index each | `detail::cuda_reduce`: tiles × row chunks, tree |
+/// | max/min along an axis               | one index each, serial over the axis       | `detail::cuda_reduce` (same kernel)            |
+/// | whole-tensor sum                    | 16384-element blocks, 8 accumulators       | thrust::transform_reduce (CUB device reduce)   |
+/// | whole-tensor max/min/argmax         | thrust::reduce / max_element               | the same (CUB device reduce)                   |
+/// | softmax / argmax of rows            | one row per index                          | one row per index (rows = batch; not reshaped) |
+///
+/// The host decompositions run through `detail::host_shaped_for_each`, which does not compile
+/// for a place that is not host-accessible: a new op that reuses them for Cuda fails to build
+/// instead of running 64 GPU threads. The Cuda kernels' launch shape is
+/// `detail::cuda_reduce_shape`, a constexpr function of the tensor's shape only (never of the
+/// GPU), so the grouping of partial sums, and therefore the result, is the same on every GPU
+/// and the host tests check the shape (enough threads for a GPU of 132 SMs) without a GPU.
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
+#include "strata/detail/dependent_false.hpp"
 #include "strata/tensor/ops.hpp"
 
 #include <thrust/extrema.h>
 #include <thrust/functional.h>
 #include <thrust/transform_reduce.h>
+
+#if STRATA_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace strata {
 
@@ -39,6 +66,57 @@ template <class T>
 struct Widen { STRATA_HD accumulate_t<T> operator()(T x) const { return accumulate_t<T>(x); } };
 
 enum class Reduction { Sum, Mean, Max, Min };
+
+/// Runs `f(i)` for i in [0, n) on the place's Thrust system: the host's decompositions, whose
+/// functors loop serially inside each index. Only for host-accessible places (see the file's
+/// comment): a GPU needs the work shaped for thousands of threads.
+template <class P, class F>
+void host_shaped_for_each(std::int64_t n, const F& f) {
+    static_assert(place::host_accessible_v<P>,
+                  "strata: a host-shaped reduction (a serial loop per index) used on a GPU place; give the op a "
+                  "GPU form in its per-place dispatch (tensor/reduce.hpp describes it)");
+    thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), n, f);
+}
+
+/// The launch shape of the Cuda axis reduction of x seen as [outer, len, inner] (reduce `len`).
+/// A block of `block_threads` threads is `width` adjacent outputs (coalesced columns) × `lanes`
+/// row lanes; each block reduces one tile of columns over one chunk of `rows_per_chunk` rows of
+/// one `outer` slice, lanes striding over the chunk's rows, then a tree in shared memory. With
+/// more than one chunk, a second pass (the same kernel, one chunk) adds the chunks' partial
+/// results in `accumulate_t<T>`. A function of the shape only, so results do not depend on
+/// the GPU; constexpr, so the host tests check it.
+struct CudaReduceShape {
+    static constexpr std::int64_t block_threads = 256;
+    /// Blocks a pass aims for when the shape allows: 8 resident blocks of 256 threads on each
+    /// SM of a 132-SM H100 is 1056; a fixed figure keeps the grouping device-independent.
+    static constexpr std::int64_t target_blocks = 1024;
+    static constexpr std::int64_t max_chunks = 1024;
+    std::int64_t width = 1, lanes = block_threads, tiles = 1, chunks = 1, rows_per_chunk = 0, outer = 1;
+    STRATA_HD constexpr std::int64_t blocks() const { return tiles * chunks * outer; }
+    STRATA_HD constexpr std::int64_t threads() const { return blocks() * block_threads; }
+    STRATA_HD constexpr bool two_pass() const { return chunks > 1; }
+};
+constexpr CudaReduceShape cuda_reduce_shape(std::int64_t outer, std::int64_t len, std::int64_t inner,
+                                            bool single_chunk = false) {
+    CudaReduceShape s;
+    s.width = inner >= 32 ? 32 : inner >= 8 ? 8 : 1;
+    s.lanes = CudaReduceShape::block_threads / s.width;
+    s.tiles = (inner + s.width - 1) / s.width;
+    s.outer = outer;
+    if (single_chunk) {
+        s.chunks = 1;
+        s.rows_per_chunk = len > 0 ? len : 1;
+        return s;
+    }
+    const std::int64_t per_chunk_blocks = s.tiles * outer > 0 ? s.tiles * outer : 1;
+    std::int64_t want = (CudaReduceShape::target_blocks + per_chunk_blocks - 1) / per_chunk_blocks;
+    if (want > CudaReduceShape::max_chunks) want = CudaReduceShape::max_chunks;
+    if (want < 1) want = 1;
+    const std::int64_t rows = (len + want - 1) / want;
+    s.rows_per_chunk = rows > s.lanes ? rows : s.lanes;  // at least one row per lane
+    s.chunks = len > 0 ? (len + s.rows_per_chunk - 1) / s.rows_per_chunk : 1;
+    return s;
+}
 
 // Rows of a [len, inner] slab are summed in fixed blocks so that the work parallelises over
 // blocks while the grouping stays independent of the thread count.
@@ -128,6 +206,101 @@ struct RowSoftmax {
     }
 };
 
+#if STRATA_HAS_CUDA
+/// The Cuda form of the axis reductions (the dispatch is in reduce_axis_impl).
+namespace cuda_reduce {
+/// One pass: block b reduces (slice o, column tile, row chunk) of x seen as [outer, len, inner]
+/// with `shape`. A one-chunk pass writes the finished `Out` (the mean divides by `count`, the
+/// number of elements reduced); a multi-chunk pass writes accumulate_t partials laid out as
+/// [chunk, outer * inner], which a one-chunk pass over that [1, chunks, outer * inner] finishes.
+template <class In, class Acc, class Out>
+__global__ void __launch_bounds__(CudaReduceShape::block_threads)
+axis_kernel(const In* __restrict__ x, Out* __restrict__ out, std::int64_t outer, std::int64_t len, std::int64_t inner,
+            CudaReduceShape shape, Reduction op, std::int64_t count, bool finish) {
+    __shared__ Acc tree[CudaReduceShape::block_threads];
+    const std::int64_t tx = threadIdx.x % shape.width, lane = threadIdx.x / shape.width;
+    const bool extreme = op == Reduction::Max || op == Reduction::Min;
+    for (std::int64_t b = blockIdx.x; b < shape.blocks(); b += gridDim.x) {
+        const std::int64_t tile = b % shape.tiles, rest = b / shape.tiles;
+        const std::int64_t chunk = rest % shape.chunks, o = rest / shape.chunks;
+        const std::int64_t col = tile * shape.width + tx;
+        const std::int64_t first = chunk * shape.rows_per_chunk;
+        const std::int64_t last = first + shape.rows_per_chunk < len ? first + shape.rows_per_chunk : len;
+        Acc acc = 0;
+        bool have = false;
+        if (col < inner) {
+            const In* p = x + o * len * inner + col;
+            for (std::int64_t r = first + lane; r < last; r += shape.lanes) {
+                const Acc v = Acc(p[r * inner]);
+                if (!extreme) {
+                    acc += v;
+                } else if (!have) {
+                    acc = v;
+                    have = true;
+                } else {
+                    acc = op == Reduction::Max ? (v > acc ? v : acc) : (v < acc ? v : acc);
+                }
+            }
+        }
+        // Lanes with no row hold the neutral element: 0 for sums, the lane 0 value for max/min
+        // (lane 0 always has a row: every chunk has at least one row when len > 0).
+        tree[threadIdx.x] = acc;
+        __syncthreads();
+        if (extreme && !have) tree[threadIdx.x] = tree[tx];
+        __syncthreads();
+        for (std::int64_t half = shape.lanes / 2; half > 0; half /= 2) {
+            if (lane < half) {
+                const Acc a = tree[threadIdx.x], c = tree[threadIdx.x + half * shape.width];
+                tree[threadIdx.x] = !extreme ? a + c : op == Reduction::Max ? (c > a ? c : a) : (c < a ? c : a);
+            }
+            __syncthreads();
+        }
+        if (lane == 0 && col < inner) {
+            const Acc r = tree[tx];
+            const std::int64_t j = o * inner + col;
+            if (!finish) {
+                out[chunk * outer * inner + j] = Out(r);
+            } else if (op == Reduction::Mean) {
+                out[j] = Out(double(r) / double(count));
+            } else {
+                out[j] = Out(r);
+            }
+        }
+        __syncthreads();  // the tree is reused by the next block of the grid-stride loop
+    }
+}
+
+struct PartialTag {};
+
+inline unsigned grid_for(std::int64_t blocks) {
+    constexpr std::int64_t most = 65535LL * 32;  // plenty; the kernel strides over the rest
+    return unsigned(blocks < most ? blocks : most);
+}
+
+/// Reduces `len` of x seen as [outer, len, inner] into out[outer * inner] on this thread's stream.
+template <class T>
+void axis(const T* x, T* out, std::int64_t outer, std::int64_t len, std::int64_t inner, Reduction op) {
+    using Acc = accumulate_t<T>;
+    const cudaStream_t stream = place::Cuda::stream();
+    const auto shape = cuda_reduce_shape(outer, len, inner);
+    if (!shape.two_pass()) {
+        axis_kernel<T, Acc, T><<<grid_for(shape.blocks()), unsigned(CudaReduceShape::block_threads), 0, stream>>>(
+            x, out, outer, len, inner, shape, op, len, true);
+    } else {
+        Acc* partial = scratch<Acc, place::Cuda, PartialTag>(shape.chunks * outer * inner);
+        axis_kernel<T, Acc, Acc><<<grid_for(shape.blocks()), unsigned(CudaReduceShape::block_threads), 0, stream>>>(
+            x, partial, outer, len, inner, shape, op, len, false);
+        place::cuda_check(cudaGetLastError(), "the axis reduction's first pass");
+        // The chunks' partials: max/min combine as they are, mean's sum divides by len at the end.
+        const auto second = cuda_reduce_shape(1, shape.chunks, outer * inner, true);
+        axis_kernel<Acc, Acc, T><<<grid_for(second.blocks()), unsigned(CudaReduceShape::block_threads), 0, stream>>>(
+            partial, out, 1, shape.chunks, outer * inner, second, op, len, true);
+    }
+    place::cuda_check(cudaGetLastError(), "the axis reduction");
+}
+}  // namespace cuda_reduce
+#endif
+
 template <class T, class P>
 void reduce_axis_impl(const TensorView<T, P>& x, int axis, const TensorView<T, P>& out, Reduction op, const char* name) {
     const int r = x.rank();
@@ -140,19 +313,27 @@ void reduce_axis_impl(const TensorView<T, P>& x, int axis, const TensorView<T, P
     if (outer * inner == 0) return;
     STRATA_CHECK(len > 0 || op == Reduction::Sum, ShapeError, name, ": cannot take the ",
                  op == Reduction::Mean ? "mean" : "max/min", " of an empty axis of ", x.shape());
-    if (outer == 1 && (op == Reduction::Sum || op == Reduction::Mean) && len >= 256) {
-        // Column sums of a tall slab (bias gradients): contiguous rows in fixed blocks.
-        const std::int64_t blocks = 64, block_rows = (len + blocks - 1) / blocks;
-        auto* partial = scratch<accumulate_t<T>, P>(blocks * inner);
-        thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), blocks,
-                           BlockColumnSums<T>{x.data(), partial, len, inner, block_rows});
-        thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), inner,
-                           CombineBlocks<T>{partial, out.data(), blocks, inner,
-                                            op == Reduction::Mean ? 1.0 / double(len) : 1.0});
-        return;
+    if constexpr (std::is_same_v<P, place::Cuda>) {
+#if STRATA_HAS_CUDA
+        // The GPU's own shape (see the table at the top of this file).
+        cuda_reduce::axis(x.data(), out.data(), outer, len, inner, op);
+#endif
+    } else if constexpr (place::host_accessible_v<P>) {
+        if (outer == 1 && (op == Reduction::Sum || op == Reduction::Mean) && len >= 256) {
+            // Column sums of a tall slab (bias gradients): contiguous rows in fixed blocks.
+            const std::int64_t blocks = 64, block_rows = (len + blocks - 1) / blocks;
+            auto* partial = scratch<accumulate_t<T>, P>(blocks * inner);
+            host_shaped_for_each<P>(blocks, BlockColumnSums<T>{x.data(), partial, len, inner, block_rows});
+            host_shaped_for_each<P>(inner, CombineBlocks<T>{partial, out.data(), blocks, inner,
+                                                            op == Reduction::Mean ? 1.0 / double(len) : 1.0});
+            return;
+        }
+        host_shaped_for_each<P>(outer * inner, AxisReduce<T>{x.data(), out.data(), len, inner, op});
+    } else {
+        static_assert(dependent_false<P>,
+                      "strata: this place has no axis reduction; add its form to detail::reduce_axis_impl "
+                      "(the host's decomposition would give each GPU thread a serial loop)");
     }
-    thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), outer * inner,
-                       AxisReduce<T>{x.data(), out.data(), len, inner, op});
 }
 }  // namespace detail
 
