@@ -434,6 +434,44 @@ def mnist_cnn_backup_guards(exe, data):
         bad_flag(exe, "mnist_cnn", ["--data", data, "--backup-force"], "--backup-force")
 
 
+def mnist_cnn_inputs(exe, data):
+    """Bad inputs are refused before training, naming the file and what is wrong (issue 23): MNIST
+    files of another image size or shape, an out-of-range label, a checkpoint holding a NaN."""
+    import shutil
+    for dims, says in (((16, 32, 32), "images are 32x32, the model expects 28x28"),
+                       ((16, 14, 56), "images are 14x56, the model expects 28x28")):
+        with tempfile.TemporaryDirectory() as d:
+            fake_mnist(d)
+            write_idx(os.path.join(d, "train-images-idx3-ubyte"), 0x803, dims, [0] * (dims[0] * dims[1] * dims[2]))
+            r = run([exe, "--data", d, "--epochs", "1", "--steps-per-epoch", "1", "--verbose", "0"])
+            check(r.returncode == 1 and says in r.stderr and "train-images-idx3-ubyte" in r.stderr,
+                  f"mnist_cnn on {dims[1]}x{dims[2]} images: exit {r.returncode}, stderr {r.stderr.strip()[-300:]!r}")
+    with tempfile.TemporaryDirectory() as d:
+        fake_mnist(d)
+        write_idx(os.path.join(d, "t10k-labels-idx1-ubyte"), 0x801, (100,), [i % 10 if i != 3 else 12 for i in range(100)])
+        r = run([exe, "--data", d, "--epochs", "1", "--steps-per-epoch", "1", "--verbose", "0"])
+        check(r.returncode == 1 and "the label at index 3 is 12" in r.stderr and "t10k-labels-idx1-ubyte" in r.stderr
+              and "Epoch" not in r.stdout,
+              f"mnist_cnn with a bad test label: exit {r.returncode}, stdout {r.stdout[-200:]!r}, stderr {r.stderr.strip()[-300:]!r}")
+    # A checkpoint with one NaN weight (4 bytes overwritten in place) is refused at --load.
+    with tempfile.TemporaryDirectory() as d:
+        ckpt = os.path.join(d, "w.safetensors")
+        r = run([exe, "--data", data, "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "16", "--verbose", "0",
+                 "--save", ckpt])
+        check(r.returncode == 0 and os.path.exists(ckpt), f"mnist_cnn --save: exit {r.returncode}, {r.stderr.strip()[-200:]!r}")
+        if os.path.exists(ckpt):
+            raw = bytearray(open(ckpt, "rb").read())
+            n = struct.unpack("<Q", raw[:8])[0]
+            header = json.loads(raw[8:8 + n])
+            begin = header["dense_1/kernel"]["data_offsets"][0]
+            raw[8 + n + begin + 4 * 5: 8 + n + begin + 4 * 6] = struct.pack("<f", float("nan"))
+            bad = os.path.join(d, "nan.safetensors")
+            open(bad, "wb").write(bytes(raw))
+            r = run([exe, "--data", data, "--epochs", "2", "--steps-per-epoch", "1", "--verbose", "0", "--load", bad])
+            check(r.returncode == 1 and "'dense_1/kernel' holds nan at index 5" in r.stderr,
+                  f"mnist_cnn --load with a NaN weight: exit {r.returncode}, stderr {r.stderr.strip()[-300:]!r}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", action="append", default=[], help="NAME=PATH of a built example or benchmark")
@@ -444,6 +482,7 @@ def main():
         with tempfile.TemporaryDirectory() as data:
             fake_mnist(data)
             mnist_cnn_hardening(bins["mnist_cnn"], data, os.path.join(data, "no-such-dir"))
+            mnist_cnn_inputs(bins["mnist_cnn"], data)
         print(f"{len(failures)} failure(s)" if failures else "all checks passed")
         return 1 if failures else 0
     mpi_env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_btl": "self,vader"}
@@ -500,6 +539,7 @@ def main():
             mnist_cnn_backup(exe, data)
             mnist_cnn_hardening(exe, data, missing)
             mnist_cnn_backup_guards(exe, data)
+            mnist_cnn_inputs(exe, data)
 
         if "custom_training_loop" in bins:
             exe = bins["custom_training_loop"]
