@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <algorithm>
 #include <vector>
 
 #include <strata/tensor/tensor_all.hpp>
@@ -293,8 +295,47 @@ TEST_CASE_TEMPLATE("random init is reproducible and well distributed", P, STRATA
     CHECK(m == doctest::Approx(1.0).epsilon(0.03));
     CHECK(std::sqrt(v2 / double(vn.size())) == doctest::Approx(2.0).epsilon(0.02));
     // Element i depends only on (seed, stream, i): the host computes the same numbers.
-    for (std::size_t i : {std::size_t(0), std::size_t(5), std::size_t(99999)})
-        CHECK(float(vu[i]) == strata::random::uniform_at<float>(42, 0, i, -2.0f, 3.0f));
+    // Element i depends only on (seed, stream, i): the host computes the same bits, for every
+    // element (on Cuda this is the promise that host and GPU initialise identically: no FMA
+    // contraction, no place-specific log or cos).
+    for (std::size_t i = 0; i < vu.size(); ++i) {
+        REQUIRE(float(vu[i]) == strata::random::uniform_at<float>(42, 0, i, -2.0f, 3.0f));
+        REQUIRE(float(vn[i]) == strata::random::normal_at<float>(7, 0, i, 1.0f, 2.0f));
+    }
+    Tensor<double, P> ud(Shape{4099}), nd(Shape{4099});
+    strata::random_uniform(ud.view(), -0.3, 0.7, 11, 3);
+    strata::random_normal(nd.view(), 0.0, 0.05, 11, 3);
+    const auto vud = strata::to_vector(ud.view()), vnd = strata::to_vector(nd.view());
+    for (std::size_t i = 0; i < vud.size(); ++i) {
+        REQUIRE(vud[i] == strata::random::uniform_at<double>(11, 3, i, -0.3, 0.7));
+        REQUIRE(vnd[i] == strata::random::normal_at<double>(11, 3, i, 0.0, 0.05));
+    }
+}
+
+TEST_CASE("the portable log and cos of the normal stream are accurate") {
+    // They replace std::log and std::cos so that host and CUDA round alike; they must still be
+    // the functions they claim to be: within 4 ulp (log) and 1e-15 (cos) of the library's.
+    const auto ulps = [](double a, double b) {
+        std::int64_t x, y;
+        std::memcpy(&x, &a, 8);
+        std::memcpy(&y, &b, 8);
+        return x > y ? x - y : y - x;
+    };
+    std::int64_t worst_log = 0;
+    double worst_cos = 0;
+    for (std::int64_t i = 1; i <= 200000; ++i) {
+        const double u = double(i) / 200000.0;
+        const double x = 1.0 - u * (1.0 - std::ldexp(1.0, -53));  // (0, 1], as 1 - uniform01
+        worst_log = std::max(worst_log, ulps(strata::random::detail::portable_log(x), std::log(x)));
+        const double c = strata::random::detail::portable_cos_2pi(u - 1.0 / 400000.0);
+        worst_cos = std::max(worst_cos, std::abs(c - std::cos(6.283185307179586476925 * (u - 1.0 / 400000.0))));
+    }
+    CHECK(worst_log <= 4);
+    CHECK(worst_cos <= 1e-15);
+    for (int e : {-53, -30, -1}) CHECK(ulps(strata::random::detail::portable_log(std::ldexp(1.0, e)), std::log(std::ldexp(1.0, e))) <= 1);
+    CHECK(strata::random::detail::portable_log(1.0) == 0.0);
+    CHECK(strata::random::detail::portable_cos_2pi(0.0) == 1.0);
+    CHECK(strata::random::detail::portable_cos_2pi(0.5) == -1.0);
 }
 
 TEST_CASE("tensor storage and views") {
