@@ -83,6 +83,15 @@ void declare_flags(CLI::App& app, Flags& f) {
         ->transform(cli::integer(1, 86'400'000))->capture_default_str();
     app.add_option("--transport", f.transport, "multi_worker_mirrored: how processes exchange gradients (auto: shared memory on one host)")
         ->check(cli::one_of({"auto", "shared_memory", "mpi"}))->capture_default_str();
+    app.add_option("--device", f.device, "where to train: gpu, cpu, or auto (the GPU when one is usable and the strategy "
+                                         "trains there: one_device, mirrored, central_storage)")
+        ->check(cli::one_of({"auto", "cpu", "gpu"}))->capture_default_str();
+    app.add_option("--logical-gpus", f.logical_gpus, "--device gpu: carve N logical GPUs from the first GPU, each with its own "
+                                                     "stream (mirrored and central_storage then run one replica on each)")
+        ->transform(cli::integer(1, 64));
+    app.add_option("--gpu-memory-mb", f.gpu_memory_mb, "--device gpu: the GPU's memory limit in MiB, shared evenly by its "
+                                                       "logical GPUs (an allocation past it is an error naming the device)")
+        ->transform(cli::integer(1, 16'777'216));
     app.add_option("--replicas", f.replicas, "replicas in sync (one_device: 1; multi_worker_mirrored: per process)")
         ->transform(cli::integer(1, 1024))->capture_default_str();
     app.add_option("--save", f.save, "write the trained weights to FILE.safetensors");
@@ -121,7 +130,8 @@ void check_writable(const std::string& flag, const std::string& path) {
         throw cli::usage_error(flag + " " + path + ": cannot write into " + dir.string() + " (" + std::strerror(errno) + ")");
 }
 
-void check_flags(const CLI::App& app, const Flags& f) {
+void check_flags(const CLI::App& app, Flags& f) {
+    f.replicas_given = app.count("--replicas") > 0;
     if (f.epochs == 0 && f.load.empty())
         throw cli::usage_error("--epochs 0 trains nothing: it evaluates a checkpoint, so give --load FILE (or --epochs >= 1)");
     if (!f.load.empty()) {
@@ -189,6 +199,39 @@ void check_flags(const CLI::App& app, const Flags& f) {
         throw cli::usage_error("--transport is a multi_worker_mirrored flag; it means nothing for --strategy " + f.strategy);
     if (f.strategy == "one_device" && f.replicas != 1)
         throw cli::usage_error("--strategy one_device takes --replicas 1, found --replicas " + std::to_string(f.replicas));
+    for (const char* name : {"--logical-gpus", "--gpu-memory-mb"})
+        if (app.count(name) && f.device == "cpu") throw cli::usage_error(std::string(name) + " is a GPU flag; it means nothing with --device cpu");
+}
+
+bool trains_on_gpu(const std::string& strategy) {
+    return strategy == "one_device" || strategy == "mirrored" || strategy == "central_storage";
+}
+
+/// --device auto|cpu|gpu resolved to the device this run trains on ("cpu" or "gpu"): a GPU-only
+/// request on a machine or a build without one is an error that says which, never a silent
+/// fallback; auto takes the GPU only where one is usable and the strategy trains there.
+std::string resolve_device(const CLI::App& app, const Flags& f) {
+    const bool gpu_flags = app.count("--logical-gpus") || app.count("--gpu-memory-mb");
+    if (f.device == "cpu") return "cpu";
+    const bool want_gpu = f.device == "gpu" || gpu_flags;
+    const std::string asked = f.device == "gpu" ? "--device gpu" : (app.count("--logical-gpus") ? "--logical-gpus" : "--gpu-memory-mb");
+    if (!built_with_cuda()) {
+        if (!want_gpu) return "cpu";
+        throw cli::usage_error(asked + ": this build of mnist_cnn has no CUDA (nvcc was not found when it was configured; "
+                               "install the CUDA toolkit and reconfigure with -Dcuda=enabled)");
+    }
+    const auto gpus = strata::place::list_physical_devices(strata::place::DeviceKind::Gpu);
+    if (gpus.empty()) {
+        if (!want_gpu) return "cpu";
+        throw cli::usage_error(asked + ": no usable GPU here (the CUDA runtime reports none: no GPU, no driver, or "
+                               "CUDA_VISIBLE_DEVICES hides them); use --device cpu");
+    }
+    if (!trains_on_gpu(f.strategy)) {
+        if (!want_gpu) return "cpu";
+        throw cli::usage_error(asked + ": --strategy " + f.strategy + " does not train on the GPU in this program yet; "
+                               "one_device, mirrored and central_storage do (or use --device cpu)");
+    }
+    return "gpu";
 }
 
 }  // namespace
@@ -200,6 +243,7 @@ int main(int argc, char** argv) {
     declare_flags(app, flags);
     return cli::run(app, argc, argv, [&] {
         check_flags(app, flags);
+        const std::string device = resolve_device(app, flags);
         const int threads = flags.threads;
         strata::set_num_threads(threads);
 
@@ -214,7 +258,9 @@ int main(int argc, char** argv) {
 
         Report rep;
         int used_replicas = 1;
-        if (flags.strategy == "one_device" || flags.strategy == "mirrored" || flags.strategy == "central_storage") {
+        if (device == "gpu") {
+            rep = train_on_gpu(flags, mnist, used_replicas);
+        } else if (flags.strategy == "one_device" || flags.strategy == "mirrored" || flags.strategy == "central_storage") {
             rep = train_in_process(flags, mnist, used_replicas);
         } else if (flags.strategy == "multi_worker_mirrored") {
             rep = train_multi_worker(flags, mnist, used_replicas);
@@ -240,7 +286,15 @@ int main(int argc, char** argv) {
             return 128 + rep.interrupted_by;
         }
         const int used_threads = threads > 0 ? threads : strata::hardware_threads();
-        std::printf("\n%-28s %s\n", "strategy", flags.strategy.c_str());
+        // The device that trained: its kind and what it is (the GPU's name, or the CPU's model).
+        std::string device_name;
+        for (const auto& d : strata::place::list_physical_devices(device == "gpu" ? strata::place::DeviceKind::Gpu
+                                                                                  : strata::place::DeviceKind::Cpu)) {
+            device_name = d.description;
+            break;
+        }
+        std::printf("\n%-28s %s (%s)\n", "device", device.c_str(), device_name.c_str());
+        std::printf("%-28s %s\n", "strategy", flags.strategy.c_str());
         std::printf("%-28s %d\n", "replicas", used_replicas);
         std::printf("%-28s %d\n", "threads", used_threads);
         std::printf("%-28s %d\n", "epochs", flags.epochs);
@@ -267,6 +321,8 @@ int main(int argc, char** argv) {
         if (!flags.json.empty()) {
             cli::Json j;
             j["framework"] = "strata";
+            j["device"] = device;
+            j["device_name"] = device_name;
             j["strategy"] = flags.strategy;
             j["replicas"] = used_replicas;
             j["threads"] = used_threads;

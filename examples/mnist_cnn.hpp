@@ -1,7 +1,7 @@
 #pragma once
 // What the translation units of examples/mnist_cnn share: the network, the flags, the report and
 // the training function. The command line (CLI11, JSON) is in mnist_cnn.cpp, the in-process
-// strategies in mnist_cnn_train.cpp, the parameter-server modes in mnist_cnn_ps.cpp and
+// strategies in mnist_cnn_train.cpp, the same on the GPU in mnist_cnn_gpu.cu (nvcc), the parameter-server modes in mnist_cnn_ps.cpp and
 // MultiWorkerMirrored (which needs MPI) in mnist_cnn_mw.cpp, so that they compile in parallel
 // (compile time is part of the product) and a build without MPI still has the rest.
 #include <strata/strata.hpp>
@@ -38,6 +38,11 @@ struct Flags {
     std::uint64_t seed = 42;
     std::string strategy = "one_device";
     int replicas = 1;
+    bool replicas_given = false;  // --replicas on the command line (GPU: else one replica per logical GPU)
+    // auto: the GPU where one is usable and the strategy trains there, else the CPU
+    std::string device = "auto";
+    int logical_gpus = 0;    // --device gpu: carve N logical GPUs from the first one (0: the GPUs as they are)
+    int gpu_memory_mb = 0;   // --device gpu: memory limit of the GPU, shared evenly by its logical GPUs (0: none)
     std::string save;
     std::string load;
     std::string json;
@@ -179,5 +184,12 @@ Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int&
 /// This process's rank in the MPI job (MPI is initialized by the call), for
 /// --strategy multi_worker_mirrored: only rank 0 prints and writes files.
 int multi_worker_rank();
+
+/// --device gpu (mnist_cnn_gpu.cu, compiled by nvcc): --strategy one_device, mirrored or
+/// central_storage with CUDA tensors. Where nvcc was not found, mnist_cnn_nogpu.cpp throws an
+/// error saying the program was built without CUDA.
+Report train_on_gpu(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync);
+/// Whether the GPU unit is in this program.
+bool built_with_cuda();
 
 }  // namespace mnist_example

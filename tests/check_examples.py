@@ -472,6 +472,46 @@ def mnist_cnn_inputs(exe, data):
                   f"mnist_cnn --load with a NaN weight: exit {r.returncode}, stderr {r.stderr.strip()[-300:]!r}")
 
 
+def mnist_cnn_device(exe, data, missing):
+    """--device auto|cpu|gpu: a GPU-only request without a GPU (or without CUDA in the build) is a
+    clear error before the data is read, never a silent fallback; auto says where it trained.
+    Where a GPU is usable, the GPU runs are checked instead (one_device; mirrored over 2 logical
+    GPUs carved from one with a memory limit)."""
+    short = ["--data", data, "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "32", "--threads", "1", "--verbose", "0"]
+    bad_flag(exe, "mnist_cnn", ["--data", missing, "--device", "tpu"], "--device")
+    bad_flag(exe, "mnist_cnn", ["--data", missing, "--device", "gpu", "--logical-gpus", "0"], "--logical-gpus")
+    r = run([exe, "--data", missing, "--device", "cpu", "--logical-gpus", "2"])
+    check(r.returncode == 2 and "--logical-gpus is a GPU flag" in r.stderr,
+          f"mnist_cnn --device cpu --logical-gpus 2: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+    probe = run([exe] + short + ["--device", "gpu"])
+    no_gpu = ("--device gpu: no usable GPU here" in probe.stderr or "--device gpu: this build of mnist_cnn has no CUDA" in probe.stderr)
+    if probe.returncode != 0:
+        check(probe.returncode == 2 and no_gpu and "mnist_cnn: error:" in probe.stderr,
+              f"mnist_cnn --device gpu without a GPU: exit {probe.returncode}, stderr {probe.stderr.strip()!r}")
+        # The same before any data is read, and for every GPU flag.
+        for args in (["--device", "gpu"], ["--logical-gpus", "2"], ["--gpu-memory-mb", "512"],
+                     ["--device", "gpu", "--strategy", "parameter_server"]):
+            r = run([exe, "--data", missing] + args)
+            check(r.returncode == 2 and ("no usable GPU here" in r.stderr or "has no CUDA" in r.stderr),
+                  f"mnist_cnn {' '.join(args)} without a GPU: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+        doc = json_run(exe, "mnist_cnn", short + ["--device", "auto"], ["device", "device_name"])
+        if doc:
+            check(doc["device"] == "cpu" and doc["device_name"] != "", f"mnist_cnn --device auto without a GPU: {doc}")
+        return
+    # A GPU is here: --device gpu trained; auto picks it; the table and JSON name it.
+    check("device" in probe.stdout and "gpu (" in probe.stdout, f"mnist_cnn --device gpu: table {probe.stdout[-800:]!r}")
+    doc = json_run(exe, "mnist_cnn", short + ["--device", "auto"], ["device", "device_name"])
+    if doc:
+        check(doc["device"] == "gpu" and doc["device_name"] != "", f"mnist_cnn --device auto with a GPU: {doc}")
+    doc = json_run(exe, "mnist_cnn", short + ["--device", "gpu", "--strategy", "mirrored", "--logical-gpus", "2",
+                                              "--gpu-memory-mb", "2048"], ["device", "replicas"])
+    if doc:
+        check(doc["device"] == "gpu" and doc["replicas"] == 2, f"mnist_cnn mirrored over 2 logical GPUs: {doc}")
+    r = run([exe] + short + ["--device", "gpu", "--strategy", "parameter_server"])
+    check(r.returncode == 2 and "does not train on the GPU" in r.stderr,
+          f"mnist_cnn --device gpu --strategy parameter_server: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", action="append", default=[], help="NAME=PATH of a built example or benchmark")
@@ -495,7 +535,8 @@ def main():
             exe = bins["mnist_cnn"]
             help_lists(exe, "mnist_cnn", ["--data", "--epochs", "--steps-per-epoch", "--batch-size", "--threads", "--seed",
                                           "--strategy", "--replicas", "--save", "--json", "--verbose", "--plot", "--tensorboard",
-                                          "--backup-dir", "--backup-every-steps"])
+                                          "--backup-dir", "--backup-every-steps", "--device", "--logical-gpus",
+                                          "--gpu-memory-mb"])
             common_checks(exe, "mnist_cnn", "--epochs")
             # Flag mistakes come before the data is read: the data directory does not exist here.
             for args, flag in ((["--batch-size", "0"], "--batch-size"), (["--replicas", "2"], "--replicas"),
@@ -527,7 +568,7 @@ def main():
             doc = json_run(exe, "mnist_cnn", ["--data", data, "--epochs", "2", "--steps-per-epoch", "2", "--batch-size", "32",
                                               "--threads", "1", "--verbose", "0", "--plot", "{dir}/curves.svg",
                                               "--tensorboard", "{dir}/logs"],
-                           ["framework", "strategy", "replicas", "threads", "epochs", "batch_size", "steps_per_epoch", "seed",
+                           ["framework", "device", "device_name", "strategy", "replicas", "threads", "epochs", "batch_size", "steps_per_epoch", "seed",
                             "test_accuracy", "test_loss", "train_images_per_second", "test_images_per_second", "seconds",
                             "epoch_loss", "epoch_accuracy", "epoch_val_accuracy", "epoch_train_seconds"],
                            outputs=[("curves.svg", verify_plot), ("logs", verify_tensorboard)])
@@ -536,6 +577,7 @@ def main():
                       f"mnist_cnn JSON: {doc}")
                 check(doc["test_images_per_second"] > 0, f"mnist_cnn JSON: test_images_per_second {doc['test_images_per_second']}")
             mnist_cnn_more(exe, data, missing)
+            mnist_cnn_device(exe, data, missing)
             mnist_cnn_backup(exe, data)
             mnist_cnn_hardening(exe, data, missing)
             mnist_cnn_backup_guards(exe, data)
