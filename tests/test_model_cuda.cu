@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <strata/strata.hpp>
+#include <strata/distribute/parameter_server.hpp>
 
 #include "cuda_model_data.hpp"
 
@@ -65,4 +66,48 @@ TEST_CASE("Mirrored and CentralStorage on two logical GPUs match one GPU") {
         }
         CHECK(diff / scale < 1e-12);
     }
+}
+
+namespace {
+double max_relative(const std::vector<double>& a, const std::vector<double>& b) {
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        diff = std::max(diff, std::abs(a[i] - b[i]));
+        scale = std::max(scale, std::abs(b[i]));
+    }
+    return diff / scale;
+}
+}  // namespace
+
+TEST_CASE("ParameterServer with workers on two logical GPUs equals OneDevice<Host> on the same global batches") {
+    const auto gpus = strata::place::list_physical_devices(strata::place::DeviceKind::Gpu);
+    REQUIRE(!gpus.empty());
+    strata::place::reset_devices();
+    strata::place::set_logical_device_configuration(gpus[0], {{.memory_limit = strata::place::Megabytes{1024}},
+                                                              {.memory_limit = strata::place::Megabytes{1024}}});
+    const auto adam = strata::optim::Adam{.learning_rate = 0.01};
+    // Synchronous, 2 workers on mini-batches of 6: the update of the global batch of 12.
+    strata::Model<Cnn, dist::Default, double> host(7);
+    host.compile(strata::loss::SparseCategoricalCrossentropy{}, adam);
+    host.fit(data(60).batch(12), {.epochs = 2, .verbose = 0});
+    for (int servers : {1, 2}) {
+        CAPTURE(servers);
+        dist::ParameterServer<strata::place::Cuda, strata::sync::Synchronous> ps(2, servers, {});
+        strata::Model<Cnn, decltype(ps), double> model(ps, 7);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, adam);
+        model.fit(data(60).batch(6), {.epochs = 2, .verbose = 0});
+        CHECK(max_relative(model.get_weights(), host.get_weights()) < 1e-9);
+        CHECK(model.gradient_path().stats().updates == 10);
+    }
+    // One worker, any mode: sequential SGD on its mini-batches (sync::Any chosen at run time).
+    strata::Model<Cnn, dist::Default, double> seq(9);
+    seq.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.05});
+    seq.fit(data(40).batch(5), {.epochs = 1, .verbose = 0});
+    dist::ParameterServerOptions o;
+    o.rule = strata::sync::Rule::Asynchronous;
+    dist::ParameterServer<strata::place::Cuda, strata::sync::Any> async(1, 1, o);
+    strata::Model<Cnn, decltype(async), double> model(async, 9);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.05});
+    model.fit(data(40).batch(5), {.epochs = 1, .verbose = 0});
+    CHECK(max_relative(model.get_weights(), seq.get_weights()) < 1e-9);
 }
