@@ -84,10 +84,10 @@ void declare_flags(CLI::App& app, Flags& f) {
     app.add_option("--transport", f.transport, "multi_worker_mirrored: how processes exchange gradients (auto: shared memory on one host)")
         ->check(cli::one_of({"auto", "shared_memory", "mpi"}))->capture_default_str();
     app.add_option("--device", f.device, "where to train: gpu, cpu, or auto (the GPU when one is usable and the strategy "
-                                         "trains there: one_device, mirrored, central_storage)")
+                                         "trains there: one_device, mirrored, central_storage, parameter_server)")
         ->check(cli::one_of({"auto", "cpu", "gpu"}))->capture_default_str();
     app.add_option("--logical-gpus", f.logical_gpus, "--device gpu: carve N logical GPUs from the first GPU, each with its own "
-                                                     "stream (mirrored and central_storage then run one replica on each)")
+                                                     "stream (mirrored and central_storage run one replica, parameter_server one worker on each)")
         ->transform(cli::integer(1, 64));
     app.add_option("--gpu-memory-mb", f.gpu_memory_mb, "--device gpu: the GPU's memory limit in MiB, shared evenly by its "
                                                        "logical GPUs (an allocation past it is an error naming the device)")
@@ -204,7 +204,7 @@ void check_flags(const CLI::App& app, Flags& f) {
 }
 
 bool trains_on_gpu(const std::string& strategy) {
-    return strategy == "one_device" || strategy == "mirrored" || strategy == "central_storage";
+    return strategy == "one_device" || strategy == "mirrored" || strategy == "central_storage" || strategy == "parameter_server";
 }
 
 /// --device auto|cpu|gpu resolved to the device this run trains on ("cpu" or "gpu"): a GPU-only
@@ -229,7 +229,7 @@ std::string resolve_device(const CLI::App& app, const Flags& f) {
     if (!trains_on_gpu(f.strategy)) {
         if (!want_gpu) return "cpu";
         throw cli::usage_error(asked + ": --strategy " + f.strategy + " does not train on the GPU in this program yet; "
-                               "one_device, mirrored and central_storage do (or use --device cpu)");
+                               "one_device, mirrored, central_storage and parameter_server do (or use --device cpu)");
     }
     return "gpu";
 }

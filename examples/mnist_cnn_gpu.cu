@@ -1,8 +1,9 @@
-// examples/mnist_cnn --device gpu: the in-process strategies with CUDA tensors. Compiled by nvcc
+// examples/mnist_cnn --device gpu: the in-process strategies (and the parameter server's
+// workers) with CUDA tensors. Compiled by nvcc
 // wherever it is found (examples/meson.build), so that the same binary offers both devices;
 // where it is not, mnist_cnn_nogpu.cpp says the program was built without CUDA. Being in the
 // program, this unit also registers the CUDA calls that let strata::place list the GPUs.
-#include "mnist_cnn.hpp"
+#include "mnist_cnn_ps.hpp"
 
 namespace mnist_example {
 
@@ -16,10 +17,14 @@ Report train_on_gpu(const Flags& f, const strata::data::Mnist& mnist, int& repli
     if (gpus.empty()) throw strata::DeviceError("--device gpu: no GPU is visible to this process");
     // --logical-gpus N: N logical GPUs carved from the first GPU, each with its own stream and an
     // equal share of --gpu-memory-mb (or of no limit), as tf.config.set_logical_device_configuration.
-    if (f.logical_gpus > 0) {
-        std::vector<pd::LogicalDeviceConfiguration> parts(std::size_t(f.logical_gpus));
+    // parameter_server: one worker per logical GPU; with fewer GPUs than workers and no
+    // --logical-gpus, the first GPU is carved into as many logical GPUs as there are workers.
+    const int carve = f.logical_gpus > 0 ? f.logical_gpus
+                      : (f.strategy == "parameter_server" && int(gpus.size()) < f.workers) ? f.workers : 0;
+    if (carve > 0) {
+        std::vector<pd::LogicalDeviceConfiguration> parts(static_cast<std::size_t>(carve));
         for (auto& p : parts)
-            if (f.gpu_memory_mb > 0) p.memory_limit = pd::Megabytes{std::size_t(f.gpu_memory_mb) / std::size_t(f.logical_gpus)};
+            if (f.gpu_memory_mb > 0) p.memory_limit = pd::Megabytes{std::size_t(f.gpu_memory_mb) / std::size_t(carve)};
         pd::set_logical_device_configuration(gpus[0], parts);
     } else if (f.gpu_memory_mb > 0) {
         pd::set_logical_device_configuration(gpus[0], {{.memory_limit = pd::Megabytes{std::size_t(f.gpu_memory_mb)}}});
@@ -43,9 +48,15 @@ Report train_on_gpu(const Flags& f, const strata::data::Mnist& mnist, int& repli
         replicas_in_sync = s.num_replicas_in_sync();
         return train(s, f, mnist);
     }
+    if (f.strategy == "parameter_server") {
+        // Workers compute on the logical GPUs; every sync mode through one instantiation (sync::Any).
+        sd::ParameterServer<Cuda, strata::sync::Any> s(f.workers, f.servers, ps_options(f));
+        replicas_in_sync = f.workers;
+        return train(s, f, mnist);
+    }
     throw strata::ValueError("--device gpu: --strategy " + f.strategy +
-                             " does not train on the GPU in this program yet; use --device cpu (one_device, mirrored and "
-                             "central_storage train on the GPU)");
+                             " does not train on the GPU in this program yet; use --device cpu (one_device, mirrored, "
+                             "central_storage and parameter_server train on the GPU)");
 }
 
 }  // namespace mnist_example

@@ -507,9 +507,13 @@ def mnist_cnn_device(exe, data, missing):
                                               "--gpu-memory-mb", "2048"], ["device", "replicas"])
     if doc:
         check(doc["device"] == "gpu" and doc["replicas"] == 2, f"mnist_cnn mirrored over 2 logical GPUs: {doc}")
-    r = run([exe] + short + ["--device", "gpu", "--strategy", "parameter_server"])
+    doc = json_run(exe, "mnist_cnn", short + ["--device", "gpu", "--strategy", "parameter_server", "--workers", "2",
+                                              "--sync", "sync"], ["device", "updates"])
+    if doc:
+        check(doc["device"] == "gpu" and doc["updates"] == 2, f"mnist_cnn parameter_server on the GPU: {doc}")
+    r = run([exe] + short + ["--device", "gpu", "--strategy", "multi_worker_mirrored"])
     check(r.returncode == 2 and "does not train on the GPU" in r.stderr,
-          f"mnist_cnn --device gpu --strategy parameter_server: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+          f"mnist_cnn --device gpu --strategy multi_worker_mirrored: exit {r.returncode}, stderr {r.stderr.strip()!r}")
 
 
 def main():
