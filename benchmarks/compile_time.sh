@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
 done
 [[ "$reps" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "$0: --reps expects an integer in [1, 999], got '$reps'" >&2; exit 2; }
 cxx=${CXX:-g++}
-flags=(-std=c++20 -O2 -fopenmp -Iinclude $(pkg-config --cflags openblas) -DSTRATA_BLAS_OPENBLAS)  # CLI11, nlohmann-json: /usr/include
+flags=(-std=c++20 -O2 -fopenmp -Iinclude $(pkg-config --cflags openblas) -DSTRATA_BLAS_OPENBLAS)
 [ -f /usr/local/cuda/include/cccl/thrust/version.h ] && flags+=(-isystem /usr/local/cuda/include/cccl)
 libs=(-fopenmp -lopenblas)
 out=$(mktemp -d)
