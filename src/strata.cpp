@@ -13,6 +13,7 @@
 #include "strata/io/impl/svg_plot.ipp"
 #include "strata/io/impl/tensorboard.ipp"
 #include "strata/io/impl/text.ipp"
+#include "strata/place/impl/devices.ipp"
 #include "strata/train/impl/checkpoint.ipp"
 #include "strata/train/impl/fit_loop.ipp"
 #include "strata/train/impl/plot.ipp"
