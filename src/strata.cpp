@@ -7,6 +7,9 @@
 #error "src/strata.cpp is strata's compiled part: compile it with -DSTRATA_SEPARATE_COMPILATION"
 #endif
 
+#include "strata/distribute/collective/direct.hpp"
+#include "strata/distribute/collective/naive_ring.hpp"
+#include "strata/distribute/collective/ring.hpp"
 #include "strata/io/impl/atomic_file.ipp"
 #include "strata/io/impl/json.ipp"
 #include "strata/io/impl/safetensors.ipp"
@@ -23,3 +26,14 @@ namespace strata::train {
 template CheckpointData<float> read_checkpoint<float>(const std::filesystem::path&, const CheckpointSpec&);
 template CheckpointData<double> read_checkpoint<double>(const std::filesystem::path&, const CheckpointSpec&);
 }  // namespace strata::train
+
+namespace strata::distribute::collective {
+template void ring_all_reduce<float>(const Exchange<float>&, ReduceOp);
+template void ring_all_reduce<double>(const Exchange<double>&, ReduceOp);
+template void naive_ring_all_reduce<float>(const Exchange<float>&, ReduceOp);
+template void naive_ring_all_reduce<double>(const Exchange<double>&, ReduceOp);
+template void direct_all_reduce<float>(const Exchange<float>&, ReduceOp);
+template void direct_all_reduce<double>(const Exchange<double>&, ReduceOp);
+template void direct_gather_slices<float>(const Exchange<float>&);
+template void direct_gather_slices<double>(const Exchange<double>&);
+}  // namespace strata::distribute::collective
