@@ -10,6 +10,7 @@
 #include "strata/distribute/collective/direct.hpp"
 #include "strata/distribute/collective/naive_ring.hpp"
 #include "strata/distribute/collective/ring.hpp"
+#include "strata/distribute/strategy.hpp"
 #include "strata/io/impl/atomic_file.ipp"
 #include "strata/io/impl/json.ipp"
 #include "strata/io/impl/safetensors.ipp"
@@ -37,3 +38,7 @@ template void direct_all_reduce<double>(const Exchange<double>&, ReduceOp);
 template void direct_gather_slices<float>(const Exchange<float>&);
 template void direct_gather_slices<double>(const Exchange<double>&);
 }  // namespace strata::distribute::collective
+
+namespace strata::distribute::detail {
+template class ReplicaRuntime<place::Host>;
+}  // namespace strata::distribute::detail
