@@ -11,7 +11,9 @@
 #include "strata/distribute/collective/naive_ring.hpp"
 #include "strata/distribute/collective/ring.hpp"
 #include "strata/distribute/strategy.hpp"
+#include "strata/data/impl/mnist.ipp"
 #include "strata/io/impl/atomic_file.ipp"
+#include "strata/io/impl/idx.ipp"
 #include "strata/io/impl/json.ipp"
 #include "strata/io/impl/safetensors.ipp"
 #include "strata/io/impl/svg_plot.ipp"
@@ -42,3 +44,9 @@ template void direct_gather_slices<double>(const Exchange<double>&);
 namespace strata::distribute::detail {
 template class ReplicaRuntime<place::Host>;
 }  // namespace strata::distribute::detail
+
+namespace strata::io {
+template IdxArray<float> read_idx<float>(const std::filesystem::path&);
+template IdxArray<std::int32_t> read_idx<std::int32_t>(const std::filesystem::path&);
+template IdxArray<std::uint8_t> read_idx<std::uint8_t>(const std::filesystem::path&);
+}  // namespace strata::io
