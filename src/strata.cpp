@@ -11,6 +11,7 @@
 #include "strata/distribute/collective/naive_ring.hpp"
 #include "strata/distribute/collective/ring.hpp"
 #include "strata/distribute/strategy.hpp"
+#include "strata/data/dataset.hpp"
 #include "strata/data/impl/mnist.ipp"
 #include "strata/io/impl/atomic_file.ipp"
 #include "strata/io/impl/idx.ipp"
@@ -50,3 +51,23 @@ template IdxArray<float> read_idx<float>(const std::filesystem::path&);
 template IdxArray<std::int32_t> read_idx<std::int32_t>(const std::filesystem::path&);
 template IdxArray<std::uint8_t> read_idx<std::uint8_t>(const std::filesystem::path&);
 }  // namespace strata::io
+
+namespace strata::data {
+template class Dataset<std::int32_t>;
+template class detail::ds::SourceStage<std::int32_t>;
+template class detail::ds::SourceNode<std::int32_t>;
+template class detail::ds::ShuffleStage<std::int32_t>;
+template class detail::ds::ShuffleNode<std::int32_t>;
+template class detail::ds::BatchStage<std::int32_t>;
+template class detail::ds::BatchNode<std::int32_t>;
+template class detail::ds::RepeatStage<std::int32_t>;
+template class detail::ds::RepeatNode<std::int32_t>;
+template class detail::ds::MapStage<std::int32_t>;
+template class detail::ds::MapNode<std::int32_t>;
+template class detail::ds::CacheStage<std::int32_t>;
+template class detail::ds::CacheNode<std::int32_t>;
+template class detail::ds::TakeStage<std::int32_t>;
+template class detail::ds::TakeNode<std::int32_t>;
+template class detail::ds::PrefetchStage<std::int32_t>;
+template class detail::ds::PrefetchNode<std::int32_t>;
+}  // namespace strata::data
