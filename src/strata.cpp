@@ -13,6 +13,8 @@
 #include "strata/distribute/strategy.hpp"
 #include "strata/data/dataset.hpp"
 #include "strata/data/impl/mnist.ipp"
+#include "strata/distribute/impl/rendezvous.ipp"
+#include "strata/distribute/impl/replica_pool.ipp"
 #include "strata/io/impl/atomic_file.ipp"
 #include "strata/io/impl/idx.ipp"
 #include "strata/io/impl/json.ipp"
