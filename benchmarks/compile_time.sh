@@ -9,6 +9,8 @@
 #              MultiWorkerMirrored's unit too where MPI is found), compiled two at a time as
 #              `meson compile -j 2` would on this 2-core machine, then linked: wall time
 #   units      each unit of mnist_cnn alone (the slowest one bounds the parallel build)
+#   mnist_cnn_compiled  the same build with the compiled part (every unit with
+#              STRATA_SEPARATE_COMPILATION, linked with libstrata, built once beforehand)
 #   nvcc       units that nvcc compiles for the GPU, where nvcc is found (reported beside, with
 #              their own target; none yet in mnist_cnn)
 # Prints a table; --json FILE writes the same figures (and the machine, compiler and flags).
@@ -26,7 +28,7 @@ while [ $# -gt 0 ]; do
 done
 [[ "$reps" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "$0: --reps expects an integer in [1, 999], got '$reps'" >&2; exit 2; }
 cxx=${CXX:-g++}
-flags=(-std=c++20 -O2 -fopenmp -Iinclude $(pkg-config --cflags openblas) -DSTRATA_BLAS_OPENBLAS)  # CLI11, nlohmann-json: /usr/include
+flags=(-std=c++20 -O2 -fopenmp -Iinclude $(pkg-config --cflags openblas) -DSTRATA_BLAS_OPENBLAS)
 [ -f /usr/local/cuda/include/cccl/thrust/version.h ] && flags+=(-isystem /usr/local/cuda/include/cccl)
 libs=(-fopenmp -lopenblas)
 out=$(mktemp -d)
@@ -53,6 +55,7 @@ if command -v mpicxx >/dev/null 2>&1; then
   units+=(examples/mnist_cnn_mw.cpp)
 fi
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)  # the machine may be shared: say how busy it was
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 best() { printf '%s\n' "$@" | sort -n | head -n1; }
@@ -60,8 +63,8 @@ best() { printf '%s\n' "$@" | sort -n | head -n1; }
 # The compiled part, once (a library a project builds once and links on every edit).
 "$cxx" "${flags[@]}" -DSTRATA_SEPARATE_COMPILATION -c src/strata.cpp -o "$out/libstrata.o"
 
-readme=() compiled=() umbrella=() mnist=()
-declare -A unit_times
+readme=() compiled=() umbrella=() mnist=() mnist_c=()
+declare -A unit_times unit_times_c
 for i in $(seq "$reps"); do
   s=$(now); "$cxx" "${flags[@]}" "$out/readme.cpp" -o "$out/readme" "${libs[@]}"; e=$(now)
   readme+=("$(elapsed "$s" "$e")")
@@ -85,6 +88,22 @@ for i in $(seq "$reps"); do
     b=$(basename "$u" .cpp)
     unit_times[$b]="${unit_times[$b]:-} $(cat "$out/$b.t")"
   done
+  # The same with the compiled part.
+  s=$(now)
+  printf '%s\n' "${units[@]}" | xargs -P 2 -I{} sh -c '
+    u="$1"; shift; a=$(date +%s.%N)
+    "$@" -c "$u" -o "'"$out"'/$(basename "$u" .cpp)-c.o"
+    b=$(date +%s.%N); awk -v a="$a" -v b="$b" "BEGIN { printf \"%.2f\", b - a }" > "'"$out"'/$(basename "$u" .cpp)-c.t"' \
+    _ {} "$cxx" "${flags[@]}" -DSTRATA_SEPARATE_COMPILATION "${mpi_flags[@]}"
+  objs=()
+  for u in "${units[@]}"; do objs+=("$out/$(basename "$u" .cpp)-c.o"); done
+  "$cxx" "${objs[@]}" "$out/libstrata.o" -o "$out/mnist_cnn-c" "${libs[@]}" "${mpi_libs[@]}"
+  e=$(now)
+  mnist_c+=("$(elapsed "$s" "$e")")
+  for u in "${units[@]}"; do
+    b=$(basename "$u" .cpp)
+    unit_times_c[$b]="${unit_times_c[$b]:-} $(cat "$out/$b-c.t")"
+  done
 done
 
 # nvcc units of mnist_cnn (none yet: the example trains on the host; see issue 19).
@@ -102,19 +121,33 @@ for u in "${units[@]}"; do
   read -r -a ts <<<"${unit_times[$b]}"
   printf '%-58s %-9.2f %-8s %s\n' "  $u alone" "$(best "${ts[@]}")" "" "${ts[*]}"
 done
+printf '%-58s %-9.2f %-8s %s\n' "examples/mnist_cnn with the compiled part" "$(best "${mnist_c[@]}")" "" "${mnist_c[*]}"
+for u in "${units[@]}"; do
+  b=$(basename "$u" .cpp)
+  read -r -a ts <<<"${unit_times_c[$b]}"
+  printf '%-58s %-9.2f %-8s %s\n' "  $u alone, compiled part" "$(best "${ts[@]}")" "" "${ts[*]}"
+done
 printf '%-58s %s\n' "nvcc units" "$nvcc_note"
+printf '%-58s %s -> %s\n' "load average (1, 5, 15 min) before -> after" "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 if [ -n "$json" ]; then
   unit_json=$(for u in "${units[@]}"; do b=$(basename "$u" .cpp); echo "$u=${unit_times[$b]}"; done)
-  python3 - "$json" "$($cxx --version | head -n1)" "$(nproc)" "${readme[*]}" "${compiled[*]}" "${umbrella[*]}" "${mnist[*]}" "$nvcc_note" "$unit_json" <<'PY'
+  unit_json_c=$(for u in "${units[@]}"; do b=$(basename "$u" .cpp); echo "$u=${unit_times_c[$b]}"; done)
+  python3 - "$json" "$($cxx --version | head -n1)" "$(nproc)" "${readme[*]}" "${compiled[*]}" "${umbrella[*]}" "${mnist[*]}" "$nvcc_note" "$unit_json" "${mnist_c[*]}" "$unit_json_c" "$load_before -> $(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
 import json, os, platform, sys
 path, compiler, cores = sys.argv[1], sys.argv[2], int(sys.argv[3])
 readme, compiled, umbrella, mnist = ([float(t) for t in a.split()] for a in sys.argv[4:8])
 nvcc_note = sys.argv[8]
-units = {}
-for line in sys.argv[9].splitlines():
-    name, _, times = line.partition("=")
-    units[name] = [float(t) for t in times.split()]
+def unit_table(text):
+    out = {}
+    for line in text.splitlines():
+        name, _, times = line.partition("=")
+        out[name] = [float(t) for t in times.split()]
+    return out
+units = unit_table(sys.argv[9])
+mnist_c = [float(t) for t in sys.argv[10].split()]
+units_c = unit_table(sys.argv[11])
+load_average = sys.argv[12]
 cpu = ""
 try:
     cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
@@ -126,6 +159,9 @@ doc = {"benchmark": "compile_time", "compiler": compiler, "flags": "-O2", "cores
        "umbrella_header": {"best_seconds": min(umbrella), "runs_seconds": umbrella, "target_seconds": 2.5},
        "mnist_cnn": {"best_seconds": min(mnist), "runs_seconds": mnist, "target_seconds": 15,
                      "jobs": 2, "units": {u: {"best_seconds": min(t), "runs_seconds": t} for u, t in units.items()}},
+       "mnist_cnn_compiled_part": {"best_seconds": min(mnist_c), "runs_seconds": mnist_c, "jobs": 2,
+                                   "units": {u: {"best_seconds": min(t), "runs_seconds": t} for u, t in units_c.items()}},
+       "load_average_before_after": load_average,
        "nvcc_units": nvcc_note}
 with open(path + ".tmp", "w") as f:
     json.dump(doc, f, indent=1)

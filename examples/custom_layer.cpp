@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     app.add_option("--seed", seed, "seed of the data and the weights")
         ->transform(cli::integer<std::uint64_t>(0, std::numeric_limits<std::uint64_t>::max()))->capture_default_str();
     app.add_option("--loss", loss_name, "mse (built in) or huber (user-defined, examples/huber.hpp)")
-        ->check(CLI::IsMember({"mse", "huber"}))->capture_default_str();
+        ->check(cli::one_of({"mse", "huber"}))->capture_default_str();
     app.add_option("--json", json, "also write the figures as JSON to FILE");
     return cli::run(app, argc, argv, [&] {
         // The data: 2048 points in [-1, 1]^2 and their targets.

@@ -1,7 +1,8 @@
 #pragma once
 // What the translation units of examples/mnist_cnn share: the network, the flags, the report and
-// the training function. The command line (CLI11, JSON) is in mnist_cnn.cpp, the in-process
-// strategies in mnist_cnn_train.cpp, the same on the GPU in mnist_cnn_gpu.cu (nvcc), the parameter-server modes in mnist_cnn_ps.cpp and
+// the training function. The command line (flags, JSON) is in mnist_cnn.cpp, the in-process
+// strategies in mnist_cnn_train.cpp, the same on the GPU in mnist_cnn_gpu.cu (nvcc), the
+// parameter-server modes in mnist_cnn_ps.cpp and
 // MultiWorkerMirrored (which needs MPI) in mnist_cnn_mw.cpp, so that they compile in parallel
 // (compile time is part of the product) and a build without MPI still has the rest.
 #include <strata/strata.hpp>

@@ -1,8 +1,10 @@
 // The command-line and JSON helpers the examples and benchmarks share (examples/cli.hpp): strict
-// integers and numbers, and JSON that stays valid whatever the figures are.
+// integers and numbers, flags and --help, and JSON that stays valid whatever the figures are.
 #include <doctest/doctest.h>
 
 #include "../examples/cli.hpp"
+
+#include <strata/io/json.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -86,6 +88,99 @@ TEST_CASE("cli::run: flag mistakes exit 2 naming the flag, failures exit 1, --he
     CHECK(outcome({}, [](int) -> int { throw 42; }) == 1);
 }
 
+TEST_CASE("cli::App: values, lists, flags, --help and the messages of refused flags") {
+    auto parse = [](cli::App& app, std::vector<std::string> args) {
+        args.insert(args.begin(), "prog");
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        return app.parse(int(argv.size()), argv.data());
+    };
+    cli::App app{"What the program does.", "prog"};
+    std::string name = "x";
+    std::int64_t steps = -1;
+    double rate = 0.5;
+    std::vector<int> sizes{1, 2};
+    bool force = false, measure = true;
+    app.add_option("--name", name, "a name")->capture_default_str();
+    app.add_option("--steps", steps, "steps; -1: all")->transform(cli::integer<std::int64_t>(-1, 100))->capture_default_str();
+    app.add_option("--rate", rate, "a rate")->check(cli::number(0, 1));
+    app.add_option("--sizes", sizes, "sizes, comma-separated")->delimiter(',')->transform(cli::integer(1, 64))->capture_default_str();
+    app.add_option("--mode", name, "a mode")->check(cli::one_of({"a", "b"}));
+    app.add_flag("--force", force, "force it");
+    app.add_flag("!--no-measure", measure, "do not measure");
+
+    CHECK(parse(app, {"--steps", "+07", "--rate=0.25", "--sizes", "4,8", "--sizes", "16", "--force", "--no-measure"}));
+    CHECK(steps == 7);
+    CHECK(rate == 0.25);
+    CHECK(sizes == std::vector<int>{4, 8, 16});  // the defaults are replaced, occurrences collected
+    CHECK(force);
+    CHECK_FALSE(measure);
+    CHECK(app.count("--sizes") == 2);
+    CHECK(app.count("--name") == 0);
+    CHECK_FALSE(parse(app, {"--bogus", "--help"}));  // --help wins, nothing else is read
+
+    const std::string help = app.help();
+    CHECK(help.rfind("What the program does.\nUsage: prog [OPTIONS]\n", 0) == 0);
+    CHECK(help.find("  -h,--help                   Print this help message and exit\n") != std::string::npos);
+    CHECK(help.find("  --name TEXT=x               a name\n") != std::string::npos);
+    CHECK(help.find("  --steps INT:[-1, 100]=-1    steps; -1: all\n") != std::string::npos);
+    CHECK(help.find("  --sizes INT:[1, 64]=[1,2] ...\n                              sizes, comma-separated\n") !=
+          std::string::npos);
+    CHECK(help.find("  --mode TEXT:{a, b}") != std::string::npos);
+    CHECK(help.find("  --no-measure{false}") != std::string::npos);
+
+    auto refused = [&](std::vector<std::string> args) {
+        cli::App fresh{"", "prog"};
+        std::int64_t s = 0;
+        bool f = false;
+        fresh.add_option("--steps", s)->transform(cli::integer<std::int64_t>(-1, 100));
+        fresh.add_flag("--force", f);
+        try {
+            parse(fresh, args);
+        } catch (const cli::ParseError& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    CHECK(refused({"--steps", "0x3"}) == "--steps: expected an integer in [-1, 100], found '0x3'");
+    CHECK(refused({"--steps"}) == "--steps: expects a value (INT:[-1, 100])");
+    CHECK(refused({"--bogus", "1"}) == "--bogus: no such flag (see --help for the flags)");
+    CHECK(refused({"extra"}).find("unexpected argument 'extra'") == 0);
+    CHECK(refused({"--force=no"}) == "--force: takes no value, found 'no'");
+    CHECK(refused({"--steps", "5"}).empty());
+}
+
+TEST_CASE("cli::Json: braced lists are objects when every element is a [key, value] pair") {
+    cli::Json j = {{"cpu", "x"}, {"threads", 4}, {"list", {1, 2}}};
+    CHECK(j.kind() == cli::Json::Kind::Object);
+    CHECK(j.size() == 3);
+    CHECK(j.dump() == R"({"cpu":"x","threads":4,"list":[1,2]})");
+    cli::Json a = cli::Json::array();
+    a.push_back({{"n", std::uint64_t(18446744073709551615ull)}, {"ok", true}, {"none", nullptr}});
+    a.push_back(1.0);
+    a.push_back(-2.5e-7);
+    CHECK(a.dump() == R"([{"n":18446744073709551615,"ok":true,"none":null},1.0,-2.5e-07])");
+    cli::Json o;
+    o["a"] = 1;
+    o["a"] = "again";  // an existing key keeps its place
+    o["b"] = std::vector<std::string>{"p", "q"};
+    CHECK(o.dump() == R"({"a":"again","b":["p","q"]})");
+    CHECK(cli::Json::object().dump(2) == "{}");
+    // parse reads back what dump writes (cost_model reads bench_pingpong's report).
+    for (const cli::Json& doc : {j, a, o}) CHECK(cli::Json::parse(doc.dump(2)).dump() == doc.dump());
+    const cli::Json p = cli::Json::parse(R"( {"s": "a\"\u00e9\ud83d\ude00", "n": -12, "x": 1.5e3, "e": []} )");
+    CHECK(p["s"].get<std::string>() == "a\"\xC3\xA9\xF0\x9F\x98\x80");
+    CHECK(p["n"].get<int>() == -12);
+    CHECK(p["x"].get<double>() == 1500.0);
+    CHECK(p["x"].is_number());
+    CHECK(p["e"].size() == 0);
+    CHECK_THROWS_AS(p["missing"], std::out_of_range);
+    for (const char* bad : {"", "{", "[1,]", "{\"a\" 1}", "01", "1 2", "\"\\x\"", "nul", "\"\\ud800\""}) {
+        CAPTURE(bad);
+        CHECK_THROWS_WITH_AS(cli::Json::parse(bad), doctest::Contains("invalid JSON at byte"), std::runtime_error);
+    }
+}
+
 TEST_CASE("cli::write_json writes valid JSON: non-finite numbers become null, the file is replaced whole") {
     strata_test::TempDir dir;
     const std::string path = (dir.path / "report.json").string();
@@ -105,13 +200,19 @@ TEST_CASE("cli::write_json writes valid JSON: non-finite numbers become null, th
         CAPTURE(literal);
         CHECK(text.find(literal) == std::string::npos);
     }
-    const auto back = cli::Json::parse(text);  // throws on invalid JSON
-    CHECK(back["finite"] == 0.5);
-    CHECK(back["nan"].is_null());
-    CHECK(back["inf"].is_null());
-    CHECK(back["list"][1].is_null());
-    CHECK(back["explicit"].is_null());
-    CHECK(back.begin().key() == "finite");  // insertion order kept
+    strata::io::json::Reader back(text, "report.json");
+    back.validate();  // throws on invalid JSON
+    back.enter();
+    std::vector<std::string> keys;
+    for (std::string key; back.next_member(key);) {
+        keys.push_back(key);
+        if (key == "finite") CHECK(back.read_number() == "0.5");
+        else if (key == "nan" || key == "inf" || key == "explicit") CHECK(back.kind() == strata::io::json::Kind::Null);
+        else if (key == "text") CHECK(back.read_string() == "quote \" backslash \\ newline \n bad utf-8 \xEF\xBF\xBD");
+        if (key != "finite" && key != "text") back.skip_value();
+    }
+    CHECK(keys == std::vector<std::string>{"finite", "nan", "inf", "list", "explicit", "text"});  // insertion order kept
+    CHECK(text.find("[\n    1.0,\n    null,\n    2.0\n  ]") != std::string::npos);
     CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
     CHECK_THROWS_WITH_AS(cli::write_json((dir.path / "no" / "such" / "dir.json").string(), j),
                          doctest::Contains("cannot write the JSON report"), std::runtime_error);

@@ -4,9 +4,16 @@
 /// read from data, a device that is not there, a peer that did not arrive) throws a subclass of
 /// strata::Error whose message says what was expected and what was found.
 
+#include <algorithm>
+#include <charconv>
+#include <concepts>
+#include <cstdio>
+#include <initializer_list>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace strata {
@@ -35,20 +42,97 @@ class CheckpointError : public IoError { public: using IoError::IoError; };
 class NumericError : public Error { public: using Error::Error; };
 
 namespace detail {
-template <class... Args>
-[[gnu::cold, gnu::noinline]] std::string concat(const Args&... args) {
+
+/// One piece of an error message, as text: a view of a string argument, or a number formatted
+/// as an ostream would (integers in decimal, floating point like "%g", bool as 0/1, a char as
+/// itself). Trivially destructible, so that building a message costs every throw site little
+/// code; everything else goes through message_source first.
+class MessagePiece {
+public:
+    MessagePiece(const char* s) noexcept : data_(s ? s : ""), size_(s ? std::char_traits<char>::length(s) : 0) {}
+    MessagePiece(char* s) noexcept : MessagePiece(static_cast<const char*>(s)) {}
+    MessagePiece(std::string_view s) noexcept : data_(s.data()), size_(s.size()) {}
+    MessagePiece(const std::string& s) noexcept : data_(s.data()), size_(s.size()) {}
+    MessagePiece(char c) noexcept : size_(1) { buf_[0] = c; }
+    MessagePiece(signed char c) noexcept : MessagePiece(char(c)) {}
+    MessagePiece(unsigned char c) noexcept : MessagePiece(char(c)) {}
+    MessagePiece(bool b) noexcept : MessagePiece(b ? '1' : '0') {}
+    MessagePiece(int v) noexcept : MessagePiece(static_cast<long long>(v)) {}
+    MessagePiece(long v) noexcept : MessagePiece(static_cast<long long>(v)) {}
+    MessagePiece(long long v) noexcept { set(std::to_chars(buf_, buf_ + sizeof buf_, v).ptr); }
+    MessagePiece(unsigned v) noexcept : MessagePiece(static_cast<unsigned long long>(v)) {}
+    MessagePiece(unsigned long v) noexcept : MessagePiece(static_cast<unsigned long long>(v)) {}
+    MessagePiece(unsigned long long v) noexcept { set(std::to_chars(buf_, buf_ + sizeof buf_, v).ptr); }
+    MessagePiece(short v) noexcept : MessagePiece(static_cast<long long>(v)) {}
+    MessagePiece(unsigned short v) noexcept : MessagePiece(static_cast<unsigned long long>(v)) {}
+    MessagePiece(float v) noexcept : MessagePiece(double(v)) {}
+    MessagePiece(double v) noexcept { set_size(std::snprintf(buf_, sizeof buf_, "%g", v)); }
+    MessagePiece(long double v) noexcept { set_size(std::snprintf(buf_, sizeof buf_, "%Lg", v)); }
+
+    std::string_view view() const noexcept { return data_ ? std::string_view(data_, size_) : std::string_view(buf_, size_); }
+
+private:
+    void set(const char* end) noexcept { size_ = std::size_t(end - buf_); }
+    void set_size(int n) noexcept { size_ = n < 0 ? 0 : std::min<std::size_t>(std::size_t(n), sizeof buf_ - 1); }
+
+    const char* data_ = nullptr;  // null: the text is in buf_
+    std::size_t size_ = 0;
+    char buf_[40];
+};
+
+/// Whether MessagePiece takes a T directly.
+template <class T>
+concept MessageText = std::is_arithmetic_v<T> || std::is_convertible_v<const T&, std::string_view> ||
+                      std::is_same_v<T, const char*> || std::is_same_v<T, char*>;
+
+/// Streams anything else (a Shape, a path, an enum) into a string, as `os << v` writes it.
+template <class T>
+[[gnu::cold, gnu::noinline]] std::string stream_text(const T& v) {
     std::ostringstream os;
-    (os << ... << args);
+    os << v;
     return os.str();
 }
+
+/// What a MessagePiece is made from: `v` itself, or its streamed text (a temporary that lives
+/// until the end of the full expression that builds the message).
+template <class T>
+decltype(auto) message_source(const T& v) {
+    if constexpr (MessageText<T>) return (v);
+    else return stream_text(v);
+}
+
+/// The pieces, one after the other.
+[[gnu::cold]] inline std::string join_message(std::initializer_list<MessagePiece> pieces) {
+    std::size_t size = 0;
+    for (const auto& p : pieces) size += p.view().size();
+    std::string out;
+    out.reserve(size);
+    for (const auto& p : pieces) out += p.view();
+    return out;
+}
+
+/// The pieces streamed into one string: `concat("expected ", n, ", found ", shape)`.
+template <class... Args>
+std::string concat(const Args&... args) {
+    return join_message({MessagePiece(message_source(args))...});
+}
+
+/// Throws E with the joined pieces: one instantiation per exception type, whatever the pieces.
+template <class E>
+[[noreturn, gnu::cold, gnu::noinline]] void throw_joined(std::initializer_list<MessagePiece> pieces) {
+    throw E(join_message(pieces));
+}
+
 }  // namespace detail
 
 /// Throws E with the pieces streamed into one message: `throw_error<ShapeError>("dense: ", a)`.
 /// Kept out of line and marked cold: error paths must cost the hot paths nothing, in run time
-/// or in compile time (they are not inlined into every caller).
+/// or in compile time (they are not inlined into every caller, and each argument list costs
+/// only the conversion of its pieces: the message is joined and thrown by one function per
+/// exception type).
 template <class E = Error, class... Args>
 [[noreturn, gnu::cold, gnu::noinline]] void throw_error(Args... args) {  // by value: literals decay, fewer instantiations
-    throw E(detail::concat(args...));
+    detail::throw_joined<E>({detail::MessagePiece(detail::message_source(args))...});
 }
 
 }  // namespace strata

@@ -310,6 +310,11 @@ private:
     bool use_scopes_ = false;
 };
 
+#if !STRATA_HEADER_ONLY
+// The host's runtime (its replicas' devices and threads) is compiled once in the compiled part.
+extern template class ReplicaRuntime<place::Host>;
+#endif
+
 }  // namespace detail
 
 /// No distribution: one replica, the calling thread, all host cores (tf's default strategy).

@@ -5,6 +5,7 @@
 /// call that an algorithm works on (Exchange), and the vectorised reduction kernels.
 /// Users include strata/distribute/collective/all_reduce.hpp, which includes this file.
 
+#include <strata/config.hpp>
 #include <strata/core/error.hpp>
 #include <strata/distribute/rendezvous.hpp>
 
