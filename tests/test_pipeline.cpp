@@ -299,3 +299,32 @@ TEST_CASE("checkpoints: a pipeline-trained model loads into OneDevice and back, 
     one.fit(data, {.epochs = 3, .verbose = 0, .initial_epoch = 2});
     CHECK(max_relative_difference(back.get_weights(), one.get_weights()) <= 1e-12);
 }
+
+TEST_CASE("the bubble on the virtual clock is (P - 1) / (m + P - 1); 1F1B holds at most P - s micro-batches, GPipe m") {
+    auto check = [](auto schedule) {
+        using Schedule = decltype(schedule);
+        using S = dist::Pipeline<strata::place::Host, Schedule, split::At<2, 3, 5>>;  // P = 4
+        constexpr int P = 4;
+        for (int m : {1, 3, 8}) {
+            CAPTURE(Schedule::name);
+            CAPTURE(m);
+            S pipeline({.micro_batches = m});
+            strata::Model<Cnn, S> model(pipeline, 1);
+            model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{});
+            model.fit(images(24, 2).batch(12), {.epochs = 1, .verbose = 0});
+            const auto& st = model.gradient_path().stats();
+            CHECK(st.steps == 2);
+            CHECK(st.virtual_seconds == doctest::Approx(2.0 * 3 * (m + P - 1)));  // (m + P - 1) slots of F + B, twice
+            for (std::size_t s = 0; s < std::size_t(P); ++s) {
+                CAPTURE(s);
+                CHECK(st.virtual_idle_fraction(s) == doctest::Approx(double(P - 1) / double(m + P - 1)));
+                CHECK(st.stages[s].max_in_flight == (Schedule::one_f_one_b ? std::min<std::int64_t>(m, P - std::int64_t(s)) : m));
+                CHECK(st.stages[s].busy_seconds > 0);
+                CHECK(st.idle_fraction(s) >= 0);
+                CHECK(st.idle_fraction(s) < 1);
+            }
+        }
+    };
+    check(dist::GPipe{});
+    check(dist::OneFOneB{});
+}

@@ -93,7 +93,45 @@ struct StageFlow {
     std::condition_variable cv;
     std::vector<std::int64_t> forwards, backwards;
     bool aborted = false;
+    // The virtual clock (see PipelineStats): each stage's time, and when each micro-batch's
+    // forward and backward ended there; written by the stage, read by its neighbours after the
+    // flow's counters say they are done.
+    std::vector<double> clock;
+    std::vector<std::vector<double>> forward_end, backward_end;
+    std::vector<std::int64_t> in_flight;
 };
+
+}  // namespace detail
+
+/// What a Pipeline's stages did while training (GradientPath::stats(); replica 0's stages),
+/// summed over the steps since the path was built or reset_stats() was called.
+///
+/// Two clocks. The real one: `busy_seconds` is the time a stage spent on its forwards and
+/// backwards (the copies from its neighbour included, the waits not), `wall_seconds` the steps'
+/// schedules from the first stage's start to the last one's end. The virtual one charges every
+/// forward 1 unit and every backward 2 on every stage (balanced stages, as the bubble formula
+/// assumes) and lets each start when the schedule and its neighbours allow: it measures the
+/// schedule the code runs, free of the machine's noise. A stage's idle fraction is
+/// 1 − busy / wall on either clock; both schedules should give (P − 1) / (m + P − 1).
+struct PipelineStageStats {
+    double busy_seconds = 0;
+    double virtual_busy = 0;
+    /// The most micro-batches this stage held activations for at once (forwarded, not yet
+    /// backwarded): m under GPipe, at most P − s under 1F1B.
+    std::int64_t max_in_flight = 0;
+};
+struct PipelineStats {
+    std::int64_t steps = 0;
+    double wall_seconds = 0;
+    double virtual_seconds = 0;
+    std::vector<PipelineStageStats> stages;
+    double idle_fraction(std::size_t s) const { return wall_seconds > 0 ? 1 - stages[s].busy_seconds / wall_seconds : 0; }
+    double virtual_idle_fraction(std::size_t s) const {
+        return virtual_seconds > 0 ? 1 - stages[s].virtual_busy / virtual_seconds : 0;
+    }
+};
+
+namespace detail {
 
 /// What Model holds as a unit's network under a Pipeline: a handle on the path, which owns the
 /// stages' networks on their devices. evaluate/predict call forward and output_grad on it;
@@ -137,6 +175,7 @@ public:
 
     template <class Init>
     GradientPath(Strategy& s, Init&& init) : strategy_(&s) {
+        reset_stats();
         for (int r = 0; r < units(); ++r) {
             replicas_.push_back(std::make_unique<Replica>());
             replicas_.back()->flow.forwards.assign(S, 0);
@@ -155,6 +194,13 @@ public:
         Tensor<T, P> all(Shape{num_params});
         init(all.data());
         set_weights(to_vector(all.view()));
+    }
+
+    /// What the stages did while training (see PipelineStats).
+    const PipelineStats& stats() const { return stats_; }
+    void reset_stats() {
+        stats_ = {};
+        stats_.stages.resize(S);
     }
 
     /// The split, for summaries: stage s holds layers [stage_bounds()[s], stage_bounds()[s+1]).
@@ -194,11 +240,26 @@ public:
             xs[std::size_t(r)] = work.prepare(r, shares[std::size_t(r)]);
             modes[std::size_t(r)] = work.mode(shares[std::size_t(r)], step);
         }
+        for (int r = 0; r < R; ++r) {
+            auto& f = replicas_[std::size_t(r)]->flow;
+            const auto m = std::size_t(micro_count(shares[std::size_t(r)].size));
+            f.clock.assign(S, 0.0);
+            f.in_flight.assign(S, 0);
+            f.forward_end.assign(S, std::vector<double>(m, 0.0));
+            f.backward_end.assign(S, std::vector<double>(m, 0.0));
+        }
+        const auto t0 = std::chrono::steady_clock::now();
         run_all([&](int r, int st) {
             with_stage(st, [&](auto I) {
                 train_stage<I>(r, shares[std::size_t(r)], xs[std::size_t(r)], modes[std::size_t(r)], work);
             });
         });
+        {
+            auto& f = replicas_[0]->flow;
+            stats_.steps += 1;
+            stats_.wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            stats_.virtual_seconds += *std::max_element(f.clock.begin(), f.clock.end());
+        }
         StepTotals t;
         for (int r = 0; r < R; ++r) {
             const UnitWork u = work.result(r, shares[std::size_t(r)]);
@@ -528,10 +589,13 @@ private:
                          [&](const detail::StageFlow& f) { return f.forwards[I + 1] > k - std::int64_t(K); });
         }
         TensorView<T, P> in;
+        std::chrono::steady_clock::time_point t0;
         if constexpr (I == 0) {
+            t0 = std::chrono::steady_clock::now();
             in = x.slice(sl.first, sl.count);
         } else {
             wait_for(r, int(I), "the activations", int(I - 1), k, [&](const detail::StageFlow& f) { return f.forwards[I - 1] > k; });
+            t0 = std::chrono::steady_clock::now();
             auto& prev = stage<I - 1>(r);
             const TensorView<T, P> src = prev.slots[std::size_t(k) % prev.slots.size()]->output();
             d.in[slot].resize(src.shape());
@@ -544,6 +608,19 @@ private:
         const TensorView<T, P> out = d.slots[slot]->forward(d.params.data(), in, mm);
         if constexpr (I + 1 == S) on_output(sl.first, out);
         P::synchronize();  // the output is complete before the next stage copies it
+        if (training) {
+            auto& f = replicas_[std::size_t(r)]->flow;
+            double start = f.clock[I];
+            if constexpr (I > 0) start = std::max(start, f.forward_end[I - 1][std::size_t(k)]);
+            f.clock[I] = f.forward_end[I][std::size_t(k)] = start + 1.0;
+            f.in_flight[I] += 1;
+            if (r == 0) {
+                auto& st = stats_.stages[I];
+                st.busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                st.virtual_busy += 1.0;
+                st.max_in_flight = std::max(st.max_in_flight, f.in_flight[I]);
+            }
+        }
         done(r, &detail::StageFlow::forwards, I, k + 1);
     }
 
@@ -557,6 +634,7 @@ private:
         auto& net = *d.slots[slot];
         if constexpr (I + 1 < S)
             wait_for(r, int(I), "the gradient of its output", int(I + 1), k, [&](const detail::StageFlow& f) { return f.backwards[I + 1] > k; });
+        const auto t0 = std::chrono::steady_clock::now();
         nn::Mode mm = mode;
         mm.first_example = mode.first_example + sl.first;
         if constexpr (I + 1 < S) mm.skip_activation = false;
@@ -571,6 +649,17 @@ private:
         }
         if (k > 0 && d.num_params > 0) axpy(T(1), d.scratch.view(), d.grads.view());
         P::synchronize();
+        {
+            auto& f = replicas_[std::size_t(r)]->flow;
+            double start = f.clock[I];
+            if constexpr (I + 1 < S) start = std::max(start, f.backward_end[I + 1][std::size_t(k)]);
+            f.clock[I] = f.backward_end[I][std::size_t(k)] = start + 2.0;
+            f.in_flight[I] -= 1;
+            if (r == 0) {
+                stats_.stages[I].busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                stats_.stages[I].virtual_busy += 2.0;
+            }
+        }
         done(r, &detail::StageFlow::backwards, I, k + 1);
     }
 
@@ -616,6 +705,7 @@ private:
 
     Strategy* strategy_;
     std::vector<std::unique_ptr<Replica>> replicas_;
+    PipelineStats stats_;
     bool compiled_ = false;
 };
 
