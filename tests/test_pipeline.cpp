@@ -312,7 +312,7 @@ TEST_CASE("the bubble on the virtual clock is (P - 1) / (m + P - 1); 1F1B holds 
             strata::Model<Cnn, S> model(pipeline, 1);
             model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{});
             model.fit(images(24, 2).batch(12), {.epochs = 1, .verbose = 0});
-            const auto& st = model.gradient_path().stats();
+            const auto& st = model.gradient_path().pipeline_stats();
             CHECK(st.steps == 2);
             CHECK(st.virtual_seconds == doctest::Approx(2.0 * 3 * (m + P - 1)));  // (m + P - 1) slots of F + B, twice
             for (std::size_t s = 0; s < std::size_t(P); ++s) {

@@ -103,8 +103,8 @@ struct StageFlow {
 
 }  // namespace detail
 
-/// What a Pipeline's stages did while training (GradientPath::stats(); replica 0's stages),
-/// summed over the steps since the path was built or reset_stats() was called.
+/// What a Pipeline's stages did while training (GradientPath::pipeline_stats(); replica 0's stages),
+/// summed over the steps since the path was built or reset_pipeline_stats() was called.
 ///
 /// Two clocks. The real one: `busy_seconds` is the time a stage spent on its forwards and
 /// backwards (the copies from its neighbour included, the waits not), `wall_seconds` the steps'
@@ -175,7 +175,7 @@ public:
 
     template <class Init>
     GradientPath(Strategy& s, Init&& init) : strategy_(&s) {
-        reset_stats();
+        reset_pipeline_stats();
         for (int r = 0; r < units(); ++r) {
             replicas_.push_back(std::make_unique<Replica>());
             replicas_.back()->flow.forwards.assign(S, 0);
@@ -197,8 +197,8 @@ public:
     }
 
     /// What the stages did while training (see PipelineStats).
-    const PipelineStats& stats() const { return stats_; }
-    void reset_stats() {
+    const PipelineStats& pipeline_stats() const { return stats_; }
+    void reset_pipeline_stats() {
         stats_ = {};
         stats_.stages.resize(S);
     }
