@@ -157,6 +157,7 @@ struct OptimizerCopies {
 /// | member                            | default                | overridden by                      |
 /// |-----------------------------------|------------------------|------------------------------------|
 /// | `lockstep`                        | true                   | ParameterServer (false)            |
+/// | `pipelined`                       | false                  | Pipeline (true)                    |
 /// | `gradient_buckets()`              | 0 (no all-reduce)      | Mirrored, MultiWorkerMirrored      |
 /// | `expected_updates(batches)`       | batches                | ParameterServer (rounds, or -1)    |
 /// | `end_epoch(logs, history)`        | nothing                | ParameterServer (figures, staleness)|
@@ -177,6 +178,9 @@ class PathBase {
 public:
     /// Whether every unit steps on its share of one global batch (custom training loops need it).
     static constexpr bool lockstep = true;
+    /// Whether the path runs the layers itself, stage by stage (Pipeline): Model then hands it
+    /// a staged unit of work (stage the mini-batch; the loss of each micro-batch).
+    static constexpr bool pipelined = false;
     std::size_t gradient_buckets() const { return 0; }
     std::int64_t expected_updates(std::int64_t batches) const { return batches; }
     template <class Logs, class History>

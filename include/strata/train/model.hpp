@@ -241,7 +241,7 @@ public:
     double compute_gradients(distribute::ReplicaContext& ctx, const distribute::ReplicaBatch<Y>& b)
         requires lockstep
     {
-        static_assert(!requires { network_type::pipelined; },
+        static_assert(!path_type::pipelined,
                       "strata::Model::compute_gradients: a Pipeline's step is one schedule over all its stages; "
                       "train it with train_step or fit, not the pieces of a step");
         const int r = ctx.replica_id_in_sync_group();
@@ -705,7 +705,7 @@ private:
     // layer's gradient becomes final.
     template <class Y>
     auto make_unit_work() {
-        if constexpr (requires { network_type::pipelined; }) return StagedWork<Y>{this};
+        if constexpr (path_type::pipelined) return StagedWork<Y>{this};
         else return [this](int r, const distribute::ReplicaBatch<Y>& b, const T* params, T* grads, double denominator,
                       std::uint64_t step, auto&& on_ready) -> distribute::UnitWork {
             Unit& u = *units_[std::size_t(r)];

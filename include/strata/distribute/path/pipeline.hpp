@@ -166,6 +166,7 @@ public:
     using value_type = T;
     using place_type = P;
     using unit_network = detail::PipelineUnit<GradientPath>;
+    static constexpr bool pipelined = true;
     static constexpr std::size_t S = std::size_t(Split::stages);
     static constexpr auto bounds = Split::template bounds<Net>();
     static_assert(S <= Net::num_layers, "strata::distribute::Pipeline: more stages than layers: every stage needs at least one "
