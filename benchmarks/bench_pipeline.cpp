@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <strata/io/svg_plot.hpp>
+
 #include "bench_common.hpp"
 
 using namespace strata::nn;
@@ -116,6 +118,45 @@ void speed_rows(const char* name, int steps, cli::Json& rows) {
     }
 }
 
+// Two panels from the bubble rows: the idle fraction against M (predicted, virtual and real
+// clock) for P = 2 and 4, and the most micro-batches stage 0 held (GPipe: M; 1F1B: P).
+void bubble_plot(const cli::Json& rows, const std::string& path) {
+    strata::io::Figure fig;
+    strata::io::LinePlot idle, held;
+    idle.title = "Bubble: idle fraction of a stage (mean over stages)";
+    idle.x_label = "micro-batches M (log scale)";
+    idle.y_label = "idle fraction";
+    idle.x_scale = held.x_scale = strata::io::Scale::Log;
+    held.title = "Activation memory: micro-batches held by stage 0";
+    held.x_label = "micro-batches M (log scale)";
+    held.y_label = "micro-batches held at once";
+    std::size_t color = 0;
+    for (int P : {2, 4})
+        for (const std::string sched : {"GPipe", "1F1B"}) {
+            std::vector<double> m, predicted, virt, real, first;
+            for (const auto& r : rows) {
+                if (r["stages"].get<int>() != P || r["schedule"].get<std::string>() != sched) continue;
+                m.push_back(r["micro_batches"].get<double>());
+                predicted.push_back(r["bubble_predicted"].get<double>());
+                double v = 0, re = 0;
+                for (const auto& x : r["idle_virtual"]) v += x.get<double>() / P;
+                for (const auto& x : r["idle_real"]) re += x.get<double>() / P;
+                virt.push_back(v);
+                real.push_back(re);
+                first.push_back(r["max_in_flight"][0].get<double>());
+            }
+            const std::string tag = sched + " P=" + std::to_string(P);
+            const std::string c = strata::io::palette(color++);
+            if (sched == "GPipe") idle.add("(P-1)/(M+P-1), P=" + std::to_string(P), m, predicted, "#444444", true);
+            idle.add(tag + " virtual clock", m, virt, c);
+            idle.add(tag + " real clock (shared 2-vCPU VM)", m, real, c, true);
+            held.add(tag, m, first, c);
+        }
+    fig.panels = {idle, held};
+    fig.save(path);
+    std::printf("wrote %s\n", path.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -124,9 +165,11 @@ int main(int argc, char** argv) {
     int steps = 20;
     std::string json;
     bool bubble_only = false;
+    std::string plot;
     app.add_option("--steps", steps, "timed training steps (batch 128) per figure")->transform(cli::integer(1, 100000))->capture_default_str();
     app.add_flag("--bubble-only", bubble_only, "only the bubble table (fast)");
     app.add_option("--json", json, "also write the figures as JSON to FILE");
+    app.add_option("--plot", plot, "draw the bubble and the micro-batches held against M as FILE.svg");
     return cli::run(app, argc, argv, [&] {
         const std::string load_before = bench::load_average();
         cli::Json doc;
@@ -144,6 +187,7 @@ int main(int argc, char** argv) {
         bubble_rows<dist::GPipe, 4>(steps, bubble);
         bubble_rows<dist::OneFOneB, 4>(steps, bubble);
         doc["bubble"] = bubble;
+        if (!plot.empty()) bubble_plot(bubble, plot);
         if (!bubble_only) {
             std::printf("\nSpeed at batch 128 (images/s, training)\n");
             cli::Json speed = cli::Json::array();
