@@ -5,7 +5,9 @@
 
 #include "test_util.hpp"
 
+#include <chrono>
 #include <cstdint>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -327,4 +329,51 @@ TEST_CASE("the bubble on the virtual clock is (P - 1) / (m + P - 1); 1F1B holds 
     };
     check(dist::GPipe{});
     check(dist::OneFOneB{});
+}
+
+namespace {
+// A layer that passes its input through, after sleeping `Ms` milliseconds in its forward: a
+// stage that is slow to answer.
+template <int Ms>
+struct Sleepy {
+    static constexpr const char* name = "Sleepy";
+    static constexpr const char* keras_name = "sleepy";
+    template <class In, class T, class P>
+    struct bind {
+        using input_shape = In;
+        using output_shape = In;
+        static constexpr std::int64_t num_params = 0;
+        static std::vector<ParamInfo> param_info() { return {}; }
+        void init(T*, std::uint64_t, std::uint64_t) const {}
+        void forward(const T*, const strata::TensorView<T, P>& x, const strata::TensorView<T, P>& y, const Mode&) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(Ms));
+            strata::copy(x, y);
+        }
+        void backward(const T*, T*, const strata::TensorView<T, P>&, const strata::TensorView<T, P>&,
+                      const strata::TensorView<T, P>& dy, const strata::TensorView<T, P>& dx, const Mode&) {
+            if (!dx.empty()) strata::copy(dy, dx);
+        }
+    };
+};
+}  // namespace
+
+TEST_CASE("a stage that does not answer in time: the step fails with the waiting stage's deadline, no hang") {
+    using Net = Sequential<Input<4>, Dense<3, ReLU>, Sleepy<400>, Dense<2, Softmax>>;
+    using S = dist::Pipeline<strata::place::Host, dist::OneFOneB, split::At<2>>;  // dense, sleepy | dense_1
+    S pipeline({.micro_batches = 2, .timeout = std::chrono::milliseconds(100)});
+    strata::Model<Net, S> model(pipeline, 1);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{});
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto msg = strata_test::error_of<strata::DistributedError>([&] {
+        model.fit(std::vector<float>(8 * 4, 0.5f), std::vector<std::int32_t>(8, 1), {.verbose = 0, .batch_size = 8});
+    });
+    CAPTURE(msg);
+    CHECK(msg.find("Pipeline: stage 1 (dense_1) on /device:CPU:0/stage:1 failed: Pipeline: stage 1 (/device:CPU:0/stage:1) waited "
+                   "more than 100 ms for the activations of micro-batch 0 from stage 0 (/device:CPU:0/stage:0)") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+    // The pipeline is usable again once the stage is fast enough.
+    S patient({.micro_batches = 2, .timeout = std::chrono::seconds(30)});
+    strata::Model<Net, S> again(patient, 1);
+    again.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{});
+    CHECK(again.fit(std::vector<float>(8 * 4, 0.5f), std::vector<std::int32_t>(8, 1), {.verbose = 0, .batch_size = 8}).epoch.size() == 1);
 }

@@ -201,7 +201,8 @@ struct PipelineOptions {
 namespace detail {
 /// Processes of the launch this process belongs to, as mpirun / srun tell their children.
 inline int launched_processes() {
-    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS"})
+    // (Not SLURM_NTASKS: an allocation of many tasks may run one process outside srun.)
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"})
         if (const char* s = std::getenv(v))
             if (int n = std::atoi(s); n > 1) return n;
     return 1;
