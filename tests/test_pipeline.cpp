@@ -377,3 +377,24 @@ TEST_CASE("a stage that does not answer in time: the step fails with the waiting
     again.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{});
     CHECK(again.fit(std::vector<float>(8 * 4, 0.5f), std::vector<std::int32_t>(8, 1), {.verbose = 0, .batch_size = 8}).epoch.size() == 1);
 }
+
+TEST_CASE("the hybrid on 4 logical devices: replica r's stage s on device r*P + s, exact against OneDevice") {
+    FreshDevices fresh;
+    pd::set_logical_device_configuration(host(), {{}, {}, {}, {}}, pd::Oversubscribe::Yes);
+    std::vector<std::string> lines;
+    pd::set_placement_log_sink([&](std::string_view l) { lines.emplace_back(l); });
+    std::vector<double> reference;
+    {
+        dist::OneDevice<> one;
+        reference = train_wide(one);
+    }
+    pd::set_log_device_placement(true);
+    using Hybrid = dist::Pipeline<pd::Host, dist::OneFOneB, split::At<2>>;
+    Hybrid hybrid({.micro_batches = 3, .replicas = 2});
+    CHECK(hybrid.scoped());
+    CHECK(hybrid.device(1, 0).name == "/device:CPU:2");
+    CHECK(max_relative_difference(train_wide(hybrid), reference) <= 1e-12);
+    auto has = [&](const std::string& line) { return std::find(lines.begin(), lines.end(), line) != lines.end(); };
+    CHECK(has("1F1B pipeline stage 1 of replica 1 (layers dense_2 dense_3; its thread and work) placed on /device:CPU:3"));
+    CHECK(has("variable dense_3/bias (10,) (stage 1, copy 1) placed on /device:CPU:3"));
+}
