@@ -64,7 +64,7 @@ void declare_flags(CLI::App& app, Flags& f) {
     app.add_option("--seed", f.seed, "seed of the weights and the shuffle")
         ->transform(cli::integer<std::uint64_t>(0, std::numeric_limits<std::uint64_t>::max()))->capture_default_str();
     app.add_option("--strategy", f.strategy, "distribution strategy")
-        ->check(cli::one_of({"one_device", "mirrored", "central_storage", "parameter_server", "multi_worker_mirrored"}))->capture_default_str();
+        ->check(cli::one_of({"one_device", "mirrored", "central_storage", "parameter_server", "multi_worker_mirrored", "pipeline", "hybrid"}))->capture_default_str();
     app.add_option("--workers", f.workers, "parameter_server: workers")->transform(cli::integer(1, 1024))->capture_default_str();
     app.add_option("--servers", f.servers, "parameter_server: parameter servers")->transform(cli::integer(1, 1024))->capture_default_str();
     app.add_option("--shards", f.shards, "parameter_server: split each variable into N shards along axis 0 (FixedShards; 0: whole)")
@@ -94,6 +94,10 @@ void declare_flags(CLI::App& app, Flags& f) {
         ->transform(cli::integer(1, 16'777'216));
     app.add_option("--replicas", f.replicas, "replicas in sync (one_device: 1; multi_worker_mirrored: per process)")
         ->transform(cli::integer(1, 1024))->capture_default_str();
+    app.add_option("--stages", f.stages, "pipeline, hybrid: stages (2-4), balanced by FLOPs")->transform(cli::integer(2, 4))->capture_default_str();
+    app.add_option("--micro-batches", f.micro_batches, "pipeline, hybrid: micro-batches per replica's share of a batch")
+        ->transform(cli::integer(1, 4096))->capture_default_str();
+    app.add_option("--schedule", f.schedule, "pipeline, hybrid: gpipe or 1f1b")->check(cli::one_of({"gpipe", "1f1b"}))->capture_default_str();
     app.add_option("--save", f.save, "write the trained weights to FILE.safetensors");
     app.add_option("--json", f.json, "also write the figures as JSON to FILE");
     app.add_option("--verbose", f.verbose, "0 silent, 1 progress bar, 2 one line per epoch")
@@ -197,6 +201,13 @@ void check_flags(const CLI::App& app, Flags& f) {
         throw cli::usage_error("--steps-per-epoch: expected -1 (the whole training set) or a count >= 1, found 0");
     if (f.strategy != "multi_worker_mirrored" && app.count("--transport"))
         throw cli::usage_error("--transport is a multi_worker_mirrored flag; it means nothing for --strategy " + f.strategy);
+    const bool piped = f.strategy == "pipeline" || f.strategy == "hybrid";
+    for (const char* name : {"--stages", "--micro-batches", "--schedule"})
+        if (!piped && app.count(name))
+            throw cli::usage_error(std::string(name) + " is a pipeline/hybrid flag; it means nothing for --strategy " + f.strategy);
+    if (f.strategy == "pipeline" && f.replicas != 1)
+        throw cli::usage_error("--strategy pipeline takes --replicas 1 (R pipelines are --strategy hybrid), found --replicas " +
+                               std::to_string(f.replicas));
     if (f.strategy == "one_device" && f.replicas != 1)
         throw cli::usage_error("--strategy one_device takes --replicas 1, found --replicas " + std::to_string(f.replicas));
     for (const char* name : {"--logical-gpus", "--gpu-memory-mb"})
@@ -264,6 +275,8 @@ int main(int argc, char** argv) {
             rep = train_in_process(flags, mnist, used_replicas);
         } else if (flags.strategy == "multi_worker_mirrored") {
             rep = train_multi_worker(flags, mnist, used_replicas);
+        } else if (flags.strategy == "pipeline" || flags.strategy == "hybrid") {
+            rep = train_pipeline(flags, mnist, used_replicas);
         } else {
             used_replicas = flags.workers;
             rep = train_parameter_server(flags, mnist);
@@ -335,6 +348,8 @@ int main(int argc, char** argv) {
             j["train_images_per_second"] = rep.images_per_second;
             j["test_images_per_second"] = rep.test_images_per_second;
             j["seconds"] = rep.ps ? rep.ps->seconds : rep.seconds;
+            if (flags.strategy == "pipeline" || flags.strategy == "hybrid")
+                j["pipeline"] = {{"stages", flags.stages}, {"micro_batches", flags.micro_batches}, {"schedule", flags.schedule}};
             if (rep.ps) {
                 j["wall_seconds"] = rep.seconds;
                 j["workers"] = flags.workers;

@@ -65,6 +65,10 @@ struct Flags {
     int staleness = -1;
     std::string straggler = "none";
     std::string clock = "real";
+    // pipeline and hybrid only
+    int stages = 2;
+    int micro_batches = 4;
+    std::string schedule = "gpipe";
 };
 
 // Flags that only mean something for --strategy parameter_server.
@@ -178,6 +182,9 @@ Report train_in_process(const Flags& f, const strata::data::Mnist& mnist, int& r
 
 /// --strategy parameter_server (mnist_cnn_ps.cpp): one instantiation for every sync mode (sync::Any).
 Report train_parameter_server(const Flags& f, const strata::data::Mnist& mnist);
+
+/// --strategy pipeline or hybrid (mnist_cnn_pipeline.cpp): `replicas_in_sync` gets --replicas.
+Report train_pipeline(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync);
 
 /// --strategy multi_worker_mirrored (mnist_cnn_mw.cpp): `replicas_in_sync` gets processes ×
 /// --replicas. Throws a usage error where the build has no MPI.

@@ -134,12 +134,23 @@ def mnist_cnn_more(exe, data, missing):
                        (["--strategy", "parameter_server", "--clock", "wall"], "--clock"),
                        (["--strategy", "parameter_server", "--replicas", "2"], "--replicas"),
                        (["--strategy", "mirrored", "--workers", "2"], "--workers"),
+                       (["--strategy", "pipeline", "--replicas", "2"], "--replicas"),
+                       (["--strategy", "pipeline", "--stages", "5"], "--stages"),
+                       (["--strategy", "hybrid", "--schedule", "zigzag"], "--schedule"),
+                       (["--stages", "3"], "--stages"),
                        (["--epochs", "0"], "--epochs"),
                        (["--load", os.path.join(missing, "x.safetensors")], "--load"),
                        (["--save", os.path.join(missing, "w.safetensors")], "--save"),
                        (["--json", "/"], "--json"),
                        (["--plot", os.path.join(missing, "p.svg")], "--plot")):
         bad_flag(exe, "mnist_cnn", ["--data", missing] + args, flag)
+    # Pipeline and hybrid (issue 21) train and say how they were cut.
+    for args in (["--strategy", "pipeline", "--stages", "3", "--micro-batches", "3", "--schedule", "1f1b"],
+                 ["--strategy", "hybrid", "--replicas", "2", "--stages", "2", "--micro-batches", "2"]):
+        doc = json_run(exe, "mnist_cnn", ["--data", data, "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "16",
+                                          "--verbose", "0"] + args, ["strategy", "replicas", "pipeline", "test_accuracy"])
+        if doc:
+            check(doc["pipeline"]["stages"] == int(args[args.index("--stages") + 1]), f"mnist_cnn {args}: pipeline field {doc['pipeline']}")
     r = run([exe, "--data", missing, "--threads", "999", "--epochs", "1"])
     check("warning: --threads 999" in r.stderr, f"mnist_cnn --threads 999: no warning ({r.stderr.strip()!r})")
     # Every sync mode trains on the parameter server (virtual clock) and reports its counts.
@@ -634,6 +645,22 @@ def main():
         common_checks(exe, "devices", None)
         json_run(exe, "devices", [], ["physical_devices", "logical_devices", "placement_log", "memory_growth", "fixed_limit",
                                       "soft_placement"])
+
+    if "pipeline_dense" in bins:
+        exe = bins["pipeline_dense"]
+        common_checks(exe, "pipeline_dense", "--stages")
+        bad_flag(exe, "pipeline_dense", ["--stages", "5"], "--stages")
+        bad_flag(exe, "pipeline_dense", ["--schedule", "zigzag"], "--schedule")
+        doc = json_run(exe, "pipeline_dense", ["--stages", "2", "--epochs", "1", "--examples", "256", "--micro-batches", "3"],
+                       ["model_params", "devices", "memory_limit_bytes", "one_device_error", "pipeline"])
+        if doc:
+            # The point of the program: one device's limit is too small, two stages fit.
+            err = doc["one_device_error"] or ""
+            check("/device:CPU:0" in err and "memory limit" in err and "requested" in err,
+                  f"pipeline_dense: OneDevice's error does not name the device, limit and request: {err!r}")
+            stages = doc["pipeline"]["per_stage"]
+            check(len(stages) == 2 and all(0 < s["peak_bytes"] <= s["limit_bytes"] for s in stages),
+                  f"pipeline_dense: stage memory not within the limits: {stages}")
 
     quick = ["--reps", "1", "--warmup", "0"]
     if "bench_reduce" in bins:

@@ -8,6 +8,7 @@
 
 #include <strata/strata.hpp>
 #include <strata/distribute/parameter_server.hpp>
+#include <strata/distribute/pipeline.hpp>
 
 #include "cuda_model_data.hpp"
 
@@ -59,6 +60,33 @@ TEST_CASE("Mirrored and CentralStorage on two logical GPUs match one GPU") {
     dist::Mirrored<strata::place::Cuda> mirrored(2);
     dist::CentralStorage<strata::place::Cuda> central(2);
     for (const auto& w : {train(mirrored), train(central)}) {
+        double diff = 0, scale = 0;
+        for (std::size_t i = 0; i < w.size(); ++i) {
+            diff = std::max(diff, std::abs(w[i] - ref[i]));
+            scale = std::max(scale, std::abs(ref[i]));
+        }
+        CHECK(diff / scale < 1e-12);
+    }
+}
+
+TEST_CASE("Pipeline (GPipe and 1F1B) over two logical GPUs matches one GPU") {
+    const auto gpus = strata::place::list_physical_devices(strata::place::DeviceKind::Gpu);
+    REQUIRE(!gpus.empty());
+    strata::place::reset_devices();
+    strata::place::set_logical_device_configuration(gpus[0], {{.memory_limit = strata::place::Megabytes{1024}},
+                                                              {.memory_limit = strata::place::Megabytes{1024}}});
+    auto train = [](auto& strategy) {
+        using S = std::remove_reference_t<decltype(strategy)>;
+        strata::Model<Cnn, S, double> model(strategy, 5);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9});
+        model.fit(data(60).batch(15), {.epochs = 2, .verbose = 0});
+        return model.get_weights();
+    };
+    dist::OneDevice<strata::place::Cuda> one;
+    const auto ref = train(one);
+    dist::Pipeline<strata::place::Cuda, dist::GPipe, dist::split::Balanced<2>> gpipe({.micro_batches = 4});
+    dist::Pipeline<strata::place::Cuda, dist::OneFOneB, dist::split::Balanced<2>> f1b({.micro_batches = 3});
+    for (const auto& w : {train(gpipe), train(f1b)}) {
         double diff = 0, scale = 0;
         for (std::size_t i = 0; i < w.size(); ++i) {
             diff = std::max(diff, std::abs(w[i] - ref[i]));

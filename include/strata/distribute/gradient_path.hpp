@@ -157,6 +157,7 @@ struct OptimizerCopies {
 /// | member                            | default                | overridden by                      |
 /// |-----------------------------------|------------------------|------------------------------------|
 /// | `lockstep`                        | true                   | ParameterServer (false)            |
+/// | `pipelined`                       | false                  | Pipeline (true)                    |
 /// | `gradient_buckets()`              | 0 (no all-reduce)      | Mirrored, MultiWorkerMirrored      |
 /// | `expected_updates(batches)`       | batches                | ParameterServer (rounds, or -1)    |
 /// | `end_epoch(logs, history)`        | nothing                | ParameterServer (figures, staleness)|
@@ -166,11 +167,20 @@ struct OptimizerCopies {
 /// | `sum_over_workers(values)`        | nothing (one process)  | MultiWorkerMirrored                |
 /// | `sum_outputs_over_workers(rows)`  | nothing (one process)  | MultiWorkerMirrored                |
 /// | `after_save()`                    | nothing                | MultiWorkerMirrored (barrier)      |
+/// | `bind_unit(r, net)`               | nothing                | Pipeline (its units' networks are  |
+/// |                                   |                        | handles on the path's stages)      |
+/// | `model_summary<Net>()`            | Net::summary()         | Pipeline (adds the stage split)    |
+///
+/// A path may also name the network a Model unit holds (`unit_network`; Network<Net, T, P> by
+/// default): Pipeline's is a handle whose forward runs the stages.
 template <class Derived>
 class PathBase {
 public:
     /// Whether every unit steps on its share of one global batch (custom training loops need it).
     static constexpr bool lockstep = true;
+    /// Whether the path runs the layers itself, stage by stage (Pipeline): Model then hands it
+    /// a staged unit of work (stage the mini-batch; the loss of each micro-batch).
+    static constexpr bool pipelined = false;
     std::size_t gradient_buckets() const { return 0; }
     std::int64_t expected_updates(std::int64_t batches) const { return batches; }
     template <class Logs, class History>
@@ -186,6 +196,22 @@ public:
     template <class V>
     void sum_outputs_over_workers(std::span<V>) {}
     void after_save() const {}
+    template <class N>
+    void bind_unit(int, N&) {}
+    template <class Seq>
+    static std::string model_summary() { return Seq::summary(); }
+};
+
+/// The network a Model unit holds under path `Path`: `Path::unit_network` where the path names
+/// one, otherwise `Default`.
+template <class Path, class Default>
+struct UnitNetwork {
+    using type = Default;
+};
+template <class Path, class Default>
+    requires requires { typename Path::unit_network; }
+struct UnitNetwork<Path, Default> {
+    using type = typename Path::unit_network;
 };
 
 /// Shared by the lockstep paths: one gradient buffer per replica, every replica computes its

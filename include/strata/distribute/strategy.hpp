@@ -28,6 +28,7 @@
 #include <type_traits>
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <unistd.h>
@@ -134,8 +135,9 @@ public:
     /// "/job:worker/task:K").
     /// `first_device`: on GPUs, the replicas take the configured devices from this index on
     /// (MultiWorkerMirrored's processes on one host each take their own).
+    /// `pinned`: the one replica runs on this logical device (OneDevice given a device name).
     ReplicaRuntime(int replicas, const StrategyOptions& options, const char* name, bool threads_always = false,
-                   std::string device_prefix = {}, int first_device = 0)
+                   std::string device_prefix = {}, int first_device = 0, std::optional<place::LogicalDevice> pinned = {})
         : options_(options), group_(replicas, collective::GroupOptions{options.timeout}), prefix_(std::move(device_prefix)),
           first_device_(first_device) {
         STRATA_CHECK(replicas >= 1, ValueError, name, ": the number of replicas must be >= 1, got ", replicas);
@@ -144,6 +146,16 @@ public:
                      " (16 per hardware thread, at least 64): more only wait for each other and each holds its own buffers");
         STRATA_CHECK(options.cores_per_replica >= 0, ValueError, name, ": cores_per_replica must be >= 0, got ",
                      options.cores_per_replica);
+        if (pinned) {
+            // OneDevice("/device:CPU:1"): its one replica runs inside that logical device.
+            devices_ = {*pinned};
+            pinned_ = true;
+            place::initialize_devices(name);
+            if (place::get_log_device_placement())
+                place::log_placement(std::string(name) + " replica 0 (its thread and work)", devices_[0]);
+            pool_ = std::make_unique<ReplicaPool>(1);
+            return;
+        }
         pick_devices(replicas, name);
         // A single replica with no explicit budget runs on the caller's thread and leaves the
         // caller's thread setting alone.
@@ -180,6 +192,13 @@ public:
     /// call throws DistributedError naming it (the group is reset for the next call).
     template <class F>
     void run_replicas(F&& fn) {
+        if (pinned_) {
+            // One replica on a named device: the caller's thread, inside that device for the
+            // call (its memory limit applies; its errors pass through unchanged).
+            place::DeviceScope scope(devices_[0]);
+            fn(0);
+            return;
+        }
         try {
             pool_->run(fn, [this](int r) { group_.abort(r, "replica " + std::to_string(r) + " threw"); });
         } catch (...) {
@@ -308,6 +327,7 @@ private:
     int cores_ = 1;
     int restore_threads_ = 0;
     bool use_scopes_ = false;
+    bool pinned_ = false;
 };
 
 #if !STRATA_HEADER_ONLY
@@ -340,6 +360,13 @@ public:
     /// `cores`: host threads for the device's ops and BLAS (0 = leave the caller's setting,
     /// see strata::set_num_threads).
     explicit OneDevice(int cores = 0) : detail::ReplicaRuntime<P>(1, StrategyOptions{.cores_per_replica = cores}, "OneDevice") {}
+    /// The replica on logical device `device` ("/device:CPU:1", "/device:GPU:0"; resolved by
+    /// place::find_device, soft placement included), as tf.distribute.OneDeviceStrategy(device):
+    /// its variables, slots and activations come from that device's memory and count against
+    /// its memory limit (a model that does not fit fails with a DeviceError naming the device,
+    /// the request and the limit).
+    explicit OneDevice(std::string_view device)
+        : detail::ReplicaRuntime<P>(1, StrategyOptions{}, "OneDevice", false, {}, 0, place::find_device(device)) {}
 };
 
 /// Synchronous data parallelism over N replicas of one process, each with its own copy of the

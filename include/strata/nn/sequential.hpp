@@ -218,6 +218,25 @@ public:
     void backward(const T* params, T* grads, const Mode& mode) {
         backward(params, grads, mode, [](std::int64_t, std::int64_t) {});
     }
+    /// As backward, and also writes the gradient of the loss w.r.t. the input of the last
+    /// forward into `input_grad` ([n, input_shape...]): what a pipeline stage hands back to the
+    /// stage before it (distribute/pipeline.hpp). The plain backward skips that product.
+    template <class Hook>
+    void backward(const T* params, T* grads, const Mode& mode, Hook&& on_ready, const TensorView<T, P>& input_grad) {
+        input_grad_ = input_grad;
+        struct Clear {
+            TensorView<T, P>& v;
+            ~Clear() { v = {}; }
+        } clear{input_grad_};
+        backward_impl<L>(params, grads, mode, on_ready);
+    }
+
+    /// Numbers the layers from `first` on (layer index `first` is this network's layer 0): a
+    /// pipeline stage holding layers [first, ...) of a model draws the random numbers (Dropout
+    /// masks) the whole model's network would.
+    void number_layers_from(std::size_t first) {
+        set_streams(std::make_index_sequence<L>{}, std::uint64_t(first));
+    }
 
     Layers& layers() { return layers_; }
 
@@ -225,11 +244,11 @@ private:
     // Layers that draw random numbers (Dropout) get their own stream: layer index × 16, the
     // same stream init() passes, so every replica's copy of the layer draws alike.
     template <std::size_t... I>
-    void set_streams(std::index_sequence<I...>) {
+    void set_streams(std::index_sequence<I...>, std::uint64_t first = 0) {
         auto one = [](auto& layer, std::uint64_t stream) {
             if constexpr (requires { layer.set_stream(stream); }) layer.set_stream(stream);
         };
-        (one(std::get<I>(layers_), std::uint64_t(I) * 16), ...);
+        (one(std::get<I>(layers_), (first + std::uint64_t(I)) * 16), ...);
     }
     // The step profiler (core/profile.hpp) reports each layer under its summary() name.
     template <std::size_t... I>
@@ -351,7 +370,7 @@ private:
         if constexpr (K > 0) {
             constexpr std::size_t I = K - 1;
             const TensorView<T, P> in = I == 0 ? input_ : out_[I == 0 ? 0 : I - 1];
-            const TensorView<T, P> dx = I == 0 ? TensorView<T, P>() : dout_[I == 0 ? 0 : I - 1];
+            const TensorView<T, P> dx = I == 0 ? input_grad_ : dout_[I == 0 ? 0 : I - 1];
             Mode m = mode;
             m.skip_activation = mode.skip_activation && I == L - 1;
             bool done = false;
@@ -370,6 +389,11 @@ private:
                 STRATA_PROFILE_GROUP(&profile_keys_[I], "backward");
                 std::get<I>(layers_).backward(params + offsets[I], grads + offsets[I], in, out_[I], dout_[I], dx, m);
             }
+            if constexpr (I == 0 && detail::aliases_input<std::tuple_element_t<0, Layers>>()) {
+                // A first layer that only views its input another way (Flatten) leaves its
+                // output gradient where its input gradient is wanted.
+                if (!input_grad_.empty()) copy(dout_[0], input_grad_);
+            }
             if constexpr (offsets[I + 1] > offsets[I]) on_ready(offsets[I], offsets[I + 1] - offsets[I]);
             backward_impl<I>(params, grads, mode, on_ready);
         }
@@ -379,6 +403,7 @@ private:
     std::array<Tensor<T, P>, L> act_{}, grad_{};
     std::array<TensorView<T, P>, L> out_{}, dout_{};
     TensorView<T, P> input_{};
+    TensorView<T, P> input_grad_{};       // where backward writes the input's gradient; empty: nowhere
     std::int64_t batch_ = -1;
     std::array<char, L> profile_keys_{};  // one address per layer for the step profiler
     std::int64_t reserved_[2] = {0, 0};   // the largest batch reserved for inference, for training

@@ -137,8 +137,9 @@ class Model : public train::TrainingContext {
 public:
     using place_type = typename Strategy::place_type;
     using P = place_type;
-    using network_type = nn::Network<Net, T, P>;
     using path_type = distribute::GradientPath<Strategy, Net, T>;
+    /// What each compute unit runs: the whole network (a Pipeline's unit runs its stages).
+    using network_type = typename distribute::detail::UnitNetwork<path_type, nn::Network<Net, T, P>>::type;
     static_assert(distribute::GradientPathFor<path_type>, "strata::Model: the strategy's GradientPath lacks a member the Model needs");
     static constexpr std::int64_t num_params = Net::num_params;
     static constexpr std::int64_t input_size = Net::input_shape::size;
@@ -209,7 +210,7 @@ public:
     path_type& gradient_path() { return path_; }
     const path_type& gradient_path() const { return path_; }
     /// The Keras-like summary table.
-    static std::string summary() { return Net::summary(); }
+    static std::string summary() { return path_type::template model_summary<Net>(); }
 
     // ---- training -------------------------------------------------------------------------
 
@@ -240,6 +241,9 @@ public:
     double compute_gradients(distribute::ReplicaContext& ctx, const distribute::ReplicaBatch<Y>& b)
         requires lockstep
     {
+        static_assert(!path_type::pipelined,
+                      "strata::Model::compute_gradients: a Pipeline's step is one schedule over all its stages; "
+                      "train it with train_step or fit, not the pieces of a step");
         const int r = ctx.replica_id_in_sync_group();
         const auto w = make_unit_work<Y>()(r, b, path_.params(r), path_.grads(r), double(b.global_size), step_,
                                       [&](std::int64_t first, std::int64_t) { path_.gradient_ready(r, first); });
@@ -582,6 +586,51 @@ private:
         metrics::Counts counts;                  // since the epoch or evaluated pass began
         double loss_sum = 0;
         std::int64_t correct = 0;
+        TensorView<T, P> staged_target;          // a pipelined unit's mini-batch (StagedWork)
+        const T* staged_weights = nullptr;
+    };
+
+    // The unit of work of a pipelined path (a Pipeline's stages run forward and backward; Model
+    // stages the mini-batch and computes the loss of each micro-batch on the last stage).
+    template <class Y>
+    struct StagedWork {
+        Model* m;
+        // On the caller's thread before the step: stages unit r's mini-batch, returns its input.
+        TensorView<T, P> prepare(int r, const distribute::ReplicaBatch<Y>& b) {
+            Unit& u = *m->units_[std::size_t(r)];
+            u.loss_sum = 0;
+            u.correct = 0;
+            if (b.size == 0) return {};
+            STRATA_CHECK(b.example_size == input_size, ShapeError, "compute_gradients: examples of ", b.example_size,
+                         " values do not fit the model's input ", nn::detail::shape_text<typename Net::input_shape>());
+            STRATA_CHECK(b.w.empty() || std::int64_t(b.w.size()) == b.size, ShapeError, "compute_gradients: ", b.size,
+                         " examples need ", b.size, " sample weights (one each) or none, got ", b.w.size());
+            auto x = m->stage_input(u, b.x.data(), b.size);
+            u.staged_target = m->stage_target(u, b.y.data(), b.size, b.y_per_example);
+            u.staged_weights = b.w.empty() && m->class_weight_.empty() ? nullptr
+                                                                       : m->stage_weights(u, b.w, b.size, b.y_per_example, true);
+            return x;
+        }
+        nn::Mode mode(const distribute::ReplicaBatch<Y>& b, std::uint64_t step) const {
+            return {.training = true, .skip_activation = m->fused_softmax_, .step = step, .seed = m->seed_, .first_example = b.first};
+        }
+        // On the last stage's thread: the loss of examples [first, first + out.dim(0)) of unit
+        // r's mini-batch, its gradient (scaled by 1 / denominator) into `out_grad`.
+        void loss(int r, const distribute::ReplicaBatch<Y>& b, std::int64_t first, const TensorView<T, P>& out,
+                  const TensorView<T, P>& out_grad, double denominator) {
+            Unit& u = *m->units_[std::size_t(r)];
+            const std::int64_t count = out.dim(0);
+            const TensorView<T, P> target = u.staged_target.slice(first, count);
+            const T* weights = u.staged_weights ? u.staged_weights + first : nullptr;
+            u.loss_sum += loss::loss_and_grad(m->loss_, out, target, out_grad, denominator, m->input_kind_, weights);
+            if (m->accuracy_) u.correct += m->correct_count(out, target);
+            m->count_metrics(u, out, target);
+            (void)b;
+        }
+        distribute::UnitWork result(int r, const distribute::ReplicaBatch<Y>& b) const {
+            const Unit& u = *m->units_[std::size_t(r)];
+            return {u.loss_sum, u.correct, b.size};
+        }
     };
 
     // What the network-independent fit loop (train/fit_loop.hpp) asks of this model.
@@ -640,11 +689,14 @@ private:
     // Initial values of the variables, the same for every copy (the initializers' Philox
     // streams depend on the seed only).
     auto initializer() {
-        return [this](T* params) { network_type().init(params, seed_); };
+        return [this](T* params) { nn::Network<Net, T, P>().init(params, seed_); };
     }
 
     void build() {
-        for (int r = 0; r < path_.units(); ++r) units_.push_back(std::make_unique<Unit>());
+        for (int r = 0; r < path_.units(); ++r) {
+            units_.push_back(std::make_unique<Unit>());
+            path_.bind_unit(r, units_.back()->net);
+        }
         path_.log_placement();
     }
 
@@ -653,7 +705,8 @@ private:
     // layer's gradient becomes final.
     template <class Y>
     auto make_unit_work() {
-        return [this](int r, const distribute::ReplicaBatch<Y>& b, const T* params, T* grads, double denominator,
+        if constexpr (path_type::pipelined) return StagedWork<Y>{this};
+        else return [this](int r, const distribute::ReplicaBatch<Y>& b, const T* params, T* grads, double denominator,
                       std::uint64_t step, auto&& on_ready) -> distribute::UnitWork {
             Unit& u = *units_[std::size_t(r)];
             u.loss_sum = 0;

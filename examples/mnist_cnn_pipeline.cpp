@@ -1,0 +1,43 @@
+// examples/mnist_cnn --strategy pipeline | hybrid: the seed CNN cut into 2 to 4 stages balanced by
+// FLOPs (distribute/pipeline.hpp), GPipe or 1F1B over --micro-batches; hybrid runs --replicas
+// copies of that pipeline. A translation unit of its own (six instantiations of the model), so
+// that it compiles beside the others (see mnist_cnn.hpp).
+//
+//   build/examples/mnist_cnn --strategy pipeline --stages 2 --micro-batches 4 --schedule 1f1b
+//   build/examples/mnist_cnn --strategy hybrid --replicas 2 --stages 2 --micro-batches 4
+#include "mnist_cnn.hpp"
+
+#include <strata/distribute/pipeline.hpp>
+
+namespace mnist_example {
+
+namespace {
+template <class Schedule, int P>
+Report train_stages(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync) {
+    namespace sd = strata::distribute;
+    using Strategy = sd::Pipeline<strata::place::Host, Schedule, sd::split::Balanced<P, sd::split::ByFlops>>;
+    // mnist_cnn.cpp printed the layer table; the split follows it.
+    std::printf("%s", strata::Model<Net, Strategy>::summary().substr(Net::summary().size()).c_str());
+    Strategy s({.micro_batches = f.micro_batches,
+                .replicas = f.strategy == "hybrid" ? f.replicas : 1,
+                .cores_per_stage = f.threads,
+                .timeout = std::chrono::milliseconds(f.timeout_ms)});
+    replicas_in_sync = s.num_replicas_in_sync();
+    return train(s, f, mnist);
+}
+template <class Schedule>
+Report train_schedule(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync) {
+    switch (f.stages) {
+        case 2: return train_stages<Schedule, 2>(f, mnist, replicas_in_sync);
+        case 3: return train_stages<Schedule, 3>(f, mnist, replicas_in_sync);
+        default: return train_stages<Schedule, 4>(f, mnist, replicas_in_sync);
+    }
+}
+}  // namespace
+
+Report train_pipeline(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync) {
+    if (f.schedule == "1f1b") return train_schedule<strata::distribute::OneFOneB>(f, mnist, replicas_in_sync);
+    return train_schedule<strata::distribute::GPipe>(f, mnist, replicas_in_sync);
+}
+
+}  // namespace mnist_example

@@ -1,0 +1,324 @@
+#pragma once
+/// \file strata/distribute/pipeline.hpp
+/// Model parallelism by pipeline: `Pipeline<Place, Schedule, Split>` cuts a Sequential into
+/// consecutive stages, each on its own logical device and thread; every global batch is cut
+/// into micro-batches that flow through the stages, so that the stages work at once on
+/// different micro-batches (GPipe: Huang et al. 2019, "GPipe: Efficient Training of Giant
+/// Neural Networks using Pipeline Parallelism"; 1F1B: Narayanan et al. 2019, "PipeDream:
+/// Generalized Pipeline Parallelism for DNN Training", in its synchronous form of
+/// Narayanan et al. 2021, PipeDream-Flush). With `PipelineOptions::replicas = R > 1` it is the
+/// hybrid: R copies of the pipeline share each global batch as Mirrored's replicas do, and each
+/// stage's gradients are all-reduced among its R copies.
+///
+/// \code
+/// namespace sd = strata::distribute;
+/// using Strategy = sd::Pipeline<strata::place::Host, sd::OneFOneB, sd::split::Balanced<3, sd::split::ByFlops>>;
+/// Strategy pipeline({.micro_batches = 8});
+/// strata::Model<Net, Strategy> model(pipeline, 42);   // trains exactly as OneDevice would
+/// \endcode
+///
+/// - **Stages.** `split::At<3, 5>` starts stage 1 at layer 3 and stage 2 at layer 5 (layer
+///   indices of the Sequential, Input not counted); `split::Balanced<P, Cost>` lets a constexpr
+///   partitioner choose the P stages that minimise the largest stage's cost: its parameter
+///   count (`split::ByParams`, what a stage's memory holds for good) or its FLOPs per example
+///   (`split::ByFlops`, what a stage's time goes to). Either way the split is part of the type,
+///   checked at compile time and printed by `Model::summary()`.
+/// - **Micro-batches.** A replica's share of n examples is cut into m = min(M, n) micro-batches
+///   of sizes that differ by at most one (the first n mod m take one more): M need not divide
+///   the batch. Each micro-batch's loss is scaled by 1 / the global batch, so the gradients
+///   accumulated over the micro-batches are the global batch's: the update is OneDevice's.
+/// - **Schedules.** `GPipe`: all forwards, then all backwards; a stage holds the activations of
+///   all m micro-batches. `OneFOneB`: after P - s - 1 warm-up forwards, stage s alternates one
+///   forward and one backward; it holds at most P - s micro-batches' activations. Both have the
+///   bubble (P - 1) / (m + P - 1); backwards run in micro-batch order in both, so both give the
+///   same bits.
+/// - **Places.** With at least R·P logical devices of the place's kind configured
+///   (place::set_logical_device_configuration), stage s of replica r runs on device r·P + s,
+///   inside its scope: its variables, optimizer slots and activations count against that
+///   device's memory limit. Otherwise (host only) the stages share the host's cores evenly.
+/// - **Between stages** activations go forward and their gradients back as copies from one
+///   stage's buffers into the next one's (copy_between places), with a deadline
+///   (`PipelineOptions::timeout`); a stage that throws stops the step with a DistributedError
+///   naming the stage, its layers and its device, and nothing waits forever.
+///
+/// One process only: under a multi-process launch (mpirun) the constructor throws.
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "strata/distribute/collective/all_reduce.hpp"
+#include "strata/distribute/replica_pool.hpp"
+#include "strata/distribute/strategy.hpp"
+#include "strata/nn/sequential.hpp"
+#include "strata/place/devices.hpp"
+
+namespace strata::distribute {
+
+/// Pipeline schedule: every micro-batch's forward through all stages, then every backward
+/// (Huang et al. 2019). Activation memory per stage: all m micro-batches.
+struct GPipe {
+    static constexpr const char* name = "GPipe";
+    static constexpr bool one_f_one_b = false;
+};
+/// Pipeline schedule: one forward, one backward (Narayanan et al. 2019/2021, PipeDream-Flush):
+/// stage s of P holds at most P - s micro-batches' activations, whatever m is.
+struct OneFOneB {
+    static constexpr const char* name = "1F1B";
+    static constexpr bool one_f_one_b = true;
+};
+
+/// Where a Pipeline cuts the model (see the file comment).
+namespace split {
+
+/// Balance stages by parameter count (what a stage keeps in memory for the whole run).
+struct ByParams {
+    static constexpr const char* name = "parameters";
+};
+/// Balance stages by forward FLOPs per example (what a stage spends its time on): a layer with
+/// parameters costs 2 · parameters · (output positions per filter/unit), Conv2D and Dense
+/// alike; one without, one operation per output value.
+struct ByFlops {
+    static constexpr const char* name = "FLOPs";
+};
+
+/// The cost of every layer of `Net` under `Cost`.
+template <class Net, class Cost>
+constexpr auto layer_costs() {
+    using Layers = typename Net::template bound_layers<float, place::Host>;
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+        return std::array<double, sizeof...(I)>{[] {
+            using L = std::tuple_element_t<I, Layers>;
+            if constexpr (std::is_same_v<Cost, ByParams>) {
+                return double(L::num_params);
+            } else {
+                using Out = typename L::output_shape;
+                if constexpr (L::num_params > 0) {
+                    const double per = double(Out::size) / double(Out::dims[Out::dims.size() - 1]);
+                    return 2.0 * double(L::num_params) * per;
+                } else {
+                    return double(Out::size);
+                }
+            }
+        }()...};
+    }(std::make_index_sequence<Net::num_layers>{});
+}
+
+/// Stage s holds layers [bounds[s], bounds[s + 1]): stage 1 starts at layer `Starts...[0]`, ...
+/// Requires strictly increasing starts inside (0, number of layers) (a static_assert names them).
+template <std::size_t... Starts>
+struct At {
+    static constexpr int stages = int(sizeof...(Starts)) + 1;
+    static constexpr const char* name = "At";
+    template <class Net>
+    static constexpr std::array<std::size_t, sizeof...(Starts) + 2> bounds() {
+        constexpr std::array<std::size_t, sizeof...(Starts)> s{Starts...};
+        constexpr bool ok = [&] {
+            std::size_t prev = 0;
+            for (auto b : s) {
+                if (b <= prev || b >= Net::num_layers) return false;
+                prev = b;
+            }
+            return true;
+        }();
+        static_assert(ok, "strata::distribute::split::At<starts...>: a stage boundary that does not exist: each start is the "
+                          "index of the first layer of a stage (the Input not counted), strictly increasing and inside "
+                          "(0, number of layers of the Sequential)");
+        std::array<std::size_t, sizeof...(Starts) + 2> out{};
+        for (std::size_t i = 0; i < s.size(); ++i) out[i + 1] = s[i];
+        out[s.size() + 1] = Net::num_layers;
+        return out;
+    }
+};
+
+/// `Stages` stages of consecutive layers whose largest cost (`Cost`: ByParams or ByFlops) is
+/// the smallest possible; a constexpr partitioner (dynamic programming over the layers) picks
+/// them when the model is compiled. Ties go to the split with the earliest boundaries.
+template <int Stages, class Cost = ByParams>
+struct Balanced {
+    static_assert(Stages >= 1, "strata::distribute::split::Balanced<P, Cost>: P (the number of stages) must be >= 1");
+    static_assert(std::is_same_v<Cost, ByParams> || std::is_same_v<Cost, ByFlops>,
+                  "strata::distribute::split::Balanced<P, Cost>: Cost must be split::ByParams or split::ByFlops");
+    static constexpr int stages = Stages;
+    static constexpr const char* name = "Balanced";
+    template <class Net>
+    static constexpr std::array<std::size_t, std::size_t(Stages) + 1> bounds() {
+        static_assert(std::size_t(Stages) <= Net::num_layers,
+                      "strata::distribute::split::Balanced<P, Cost>: more stages than layers: every stage needs at least "
+                      "one layer of the Sequential");
+        constexpr std::size_t L = Net::num_layers, S = std::size_t(Stages);
+        constexpr auto cost = layer_costs<Net, Cost>();
+        // best[s][l]: the smallest largest-stage cost of the first l layers in s stages.
+        std::array<std::array<double, L + 1>, S + 1> best{};
+        std::array<std::array<std::size_t, L + 1>, S + 1> cut{};
+        constexpr double inf = 1e300;
+        for (auto& row : best)
+            for (auto& v : row) v = inf;
+        best[0][0] = 0;
+        for (std::size_t s = 1; s <= S; ++s)
+            for (std::size_t l = s; l <= L; ++l) {
+                double stage = 0;
+                for (std::size_t j = l; j-- > s - 1;) {  // the last stage is layers [j, l)
+                    stage += cost[j];
+                    const double c = best[s - 1][j] > stage ? best[s - 1][j] : stage;
+                    if (c <= best[s][l]) {
+                        best[s][l] = c;
+                        cut[s][l] = j;
+                    }
+                }
+            }
+        std::array<std::size_t, S + 1> out{};
+        out[S] = L;
+        for (std::size_t s = S; s > 0; --s) out[s - 1] = cut[s][out[s]];
+        return out;
+    }
+};
+
+}  // namespace split
+
+/// Options of a Pipeline.
+struct PipelineOptions {
+    /// M: micro-batches per replica's share of a global batch (m = min(M, examples) of them).
+    int micro_batches = 4;
+    /// R: copies of the pipeline (the hybrid: data parallelism over R pipelines). R·P threads.
+    int replicas = 1;
+    /// Host threads of each stage's ops; 0 = the configured logical device's, or the host's
+    /// cores divided among the R·P stages.
+    int cores_per_stage = 0;
+    /// The all-reduce among a stage's R copies (hybrid only).
+    Algorithm all_reduce = Algorithm::Auto;
+    /// A stage that waits longer than this for its neighbour throws DistributedError.
+    std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+};
+
+namespace detail {
+/// Processes of the launch this process belongs to, as mpirun / srun tell their children.
+inline int launched_processes() {
+    // (Not SLURM_NTASKS: an allocation of many tasks may run one process outside srun.)
+    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"})
+        if (const char* s = std::getenv(v))
+            if (int n = std::atoi(s); n > 1) return n;
+    return 1;
+}
+}  // namespace detail
+
+/// Pipeline parallelism (see the file comment): `Split::stages` stages on logical devices of
+/// place `P`, scheduled by `Schedule` (GPipe or OneFOneB). Satisfies the Strategy concept.
+template <class P = place::Host, class Schedule = GPipe, class Split = split::Balanced<2>>
+class Pipeline {
+    static_assert(place::Place<P>, "strata::distribute::Pipeline<Place, Schedule, Split>: Place must be strata::place::Host or strata::place::Cuda");
+    static_assert(std::is_same_v<Schedule, GPipe> || std::is_same_v<Schedule, OneFOneB>,
+                  "strata::distribute::Pipeline<Place, Schedule, Split>: Schedule must be distribute::GPipe or distribute::OneFOneB");
+    static_assert(requires { Split::stages; },
+                  "strata::distribute::Pipeline<Place, Schedule, Split>: Split must be split::At<starts...> or split::Balanced<P, Cost>");
+
+public:
+    using place_type = P;
+    using sync_mode = sync::Synchronous;
+    using strategy_tag = Pipeline;
+    using schedule = Schedule;
+    using split_type = Split;
+    static constexpr const char* name = "Pipeline";
+    /// P: stages of each pipeline.
+    static constexpr int num_stages = Split::stages;
+
+    explicit Pipeline(PipelineOptions options = {}) : options_(options) {
+        const char* who = "Pipeline";
+        STRATA_CHECK(options.micro_batches >= 1, ValueError, who, ": micro_batches must be >= 1, got ", options.micro_batches);
+        STRATA_CHECK(options.replicas >= 1, ValueError, who, ": replicas must be >= 1, got ", options.replicas);
+        STRATA_CHECK(options.cores_per_stage >= 0, ValueError, who, ": cores_per_stage must be >= 0, got ", options.cores_per_stage);
+        STRATA_CHECK(options.timeout.count() > 0, ValueError, who, ": the timeout must be > 0 ms, got ", options.timeout.count());
+        const int procs = detail::launched_processes();
+        STRATA_CHECK(procs == 1, ValueError, who, ": this process is one of ", procs,
+                     " launched together (mpirun/srun), but Pipeline runs all its stages in one process: stages on "
+                     "separate processes (MPI point-to-point) are not implemented yet; run one process, or use "
+                     "MultiWorkerMirrored for data parallelism across processes (docs/model_parallel.md)");
+        const int threads = options.replicas * num_stages;
+        STRATA_CHECK(threads <= 16 * std::max(4, hardware_threads()), ValueError, who, ": ", options.replicas, " replicas × ",
+                     num_stages, " stages = ", threads, " threads, too many for ", hardware_threads(), " hardware threads");
+        pick_devices(threads);
+        for (int s = 0; s < num_stages; ++s)
+            groups_.push_back(std::make_unique<collective::ReplicaGroup>(options.replicas, collective::GroupOptions{options.timeout}));
+        pool_ = std::make_unique<ReplicaPool>(threads, [this](int t) { enter_device(t); }, /*always_threads=*/true);
+    }
+    Pipeline(const Pipeline&) = delete;
+    Pipeline& operator=(const Pipeline&) = delete;
+
+    /// R: replicas in sync (1 for a plain pipeline; the hybrid's pipelines otherwise).
+    int num_replicas_in_sync() const { return options_.replicas; }
+    int local_replicas() const { return options_.replicas; }
+    int first_replica() const { return 0; }
+    bool is_chief() const { return true; }
+    int micro_batches() const { return options_.micro_batches; }
+    const PipelineOptions& options() const { return options_; }
+    /// The logical device of every stage: stage s of replica r is devices()[r · P + s].
+    const std::vector<place::LogicalDevice>& devices() const { return devices_; }
+    const place::LogicalDevice& device(int replica, int stage) const { return devices_[std::size_t(replica * num_stages + stage)]; }
+    /// Whether the stages run inside their logical devices' scopes (memory limits apply).
+    bool scoped() const { return scoped_; }
+    /// The R copies of stage s, for the hybrid's all-reduce.
+    collective::ReplicaGroup& stage_group(int s) { return *groups_[std::size_t(s)]; }
+
+    /// Runs `fn(replica, stage)` on every stage's thread, inside its device, and waits for all.
+    /// `on_failure(replica, stage)` runs on a failing stage's thread at once (it must wake the
+    /// other stages); the pool then throws DistributedError.
+    template <class F, class G>
+    void run_stages(F&& fn, G&& on_failure) {
+        const int S = num_stages;
+        pool_->run([&](int t) { fn(t / S, t % S); }, [&](int t) { on_failure(t / S, t % S); });
+    }
+
+private:
+    void pick_devices(int threads) {
+        using place::DeviceKind;
+        const auto kind = std::is_same_v<P, place::Host> ? DeviceKind::Cpu : DeviceKind::Gpu;
+        auto configured = place::list_logical_devices(kind);
+        if (int(configured.size()) >= threads && (threads > 1 || kind == DeviceKind::Gpu || configured[0].memory_limit > 0)) {
+            configured.resize(std::size_t(threads));
+            devices_ = configured;
+            scoped_ = true;
+            place::initialize_devices("Pipeline");
+        } else {
+            STRATA_CHECK(kind == DeviceKind::Cpu, DeviceError, "Pipeline: ", options_.replicas, " replicas × ", num_stages,
+                         " stages need ", threads, " GPUs or logical GPUs; found ", configured.size(),
+                         " (split a GPU with set_logical_device_configuration, see docs/devices.md)");
+            cores_ = options_.cores_per_stage > 0 ? options_.cores_per_stage : std::max(1, hardware_threads() / threads);
+            for (int t = 0; t < threads; ++t) {
+                place::LogicalDevice d = configured.empty() ? place::LogicalDevice{} : configured[0];
+                d.name = "/device:CPU:0/" + (options_.replicas > 1 ? "replica:" + std::to_string(t / num_stages) + "/" : std::string()) +
+                         "stage:" + std::to_string(t % num_stages);
+                d.kind = DeviceKind::Cpu;
+                d.cores = cores_;
+                d.memory_limit = 0;
+                devices_.push_back(d);
+            }
+        }
+    }
+    void enter_device(int t) {
+        if (scoped_) {
+            thread_local std::optional<place::DeviceScope> scope;  // lives as long as the stage's thread
+            scope.emplace(devices_[std::size_t(t)]);
+            if (options_.cores_per_stage > 0) set_num_threads(options_.cores_per_stage);
+        } else {
+            set_num_threads(cores_);
+        }
+    }
+
+    PipelineOptions options_;
+    std::vector<place::LogicalDevice> devices_;
+    std::vector<std::unique_ptr<collective::ReplicaGroup>> groups_;
+    std::unique_ptr<ReplicaPool> pool_;
+    int cores_ = 1;
+    bool scoped_ = false;
+};
+
+}  // namespace strata::distribute
+
+#include "strata/distribute/path/pipeline.hpp"

@@ -1,0 +1,233 @@
+#pragma once
+/// \file strata/distribute/tensor_parallel.hpp
+/// Tensor (intra-layer) model parallelism: `TensorParallelDense<Units, Act, Shards, Axis>` is a
+/// Dense layer whose kernel is split into `Shards` pieces, each multiplied on its own thread
+/// (on its own logical device when at least `Shards` are configured), as Megatron-LM splits its
+/// transformer's Dense layers (Shoeybi et al. 2019, "Megatron-LM: Training Multi-Billion
+/// Parameter Language Models Using Model Parallelism", §3):
+///
+/// | Axis      | shard j holds                 | forward                                        | backward (input gradient)          |
+/// |-----------|-------------------------------|------------------------------------------------|------------------------------------|
+/// | `Columns` | kernel columns (output units) | Y_j = X · W_j, then **all-gather** Y = [Y_0 … ]| **reduce**: dX = Σ_j dY_j · W_jᵀ    |
+/// | `Rows`    | kernel rows (input features)  | Y_j = X_j · W_j, then **reduce** Y = Σ_j Y_j    | **all-gather**: dX = [dY · W_jᵀ … ] |
+///
+/// It is a drop-in for `Dense<Units, Act>` in a Sequential: the same parameters, in the same
+/// flat layout and under the same names ("dense/kernel", "dense/bias"), initialised alike, so
+/// its checkpoints are Dense's and training equals the unsplit layer up to the order of the
+/// sums (tests/test_pipeline.cpp: float64 to 1e-12). Bias and activation are applied once to
+/// the gathered (reduced) output. The variables themselves stay in the model's flat buffer
+/// (each shard reads its part, copying the columns it needs): what is split is the compute
+/// and the activations, each shard's on its device.
+///
+/// \code
+/// using Net = Sequential<Input<784>, distribute::TensorParallelDense<4096, ReLU, 4>, Dense<10, Softmax>>;
+/// \endcode
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+
+#include "strata/distribute/replica_pool.hpp"
+#include "strata/nn/dense.hpp"
+#include "strata/place/devices.hpp"
+#include "strata/place/threads.hpp"
+
+namespace strata::distribute {
+
+/// TensorParallelDense splits the kernel's output units (Megatron's column-parallel layer).
+struct Columns {
+    static constexpr const char* name = "columns";
+};
+/// TensorParallelDense splits the kernel's input features (Megatron's row-parallel layer).
+struct Rows {
+    static constexpr const char* name = "rows";
+};
+
+namespace detail {
+template <std::int64_t Units, class Act, int Shards, class Axis, class In, class T, class P>
+class TensorParallelDenseImpl;
+
+// Rows x columns [first, first + cols) of a row-major matrix with `stride` columns, to or from a
+// contiguous [rows, cols] block. (At namespace scope: nvcc needs kernel functors it can name.)
+template <class T>
+struct GatherColumns {
+    const T* src;
+    T* dst;
+    std::int64_t stride, first, cols;
+    STRATA_HD void operator()(std::int64_t i) const { dst[i] = src[(i / cols) * stride + first + i % cols]; }
+};
+template <class T>
+struct ScatterColumns {
+    const T* src;
+    T* dst;
+    std::int64_t stride, first, cols;
+    STRATA_HD void operator()(std::int64_t i) const { dst[(i / cols) * stride + first + i % cols] = src[i]; }
+};
+template <class P, class F>
+void each_index(std::int64_t count, F f) {
+    if (count > 0) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), count, f);
+}
+}  // namespace detail
+
+/// A Dense layer split over `Shards` threads/devices along `Axis` (Columns or Rows); see the file
+/// comment. Requires 1 <= Shards <= the split dimension (Units for Columns, the input size for Rows).
+template <std::int64_t Units, class Act = nn::Linear, int Shards = 2, class Axis = Columns>
+struct TensorParallelDense {
+    static_assert(Units >= 1, "strata::distribute::TensorParallelDense<Units>: Units must be >= 1");
+    static_assert(Shards >= 1, "strata::distribute::TensorParallelDense<Units, Act, Shards>: Shards must be >= 1");
+    static_assert(std::is_same_v<Axis, Columns> || std::is_same_v<Axis, Rows>,
+                  "strata::distribute::TensorParallelDense<Units, Act, Shards, Axis>: Axis must be distribute::Columns or distribute::Rows");
+    static_assert(!std::is_same_v<Axis, Columns> || Shards <= Units,
+                  "strata::distribute::TensorParallelDense: more column shards than units (output columns)");
+    static constexpr const char* name = "TensorParallelDense";
+    static constexpr const char* keras_name = "dense";  // its variables are a Dense layer's
+    using activation = Act;
+    template <class In, class T, class P>
+    using bind = detail::TensorParallelDenseImpl<Units, Act, Shards, Axis, In, T, P>;
+};
+
+namespace detail {
+
+template <std::int64_t Units, class Act, int Shards, class Axis, class In, class T, class P>
+class TensorParallelDenseImpl {
+    using Plain = nn::detail::DenseImpl<Units, Act, true, In, T, P>;
+    static constexpr bool by_columns = std::is_same_v<Axis, Columns>;
+
+public:
+    using input_shape = In;
+    using output_shape = StaticShape<Units>;
+    static constexpr std::int64_t inputs = In::size;
+    static constexpr std::int64_t kernel_size = inputs * Units;
+    static constexpr std::int64_t num_params = Plain::num_params;
+    static_assert(by_columns || Shards <= inputs, "strata::distribute::TensorParallelDense: more row shards than input features");
+
+    static std::vector<nn::ParamInfo> param_info() { return Plain::param_info(); }
+    void init(T* params, std::uint64_t seed, std::uint64_t stream) const { Plain().init(params, seed, stream); }
+
+    void forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const nn::Mode& mode) {
+        const std::int64_t n = x.dim(0);
+        const TensorView<T, P> ym(y.data(), Shape{n, Units});
+        run([&](int j) {
+            Shard& s = shards_[std::size_t(j)];
+            const auto [first, count] = part(j);
+            if constexpr (by_columns) {
+                // W_j: the kernel's columns [first, first + count), gathered on this shard.
+                s.w.resize(Shape{inputs, count});
+                each_index<P>(inputs * count, GatherColumns<T>{params, s.w.data(), Units, first, count});
+                s.y.resize(Shape{n, count});
+                gemm(Trans::No, Trans::No, T(1), TensorView<T, P>(x.data(), Shape{n, inputs}), s.w.view(), T(0), s.y.view());
+                each_index<P>(n * count, ScatterColumns<T>{s.y.data(), y.data(), Units, first, count});  // all-gather
+            } else {
+                // X_j: the input's features [first, first + count); W_j: kernel rows, contiguous.
+                s.x.resize(Shape{n, count});
+                each_index<P>(n * count, GatherColumns<T>{x.data(), s.x.data(), inputs, first, count});
+                s.y.resize(Shape{n, Units});
+                gemm(Trans::No, Trans::No, T(1), s.x.view(), TensorView<T, P>(const_cast<T*>(params) + first * Units, Shape{count, Units}),
+                     T(0), s.y.view());
+            }
+            P::synchronize();
+        });
+        if constexpr (!by_columns) {  // reduce, in shard order (the same sum every run)
+            copy(shards_[0].y.view(), ym);
+            for (int j = 1; j < Shards; ++j) axpy(T(1), shards_[std::size_t(j)].y.view(), ym);
+        }
+        nn::bias_activation<Act>(ym, params + kernel_size, Units, mode.skip_activation);
+    }
+
+    void backward(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>& y, const TensorView<T, P>& dy,
+                  const TensorView<T, P>& dx, const nn::Mode& mode) {
+        const std::int64_t n = x.dim(0);
+        const TensorView<T, P> dym(dy.data(), Shape{n, Units});
+        nn::activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, mode.skip_activation);
+        sum(dym, 0, TensorView<T, P>(grads + kernel_size, Shape{Units}));
+        const bool want_dx = !dx.empty();
+        run([&](int j) {
+            Shard& s = shards_[std::size_t(j)];
+            const auto [first, count] = part(j);
+            if constexpr (by_columns) {
+                s.dy.resize(Shape{n, count});
+                each_index<P>(n * count, GatherColumns<T>{dy.data(), s.dy.data(), Units, first, count});
+                s.dw.resize(Shape{inputs, count});
+                gemm(Trans::Yes, Trans::No, T(1), TensorView<T, P>(x.data(), Shape{n, inputs}), s.dy.view(), T(0), s.dw.view());
+                each_index<P>(inputs * count, ScatterColumns<T>{s.dw.data(), grads, Units, first, count});
+                if (want_dx) {  // this shard's part of dX, reduced below
+                    s.dx.resize(Shape{n, inputs});
+                    gemm(Trans::No, Trans::Yes, T(1), s.dy.view(), s.w.view(), T(0), s.dx.view());
+                }
+            } else {
+                gemm(Trans::Yes, Trans::No, T(1), s.x.view(), dym, T(0), TensorView<T, P>(grads + first * Units, Shape{count, Units}));
+                if (want_dx) {  // the input gradient's features [first, first + count): all-gathered
+                    s.dx.resize(Shape{n, count});
+                    gemm(Trans::No, Trans::Yes, T(1), dym, TensorView<T, P>(const_cast<T*>(params) + first * Units, Shape{count, Units}),
+                         T(0), s.dx.view());
+                    each_index<P>(n * count, ScatterColumns<T>{s.dx.data(), dx.data(), inputs, first, count});
+                }
+            }
+            P::synchronize();
+        });
+        if constexpr (by_columns) {
+            if (want_dx) {
+                const TensorView<T, P> dxm(dx.data(), Shape{n, inputs});
+                copy(shards_[0].dx.view(), dxm);
+                for (int j = 1; j < Shards; ++j) axpy(T(1), shards_[std::size_t(j)].dx.view(), dxm);
+            }
+        }
+    }
+
+    /// The logical devices the shards run on (names), once the layer has run.
+    std::vector<std::string> shard_devices() const { return devices_; }
+
+private:
+    struct Shard {
+        Tensor<T, P> w, x, y, dy, dw, dx;
+    };
+    struct Part {
+        std::int64_t first, count;
+    };
+    // Shard j's range of the split dimension: as even as possible, the first ones one larger.
+    static Part part(int j) {
+        constexpr std::int64_t dim = by_columns ? Units : inputs;
+        const std::int64_t base = dim / Shards, extra = dim % Shards;
+        return {j * base + std::min<std::int64_t>(j, extra), base + (j < extra ? 1 : 0)};
+    }
+
+    // Runs f(shard) on every shard's thread (inside its logical device when there are enough).
+    template <class F>
+    void run(F&& f) {
+        if (!pool_) start();
+        pool_->run(f);
+    }
+    void start() {
+        const auto kind = std::is_same_v<P, place::Host> ? place::DeviceKind::Cpu : place::DeviceKind::Gpu;
+        auto configured = place::list_logical_devices(kind);
+        const bool scoped = int(configured.size()) >= Shards && Shards > 1;
+        const int cores = std::max(1, num_threads() / Shards);
+        std::vector<place::LogicalDevice> devices;
+        for (int j = 0; j < Shards; ++j) {
+            if (scoped) devices.push_back(configured[std::size_t(j)]);
+            devices_.push_back(scoped ? configured[std::size_t(j)].name : "/device:CPU:0/shard:" + std::to_string(j));
+        }
+        shards_.resize(std::size_t(Shards));
+        pool_ = std::make_shared<ReplicaPool>(Shards, [devices, scoped, cores](int j) {
+            if (scoped) {
+                thread_local std::optional<place::DeviceScope> scope;  // lives as long as the shard's thread
+                scope.emplace(devices[std::size_t(j)]);
+            } else {
+                set_num_threads(cores);
+            }
+        }, /*always_threads=*/true);
+    }
+
+    std::shared_ptr<ReplicaPool> pool_;
+    std::vector<Shard> shards_;
+    std::vector<std::string> devices_;
+};
+
+}  // namespace detail
+}  // namespace strata::distribute
