@@ -511,6 +511,10 @@ public:
         items_.push_back(std::move(v));
     }
 
+    /// The elements of an array, or the member values of an object, in order (for range-for).
+    std::vector<Json>::const_iterator begin() const { return items_.begin(); }
+    std::vector<Json>::const_iterator end() const { return items_.end(); }
+
     /// The member `key` of an object; throws std::out_of_range when there is none.
     const Json& operator[](const std::string& key) const {
         if (kind_ == Kind::Object)
