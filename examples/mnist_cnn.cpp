@@ -19,6 +19,7 @@
 
 #include "cli.hpp"
 
+#include <strata/distribute/launcher.hpp>   // mpirun -np 4 of a one-process strategy is refused
 #include <strata/distribute/straggler.hpp>  // --straggler is checked with the flags
 
 #include <cerrno>
@@ -121,6 +122,17 @@ void check_writable(const std::string& flag, const std::string& path) {
         throw cli::usage_error(flag + " " + path + ": cannot write into " + dir.string() + " (" + std::strerror(errno) + ")");
 }
 
+// A strategy that lives in one process, started N times by mpirun or srun, would train N
+// separate copies, each printing its report and writing the same files: refused on every rank.
+void check_launcher(const Flags& f) {
+    const auto launch = strata::distribute::launch_info();
+    if (launch.size <= 1 || f.strategy == "multi_worker_mirrored") return;
+    throw cli::usage_error("--strategy " + f.strategy + " trains in one process, but " + launch.describe() +
+                           ": they would train " + std::to_string(launch.size) +
+                           " separate copies. Expected 1 process: start it without the launcher, or use "
+                           "--strategy multi_worker_mirrored for one job across the processes");
+}
+
 void check_flags(const CLI::App& app, const Flags& f) {
     if (f.epochs == 0 && f.load.empty())
         throw cli::usage_error("--epochs 0 trains nothing: it evaluates a checkpoint, so give --load FILE (or --epochs >= 1)");
@@ -189,6 +201,7 @@ void check_flags(const CLI::App& app, const Flags& f) {
         throw cli::usage_error("--transport is a multi_worker_mirrored flag; it means nothing for --strategy " + f.strategy);
     if (f.strategy == "one_device" && f.replicas != 1)
         throw cli::usage_error("--strategy one_device takes --replicas 1, found --replicas " + std::to_string(f.replicas));
+    check_launcher(f);
 }
 
 }  // namespace

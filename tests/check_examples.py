@@ -434,6 +434,24 @@ def mnist_cnn_backup_guards(exe, data):
         bad_flag(exe, "mnist_cnn", ["--data", data, "--backup-force"], "--backup-force")
 
 
+def mnist_cnn_launcher(exe, data):
+    """A one-process strategy started by a parallel launcher with more than one process is refused
+    (issue 22: never N silent copies). The launcher is simulated by its environment here
+    (check_multi_worker.py starts real mpirun jobs); a Slurm batch script outside srun
+    (SLURM_NTASKS only) is one process and trains."""
+    quick = ["--data", data, "--epochs", "1", "--steps-per-epoch", "1", "--batch-size", "8", "--verbose", "0"]
+    for var, launcher in (("OMPI_COMM_WORLD_SIZE", "mpirun (Open MPI)"), ("PMI_SIZE", "mpiexec (PMI"),
+                          ("SLURM_STEP_NUM_TASKS", "srun (Slurm)")):
+        for strategy in ("one_device", "mirrored", "central_storage"):
+            r = run([exe, "--strategy", strategy] + quick, env={var: "3"})
+            check(r.returncode == 2 and f"--strategy {strategy} trains in one process, but {launcher}" in r.stderr
+                  and f"started 3 processes ({var}=3)" in r.stderr and "test accuracy" not in r.stdout,
+                  f"mnist_cnn --strategy {strategy} with {var}=3: exit {r.returncode}, stderr {r.stderr.strip()[-400:]!r}")
+    r = run([exe] + quick, env={"SLURM_NTASKS": "4", "OMPI_COMM_WORLD_SIZE": "1"})
+    check(r.returncode == 0 and "test accuracy" in r.stdout,
+          f"mnist_cnn in a batch script (SLURM_NTASKS=4, one process): exit {r.returncode}, {r.stderr.strip()[-300:]!r}")
+
+
 def mnist_cnn_inputs(exe, data):
     """Bad inputs are refused before training, naming the file and what is wrong (issue 23): MNIST
     files of another image size or shape, an out-of-range label, a checkpoint holding a NaN."""
@@ -540,6 +558,7 @@ def main():
             mnist_cnn_hardening(exe, data, missing)
             mnist_cnn_backup_guards(exe, data)
             mnist_cnn_inputs(exe, data)
+            mnist_cnn_launcher(exe, data)
 
         if "custom_training_loop" in bins:
             exe = bins["custom_training_loop"]

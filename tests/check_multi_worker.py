@@ -15,6 +15,8 @@ promises when a process stalls or dies.
     training completes (a suspension of the whole job is not a timeout);
   * 2 processes started with different --transport, --batch-size, --seed, or --save on one
     rank only: refused on both ranks within seconds, naming the flag and which rank has what;
+  * 2 processes of a one-process strategy (one_device, mirrored, central_storage): refused on
+    both ranks, naming the launcher and the count;
   * 2 processes with --backup-dir, one killed with SIGKILL after a backup exists, relaunched
     with the same flags: the job resumes from the backup and rank 0 saves weights bitwise
     equal to those of an uninterrupted 2-process run.
@@ -216,6 +218,19 @@ def disagreeing_ranks(mpirun, exe, data, d):
         check("test accuracy" not in r.stdout, f"ranks with different {name}: trained anyway: {r.stdout[-300:]!r}")
 
 
+def one_process_strategies(mpirun, exe, data):
+    """mpirun -np 2 of a strategy that trains in one process: refused on both ranks, naming the
+    launcher and the count, before any training (issue 22: never N silent copies)."""
+    for strategy in ("one_device", "mirrored", "central_storage"):
+        r = subprocess.run([mpirun, "-np", "2", exe, "--data", data, "--strategy", strategy, "--epochs", "1",
+                            "--steps-per-epoch", "2", "--batch-size", "8", "--verbose", "0", "--threads", "1"],
+                           capture_output=True, text=True, env=env(), timeout=120)
+        says = f"--strategy {strategy} trains in one process, but mpirun (Open MPI) started 2 processes"
+        check(r.returncode != 0 and r.stderr.count(says) == 2 and "test accuracy" not in r.stdout,
+              f"mpirun -np 2 --strategy {strategy}: exit {r.returncode}, expected both ranks to say {says!r}: "
+              f"{r.stderr[-800:]!r}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpirun", required=True)
@@ -263,6 +278,7 @@ def main():
         if rc is not None:
             check(rc != 0, "multi_worker kill -9: the job exited 0")
             check(seconds < 30, f"multi_worker kill -9: the job took {seconds:.1f} s to end")
+        one_process_strategies(args.mpirun, exe, data)
         backup_resume(args.mpirun, exe, data, d)
         disagreeing_ranks(args.mpirun, exe, data, d)
         suspended_job(args.mpirun, exe, data)
