@@ -82,8 +82,9 @@ void declare_flags(CLI::App& app, Flags& f) {
         ->check(cli::one_of({"real", "virtual"}))->capture_default_str();
     app.add_option("--timeout-ms", f.timeout_ms, "a collective that waits longer than this fails, naming who did not arrive")
         ->transform(cli::integer(1, 86'400'000))->capture_default_str();
-    app.add_option("--transport", f.transport, "multi_worker_mirrored: how processes exchange gradients (auto: shared memory on one host)")
-        ->check(cli::one_of({"auto", "shared_memory", "mpi"}))->capture_default_str();
+    app.add_option("--transport", f.transport, "multi_worker_mirrored: how processes exchange gradients (auto: shared memory on one host, "
+                                           "hierarchical across hosts; STRATA_FAKE_HOSTS=H declares H hosts)")
+        ->check(cli::one_of({"auto", "shared_memory", "mpi", "hierarchical"}))->capture_default_str();
     app.add_option("--replicas", f.replicas, "replicas in sync (one_device: 1; multi_worker_mirrored: per process)")
         ->transform(cli::integer(1, 1024))->capture_default_str();
     app.add_option("--save", f.save, "write the trained weights to FILE.safetensors");

@@ -7,6 +7,8 @@ promises when a process stalls or dies.
   * 2 processes x 1 replica train like one device on the same global batches (the test loss of
     both runs agrees to 1e-5), only rank 0 prints the report and writes --json and --save, and
     the saved weights load into a one-device run;
+  * 4 processes declared to be 2 hosts x 2 (STRATA_FAKE_HOSTS=2): the hierarchical transport
+    trains like one device and the report has the cross-host stage;
   * 3 processes, one stopped with SIGSTOP mid-training: the job ends non-zero within the
     timeout plus a margin, every surviving rank names "rank 2 of 3 ... did not arrive", and a
     stall warning named it before the deadline;
@@ -248,6 +250,7 @@ def main():
         mw_save = os.path.join(d, "mw.safetensors")
         r = subprocess.run([exe] + common + ["--json", one_json], capture_output=True, text=True, env=env(), timeout=300)
         check(r.returncode == 0, f"mnist_cnn one_device: exit {r.returncode}: {r.stderr[-500:]!r}")
+        one_ref = strict_json(one_json) if r.returncode == 0 else {"test_loss": float("nan")}
         r = subprocess.run([args.mpirun, "-np", "2", exe] + common + ["--strategy", "multi_worker_mirrored", "--json", mw_json,
                                                                       "--save", mw_save],
                            capture_output=True, text=True, env=env(), timeout=300)
@@ -263,6 +266,21 @@ def main():
                                capture_output=True, text=True, env=env(), timeout=300)
             check(r.returncode == 0 and abs(strict_json(one_json)["test_loss"] - mw["test_loss"]) <= 1e-6 * abs(mw["test_loss"]),
                   f"the weights saved by rank 0 do not reproduce its test loss on one device: {r.stderr[-300:]!r}")
+
+        # 4 processes declared to be 2 hosts of 2 (STRATA_FAKE_HOSTS=2): the hierarchical
+        # transport (shared memory inside a host, MPI between the leaders) trains like one device.
+        h_json = os.path.join(d, "hier.json")
+        e4 = env()
+        e4["STRATA_FAKE_HOSTS"] = "2"
+        r = subprocess.run([args.mpirun, "-np", "4", "-x", "STRATA_FAKE_HOSTS", exe] + common +
+                           ["--strategy", "multi_worker_mirrored", "--threads", "1", "--json", h_json],
+                           capture_output=True, text=True, env=e4, timeout=300)
+        if check(r.returncode == 0, f"mpirun -np 4 STRATA_FAKE_HOSTS=2 mnist_cnn: exit {r.returncode}: {r.stderr[-800:]!r}"):
+            check("cross-host stage             2 hosts;" in r.stdout and r.stdout.count("test accuracy") == 1,
+                  f"mpirun -np 4 STRATA_FAKE_HOSTS=2: no single report with the cross-host stage: {r.stdout[-600:]!r}")
+            one, hier = one_ref, strict_json(h_json)
+            check(hier["replicas"] == 4 and abs(one["test_loss"] - hier["test_loss"]) <= 1e-5 * abs(one["test_loss"]),
+                  f"2 fake hosts x 2 processes and one device disagree: test loss {hier['test_loss']} vs {one['test_loss']}")
 
         # A process that stalls: the others name it and the job ends non-zero.
         rc, seconds, err = fault(args.mpirun, exe, data, "stall")
