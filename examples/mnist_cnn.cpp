@@ -131,7 +131,11 @@ void check_launcher(const Flags& f) {
     throw cli::usage_error("--strategy " + f.strategy + " trains in one process, but " + launch.describe() +
                            ": they would train " + std::to_string(launch.size) +
                            " separate copies. Expected 1 process: start it without the launcher, or use "
-                           "--strategy multi_worker_mirrored for one job across the processes");
+                           "--strategy multi_worker_mirrored for one job across the processes" +
+                           (f.strategy == "parameter_server" ? std::string(" (parameter_server runs its workers and servers as "
+                                                                           "threads of one process; across processes it is not "
+                                                                           "built yet)")
+                                                             : std::string()));
 }
 
 void check_flags(const CLI::App& app, const Flags& f) {

@@ -442,11 +442,20 @@ def mnist_cnn_launcher(exe, data):
     quick = ["--data", data, "--epochs", "1", "--steps-per-epoch", "1", "--batch-size", "8", "--verbose", "0"]
     for var, launcher in (("OMPI_COMM_WORLD_SIZE", "mpirun (Open MPI)"), ("PMI_SIZE", "mpiexec (PMI"),
                           ("SLURM_STEP_NUM_TASKS", "srun (Slurm)")):
-        for strategy in ("one_device", "mirrored", "central_storage"):
+        for strategy in ("one_device", "mirrored", "central_storage", "parameter_server"):
             r = run([exe, "--strategy", strategy] + quick, env={var: "3"})
             check(r.returncode == 2 and f"--strategy {strategy} trains in one process, but {launcher}" in r.stderr
                   and f"started 3 processes ({var}=3)" in r.stderr and "test accuracy" not in r.stdout,
                   f"mnist_cnn --strategy {strategy} with {var}=3: exit {r.returncode}, stderr {r.stderr.strip()[-400:]!r}")
+    # srun started 2 tasks but the MPI library was not initialised through Slurm's PMI (each
+    # process sees MPI_COMM_WORLD of 1): multi_worker_mirrored stops before the data is read.
+    srun_env = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0", "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    r = run([exe, "--strategy", "multi_worker_mirrored"] + quick, env=srun_env, timeout=120)
+    if "this build has no MPI" not in r.stderr:
+        check(r.returncode == 1 and "MPI sees 1 process (MPI_COMM_WORLD has 1 rank), but srun (Slurm) started 2 processes "
+              "(SLURM_STEP_NUM_TASKS=2)" in r.stderr and "srun --mpi=pmix" in r.stderr and "MNIST:" not in r.stdout,
+              f"mnist_cnn under srun without PMI: exit {r.returncode}, {r.stderr.strip()[-400:]!r}")
     r = run([exe] + quick, env={"SLURM_NTASKS": "4", "OMPI_COMM_WORLD_SIZE": "1"})
     check(r.returncode == 0 and "test accuracy" in r.stdout,
           f"mnist_cnn in a batch script (SLURM_NTASKS=4, one process): exit {r.returncode}, {r.stderr.strip()[-300:]!r}")

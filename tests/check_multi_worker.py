@@ -17,7 +17,8 @@ promises when a process stalls or dies.
     training completes (a suspension of the whole job is not a timeout);
   * 2 processes started with different --transport, --batch-size, --seed, or --save on one
     rank only: refused on both ranks within seconds, naming the flag and which rank has what;
-  * 2 processes of a one-process strategy (one_device, mirrored, central_storage): refused on
+  * 2 processes of a one-process strategy (one_device, mirrored, central_storage,
+    parameter_server): refused on
     both ranks, naming the launcher and the count;
   * 2 processes with --backup-dir, one killed with SIGKILL after a backup exists, relaunched
     with the same flags: the job resumes from the backup and rank 0 saves weights bitwise
@@ -223,7 +224,7 @@ def disagreeing_ranks(mpirun, exe, data, d):
 def one_process_strategies(mpirun, exe, data):
     """mpirun -np 2 of a strategy that trains in one process: refused on both ranks, naming the
     launcher and the count, before any training (issue 22: never N silent copies)."""
-    for strategy in ("one_device", "mirrored", "central_storage"):
+    for strategy in ("one_device", "mirrored", "central_storage", "parameter_server"):
         r = subprocess.run([mpirun, "-np", "2", exe, "--data", data, "--strategy", strategy, "--epochs", "1",
                             "--steps-per-epoch", "2", "--batch-size", "8", "--verbose", "0", "--threads", "1"],
                            capture_output=True, text=True, env=env(), timeout=120)

@@ -49,6 +49,7 @@
 
 #include <strata/core/error.hpp>
 #include <strata/distribute/collective/common.hpp>
+#include <strata/distribute/launcher.hpp>
 #include <strata/distribute/rendezvous.hpp>
 
 #include <algorithm>
@@ -198,8 +199,25 @@ inline std::atomic<bool>& job_failed() {
     return failed;
 }
 
+/// Throws DistributedError when a launcher started several processes (srun, mpiexec: see
+/// launcher.hpp) but MPI sees this one alone: MPI was not initialised through the launcher's
+/// process manager (srun without a PMI plug-in that this MPI speaks), so every process would
+/// train as its own one-process job.
+inline void check_launcher() {
+    const LaunchInfo launch = launch_info();
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world == 1 && launch.size > 1)
+        throw DistributedError("MPI sees 1 process (MPI_COMM_WORLD has 1 rank), but " + launch.describe() +
+                               ": MPI was not initialised through the launcher, so each process would train alone. Expected " +
+                               std::to_string(launch.size) + " ranks: under Slurm use srun --mpi=pmix (or pmi2; srun --mpi=list "
+                               "shows what this Slurm offers) with an MPI built for it, or mpirun inside the allocation");
+}
+
 /// Initializes MPI (MPI_THREAD_MULTIPLE asked for) unless the program already did, and
 /// finalizes it at exit if strata initialized it. Returns the thread level MPI provides.
+/// Throws DistributedError when a launcher started several processes but MPI sees one
+/// (check_launcher).
 inline int ensure_initialized() {
     int initialized = 0;
     MPI_Initialized(&initialized);
@@ -215,6 +233,7 @@ inline int ensure_initialized() {
     } else {
         MPI_Query_thread(&provided);
     }
+    check_launcher();
     return provided;
 }
 
@@ -624,7 +643,7 @@ private:
                 c.bytes += std::int64_t(data.size() * sizeof(T));
                 c.seconds += std::chrono::duration<double>(clock::now() - t0).count();
             }
-            inner_->broadcast(lane, data, 0, at);
+            leader_broadcast(lane, data, at);
         });
         if (op == ReduceOp::Mean)
             for (auto& v : data) v /= T(size_);
@@ -639,8 +658,19 @@ private:
         hierarchical(at, [&] {
             if (mine) inner_->broadcast(lane, data, host_local_[std::size_t(root)], at);
             if (outer_) outer_->broadcast(lane, data, root_host, at);
-            if (!mine) inner_->broadcast(lane, data, 0, at);
+            if (!mine) leader_broadcast(lane, data, at);
         });
+    }
+
+    // The host's leader broadcasts what it brought back from the other hosts. Its ranks wait
+    // for it longer than the timeout (3 times: the leaders' arrival check, their transfer and
+    // a margin), so that a rank missing on another host is named by the leaders' stage and
+    // reaches these ranks as their leader's abort, not as their own timeout naming the leader.
+    template <Reducible T>
+    void leader_broadcast(int lane, std::span<T> data, const SyncPoint& at) {
+        if (inner_->size() == 1) return;
+        inner_->throw_if_failed(at);
+        inner_->shm_broadcast(lane, data, 0, at, outer_ || num_hosts() == 1 ? std::chrono::milliseconds{} : 3 * options_.timeout);
     }
 
     // A deadline of `timeout` for a loop that polls at least every millisecond.
@@ -855,12 +885,14 @@ private:
     }
     Lane& lane_state(int lane) { return lane_[std::size_t(lane)]; }
 
-    // Publishes arrival number `seq` on `lane` and waits until every rank has published it.
-    void arrive_and_wait(int lane, std::uint64_t seq, const SyncPoint& at) {
+    // Publishes arrival number `seq` on `lane` and waits until every rank has published it,
+    // at most `timeout` (0: the group's).
+    void arrive_and_wait(int lane, std::uint64_t seq, const SyncPoint& at, std::chrono::milliseconds timeout = {}) {
+        if (timeout.count() <= 0) timeout = options_.timeout;
         counter_ptr(rank_, lane)->value.store(seq, std::memory_order_release);
         // Counts the time this process could run: a job suspended as a whole and resumed has
         // not timed out (RunningDeadline).
-        RunningDeadline deadline = fresh(options_.timeout);
+        RunningDeadline deadline = fresh(timeout);
         bool warned = false;
         int spins = 0;
         for (;;) {
@@ -892,12 +924,12 @@ private:
             if (!warned && options_.stall_warning.count() > 0 && waited > options_.stall_warning) {
                 warned = true;
                 std::fprintf(stderr, "strata: warning: %s: rank %d has waited %lld ms for %s (timeout %lld ms)\n",
-                             where(at, lane).c_str(), rank_,
+                             where(at, lane).c_str(), name_of(rank_),
                              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()),
-                             missing(lane, seq).c_str(), static_cast<long long>(options_.timeout.count()));
+                             missing(lane, seq).c_str(), static_cast<long long>(timeout.count()));
             }
             if (expired) {
-                const std::string who = missing(lane, seq) + " did not arrive within " + std::to_string(options_.timeout.count()) + " ms";
+                const std::string who = missing(lane, seq) + " did not arrive within " + std::to_string(timeout.count()) + " ms";
                 counter_ptr(rank_, lane)->gave_up.store(seq, std::memory_order_release);
                 abort("it gave up waiting: " + who);
                 throw DistributedError(where(at, lane) + ": " + who);
@@ -1013,12 +1045,15 @@ private:
     }
 
     template <Reducible T>
-    void shm_broadcast(int lane, std::span<T> data, int root, const SyncPoint& at) {
+    // `first_wait`: the deadline of the first arrival (0: the group's timeout); the hierarchical
+    // transport's ranks wait longer there for their leader, which may spend up to its own
+    // deadlines between hosts first.
+    void shm_broadcast(int lane, std::span<T> data, int root, const SyncPoint& at, std::chrono::milliseconds first_wait = {}) {
         Lane& ln = lane_state(lane);
         publish(lane, data.size(), std::is_same_v<T, float> ? 1u : 2u, root);
         const std::size_t cap = std::max<std::size_t>(1, options_.chunk_bytes / sizeof(T));
         if (data.empty()) {
-            arrive_and_wait(lane, ++ln.seq, at);
+            arrive_and_wait(lane, ++ln.seq, at, first_wait);
             validate(lane, at);
             return;
         }
@@ -1027,7 +1062,7 @@ private:
             const std::size_t len = std::min(cap, data.size() - off);
             const std::uint64_t chunk = ln.chunks++;
             if (rank_ == root) detail::copy(staging<T>(root, lane, chunk), data.data() + off, len);
-            arrive_and_wait(lane, ++ln.seq, at);
+            arrive_and_wait(lane, ++ln.seq, at, first ? first_wait : std::chrono::milliseconds{});
             if (first) {
                 validate(lane, at);
                 first = false;
