@@ -646,6 +646,11 @@ def main():
         if doc:
             row = doc["rows"][0]
             check(row["algorithm"] == "direct" and row["time_over_ring"] is None, f"bench_allreduce row: {row}")
+    if "bench_hier_model" in bins:
+        # It needs 2 declared hosts of 2 or more processes: alone, it says so (mpirun -np 4 runs it).
+        r = run([bins["bench_hier_model"], "--reps", "1"], mpi_env, timeout=120)
+        check(r.returncode == 2 and "expected an even number of processes >= 4, found 1" in r.stderr,
+              f"bench_hier_model alone: exit {r.returncode}, {r.stderr.strip()[-300:]!r}")
     if "bench_mpi_allreduce" in bins:
         exe = bins["bench_mpi_allreduce"]
         common_checks(exe, "bench_mpi_allreduce", "--reps", mpi_env)
