@@ -12,7 +12,7 @@
 ///
 /// The layout and the point-to-point transport it will use (collective/mailbox.hpp) are the
 /// first part of ParameterServer across processes (issue 22); the strategy itself is not built
-/// yet (docs/parameter_server.md, "Limits").
+/// yet (docs/parameter_server.md, "Across processes (in progress)").
 #include <strata/core/error.hpp>
 
 #include <string>
