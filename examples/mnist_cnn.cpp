@@ -9,6 +9,8 @@
 //       (--replicas per process; rank 0 prints and writes the files)
 //   build/examples/mnist_cnn --strategy parameter_server --workers 4 --servers 2 --sync kbatch_sync --k 2
 //       --straggler exp:20 --clock virtual ...   (--batch-size is per worker; steps count updates)
+//   mpirun -np 4 build/examples/mnist_cnn --strategy parameter_server --workers 2 --servers 1 ...
+//       (the same job across processes: rank 0 the coordinator, 1..S the servers, then the workers)
 //   build/examples/mnist_cnn --plot curves.svg  training curves (loss, accuracy per epoch) as SVG
 //   build/examples/mnist_cnn --tensorboard logs  TensorBoard scalars (tensorboard --logdir logs)
 //   build/examples/mnist_cnn --backup-dir run1 --backup-every-steps 100   killed? the same command resumes
@@ -128,14 +130,24 @@ void check_writable(const std::string& flag, const std::string& path) {
 void check_launcher(const Flags& f) {
     const auto launch = strata::distribute::launch_info();
     if (launch.size <= 1 || f.strategy == "multi_worker_mirrored") return;
+    if (f.strategy == "parameter_server") {  // one job: rank 0 the coordinator, then the servers, then the workers
+#ifdef MNIST_CNN_HAVE_MPI
+        const int need = 1 + f.servers + f.workers;
+        if (launch.size != need)
+            throw cli::usage_error("--strategy parameter_server across processes: 1 coordinator, " + std::to_string(f.servers) +
+                                   " server(s) and " + std::to_string(f.workers) + " worker(s) need " + std::to_string(need) +
+                                   " processes (mpirun -np " + std::to_string(need) + "), found " + std::to_string(launch.size) +
+                                   " (" + launch.describe() + ")");
+        return;
+#else
+        throw cli::usage_error("--strategy parameter_server across processes needs MPI, and this build has none, but " +
+                               launch.describe() + " (install libopenmpi-dev and reconfigure, or start it once without the launcher)");
+#endif
+    }
     throw cli::usage_error("--strategy " + f.strategy + " trains in one process, but " + launch.describe() +
                            ": they would train " + std::to_string(launch.size) +
                            " separate copies. Expected 1 process: start it without the launcher, or use "
-                           "--strategy multi_worker_mirrored for one job across the processes" +
-                           (f.strategy == "parameter_server" ? std::string(" (parameter_server runs its workers and servers as "
-                                                                           "threads of one process; across processes it is not "
-                                                                           "built yet)")
-                                                             : std::string()));
+                           "--strategy multi_worker_mirrored or parameter_server for one job across the processes");
 }
 
 void check_flags(const CLI::App& app, const Flags& f) {
@@ -222,7 +234,10 @@ int main(int argc, char** argv) {
         strata::set_num_threads(threads);
 
         // Under multi_worker_mirrored every process runs this program; rank 0 reports.
-        const bool chief = flags.strategy != "multi_worker_mirrored" || multi_worker_rank() == 0;
+        // ... and under parameter_server started by a launcher (rank 0, the coordinator).
+        const bool across = flags.strategy == "multi_worker_mirrored" ||
+                            (flags.strategy == "parameter_server" && strata::distribute::launch_info().size > 1);
+        const bool chief = !across || multi_worker_rank() == 0;
         const auto mnist = strata::data::load_mnist(flags.data);
         if (chief) {
             std::printf("%s", Net::summary().c_str());

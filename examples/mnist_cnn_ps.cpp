@@ -2,7 +2,11 @@
 // mode, K and B chosen at run time (sync::Any). A translation unit of its own: see mnist_cnn.hpp.
 #include "mnist_cnn.hpp"
 
+#include <strata/distribute/launcher.hpp>
 #include <strata/distribute/parameter_server.hpp>
+#ifdef MNIST_CNN_HAVE_MPI
+#include <strata/distribute/parameter_server_mpi.hpp>  // the same job across the processes of mpirun / srun
+#endif
 
 namespace mnist_example {
 
@@ -26,6 +30,9 @@ Report train_parameter_server(const Flags& f, const strata::data::Mnist& mnist) 
     const bool k_mode = *o.rule != ss::Rule::Synchronous && *o.rule != ss::Rule::Asynchronous;
     o.k = k_mode ? f.k : 0;
     o.staleness_bound = *o.rule == ss::Rule::Asynchronous ? f.staleness : -1;
+#ifdef MNIST_CNN_HAVE_MPI
+    if (sd::launch_info().size > 1) o.processes = sd::parameter_server_processes(f.workers, f.servers, o.timeout);
+#endif
     sd::ParameterServer<strata::place::Host, ss::Any> s(f.workers, f.servers, o);
     return train(s, f, mnist);
 }

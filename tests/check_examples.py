@@ -442,7 +442,13 @@ def mnist_cnn_launcher(exe, data):
     quick = ["--data", data, "--epochs", "1", "--steps-per-epoch", "1", "--batch-size", "8", "--verbose", "0"]
     for var, launcher in (("OMPI_COMM_WORLD_SIZE", "mpirun (Open MPI)"), ("PMI_SIZE", "mpiexec (PMI"),
                           ("SLURM_STEP_NUM_TASKS", "srun (Slurm)")):
-        for strategy in ("one_device", "mirrored", "central_storage", "parameter_server"):
+        # parameter_server is one job across the processes: 3 are not 1 + 1 server + 2 workers.
+        r = run([exe, "--strategy", "parameter_server"] + quick, env={var: "3"})
+        check(r.returncode == 2 and ("1 coordinator, 1 server(s) and 2 worker(s) need 4 processes (mpirun -np 4), found 3"
+                                     in r.stderr or "across processes needs MPI, and this build has none" in r.stderr)
+              and f"started 3 processes ({var}=3)" in r.stderr,
+              f"mnist_cnn --strategy parameter_server with {var}=3: exit {r.returncode}, stderr {r.stderr.strip()[-400:]!r}")
+        for strategy in ("one_device", "mirrored", "central_storage"):
             r = run([exe, "--strategy", strategy] + quick, env={var: "3"})
             check(r.returncode == 2 and f"--strategy {strategy} trains in one process, but {launcher}" in r.stderr
                   and f"started 3 processes ({var}=3)" in r.stderr and "test accuracy" not in r.stdout,

@@ -17,9 +17,13 @@ promises when a process stalls or dies.
     training completes (a suspension of the whole job is not a timeout);
   * 2 processes started with different --transport, --batch-size, --seed, or --save on one
     rank only: refused on both ranks within seconds, naming the flag and which rank has what;
-  * 2 processes of a one-process strategy (one_device, mirrored, central_storage,
-    parameter_server): refused on
+  * 2 processes of a one-process strategy (one_device, mirrored, central_storage): refused on
     both ranks, naming the launcher and the count;
+  * parameter_server across 4 processes (1 coordinator, 1 server, 2 workers) saves the bytes the
+    same flags save in one process (virtual clock); -np 3 is refused on every rank;
+  * parameter_server across 4 processes with a worker killed (SIGKILL) or stopped (SIGSTOP):
+    asynchronous training goes on and names it; synchronous stops naming it; a killed server
+    ends the job naming it (mpirun --enable-recovery, so that strata's handling is tested);
   * 2 processes with --backup-dir, one killed with SIGKILL after a backup exists, relaunched
     with the same flags: the job resumes from the backup and rank 0 saves weights bitwise
     equal to those of an uninterrupted 2-process run.
@@ -224,7 +228,7 @@ def disagreeing_ranks(mpirun, exe, data, d):
 def one_process_strategies(mpirun, exe, data):
     """mpirun -np 2 of a strategy that trains in one process: refused on both ranks, naming the
     launcher and the count, before any training (issue 22: never N silent copies)."""
-    for strategy in ("one_device", "mirrored", "central_storage", "parameter_server"):
+    for strategy in ("one_device", "mirrored", "central_storage"):
         r = subprocess.run([mpirun, "-np", "2", exe, "--data", data, "--strategy", strategy, "--epochs", "1",
                             "--steps-per-epoch", "2", "--batch-size", "8", "--verbose", "0", "--threads", "1"],
                            capture_output=True, text=True, env=env(), timeout=120)
@@ -232,6 +236,113 @@ def one_process_strategies(mpirun, exe, data):
         check(r.returncode != 0 and r.stderr.count(says) == 2 and "test accuracy" not in r.stdout,
               f"mpirun -np 2 --strategy {strategy}: exit {r.returncode}, expected both ranks to say {says!r}: "
               f"{r.stderr[-800:]!r}")
+
+
+def parameter_server_processes(mpirun, exe, data, d):
+    """mpirun -np 4 mnist_cnn --strategy parameter_server --workers 2 --servers 1: one job (rank 0
+    the coordinator, rank 1 the server, ranks 2 and 3 the workers) that saves, under the virtual
+    clock, the same checkpoint bytes as the same flags in one process; the wrong -np is refused
+    on every rank naming both counts."""
+    flags = ["--data", data, "--strategy", "parameter_server", "--workers", "2", "--servers", "1", "--sync", "kbatch_sync",
+             "--k", "1", "--clock", "virtual", "--straggler", "exp:5", "--epochs", "2", "--steps-per-epoch", "4",
+             "--batch-size", "8", "--verbose", "0", "--threads", "1"]
+    r = subprocess.run([mpirun, "-np", "3", exe] + flags, capture_output=True, text=True, env=env(), timeout=120)
+    says = "1 coordinator, 1 server(s) and 2 worker(s) need 4 processes (mpirun -np 4), found 3"
+    # Every rank refuses; mpirun may end the others before they print.
+    check(r.returncode != 0 and says in r.stderr and "test accuracy" not in r.stdout,
+          f"mpirun -np 3 parameter_server: exit {r.returncode}: {r.stderr[-600:]!r}")
+    one, many = os.path.join(d, "ps_one.safetensors"), os.path.join(d, "ps_many.safetensors")
+    one_json, many_json = os.path.join(d, "ps_one.json"), os.path.join(d, "ps_many.json")
+    r = subprocess.run([exe] + flags + ["--save", one, "--json", one_json], capture_output=True, text=True, env=env(), timeout=300)
+    if not check(r.returncode == 0, f"parameter_server in one process: exit {r.returncode}: {r.stderr[-500:]!r}"):
+        return
+    r = subprocess.run([mpirun, "-np", "4", exe] + flags + ["--save", many, "--json", many_json], capture_output=True, text=True,
+                       env=env(), timeout=300)
+    if not check(r.returncode == 0, f"mpirun -np 4 parameter_server: exit {r.returncode}: {r.stderr[-800:]!r}"):
+        return
+    check(r.stdout.count("test accuracy") == 1, f"mpirun -np 4 parameter_server: {r.stdout.count('test accuracy')} reports")
+    a, b = strict_json(one_json), strict_json(many_json)
+    for key in ("updates", "cancelled", "staleness_max", "test_loss", "seconds"):
+        check(a[key] == b[key], f"parameter_server across processes: {key} {b[key]} against {a[key]} in one process")
+    with open(one, "rb") as fa, open(many, "rb") as fb:
+        check(fa.read() == fb.read(), "parameter_server across processes saved other bytes than in one process")
+
+
+def ps_fault(mpirun, exe, data, d, sync, victim_rank, how="kill"):
+    """A parameter server across 4 processes (rank 1 the server, ranks 2 and 3 the workers) whose
+    rank `victim_rank` is killed (SIGKILL) or stopped (SIGSTOP) once training runs. mpirun
+    --enable-recovery keeps the others alive (Open MPI otherwise ends the whole job at once), so
+    that the coordinator's handling is what is tested. Returns (exit status, stdout, stderr, json)."""
+    j = os.path.join(d, f"ps_fault_{sync}_{victim_rank}_{how}.json")
+    cmd = [mpirun, "--enable-recovery", "-np", "4", exe, "--data", data, "--strategy", "parameter_server", "--workers", "2",
+           "--servers", "1", "--sync", sync, "--epochs", "40", "--batch-size", "8", "--verbose", "0", "--threads", "1",
+           "--timeout-ms", "2000", "--json", j]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    victim = None
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and victim is None and p.poll() is None:
+            r = ranks_of(p.pid, os.path.basename(exe))
+            if len(r) == 4:
+                victim = r[victim_rank]
+            time.sleep(0.1)
+        if not check(victim is not None, f"parameter_server {sync}: the 4 processes did not start"):
+            p.kill()
+            p.communicate()
+            return None, "", "", None
+        ranks = ranks_of(p.pid, os.path.basename(exe))
+        time.sleep(2.0)  # into training
+        os.kill(victim, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+        if how == "stop":  # a stopped process never exits: once the coordinator is done, end it
+            deadline = time.time() + 120
+            while time.time() < deadline and p.poll() is None and os.path.exists(f"/proc/{ranks[0]}"):
+                time.sleep(0.2)
+            os.kill(victim, signal.SIGKILL)
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            check(False, f"parameter_server {sync}, rank {victim_rank} {how}: still running 120 s later (a hang)")
+            return None, out, err, None
+        doc = strict_json(j) if os.path.exists(j) else None
+        return p.returncode, out, err, doc
+    finally:
+        if victim is not None:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(victim, sig)
+                except OSError:
+                    pass
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+
+
+def parameter_server_faults(mpirun, exe, data, d):
+    """A worker killed or stalled: asynchronous training goes on with the other worker (the
+    coordinator names the lost one, its mini-batch is dropped, the report is printed); fully
+    synchronous stops naming it. A server killed ends the job naming it."""
+    for how in ("kill", "stop"):
+        rc, out, err, doc = ps_fault(mpirun, exe, data, d, "async", 3, how)
+        if rc is None:
+            continue
+        check("worker 1 (rank 3) did not report its mini-batch within 2000 ms" in err and
+              "training goes on with 1 of 2 workers" in err, f"async, worker {how}: not named: {err[-1200:]!r}")
+        check("test accuracy" in out and doc is not None and doc["updates"] > 0,
+              f"async, worker {how}: training did not go on: exit {rc}: {out[-400:]!r} {err[-600:]!r}")
+    # (Under --enable-recovery Open MPI's mpirun exits 0 even when a process failed: the
+    # messages and the missing report are what is checked.)
+    rc, out, err, doc = ps_fault(mpirun, exe, data, d, "sync", 2)
+    if rc is not None:
+        check("worker 0 (rank 2) did not report its mini-batch within 2000 ms" in err and
+              "Synchronous needs every worker" in err and "test accuracy" not in out,
+              f"sync, worker killed: expected a clear error: exit {rc}: {err[-1200:]!r}")
+        check("the coordinator stopped the job" in err, f"sync, worker killed: the other ranks were not told: {err[-1200:]!r}")
+    rc, out, err, doc = ps_fault(mpirun, exe, data, d, "async", 1)
+    if rc is not None:
+        check("update acknowledgement: server 0 (rank 1) did not answer" in err and "test accuracy" not in out,
+              f"server killed: expected the job to end naming it: exit {rc}: {err[-1200:]!r}")
 
 
 def main():
@@ -298,6 +409,8 @@ def main():
             check(rc != 0, "multi_worker kill -9: the job exited 0")
             check(seconds < 30, f"multi_worker kill -9: the job took {seconds:.1f} s to end")
         one_process_strategies(args.mpirun, exe, data)
+        parameter_server_processes(args.mpirun, exe, data, d)
+        parameter_server_faults(args.mpirun, exe, data, d)
         backup_resume(args.mpirun, exe, data, d)
         disagreeing_ranks(args.mpirun, exe, data, d)
         suspended_job(args.mpirun, exe, data)

@@ -10,9 +10,8 @@
 /// if (layout.role(rank) == ParameterServerLayout::Role::Worker) ... layout.worker_index(rank) ...
 /// \endcode
 ///
-/// The layout and the point-to-point transport it will use (collective/mailbox.hpp) are the
-/// first part of ParameterServer across processes (issue 22); the strategy itself is not built
-/// yet (docs/parameter_server.md, "Across processes (in progress)").
+/// Used by ParameterServer across processes (strata/distribute/parameter_server_mpi.hpp,
+/// docs/parameter_server.md, "Across processes").
 #include <strata/core/error.hpp>
 
 #include <string>

@@ -89,6 +89,9 @@ public:
             }
             std::this_thread::sleep_for(std::chrono::microseconds(100));
         }
+        // A peer that died must not take this process with it through MPI's default handler:
+        // its absence is named at the receiver's deadline instead.
+        MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     }
     Mailbox(const Mailbox&) = delete;
     Mailbox& operator=(const Mailbox&) = delete;
@@ -120,10 +123,11 @@ public:
     void send(int to, std::uint32_t kind, std::uint64_t step, std::span<const std::byte> payload = {}) {
         STRATA_CHECK(to >= 0 && to < size_, ValueError, "Mailbox::send: rank ", to, " is outside [0, ", size_, ")");
         Pending p;
-        p.bytes.resize(header_bytes + payload.size());
         const Header h{kind, 0, step};
-        std::memcpy(p.bytes.data(), &h, header_bytes);
-        if (!payload.empty()) std::memcpy(p.bytes.data() + header_bytes, payload.data(), payload.size());
+        const auto* head = reinterpret_cast<const std::byte*>(&h);
+        p.bytes.reserve(header_bytes + payload.size());
+        p.bytes.insert(p.bytes.end(), head, head + header_bytes);
+        p.bytes.insert(p.bytes.end(), payload.begin(), payload.end());
         STRATA_CHECK(p.bytes.size() <= std::size_t(INT32_MAX), ValueError, "Mailbox::send: ", payload.size(),
                      " bytes do not fit in one MPI message");
         std::lock_guard lock(mutex_);
