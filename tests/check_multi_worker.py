@@ -23,7 +23,8 @@ promises when a process stalls or dies.
     same flags save in one process (virtual clock); -np 3 is refused on every rank;
   * parameter_server across 4 processes with a worker killed (SIGKILL) or stopped (SIGSTOP):
     asynchronous training goes on and names it; synchronous stops naming it; a killed server
-    ends the job naming it (mpirun --enable-recovery, so that strata's handling is tested);
+    ends the job naming it (mpirun --enable-recovery, so that strata's handling is tested), and
+    with --backup-dir a relaunch resumes and saves the bytes of an uninterrupted run;
   * 2 processes with --backup-dir, one killed with SIGKILL after a backup exists, relaunched
     with the same flags: the job resumes from the backup and rank 0 saves weights bitwise
     equal to those of an uninterrupted 2-process run.
@@ -345,6 +346,44 @@ def parameter_server_faults(mpirun, exe, data, d):
               f"server killed: expected the job to end naming it: exit {rc}: {err[-1200:]!r}")
 
 
+def parameter_server_server_killed_resumes(mpirun, exe, data, d):
+    """A parameter server across 4 processes with --backup-dir whose server (rank 1) is killed
+    once a backup exists: the job ends; relaunched with the same flags it resumes from the backup
+    and saves the bytes of an uninterrupted run (synchronous, virtual clock: a schedule that the
+    backup's epoch fully determines)."""
+    flags = [mpirun, "-np", "4", exe, "--data", data, "--strategy", "parameter_server", "--workers", "2", "--servers", "1",
+             "--sync", "sync", "--clock", "virtual", "--epochs", "6", "--steps-per-epoch", "30", "--batch-size", "8",
+             "--verbose", "0", "--threads", "1"]
+    straight = os.path.join(d, "ps_straight.safetensors")
+    r = subprocess.run(flags + ["--save", straight], capture_output=True, text=True, env=env(), timeout=300)
+    if not check(r.returncode == 0, f"parameter_server across processes, uninterrupted: exit {r.returncode}: {r.stderr[-500:]!r}"):
+        return
+    bdir = os.path.join(d, "ps_backup")
+    backup, resumed = os.path.join(bdir, "backup.safetensors"), os.path.join(d, "ps_resumed.safetensors")
+    p = subprocess.Popen(flags + ["--backup-dir", bdir, "--save", resumed], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, env=env())
+    deadline = time.time() + 60
+    while not os.path.exists(backup) and p.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    ranks = ranks_of(p.pid, os.path.basename(exe))
+    if 1 in ranks:
+        os.kill(ranks[1], signal.SIGKILL)
+    try:
+        p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+    if not check(os.path.exists(backup) and not os.path.exists(resumed) and p.returncode != 0,
+                 f"parameter_server, server killed: killed too late or no backup (exit {p.returncode})"):
+        return
+    r = subprocess.run(flags + ["--backup-dir", bdir, "--save", resumed], capture_output=True, text=True, env=env(), timeout=300)
+    check(r.returncode == 0 and "resumed from the backup" in r.stdout,
+          f"parameter_server relaunched after its server was killed: exit {r.returncode}: {r.stderr[-500:]!r}")
+    if os.path.exists(resumed):
+        with open(straight, "rb") as a, open(resumed, "rb") as b:
+            check(a.read() == b.read(), "parameter_server across processes, resumed after a server died: weights differ")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpirun", required=True)
@@ -411,6 +450,7 @@ def main():
         one_process_strategies(args.mpirun, exe, data)
         parameter_server_processes(args.mpirun, exe, data, d)
         parameter_server_faults(args.mpirun, exe, data, d)
+        parameter_server_server_killed_resumes(args.mpirun, exe, data, d)
         backup_resume(args.mpirun, exe, data, d)
         disagreeing_ranks(args.mpirun, exe, data, d)
         suspended_job(args.mpirun, exe, data)
