@@ -83,7 +83,7 @@ public:
     /// The next message from `rank`, waiting at most `timeout`; DistributedError naming it otherwise.
     virtual Received receive(int rank, std::string_view what, std::chrono::milliseconds timeout) = 0;
     virtual std::optional<Received> try_receive(int rank) = 0;
-    /// `rank` is gone (a lost worker): the job must not wait for it at exit.
+    /// `rank` is gone (a lost worker; -1: the job failed): the job must not wait for it at exit.
     virtual void mark_lost(int rank) = 0;
 };
 

@@ -50,8 +50,13 @@ public:
         box_.send(rank, kind, step, payload);
     }
     Received receive(int rank, std::string_view what, std::chrono::milliseconds timeout) override {
-        auto m = box_.receive(rank, what, timeout);
-        return Received{m.source, m.kind, m.step, std::move(m.payload)};
+        try {
+            auto m = box_.receive(rank, what, timeout);
+            return Received{m.source, m.kind, m.step, std::move(m.payload)};
+        } catch (const DistributedError&) {
+            collective::mpi::job_failed() = true;  // a rank is gone: MPI_Finalize would wait for it
+            throw;
+        }
     }
     std::optional<Received> try_receive(int rank) override {
         auto m = box_.try_receive(rank);
@@ -60,7 +65,7 @@ public:
     }
 
     // MPI_Finalize waits for every rank: a job that lost one skips it (as a failed process group does).
-    void mark_lost(int) override { collective::mpi::job_failed() = true; }
+    void mark_lost(int) override { collective::mpi::job_failed() = true; }  // -1: the job failed
 
 private:
     ParameterServerLayout layout_;

@@ -33,6 +33,7 @@
 #include <cstring>
 #include <functional>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -159,7 +160,7 @@ public:
 
     /// A message from `from` if one has arrived (never waits).
     std::optional<Message> try_receive(int from) {
-        std::lock_guard lock(mutex_);
+        std::unique_lock lock(mutex_);
         flush_sends_locked();
         int flag = 0;
         MPI_Message handle;
@@ -168,14 +169,32 @@ public:
         if (!flag) return std::nullopt;
         int n = 0;
         MPI_Get_count(&st, MPI_BYTE, &n);
-        std::vector<std::byte> bytes(std::size_t(n > 0 ? n : 0));
-        MPI_Mrecv(bytes.data(), n, MPI_BYTE, &handle, MPI_STATUS_IGNORE);
-        STRATA_CHECK(bytes.size() >= header_bytes, DistributedError, "Mailbox: ", name_(st.MPI_SOURCE), " sent ", bytes.size(),
+        auto bytes = std::make_unique<std::vector<std::byte>>(std::size_t(n > 0 ? n : 0));
+        // A large message arrives in parts: a sender stopped or killed part-way must not block
+        // this receive forever (MPI_Mrecv would), so it is polled against the deadline too.
+        MPI_Request req;
+        MPI_Imrecv(bytes->data(), n, MPI_BYTE, &handle, &req);
+        RunningDeadline d(timeout_, poll);
+        for (int done = 0, spins = 0;; ++spins) {
+            MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            if (done) break;
+            if (d.expired()) {
+                (void)bytes.release();  // MPI may still write into it
+                throw DistributedError("Mailbox: " + name_(st.MPI_SOURCE) + " stopped part-way through a message of " +
+                                       std::to_string(n) + " bytes (nothing more came within " +
+                                       std::to_string(timeout_.count()) + " ms)");
+            }
+            lock.unlock();
+            if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
+            else std::this_thread::yield();
+            lock.lock();
+        }
+        STRATA_CHECK(bytes->size() >= header_bytes, DistributedError, "Mailbox: ", name_(st.MPI_SOURCE), " sent ", bytes->size(),
                      " bytes, less than a message header (is every rank the same program?)");
         Header h;
-        std::memcpy(&h, bytes.data(), header_bytes);
+        std::memcpy(&h, bytes->data(), header_bytes);
         Message m{st.MPI_SOURCE, h.kind, h.step, {}};
-        m.payload.assign(bytes.begin() + std::ptrdiff_t(header_bytes), bytes.end());
+        m.payload.assign(bytes->begin() + std::ptrdiff_t(header_bytes), bytes->end());
         return m;
     }
 

@@ -798,6 +798,7 @@ private:
         } catch (const std::exception& e) {
             for (auto& srv : servers_) srv.received = 0;  // the open update is abandoned
             if (remote_) {  // the other ranks stop now, with the reason, instead of at their deadline
+                remote_->mark_lost(-1);
                 const std::string why = e.what();
                 for (int r = 1; r < remote_->processes(); ++r)
                     remote_->send(r, kAbort, 0, std::as_bytes(std::span<const char>(why.data(), why.size())));
@@ -836,7 +837,8 @@ private:
     static constexpr std::uint32_t kSendParams = 1, kParams = 2, kJob = 3, kDone = 4, kCancel = 5, kCancelled = 6,
                                    kFailed = 7, kPushNow = 8, kDiscard = 9, kAdmit = 10, kPush = 11, kApply = 12, kAck = 13,
                                    kEnd = 14, kState = 15, kAbort = 16;
-    [[noreturn]] static void coordinator_stopped(const Received& m) {
+    [[noreturn]] void coordinator_stopped(const Received& m) {
+        remote_->mark_lost(-1);  // the job failed: no MPI_Finalize, which would wait for every rank
         throw DistributedError("ParameterServer: the coordinator stopped the job: " +
                                std::string(reinterpret_cast<const char*>(m.payload.data()), m.payload.size()));
     }
@@ -945,10 +947,17 @@ private:
             in = get(in, ob.x.data(), ob.x.size());
             in = get(in, ob.y.data(), ob.y.size());
             get(in, ob.w.data(), ob.w.size());
-            for (int sv = 0; sv < int(servers_.size()); ++sv) {
+            std::string pull_error;
+            for (int sv = 0; sv < int(servers_.size()) && pull_error.empty(); ++sv) {
                 const auto& srv = servers_[std::size_t(sv)];
                 for (;;) {  // shards sent for jobs cancelled before they were posted are older: skipped
-                    const auto p = remote_->receive(remote_->server_rank(sv), "ParameterServer: pull reply", timeout());
+                    Received p;
+                    try {
+                        p = remote_->receive(remote_->server_rank(sv), "ParameterServer: pull reply", timeout());
+                    } catch (const DistributedError& e) {  // the coordinator hears why, and names the server
+                        pull_error = e.what();
+                        break;
+                    }
                     if (p.step != m.step) continue;
                     const T* v = reinterpret_cast<const T*>(p.payload.data());
                     for (std::size_t i = 0; i < srv.ranges.size(); ++i)
@@ -956,6 +965,10 @@ private:
                              TensorView<T, P>(wk.params.data() + srv.ranges[i].first, Shape{srv.ranges[i].count}));
                     break;
                 }
+            }
+            if (!pull_error.empty()) {
+                remote_->send(coord, kFailed, m.step, std::as_bytes(std::span<const char>(pull_error.data(), pull_error.size())));
+                continue;
             }
             UnitWork u;
             std::string error;
