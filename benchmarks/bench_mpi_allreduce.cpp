@@ -6,9 +6,13 @@
 //                        cross-process stage on one host: an MPI-3 shared window, direct
 //                        reduce-scatter + all-gather through per-rank staging buffers)
 //   strata mpi           strata's ProcessGroup, MPI transport (arrival check + MPI_Iallreduce)
+//   strata hier          strata's ProcessGroup, hierarchical transport over --fake-hosts H hosts of
+//                        N/H consecutive ranks (shared memory inside a host, MPI_Iallreduce between
+//                        the H leaders, broadcast back inside); its cross-host stage's time per call
+//                        is printed below the table (and written as cross_host_ms)
 //
 //   mpirun --allow-run-as-root --oversubscribe -np 2 build/benchmarks/bench_mpi_allreduce
-//          [--sizes-mb MiB,...] [--reps N] [--warmup N] [--json FILE]
+//          [--sizes-mb MiB,...] [--reps N] [--warmup N] [--fake-hosts H] [--json FILE]
 //
 // The number of participants is the number of MPI processes (-np). A sample is `calls`
 // back-to-back MPI_Allreduce calls (16 MiB worth, between 1 and 16) started after an
@@ -49,6 +53,7 @@ struct Options {
     int reps = 11;
     int warmup = 2;
     std::size_t chunk_kib = 512;
+    int fake_hosts = 0;  // 0: 2 when the processes divide by 2, else 1
     std::string json;
 };
 
@@ -61,6 +66,8 @@ void declare_flags(CLI::App& app, Options& o) {
     app.add_option("--warmup", o.warmup, "untimed samples first")->transform(cli::integer(0, 1'000'000))->capture_default_str();
     app.add_option("--chunk-kb", o.chunk_kib, "strata shm: staging bytes per chunk, KiB (ProcessGroupOptions::chunk_bytes)")
         ->transform(cli::integer<std::size_t>(1, 1 << 20))->capture_default_str();
+    app.add_option("--fake-hosts", o.fake_hosts, "strata hier: pretend the processes run on H hosts (0: 2 when -np is even)")
+        ->transform(cli::integer(0, 1 << 16))->capture_default_str();
     app.add_option("--json", o.json, "also write the figures as JSON to FILE (rank 0)");
 }
 
@@ -98,9 +105,18 @@ int run(const Options& opt, int rank, int size, const char* prog) {
     }
 
     namespace coll = strata::distribute::collective;
-    coll::ProcessGroup shm(MPI_COMM_WORLD, 1, {.transport = coll::Transport::SharedMemory, .chunk_bytes = opt.chunk_kib << 10});
-    coll::ProcessGroup mpi(MPI_COMM_WORLD, 1, {.transport = coll::Transport::Mpi});
-    const char* methods[] = {"MPI_Allreduce", "strata shm", "strata mpi"};
+    // The flat transports see the real host (one); the hierarchical one the declared layout.
+    coll::ProcessGroup shm(MPI_COMM_WORLD, 1,
+                           {.transport = coll::Transport::SharedMemory, .chunk_bytes = opt.chunk_kib << 10, .fake_hosts = 0});
+    coll::ProcessGroup mpi(MPI_COMM_WORLD, 1, {.transport = coll::Transport::Mpi, .fake_hosts = 0});
+    const int hosts = opt.fake_hosts > 0 ? opt.fake_hosts : size % 2 == 0 ? 2 : 1;
+    coll::ProcessGroup hier(MPI_COMM_WORLD, 1,
+                            {.transport = coll::Transport::Hierarchical, .chunk_bytes = opt.chunk_kib << 10, .fake_hosts = hosts});
+    const char* methods[] = {"MPI_Allreduce", "strata shm", "strata mpi", "strata hier"};
+    struct Cross {
+        double mib, ms_per_call, mib_per_call;
+    };
+    std::vector<Cross> cross;
 
     std::vector<bench::AllReduceRow> rows;
     for (double mib : opt.sizes_mib) {
@@ -118,10 +134,13 @@ int run(const Options& opt, int rank, int size, const char* prog) {
             auto once = [&] {
                 if (m == "MPI_Allreduce") MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(elements), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
                 else if (m == "strata shm") shm.all_reduce(0, std::span<float>(buf));
+                else if (m == "strata hier") hier.all_reduce(0, std::span<float>(buf));
                 else mpi.all_reduce(0, std::span<float>(buf));
             };
             std::vector<double> slowest, copies;
+            coll::CrossHostStats cross_before{};
             for (int s = 0; s < opt.warmup + opt.reps; ++s) {
+                if (s == opt.warmup) cross_before = hier.cross_host_stats();
                 std::fill(buf.begin(), buf.end(), 1.0f);
                 MPI_Barrier(MPI_COMM_WORLD);
                 const double t0 = MPI_Wtime();
@@ -146,6 +165,13 @@ int run(const Options& opt, int rank, int size, const char* prog) {
                 if (s >= opt.warmup) slowest.push_back(worst);
             }
             const double mem = rank == 0 ? bench::median(copies) : 0.0;
+            if (m == "strata hier") {
+                const auto after = hier.cross_host_stats();  // rank 0 leads host 0
+                const double calls_timed = double(after.calls - cross_before.calls);
+                if (calls_timed > 0)
+                    cross.push_back({mib, (after.seconds - cross_before.seconds) / calls_timed * 1e3,
+                                     double(after.bytes - cross_before.bytes) / calls_timed / double(1 << 20)});
+            }
 
             bench::AllReduceRow r;
             r.participants = size;
@@ -166,6 +192,11 @@ int run(const Options& opt, int rank, int size, const char* prog) {
         }
     }
 
+    if (rank == 0 && !cross.empty()) {
+        std::printf("\nstrata hier: %d hosts of %d processes (declared); its cross-host stage (MPI_Iallreduce between the "
+                    "%d leaders, arrival check included), mean of the timed calls on rank 0:\n", hosts, size / hosts, hosts);
+        for (const auto& c : cross) std::printf("  %9.4g MiB: %8.3f ms per call, %g MiB sent into it per call\n", c.mib, c.ms_per_call, c.mib_per_call);
+    }
     if (rank == 0) {
         machine.load_after = bench::load_average();
         std::printf("\nload average after: %s\n", machine.load_after.c_str());
@@ -183,6 +214,16 @@ int run(const Options& opt, int rank, int size, const char* prog) {
             cli::Json json_rows = cli::Json::array();
             for (const auto& r : rows) json_rows.push_back(r.json(hw));
             j["rows"] = json_rows;
+            j["hier_hosts"] = hosts;
+            cli::Json cj = cli::Json::array();
+            for (const auto& c : cross) {
+                cli::Json e;
+                e["mib"] = c.mib;
+                e["cross_host_ms"] = c.ms_per_call;
+                e["cross_host_mib_per_call"] = c.mib_per_call;
+                cj.push_back(e);
+            }
+            j["hier_cross_host"] = cj;
             bench::write_json(opt.json, j);
         }
     }

@@ -9,6 +9,8 @@
 //       (--replicas per process; rank 0 prints and writes the files)
 //   build/examples/mnist_cnn --strategy parameter_server --workers 4 --servers 2 --sync kbatch_sync --k 2
 //       --straggler exp:20 --clock virtual ...   (--batch-size is per worker; steps count updates)
+//   mpirun -np 4 build/examples/mnist_cnn --strategy parameter_server --workers 2 --servers 1 ...
+//       (the same job across processes: rank 0 the coordinator, 1..S the servers, then the workers)
 //   build/examples/mnist_cnn --plot curves.svg  training curves (loss, accuracy per epoch) as SVG
 //   build/examples/mnist_cnn --tensorboard logs  TensorBoard scalars (tensorboard --logdir logs)
 //   build/examples/mnist_cnn --backup-dir run1 --backup-every-steps 100   killed? the same command resumes
@@ -19,6 +21,7 @@
 
 #include "cli.hpp"
 
+#include <strata/distribute/launcher.hpp>   // mpirun -np 4 of a one-process strategy is refused
 #include <strata/distribute/straggler.hpp>  // --straggler is checked with the flags
 
 #include <cerrno>
@@ -81,8 +84,9 @@ void declare_flags(CLI::App& app, Flags& f) {
         ->check(cli::one_of({"real", "virtual"}))->capture_default_str();
     app.add_option("--timeout-ms", f.timeout_ms, "a collective that waits longer than this fails, naming who did not arrive")
         ->transform(cli::integer(1, 86'400'000))->capture_default_str();
-    app.add_option("--transport", f.transport, "multi_worker_mirrored: how processes exchange gradients (auto: shared memory on one host)")
-        ->check(cli::one_of({"auto", "shared_memory", "mpi"}))->capture_default_str();
+    app.add_option("--transport", f.transport, "multi_worker_mirrored: how processes exchange gradients (auto: shared memory on one host, "
+                                           "hierarchical across hosts; STRATA_FAKE_HOSTS=H declares H hosts)")
+        ->check(cli::one_of({"auto", "shared_memory", "mpi", "hierarchical"}))->capture_default_str();
     app.add_option("--device", f.device, "where to train: gpu, cpu, or auto (the GPU when one is usable and the strategy "
                                          "trains there: one_device, mirrored, central_storage, parameter_server)")
         ->check(cli::one_of({"auto", "cpu", "gpu"}))->capture_default_str();
@@ -132,6 +136,31 @@ void check_writable(const std::string& flag, const std::string& path) {
     }
     if (::access(dir.c_str(), W_OK) != 0)
         throw cli::usage_error(flag + " " + path + ": cannot write into " + dir.string() + " (" + std::strerror(errno) + ")");
+}
+
+// A strategy that lives in one process, started N times by mpirun or srun, would train N
+// separate copies, each printing its report and writing the same files: refused on every rank.
+void check_launcher(const Flags& f) {
+    const auto launch = strata::distribute::launch_info();
+    if (launch.size <= 1 || f.strategy == "multi_worker_mirrored") return;
+    if (f.strategy == "parameter_server") {  // one job: rank 0 the coordinator, then the servers, then the workers
+#ifdef MNIST_CNN_HAVE_MPI
+        const int need = 1 + f.servers + f.workers;
+        if (launch.size != need)
+            throw cli::usage_error("--strategy parameter_server across processes: 1 coordinator, " + std::to_string(f.servers) +
+                                   " server(s) and " + std::to_string(f.workers) + " worker(s) need " + std::to_string(need) +
+                                   " processes (mpirun -np " + std::to_string(need) + "), found " + std::to_string(launch.size) +
+                                   " (" + launch.describe() + ")");
+        return;
+#else
+        throw cli::usage_error("--strategy parameter_server across processes needs MPI, and this build has none, but " +
+                               launch.describe() + " (install libopenmpi-dev and reconfigure, or start it once without the launcher)");
+#endif
+    }
+    throw cli::usage_error("--strategy " + f.strategy + " trains in one process, but " + launch.describe() +
+                           ": they would train " + std::to_string(launch.size) +
+                           " separate copies. Expected 1 process: start it without the launcher, or use "
+                           "--strategy multi_worker_mirrored or parameter_server for one job across the processes");
 }
 
 void check_flags(const CLI::App& app, Flags& f) {
@@ -210,12 +239,15 @@ void check_flags(const CLI::App& app, Flags& f) {
                                std::to_string(f.replicas));
     if (f.strategy == "one_device" && f.replicas != 1)
         throw cli::usage_error("--strategy one_device takes --replicas 1, found --replicas " + std::to_string(f.replicas));
+    check_launcher(f);
     for (const char* name : {"--logical-gpus", "--gpu-memory-mb"})
         if (app.count(name) && f.device == "cpu") throw cli::usage_error(std::string(name) + " is a GPU flag; it means nothing with --device cpu");
 }
 
 bool trains_on_gpu(const std::string& strategy) {
-    return strategy == "one_device" || strategy == "mirrored" || strategy == "central_storage" || strategy == "parameter_server";
+    // parameter_server across processes (under a launcher) runs on the host only.
+    if (strategy == "parameter_server") return strata::distribute::launch_info().size <= 1;
+    return strategy == "one_device" || strategy == "mirrored" || strategy == "central_storage";
 }
 
 /// --device auto|cpu|gpu resolved to the device this run trains on ("cpu" or "gpu"): a GPU-only
@@ -259,7 +291,10 @@ int main(int argc, char** argv) {
         strata::set_num_threads(threads);
 
         // Under multi_worker_mirrored every process runs this program; rank 0 reports.
-        const bool chief = flags.strategy != "multi_worker_mirrored" || multi_worker_rank() == 0;
+        // ... and under parameter_server started by a launcher (rank 0, the coordinator).
+        const bool across = flags.strategy == "multi_worker_mirrored" ||
+                            (flags.strategy == "parameter_server" && strata::distribute::launch_info().size > 1);
+        const bool chief = !across || multi_worker_rank() == 0;
         const auto mnist = strata::data::load_mnist(flags.data);
         if (chief) {
             std::printf("%s", Net::summary().c_str());

@@ -6,6 +6,7 @@
 
 #include <strata/distribute/multi_worker_mirrored.hpp>
 
+#include <cstdio>
 #include <string>
 
 namespace mnist_example {
@@ -17,6 +18,7 @@ Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int&
     namespace sc = strata::distribute::collective;
     const sc::Transport transport = f.transport == "mpi"             ? sc::Transport::Mpi
                                     : f.transport == "shared_memory" ? sc::Transport::SharedMemory
+                                    : f.transport == "hierarchical"  ? sc::Transport::Hierarchical
                                                                      : sc::Transport::Auto;
     // The flags that change the result or the files written: every process must have the same
     // (checked when the processes join, before anything else crosses processes). --replicas,
@@ -39,7 +41,15 @@ Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int&
                    {"test images", std::to_string(mnist.test.size())}};
     sd::MultiWorkerMirrored<> s(f.replicas, {.cores_per_replica = f.threads, .timeout = std::chrono::milliseconds(f.timeout_ms)}, mw);
     replicas_in_sync = s.num_replicas_in_sync();
-    return train(s, f, mnist);
+    Report rep = train(s, f, mnist);
+    const auto& pg = s.process_group();
+    if (pg.rank() == 0 && pg.transport() == sc::Transport::Hierarchical) {
+        const auto c = pg.cross_host_stats();  // rank 0 leads host 0
+        std::printf("%-28s %d hosts; %lld all-reduces, %.1f MiB from this host, %.3f s (%.3f ms each)\n", "cross-host stage",
+                    pg.num_hosts(), (long long)c.calls, double(c.bytes) / double(1 << 20), c.seconds,
+                    c.calls > 0 ? c.seconds / double(c.calls) * 1e3 : 0.0);
+    }
+    return rep;
 }
 
 }  // namespace mnist_example

@@ -445,6 +445,39 @@ def mnist_cnn_backup_guards(exe, data):
         bad_flag(exe, "mnist_cnn", ["--data", data, "--backup-force"], "--backup-force")
 
 
+def mnist_cnn_launcher(exe, data):
+    """A one-process strategy started by a parallel launcher with more than one process is refused
+    (issue 22: never N silent copies). The launcher is simulated by its environment here
+    (check_multi_worker.py starts real mpirun jobs); a Slurm batch script outside srun
+    (SLURM_NTASKS only) is one process and trains."""
+    quick = ["--data", data, "--epochs", "1", "--steps-per-epoch", "1", "--batch-size", "8", "--verbose", "0"]
+    for var, launcher in (("OMPI_COMM_WORLD_SIZE", "mpirun (Open MPI)"), ("PMI_SIZE", "mpiexec (PMI"),
+                          ("SLURM_STEP_NUM_TASKS", "srun (Slurm)")):
+        # parameter_server is one job across the processes: 3 are not 1 + 1 server + 2 workers.
+        r = run([exe, "--strategy", "parameter_server"] + quick, env={var: "3"})
+        check(r.returncode == 2 and ("1 coordinator, 1 server(s) and 2 worker(s) need 4 processes (mpirun -np 4), found 3"
+                                     in r.stderr or "across processes needs MPI, and this build has none" in r.stderr)
+              and f"started 3 processes ({var}=3)" in r.stderr,
+              f"mnist_cnn --strategy parameter_server with {var}=3: exit {r.returncode}, stderr {r.stderr.strip()[-400:]!r}")
+        for strategy in ("one_device", "mirrored", "central_storage"):
+            r = run([exe, "--strategy", strategy] + quick, env={var: "3"})
+            check(r.returncode == 2 and f"--strategy {strategy} trains in one process, but {launcher}" in r.stderr
+                  and f"started 3 processes ({var}=3)" in r.stderr and "test accuracy" not in r.stdout,
+                  f"mnist_cnn --strategy {strategy} with {var}=3: exit {r.returncode}, stderr {r.stderr.strip()[-400:]!r}")
+    # srun started 2 tasks but the MPI library was not initialised through Slurm's PMI (each
+    # process sees MPI_COMM_WORLD of 1): multi_worker_mirrored stops before the data is read.
+    srun_env = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0", "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    r = run([exe, "--strategy", "multi_worker_mirrored"] + quick, env=srun_env, timeout=120)
+    if "this build has no MPI" not in r.stderr:
+        check(r.returncode == 1 and "MPI sees 1 process (MPI_COMM_WORLD has 1 rank), but srun (Slurm) started 2 processes "
+              "(SLURM_STEP_NUM_TASKS=2)" in r.stderr and "srun --mpi=pmix" in r.stderr and "MNIST:" not in r.stdout,
+              f"mnist_cnn under srun without PMI: exit {r.returncode}, {r.stderr.strip()[-400:]!r}")
+    r = run([exe] + quick, env={"SLURM_NTASKS": "4", "OMPI_COMM_WORLD_SIZE": "1"})
+    check(r.returncode == 0 and "test accuracy" in r.stdout,
+          f"mnist_cnn in a batch script (SLURM_NTASKS=4, one process): exit {r.returncode}, {r.stderr.strip()[-300:]!r}")
+
+
 def mnist_cnn_inputs(exe, data):
     """Bad inputs are refused before training, naming the file and what is wrong (issue 23): MNIST
     files of another image size or shape, an out-of-range label, a checkpoint holding a NaN."""
@@ -597,6 +630,7 @@ def main():
             mnist_cnn_hardening(exe, data, missing)
             mnist_cnn_backup_guards(exe, data)
             mnist_cnn_inputs(exe, data)
+            mnist_cnn_launcher(exe, data)
 
         if "custom_training_loop" in bins:
             exe = bins["custom_training_loop"]
@@ -691,6 +725,11 @@ def main():
         if doc:
             row = doc["rows"][0]
             check(row["algorithm"] == "direct" and row["time_over_ring"] is None, f"bench_allreduce row: {row}")
+    if "bench_hier_model" in bins:
+        # It needs 2 declared hosts of 2 or more processes: alone, it says so (mpirun -np 4 runs it).
+        r = run([bins["bench_hier_model"], "--reps", "1"], mpi_env, timeout=120)
+        check(r.returncode == 2 and "expected an even number of processes >= 4, found 1" in r.stderr,
+              f"bench_hier_model alone: exit {r.returncode}, {r.stderr.strip()[-300:]!r}")
     if "bench_mpi_allreduce" in bins:
         exe = bins["bench_mpi_allreduce"]
         common_checks(exe, "bench_mpi_allreduce", "--reps", mpi_env)

@@ -17,7 +17,8 @@
 /// \endcode
 ///
 /// In one process the servers and workers are threads on logical devices, but the data path is
-/// messages, as the multi-process strategy will send them over MPI: a worker *pulls* a
+/// messages, as they are sent over MPI across processes (ParameterServerOptions::processes,
+/// strata/distribute/parameter_server_mpi.hpp): a worker *pulls* a
 /// version-stamped copy of every shard into its own buffer, computes, and its gradient is
 /// *pushed* as one message per server (a copy of that server's shards into its inbox); the
 /// coordinator tells the servers which pushes make the next version and they acknowledge by
@@ -29,8 +30,12 @@
 /// mode, asynchronous ones included, is bitwise reproducible from the seed.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <span>
+#include <string_view>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +55,37 @@ enum class Clock {
 };
 
 inline const char* clock_name(Clock c) { return c == Clock::Real ? "real" : "virtual"; }
+
+/// The ranks of a parameter server across processes, as the gradient path sees them: its own
+/// role and index, the ranks of the others, and point-to-point messages with deadlines.
+/// strata/distribute/parameter_server_mpi.hpp makes one over MPI (parameter_server_processes());
+/// left empty, the servers and workers are threads of this process.
+class ParameterServerProcesses {
+public:
+    enum class Role { Coordinator, Server, Worker };
+    struct Received {
+        int source = -1;
+        std::uint32_t kind = 0;
+        std::uint64_t step = 0;
+        std::vector<std::byte> payload{};
+    };
+    virtual ~ParameterServerProcesses() = default;
+    virtual Role role() const = 0;
+    /// This rank's index among the servers or the workers (0 for the coordinator).
+    virtual int index() const = 0;
+    virtual int coordinator_rank() const = 0;
+    virtual int server_rank(int s) const = 0;
+    virtual int worker_rank(int w) const = 0;
+    virtual int processes() const = 0;
+    /// "worker 1 (rank 3)".
+    virtual std::string name(int rank) const = 0;
+    virtual void send(int rank, std::uint32_t kind, std::uint64_t step, std::span<const std::byte> payload) = 0;
+    /// The next message from `rank`, waiting at most `timeout`; DistributedError naming it otherwise.
+    virtual Received receive(int rank, std::string_view what, std::chrono::milliseconds timeout) = 0;
+    virtual std::optional<Received> try_receive(int rank) = 0;
+    /// `rank` is gone (a lost worker; -1: the job failed): the job must not wait for it at exit.
+    virtual void mark_lost(int rank) = 0;
+};
 
 /// Options of ParameterServer.
 struct ParameterServerOptions {
@@ -78,6 +114,8 @@ struct ParameterServerOptions {
     /// A worker that does not report a finished (or cancelled) mini-batch within this time is
     /// named in a DistributedError.
     std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+    /// Across processes: the ranks' roles and messages (parameter_server_mpi.hpp); empty: one process.
+    std::shared_ptr<ParameterServerProcesses> processes{};
 };
 
 /// Workers and sharded parameter servers in one process, under sync mode `Sync` (default:
@@ -151,6 +189,10 @@ public:
                      ps_options_.timeout.count());
         validate(ps_options_.partitioner);
         ps_options_.stragglers.validate(workers);
+        if (ps_options_.processes)
+            STRATA_CHECK(ps_options_.processes->processes() == 1 + servers + workers, ValueError, "ParameterServer: ", workers,
+                         " workers and ", servers, " servers across processes need ", 1 + servers + workers, " processes, the job has ",
+                         ps_options_.processes->processes());
         for (int s = 0; s < servers; ++s) {
             place::LogicalDevice d = this->devices()[0];
             d.name = "/job:ps/task:" + std::to_string(s) + "/device:CPU:0";

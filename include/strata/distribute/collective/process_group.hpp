@@ -5,7 +5,7 @@
 /// the cross-process stage of MultiWorkerMirrored's hierarchical all-reduce (see
 /// strata/distribute/multi_worker_mirrored.hpp) and needs <mpi.h> (OpenMPI or MPICH, MPI-3).
 ///
-/// Two transports:
+/// Three transports:
 /// - SharedMemory (Auto's choice when every rank is on one host): an MPI-3 shared window
 ///   (MPI_Win_allocate_shared) holds, per rank, an arrival counter per lane and two staging
 ///   buffers per lane. A collective is a direct reduce-scatter + all-gather through them,
@@ -14,6 +14,14 @@
 /// - Mpi (Auto's choice across hosts, or forced): MPI_Iallreduce / MPI_Ibcast on a
 ///   communicator per lane, polled against the deadline; before each collective the ranks
 ///   report their arrival to rank 0, which names whoever is missing.
+/// - Hierarchical (Auto's choice when several hosts hold several ranks each): the ranks are
+///   grouped by host; inside a host a shared-memory group all-reduces, the host's leader (its
+///   lowest rank) all-reduces the host's sum with the other leaders over MPI, and broadcasts the
+///   result back through shared memory (the two-level all-reduce of Horovod's hierarchical mode,
+///   with one leader per host). The cross-host stage's bytes and time are counted
+///   (cross_host_stats()). On one machine a layout of several hosts is declared with
+///   ProcessGroupOptions::fake_hosts or the environment variable STRATA_FAKE_HOSTS=H: the ranks
+///   are split into H hosts of consecutive ranks (4 ranks, H = 2: {0, 1} and {2, 3}).
 ///
 /// Lanes: up to `lanes` threads of a process may call collectives at the same time, each on its
 /// own lane (MultiWorkerMirrored gives each local replica a lane, so that the R slices of a
@@ -41,6 +49,7 @@
 
 #include <strata/core/error.hpp>
 #include <strata/distribute/collective/common.hpp>
+#include <strata/distribute/launcher.hpp>
 #include <strata/distribute/rendezvous.hpp>
 
 #include <algorithm>
@@ -62,13 +71,14 @@
 namespace strata::distribute::collective {
 
 /// How a ProcessGroup moves data between processes.
-enum class Transport { Auto, SharedMemory, Mpi };
+enum class Transport { Auto, SharedMemory, Mpi, Hierarchical };
 
 [[nodiscard]] constexpr std::string_view to_string(Transport t) noexcept {
     switch (t) {
         case Transport::Auto: return "auto";
         case Transport::SharedMemory: return "shared_memory";
         case Transport::Mpi: return "mpi";
+        case Transport::Hierarchical: return "hierarchical";
     }
     return "unknown";
 }
@@ -90,6 +100,18 @@ struct ProcessGroupOptions {
     /// More settings every rank must share (e.g. a program's flags), checked with the group's
     /// own when the ranks join (see ProcessGroup's constructor and agree()).
     std::vector<std::pair<std::string, std::string>> settings{};
+    /// The host layout: 0 = the real hosts (from MPI_Get_processor_name); H >= 1 = pretend the
+    /// ranks run on H hosts of size/H consecutive ranks each (testing the hierarchical transport
+    /// on one machine); -1 = read STRATA_FAKE_HOSTS (unset or empty: the real hosts).
+    int fake_hosts = -1;
+};
+
+/// What the cross-host stage of the hierarchical transport did on this rank (a host leader;
+/// zero elsewhere): all-reduce calls, payload bytes each leader put into them, seconds spent.
+struct CrossHostStats {
+    std::int64_t calls = 0;
+    std::int64_t bytes = 0;
+    double seconds = 0;
 };
 
 /// Settings the ranks of a job must share, as (name, value) text pairs (ProcessGroup::agree).
@@ -177,8 +199,25 @@ inline std::atomic<bool>& job_failed() {
     return failed;
 }
 
+/// Throws DistributedError when a launcher started several processes (srun, mpiexec: see
+/// launcher.hpp) but MPI sees this one alone: MPI was not initialised through the launcher's
+/// process manager (srun without a PMI plug-in that this MPI speaks), so every process would
+/// train as its own one-process job.
+inline void check_launcher() {
+    const LaunchInfo launch = launch_info();
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world == 1 && launch.size > 1)
+        throw DistributedError("MPI sees 1 process (MPI_COMM_WORLD has 1 rank), but " + launch.describe() +
+                               ": MPI was not initialised through the launcher, so each process would train alone. Expected " +
+                               std::to_string(launch.size) + " ranks: under Slurm use srun --mpi=pmix (or pmi2; srun --mpi=list "
+                               "shows what this Slurm offers) with an MPI built for it, or mpirun inside the allocation");
+}
+
 /// Initializes MPI (MPI_THREAD_MULTIPLE asked for) unless the program already did, and
 /// finalizes it at exit if strata initialized it. Returns the thread level MPI provides.
+/// Throws DistributedError when a launcher started several processes but MPI sees one
+/// (check_launcher).
 inline int ensure_initialized() {
     int initialized = 0;
     MPI_Initialized(&initialized);
@@ -194,6 +233,7 @@ inline int ensure_initialized() {
     } else {
         MPI_Query_thread(&provided);
     }
+    check_launcher();
     return provided;
 }
 
@@ -274,13 +314,18 @@ public:
         if (options_.stall_warning.count() == 0) options_.stall_warning = options_.timeout / 2;
         join(comm);
         transport_ = options_.transport;
-        if (transport_ == Transport::Auto) transport_ = local_size_ == size_ ? Transport::SharedMemory : Transport::Mpi;
-        STRATA_CHECK(transport_ != Transport::SharedMemory || local_size_ == size_, ValueError,
-                     "ProcessGroup: the shared-memory transport needs every rank on one host; ", local_size_, " of ", size_,
-                     " ranks share this one (use Transport::Mpi or Auto)");
+        const int hosts = host_count();
+        if (transport_ == Transport::Auto)
+            transport_ = hosts == 1 ? Transport::SharedMemory : hosts == size_ ? Transport::Mpi : Transport::Hierarchical;
+        STRATA_CHECK(transport_ != Transport::SharedMemory || hosts == 1, ValueError,
+                     "ProcessGroup: the shared-memory transport needs every rank on one host; the ", size_, " ranks are on ",
+                     hosts, " hosts", fake_hosts_ > 0 ? " (STRATA_FAKE_HOSTS / fake_hosts)" : "",
+                     " (use Transport::Hierarchical, Mpi or Auto)");
         const SyncPoint setup{"set-up", "process group"};
         comm_ = dup(comm, setup);
-        if (transport_ == Transport::SharedMemory) {
+        if (transport_ == Transport::Hierarchical) {
+            open_hierarchy();
+        } else if (transport_ == Transport::SharedMemory) {
             open_window();
         } else {
             lane_comms_.resize(std::size_t(lanes_));
@@ -303,7 +348,11 @@ public:
     ~ProcessGroup() {
         int finalized = 0;
         MPI_Finalized(&finalized);
-        if (failed_) (void)control_.release();  // receives may still be posted into it
+        if (failed_) {
+            (void)control_.release();  // receives may still be posted into it
+            (void)inner_.release();    // their closing barriers would wait for ranks that are gone
+            (void)outer_.release();
+        }
         if (finalized || failed_) return;
         try {
             barrier(0, SyncPoint{"barrier", "closing the process group"});
@@ -328,6 +377,23 @@ public:
     /// names the ranks exchanged when they joined).
     [[nodiscard]] int local_rank() const noexcept { return local_rank_; }
     [[nodiscard]] int local_size() const noexcept { return local_size_; }
+    /// The host layout the transports use (the real one, or STRATA_FAKE_HOSTS's): the number of
+    /// hosts, this rank's host (hosts numbered in the order of their lowest rank), and this
+    /// rank's index among its host's ranks (0: the host's leader).
+    [[nodiscard]] int num_hosts() const noexcept { return host_count(); }
+    [[nodiscard]] int host_index() const noexcept { return host_of_.empty() ? 0 : host_of_[std::size_t(rank_)]; }
+    [[nodiscard]] int host_rank() const noexcept { return host_local_.empty() ? 0 : host_local_[std::size_t(rank_)]; }
+    /// Hierarchical transport: what this rank's cross-host stage did (zero on ranks that do not
+    /// lead a host, and under the other transports). Read it while no collective runs.
+    [[nodiscard]] CrossHostStats cross_host_stats() const {
+        CrossHostStats out;
+        for (const auto& s : cross_) {
+            out.calls += s.calls;
+            out.bytes += s.bytes;
+            out.seconds += s.seconds;
+        }
+        return out;
+    }
 
     /// Checks that every rank passes the same `settings` (what = what they are, for the
     /// message), e.g. once at set-up: the ranks exchange them point to point, polled against
@@ -359,7 +425,8 @@ public:
             throw_if_failed(at);
             return;
         }
-        if (transport_ == Transport::SharedMemory) shm_all_reduce(lane, data, op, at);
+        if (transport_ == Transport::Hierarchical) hier_all_reduce(lane, data, op, at);
+        else if (transport_ == Transport::SharedMemory) shm_all_reduce(lane, data, op, at);
         else mpi_all_reduce(lane, data, op, at);
     }
 
@@ -377,7 +444,8 @@ public:
         check_lane(lane, at);
         STRATA_CHECK(root >= 0 && root < size_, ValueError, at.str(), ": root ", root, " is outside [0, ", size_, ")");
         if (size_ == 1) return;
-        if (transport_ == Transport::SharedMemory) shm_broadcast(lane, data, root, at);
+        if (transport_ == Transport::Hierarchical) hier_broadcast(lane, data, root, at);
+        else if (transport_ == Transport::SharedMemory) shm_broadcast(lane, data, root, at);
         else mpi_broadcast(lane, data, root, at);
     }
 
@@ -385,7 +453,13 @@ public:
     void barrier(int lane = 0, SyncPoint at = {"barrier"}) {
         check_lane(lane, at);
         if (size_ == 1) return;
-        if (transport_ == Transport::SharedMemory) {
+        if (transport_ == Transport::Hierarchical) {
+            hierarchical(at, [&] {
+                inner_->barrier(lane, at);
+                if (outer_) outer_->barrier(lane, at);
+                inner_->barrier(lane, at);
+            });
+        } else if (transport_ == Transport::SharedMemory) {
             Lane& ln = lane_state(lane);
             arrive_and_wait(lane, ++ln.seq, at);
         } else {
@@ -398,6 +472,7 @@ public:
     void abort(std::string_view message) noexcept {
         if (failed_) return;
         mark_failed();
+        if (inner_) inner_->abort(message);  // the host's other ranks stop at once; other hosts at their deadline
         if (transport_ == Transport::SharedMemory && ctl_ != nullptr) {
             Control& me = control(rank_);
             const std::size_t n = std::min(message.size(), sizeof(me.message) - 1);
@@ -426,14 +501,22 @@ private:
         char host[MPI_MAX_PROCESSOR_NAME] = {};
         int host_len = 0;
         MPI_Get_processor_name(host, &host_len);
+        fake_hosts_ = options_.fake_hosts;
+        if (fake_hosts_ < 0) fake_hosts_ = fake_hosts_from_environment();
         Settings mine{{"lanes", std::to_string(lanes_)},
                       {"transport", std::string(to_string(options_.transport))},
                       {"timeout_ms", std::to_string(options_.timeout.count())},
-                      {"chunk_bytes", std::to_string(options_.chunk_bytes)}};
+                      {"chunk_bytes", std::to_string(options_.chunk_bytes)},
+                      {"fake_hosts (STRATA_FAKE_HOSTS)", fake_hosts_ > 0 ? std::to_string(fake_hosts_) : std::string()}};
         for (const auto& s : options_.settings) mine.push_back(s);
         local_rank_ = 0;
         local_size_ = 1;
-        if (size_ == 1) return;
+        host_of_.assign(std::size_t(size_), 0);
+        host_local_.assign(std::size_t(size_), 0);
+        if (size_ == 1) {
+            check_fake_hosts();
+            return;
+        }
         std::string bytes = detail::encode(mine);
         detail::put_text(bytes, "");  // the host name last, outside the settings compared
         detail::put_text(bytes, std::string_view(host, std::size_t(host_len)));
@@ -461,6 +544,133 @@ private:
         if (!d.empty())
             throw_error<ValueError>("ProcessGroup: the ranks disagree on their settings (every process must be started with "
                                     "the same ones): ", d);
+        check_fake_hosts();
+        // The layout the transports use: hosts numbered in the order of their lowest rank.
+        std::vector<std::string> seen;
+        for (int q = 0; q < size_; ++q) {
+            int h = 0;
+            if (fake_hosts_ > 0) {
+                h = q / (size_ / fake_hosts_);
+            } else {
+                auto it = std::find(seen.begin(), seen.end(), hosts[std::size_t(q)]);
+                h = int(it - seen.begin());
+                if (it == seen.end()) seen.push_back(hosts[std::size_t(q)]);
+            }
+            host_of_[std::size_t(q)] = h;
+            host_local_[std::size_t(q)] = int(std::count(host_of_.begin(), host_of_.begin() + q, h));
+        }
+    }
+
+    // STRATA_FAKE_HOSTS=H (a count >= 1), or 0 when unset or empty.
+    static int fake_hosts_from_environment() {
+        const char* v = std::getenv("STRATA_FAKE_HOSTS");
+        if (v == nullptr || *v == '\0') return 0;
+        char* end = nullptr;
+        const long n = std::strtol(v, &end, 10);
+        if (end == v || *end != '\0' || n < 1 || n > 1 << 20)
+            throw_error<ValueError>("ProcessGroup: STRATA_FAKE_HOSTS=", v, ": expected a number of hosts >= 1 (or unset)");
+        return int(n);
+    }
+    // Every rank runs this with the same values (they agreed on them): the same error everywhere.
+    void check_fake_hosts() const {
+        if (fake_hosts_ > 0 && size_ % fake_hosts_ != 0)
+            throw_error<ValueError>("ProcessGroup: STRATA_FAKE_HOSTS=", fake_hosts_, " hosts must divide the ", size_,
+                                    " ranks evenly (expected a divisor of ", size_, ", found ", fake_hosts_, ")");
+    }
+    int host_count() const {
+        return host_of_.empty() ? 1 : 1 + *std::max_element(host_of_.begin(), host_of_.end());
+    }
+
+    // ---- hierarchical transport ------------------------------------------------------------------
+
+    // A shared-memory group per host and, on each host's leader, an MPI group of the leaders.
+    // MPI_Comm_split blocks, but every rank is known to be here and to agree (join).
+    void open_hierarchy() {
+        const int h = host_index();
+        MPI_Comm host_comm = MPI_COMM_NULL, leaders = MPI_COMM_NULL;
+        MPI_Comm_split(comm_, h, rank_, &host_comm);
+        MPI_Comm_split(comm_, host_rank() == 0 ? 0 : MPI_UNDEFINED, rank_, &leaders);
+        ProcessGroupOptions o = options_;
+        o.settings.clear();
+        o.fake_hosts = 0;
+        o.transport = Transport::SharedMemory;
+        std::vector<int> members, heads;
+        for (int q = 0; q < size_; ++q) {
+            if (host_of_[std::size_t(q)] == h) members.push_back(q);
+            if (host_local_[std::size_t(q)] == 0) heads.push_back(q);
+        }
+        inner_.reset(new ProcessGroup(host_comm, lanes_, o));
+        inner_->names_ = members;
+        inner_->named_size_ = size_;
+        inner_->stage_ = " inside host " + std::to_string(h);
+        if (leaders != MPI_COMM_NULL) {
+            o.transport = Transport::Mpi;
+            outer_.reset(new ProcessGroup(leaders, lanes_, o));
+            outer_->names_ = heads;
+            outer_->named_size_ = size_;
+            outer_->stage_ = " between hosts (their leaders)";
+            MPI_Comm_free(&leaders);
+        }
+        MPI_Comm_free(&host_comm);
+        cross_.assign(std::size_t(lanes_), CrossHostStats{});
+    }
+
+    // Runs a hierarchical collective's stages; a failure in any stage fails this group and
+    // stops the host's other ranks at once (the other hosts' leaders at their deadline).
+    template <class F>
+    void hierarchical(const SyncPoint& at, F&& stages) {
+        throw_if_failed(at);
+        try {
+            stages();
+        } catch (const std::exception& e) {
+            if (!dynamic_cast<const ShapeError*>(&e)) {
+                mark_failed();
+                if (inner_) inner_->abort(std::string("rank ") + std::to_string(rank_) + ": " + e.what());
+            }
+            throw;
+        }
+    }
+
+    template <Reducible T>
+    void hier_all_reduce(int lane, std::span<T> data, ReduceOp op, const SyncPoint& at) {
+        hierarchical(at, [&] {
+            inner_->all_reduce(lane, data, ReduceOp::Sum, at);
+            if (outer_) {
+                const auto t0 = clock::now();
+                outer_->all_reduce(lane, data, ReduceOp::Sum, at);
+                auto& c = cross_[std::size_t(lane)];
+                ++c.calls;
+                c.bytes += std::int64_t(data.size() * sizeof(T));
+                c.seconds += std::chrono::duration<double>(clock::now() - t0).count();
+            }
+            leader_broadcast(lane, data, at);
+        });
+        if (op == ReduceOp::Mean)
+            for (auto& v : data) v /= T(size_);
+    }
+
+    // The root's host first (inside it), then its leader to the other leaders, then each other
+    // host's leader inside its host.
+    template <Reducible T>
+    void hier_broadcast(int lane, std::span<T> data, int root, const SyncPoint& at) {
+        const int root_host = host_of_[std::size_t(root)];
+        const bool mine = host_index() == root_host;
+        hierarchical(at, [&] {
+            if (mine) inner_->broadcast(lane, data, host_local_[std::size_t(root)], at);
+            if (outer_) outer_->broadcast(lane, data, root_host, at);
+            if (!mine) leader_broadcast(lane, data, at);
+        });
+    }
+
+    // The host's leader broadcasts what it brought back from the other hosts. Its ranks wait
+    // for it longer than the timeout (3 times: the leaders' arrival check, their transfer and
+    // a margin), so that a rank missing on another host is named by the leaders' stage and
+    // reaches these ranks as their leader's abort, not as their own timeout naming the leader.
+    template <Reducible T>
+    void leader_broadcast(int lane, std::span<T> data, const SyncPoint& at) {
+        if (inner_->size() == 1) return;
+        inner_->throw_if_failed(at);
+        inner_->shm_broadcast(lane, data, 0, at, outer_ || num_hosts() == 1 ? std::chrono::milliseconds{} : 3 * options_.timeout);
     }
 
     // A deadline of `timeout` for a loop that polls at least every millisecond.
@@ -675,12 +885,14 @@ private:
     }
     Lane& lane_state(int lane) { return lane_[std::size_t(lane)]; }
 
-    // Publishes arrival number `seq` on `lane` and waits until every rank has published it.
-    void arrive_and_wait(int lane, std::uint64_t seq, const SyncPoint& at) {
+    // Publishes arrival number `seq` on `lane` and waits until every rank has published it,
+    // at most `timeout` (0: the group's).
+    void arrive_and_wait(int lane, std::uint64_t seq, const SyncPoint& at, std::chrono::milliseconds timeout = {}) {
+        if (timeout.count() <= 0) timeout = options_.timeout;
         counter_ptr(rank_, lane)->value.store(seq, std::memory_order_release);
         // Counts the time this process could run: a job suspended as a whole and resumed has
         // not timed out (RunningDeadline).
-        RunningDeadline deadline = fresh(options_.timeout);
+        RunningDeadline deadline = fresh(timeout);
         bool warned = false;
         int spins = 0;
         for (;;) {
@@ -712,12 +924,12 @@ private:
             if (!warned && options_.stall_warning.count() > 0 && waited > options_.stall_warning) {
                 warned = true;
                 std::fprintf(stderr, "strata: warning: %s: rank %d has waited %lld ms for %s (timeout %lld ms)\n",
-                             where(at, lane).c_str(), rank_,
+                             where(at, lane).c_str(), name_of(rank_),
                              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()),
-                             missing(lane, seq).c_str(), static_cast<long long>(options_.timeout.count()));
+                             missing(lane, seq).c_str(), static_cast<long long>(timeout.count()));
             }
             if (expired) {
-                const std::string who = missing(lane, seq) + " did not arrive within " + std::to_string(options_.timeout.count()) + " ms";
+                const std::string who = missing(lane, seq) + " did not arrive within " + std::to_string(timeout.count()) + " ms";
                 counter_ptr(rank_, lane)->gave_up.store(seq, std::memory_order_release);
                 abort("it gave up waiting: " + who);
                 throw DistributedError(where(at, lane) + ": " + who);
@@ -727,7 +939,8 @@ private:
 
     [[noreturn]] void peer_failed(int q, const SyncPoint& at, int lane) {
         mark_failed();
-        throw_error<DistributedError>(where(at, lane), ": rank ", q, " of ", size_, " failed: ", std::string(control(q).message));
+        throw_error<DistributedError>(where(at, lane), ": rank ", name_of(q), " of ", named_size(), " failed: ",
+                                      std::string(control(q).message));
     }
 
     // "rank 2 of 3" / "ranks 1, 2 of 4": who has not reached arrival number `seq` on `lane`.
@@ -739,11 +952,14 @@ private:
     }
     std::string ranks_text(const std::vector<int>& ranks) const {
         std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-        for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-        return s + " of " + std::to_string(size_);
+        for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(name_of(ranks[i]));
+        return s + " of " + std::to_string(named_size());
     }
+    // A stage of a hierarchical group names the ranks of the whole job.
+    int name_of(int q) const { return names_.empty() ? q : names_[std::size_t(q)]; }
+    int named_size() const { return names_.empty() ? size_ : named_size_; }
     std::string where(const SyncPoint& at, int lane) const {
-        return "across processes: " + at.str() + (lanes_ > 1 ? " on lane " + std::to_string(lane) : std::string());
+        return "across processes: " + at.str() + stage_ + (lanes_ > 1 ? " on lane " + std::to_string(lane) : std::string());
     }
 
     void throw_if_failed(const SyncPoint& at) const {
@@ -829,12 +1045,15 @@ private:
     }
 
     template <Reducible T>
-    void shm_broadcast(int lane, std::span<T> data, int root, const SyncPoint& at) {
+    // `first_wait`: the deadline of the first arrival (0: the group's timeout); the hierarchical
+    // transport's ranks wait longer there for their leader, which may spend up to its own
+    // deadlines between hosts first.
+    void shm_broadcast(int lane, std::span<T> data, int root, const SyncPoint& at, std::chrono::milliseconds first_wait = {}) {
         Lane& ln = lane_state(lane);
         publish(lane, data.size(), std::is_same_v<T, float> ? 1u : 2u, root);
         const std::size_t cap = std::max<std::size_t>(1, options_.chunk_bytes / sizeof(T));
         if (data.empty()) {
-            arrive_and_wait(lane, ++ln.seq, at);
+            arrive_and_wait(lane, ++ln.seq, at, first_wait);
             validate(lane, at);
             return;
         }
@@ -843,7 +1062,7 @@ private:
             const std::size_t len = std::min(cap, data.size() - off);
             const std::uint64_t chunk = ln.chunks++;
             if (rank_ == root) detail::copy(staging<T>(root, lane, chunk), data.data() + off, len);
-            arrive_and_wait(lane, ++ln.seq, at);
+            arrive_and_wait(lane, ++ln.seq, at, first ? first_wait : std::chrono::milliseconds{});
             if (first) {
                 validate(lane, at);
                 first = false;
@@ -901,7 +1120,7 @@ private:
             // Rank 0 answers at its own deadline at the latest: wait longer than that before
             // naming rank 0 itself.
             RunningDeadline root_deadline = fresh(2 * options_.timeout);
-            const std::string root = "rank 0 of " + std::to_string(size_);
+            const std::string root = "rank " + std::to_string(name_of(0)) + " of " + std::to_string(named_size());
             wait_request(recv, root_deadline, at, lane, root);
             wait_request(send, root_deadline, at, lane, root);
             if (cb.answer > 0) {  // the number of missing ranks; their ranks follow
@@ -1019,6 +1238,14 @@ private:
     std::vector<MPI_Comm> lane_comms_, control_comms_;
     std::vector<std::uint64_t> seq_;
     std::mutex mpi_mutex_;
+    // host layout and the hierarchical transport's stages
+    int fake_hosts_ = 0;
+    std::vector<int> host_of_, host_local_;          // per rank: its host, its index there
+    std::unique_ptr<ProcessGroup> inner_, outer_;    // this host's ranks; the hosts' leaders (on leaders)
+    std::vector<CrossHostStats> cross_;              // per lane
+    std::vector<int> names_;                         // a stage's ranks as ranks of the whole job
+    int named_size_ = 0;
+    std::string stage_;                              // where(): which stage of a hierarchical group
 };
 
 }  // namespace strata::distribute::collective

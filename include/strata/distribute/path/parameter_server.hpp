@@ -27,6 +27,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <thread>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -46,6 +50,10 @@ namespace strata::distribute {
 
 namespace detail {
 struct Cancelled {};  // thrown by backward's hook to stop a cancelled mini-batch between layers
+// Across processes: a worker rank that did not report by the deadline (killed, stopped, gone).
+struct WorkerLost : DistributedError {
+    using DistributedError::DistributedError;
+};
 }  // namespace detail
 
 template <class P, class Sync, class Net, class T>
@@ -61,7 +69,7 @@ public:
 
     template <class Init>
     GradientPath(Strategy& s, Init&& init)
-        : strategy_(&s), rule_(s.rule()),
+        : strategy_(&s), remote_(s.ps_options().processes.get()), rule_(s.rule()),
           lockstep_rounds_(rule_ == sync::Rule::Synchronous || rule_ == sync::Rule::KSync || rule_ == sync::Rule::KBatchSync),
           W_(s.num_workers()), K_(s.k()), B_(s.staleness_bound()) {
         plan();
@@ -91,6 +99,8 @@ public:
     GradientPath& operator=(const GradientPath&) = delete;
 
     int units() const { return W_; }
+    /// Across processes only the coordinator (rank 0) prints and writes files.
+    bool is_chief() const { return !remote_ || remote_->role() == Role::Coordinator; }
     template <class F>
     void run_units(F&& f) {
         STRATA_CHECK(!in_epoch_, ValueError,
@@ -167,6 +177,9 @@ public:
     /// Clock seconds since the path was built (virtual under Clock::Virtual).
     double clock_seconds() const { return now_; }
     std::int64_t version() const { return version_; }
+    /// Across processes: the workers lost so far (killed or stalled past the deadline) under a
+    /// mode that goes on without them (every mode but Synchronous), in the order they were lost.
+    const std::vector<int>& lost_workers() const { return lost_; }
 
     /// At an epoch's end: its figures into fit's logs, its staleness histogram into the History.
     template <class Logs, class History>
@@ -260,7 +273,7 @@ private:
         std::int64_t version = -1;   // the version its params hold
         std::uint64_t batches = 0;   // mini-batches started (the straggler draws' counter)
     };
-    enum class State { Idle, Computing, Waiting, Blocked };
+    enum class State { Idle, Computing, Waiting, Blocked, Lost };
     struct Job {
         bool pending = false;
         std::uint64_t step = 0, n = 0;
@@ -272,6 +285,7 @@ private:
         // itself never crosses threads (its reference count lives in libstdc++, which TSan
         // does not see, so a cross-thread release reads as a race).
         bool failed = false;
+        bool lost = false;  // across processes: the worker rank did not report by the deadline
         std::string error{};
     };
     template <class Y>
@@ -358,10 +372,25 @@ private:
     void epoch_run(Next& next, std::uint64_t& step, Work& work, OnStep& on_step) {
         STRATA_CHECK(compiled_, ValueError, "ParameterServer: the model is not compiled");
         STRATA_CHECK(!in_epoch_, ValueError, "ParameterServer: fit or train_step called from inside an epoch (a callback)");
+        if (remote_ && remote_->role() != Role::Coordinator) {
+            // A server or worker rank serves the coordinator's epoch, then takes the state.
+            in_epoch_ = true;
+            struct Guard {
+                bool& flag;
+                ~Guard() { flag = false; }
+            } g{in_epoch_};
+            if (remote_->role() == Role::Server) serve_epoch();
+            else strategy_->run_replicas([&](int t) {
+                    if (t == remote_->index()) work_epoch<Y>(t, work);
+                });
+            sync_mirror();
+            return;
+        }
         const auto& opt = strategy_->ps_options();
         const bool virtual_clock = opt.clock == Clock::Virtual;
         std::vector<OwnedBatch<Y>> owned(static_cast<std::size_t>(W_));
         std::vector<State> state(std::size_t(W_), State::Idle);
+        for (int w : lost_) state[std::size_t(w)] = State::Lost;  // lost in an earlier epoch
         std::vector<double> finish(std::size_t(W_), 0.0);
         std::vector<std::int64_t> completed(std::size_t(W_), 0);
         epoch_ = ParameterServerStats{};
@@ -427,7 +456,7 @@ private:
         // Hands worker w its next mini-batch (pulling first if its copy is older than the
         // current version); false when the data is exhausted.
         auto dispatch = [&](int w) -> bool {
-            if (exhausted) return false;
+            if (exhausted || state[std::size_t(w)] == State::Lost) return false;
             auto b = next();
             if (!b) {
                 exhausted = true;
@@ -446,19 +475,23 @@ private:
             if (virtual_clock) finish[std::size_t(w)] = now_ + opt.stragglers.compute_seconds(opt.straggler_seed, w, n, opt.virtual_batch_seconds);
             cancel_[std::size_t(w)]->store(false);
             job_of[std::size_t(w)] = Job{true, ++step, n};
+            if (remote_) {  // every server sends worker w its shards as they are now, tagged with the job
+                const std::int64_t who = w;
+                for (int sv = 0; sv < int(servers_.size()); ++sv)
+                    remote_->send(remote_->server_rank(sv), kSendParams, step, std::as_bytes(std::span<const std::int64_t>(&who, 1)));
+            }
             state[std::size_t(w)] = State::Computing;
             posted[std::size_t(w)] = 0;
             if (!virtual_clock) post(w);
             if (rule_ == sync::Rule::Asynchronous) {
-                std::int64_t lo = completed[0];
-                for (auto c : completed) lo = std::min(lo, c);
+                const std::int64_t lo = slowest(completed, state);
                 epoch_.ssp_gap_max = std::max(epoch_.ssp_gap_max, completed[std::size_t(w)] - lo);
             }
             return true;
         };
         auto take_result = [&](int w) -> Result {
             std::unique_lock<std::mutex> lock(mutex_);
-            const bool ok = wait_running(cv_, lock, opt.timeout, [&] { return results_[std::size_t(w)].ready; });  // a suspended job does not time out
+            const bool ok = wait_running(cv_, lock, coordinator_wait(), [&] { return results_[std::size_t(w)].ready; });  // a suspended job does not time out
             if (!ok)
                 throw_error<DistributedError>("ParameterServer: worker ", w, " of ", W_, " did not finish its mini-batch within ",
                                               opt.timeout.count(), " ms");
@@ -471,7 +504,7 @@ private:
         };
         auto take_any = [&]() -> int {
             std::unique_lock<std::mutex> lock(mutex_);
-            const bool ok = wait_running(cv_, lock, opt.timeout, [&] { return !fifo_.empty(); });
+            const bool ok = wait_running(cv_, lock, coordinator_wait(), [&] { return !fifo_.empty(); });
             if (!ok) {
                 std::string who;
                 for (int w = 0; w < W_; ++w)
@@ -483,6 +516,21 @@ private:
         };
         auto fail = [&](int w, const std::string& what) {
             throw_error<DistributedError>("ParameterServer: worker ", w, " of ", W_, " failed: ", what);
+        };
+        // A worker rank that did not report: every mode but Synchronous goes on without it (its
+        // mini-batch dropped); Synchronous, which needs every worker, stops naming it.
+        auto lose = [&](int w, const Result& r) {
+            remote_->mark_lost(remote_->worker_rank(w));
+            if (rule_ == sync::Rule::Synchronous)
+                fail(w, r.error + " (Synchronous needs every worker; the asynchronous and K modes go on without a lost one)");
+            state[std::size_t(w)] = State::Lost;
+            lost_.push_back(w);
+            ++epoch_.dropped;
+            int left = 0;
+            for (auto st : state) left += st != State::Lost;
+            if (left == 0) fail(w, r.error + " (no worker left)");
+            std::fprintf(stderr, "strata: warning: ParameterServer: %s; its mini-batch is dropped and training goes on with %d "
+                                 "of %d workers\n", r.error.c_str(), left, W_);
         };
         // Stops every computing worker (between layers of its backward) and waits for it.
         auto cancel_computing = [&] {
@@ -498,7 +546,12 @@ private:
                 }
                 const Result r = take_result(w);
                 state[std::size_t(w)] = State::Idle;
+                if (r.failed && r.lost) {
+                    lose(w, r);
+                    continue;
+                }
                 if (r.failed) fail(w, r.error);
+                if (remote_ && !r.cancelled) decide(w, kDiscard, job_of[std::size_t(w)].step);
                 // Virtual clock: it was cancelled at this virtual time, whatever the threads did.
                 // Real clock: one that finished before it saw the cancellation is a late push.
                 if (r.cancelled || virtual_clock) ++epoch_.cancelled;
@@ -507,7 +560,8 @@ private:
         };
         auto admit = [&](int w, const UnitWork& u) {
             const std::int64_t staleness = version_ - workers_[std::size_t(w)].version;
-            push(w);
+            if (remote_) remote_push(w, job_of[std::size_t(w)].step);
+            else push(w);
             ++pending;
             totals.loss_sum += u.loss_sum;
             totals.correct += double(u.correct);
@@ -523,16 +577,8 @@ private:
         auto close = [&]() -> bool {
             if (pending == 0) return true;
             const T inv = T(1) / T(totals.examples > 0 ? totals.examples : 1);
-            server_pool_->run([&](int sv) {
-                auto& srv = servers_[std::size_t(sv)];
-                if (srv.size == 0 || srv.received == 0) return;
-                const Shape sh{srv.size};
-                auto acc = srv.inbox[0].view();
-                for (int i = 1; i < srv.received; ++i) axpy(T(1), srv.inbox[std::size_t(i)].view(), acc);
-                scale(acc, inv, acc);
-                srv.opt.apply(srv.params.data(), acc.data());
-                srv.received = 0;
-            });
+            if (remote_) remote_apply(inv);
+            else server_pool_->run([&](int sv) { apply_inbox(servers_[std::size_t(sv)], inv); });
             ++version_;
             ++epoch_.updates;
             const StepTotals t = totals;
@@ -546,6 +592,7 @@ private:
         auto start_round = [&] {
             round_started = 0;
             for (int w = 0; w < W_; ++w) {
+                if (state[std::size_t(w)] == State::Lost) continue;
                 if (!dispatch(w)) break;
                 ++round_started;
             }
@@ -553,8 +600,7 @@ private:
         // SSP: worker w may start its next mini-batch only within B of the slowest.
         auto ssp_try = [&](int w) {
             if (B_ >= 0) {
-                std::int64_t lo = completed[0];
-                for (auto c : completed) lo = std::min(lo, c);
+                const std::int64_t lo = slowest(completed, state);
                 if (completed[std::size_t(w)] - lo > B_) {
                     state[std::size_t(w)] = State::Blocked;
                     return;
@@ -578,13 +624,25 @@ private:
                     jobs_[std::size_t(w)].pending = false;
                 }
                 Result r;
+                bool reported = false;  // across processes: the worker rank finished and awaits a decision
+                // Cancelled after it finished: across processes the worker rank is told to discard it.
+                auto stop_if_cancelled = [&] {
+                    if (!cancel.load()) return;
+                    if (reported) decide(w, kDiscard, job.step);
+                    throw detail::Cancelled{};
+                };
                 try {
                     const auto t0 = std::chrono::steady_clock::now();
-                    r.work = work(w, owned[std::size_t(w)].view(), wk.params.data(), wk.grads.data(), 1.0, job.step,
-                                  [&](std::int64_t, std::int64_t) {
-                                      if (cancel.load(std::memory_order_relaxed)) throw detail::Cancelled{};
-                                  });
-                    if (cancel.load()) throw detail::Cancelled{};
+                    if (remote_) {
+                        r.work = remote_work(w, owned[std::size_t(w)], job, cancel);
+                        reported = true;
+                    } else {
+                        r.work = work(w, owned[std::size_t(w)].view(), wk.params.data(), wk.grads.data(), 1.0, job.step,
+                                      [&](std::int64_t, std::int64_t) {
+                                          if (cancel.load(std::memory_order_relaxed)) throw detail::Cancelled{};
+                                      });
+                    }
+                    stop_if_cancelled();
                     if (!virtual_clock) {
                         const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
                         const double delay = opt.stragglers.delay_seconds(opt.straggler_seed, w, job.n, measured);
@@ -592,10 +650,14 @@ private:
                             std::unique_lock<std::mutex> lock(mutex_);
                             Stragglers::sleep(cv_, lock, delay, [&] { return cancel.load() || stop_; });
                         }
-                        if (cancel.load()) throw detail::Cancelled{};
+                        stop_if_cancelled();
                     }
                 } catch (const detail::Cancelled&) {
                     r.cancelled = true;
+                } catch (const detail::WorkerLost& ex) {
+                    r.failed = true;
+                    r.lost = true;
+                    r.error = ex.what();
                 } catch (const std::exception& ex) {
                     r.failed = true;
                     r.error = ex.what();
@@ -655,11 +717,16 @@ private:
                     clock_now();
                 }
                 const Result r = take_result(w);
+                if (r.failed && r.lost) {
+                    lose(w, r);
+                    continue;
+                }
                 if (r.failed) fail(w, r.error);
                 state[std::size_t(w)] = State::Idle;
                 ++completed[std::size_t(w)];
                 if (lockstep_rounds_) {
                     if (workers_[std::size_t(w)].version != version_) {  // finished after its update closed
+                        if (remote_) decide(w, kDiscard, job_of[std::size_t(w)].step);
                         ++epoch_.dropped;
                         continue;
                     }
@@ -728,13 +795,318 @@ private:
         };
         try {
             strategy_->pool().run_with(worker_loop, [](int) {}, coordinator, stop_workers);
-        } catch (...) {
+        } catch (const std::exception& e) {
             for (auto& srv : servers_) srv.received = 0;  // the open update is abandoned
+            if (remote_) {  // the other ranks stop now, with the reason, instead of at their deadline
+                remote_->mark_lost(-1);
+                const std::string why = e.what();
+                for (int r = 1; r < remote_->processes(); ++r)
+                    remote_->send(r, kAbort, 0, std::as_bytes(std::span<const char>(why.data(), why.size())));
+            }
             throw;
+        } catch (...) {
+            for (auto& srv : servers_) srv.received = 0;
+            throw;
+        }
+        if (remote_) {
+            std::vector<std::int64_t> gone;
+            for (int w : lost_) gone.push_back(remote_->worker_rank(w));
+            for (int r = 1; r < remote_->processes(); ++r)
+                if (std::find(gone.begin(), gone.end(), r) == gone.end())
+                    remote_->send(r, kEnd, 0, std::as_bytes(std::span<const std::int64_t>(gone)));
+            gone_ranks_ = gone;
+            sync_mirror();
+        }
+    }
+
+    // The smallest count of finished mini-batches among the workers still there (SSP).
+    static std::int64_t slowest(const std::vector<std::int64_t>& completed, const std::vector<State>& state) {
+        std::int64_t lo = std::numeric_limits<std::int64_t>::max();
+        for (std::size_t i = 0; i < completed.size(); ++i)
+            if (state[i] != State::Lost) lo = std::min(lo, completed[i]);
+        return lo == std::numeric_limits<std::int64_t>::max() ? 0 : lo;
+    }
+    // How long the coordinator waits for a worker's result: across processes longer than the
+    // proxy's own deadline, so that the proxy names the worker rank first.
+    std::chrono::milliseconds coordinator_wait() const { return remote_ ? 2 * timeout() + std::chrono::seconds(1) : timeout(); }
+
+    // ---- across processes (ParameterServerOptions::processes) ------------------------------------
+    using Role = ParameterServerProcesses::Role;
+    using Received = ParameterServerProcesses::Received;
+    // Message kinds.
+    static constexpr std::uint32_t kSendParams = 1, kParams = 2, kJob = 3, kDone = 4, kCancel = 5, kCancelled = 6,
+                                   kFailed = 7, kPushNow = 8, kDiscard = 9, kAdmit = 10, kPush = 11, kApply = 12, kAck = 13,
+                                   kEnd = 14, kState = 15, kAbort = 16;
+    [[noreturn]] void coordinator_stopped(const Received& m) {
+        remote_->mark_lost(-1);  // the job failed: no MPI_Finalize, which would wait for every rank
+        throw DistributedError("ParameterServer: the coordinator stopped the job: " +
+                               std::string(reinterpret_cast<const char*>(m.payload.data()), m.payload.size()));
+    }
+    std::chrono::milliseconds timeout() const { return strategy_->ps_options().timeout; }
+    // How long a server or worker waits for the coordinator's next word: the coordinator itself
+    // may wait a timeout for a worker first.
+    std::chrono::milliseconds idle_timeout() const { return 10 * timeout(); }
+
+    template <class V>
+    static void put(std::vector<std::byte>& out, const V* p, std::size_t n) {
+        if (n == 0) return;  // an empty vector's data() may be null
+        const auto* b = reinterpret_cast<const std::byte*>(p);
+        out.insert(out.end(), b, b + n * sizeof(V));
+    }
+    template <class V>
+    static const std::byte* get(const std::byte* in, V* p, std::size_t n) {
+        if (n == 0) return in;
+        std::memcpy(static_cast<void*>(p), in, n * sizeof(V));
+        return in + n * sizeof(V);
+    }
+
+    void apply_inbox(Server& srv, T inv) {
+        if (srv.size == 0 || srv.received == 0) return;
+        auto acc = srv.inbox[0].view();
+        for (int i = 1; i < srv.received; ++i) axpy(T(1), srv.inbox[std::size_t(i)].view(), acc);
+        scale(acc, inv, acc);
+        srv.opt.apply(srv.params.data(), acc.data());
+        srv.received = 0;
+    }
+
+    // Coordinator: the decision on a finished mini-batch (push it, or discard it).
+    void decide(int w, std::uint32_t kind, std::uint64_t step) { remote_->send(remote_->worker_rank(w), kind, step, {}); }
+    void remote_push(int w, std::uint64_t step) {
+        decide(w, kPushNow, step);
+        const std::int64_t who = w;
+        for (int sv = 0; sv < int(servers_.size()); ++sv)
+            remote_->send(remote_->server_rank(sv), kAdmit, step, std::as_bytes(std::span<const std::int64_t>(&who, 1)));
+    }
+    void remote_apply(T inv) {
+        for (int sv = 0; sv < int(servers_.size()); ++sv)
+            remote_->send(remote_->server_rank(sv), kApply, std::uint64_t(version_), std::as_bytes(std::span<const T>(&inv, 1)));
+        for (int sv = 0; sv < int(servers_.size()); ++sv) {
+            const auto m = remote_->receive(remote_->server_rank(sv), "ParameterServer: update acknowledgement", coordinator_wait());
+            STRATA_CHECK(m.kind == kAck, DistributedError, "ParameterServer: ", remote_->name(m.source), " sent message ", m.kind,
+                         " where an acknowledgement was expected");
+        }
+    }
+
+    // Coordinator, on worker w's proxy thread: the mini-batch computed by worker rank w.
+    template <class Y>
+    UnitWork remote_work(int w, const OwnedBatch<Y>& ob, const Job& job, std::atomic<bool>& cancel) {
+        const int rank = remote_->worker_rank(w);
+        std::vector<std::byte> bytes;
+        const std::int64_t head[6] = {ob.size, ob.example_size, ob.y_per_example, std::int64_t(ob.x.size()),
+                                      std::int64_t(ob.y.size()), std::int64_t(ob.w.size())};
+        put(bytes, head, 6);
+        put(bytes, ob.x.data(), ob.x.size());
+        put(bytes, ob.y.data(), ob.y.size());
+        put(bytes, ob.w.data(), ob.w.size());
+        remote_->send(rank, kJob, job.step, bytes);
+        bool cancel_sent = false;
+        RunningDeadline d(timeout(), std::chrono::milliseconds(2));
+        for (int spins = 0;; ++spins) {
+            if (auto m = remote_->try_receive(rank)) {
+                if (m->step != job.step) continue;
+                if (m->kind == kCancelled) throw detail::Cancelled{};
+                if (m->kind == kFailed)
+                    throw DistributedError(std::string(reinterpret_cast<const char*>(m->payload.data()), m->payload.size()));
+                UnitWork u;
+                const std::byte* in = m->payload.data();
+                in = get(in, &u.loss_sum, 1);
+                in = get(in, &u.correct, 1);
+                get(in, &u.examples, 1);
+                return u;
+            }
+            if (!cancel_sent && cancel.load()) {
+                remote_->send(rank, kCancel, job.step, {});
+                cancel_sent = true;
+            }
+            if (d.expired())
+                throw detail::WorkerLost(remote_->name(rank) + " did not report its mini-batch within " +
+                                         std::to_string(timeout().count()) + " ms");
+            if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    }
+
+    // Worker rank, on the thread of its worker index: the coordinator's jobs until the epoch ends.
+    template <class Y, class Work>
+    void work_epoch(int w, Work& work) {
+        const int coord = remote_->coordinator_rank();
+        auto& wk = workers_[std::size_t(w)];
+        OwnedBatch<Y> ob;
+        for (;;) {
+            const auto m = remote_->receive(coord, "ParameterServer: the coordinator's next mini-batch", idle_timeout());
+            if (m.kind == kEnd) return;
+            if (m.kind == kAbort) coordinator_stopped(m);
+            if (m.kind != kJob) continue;  // a cancellation or decision that came too late
+            std::int64_t head[6];
+            const std::byte* in = get(m.payload.data(), head, 6);
+            ob.size = head[0];
+            ob.example_size = head[1];
+            ob.y_per_example = head[2];
+            ob.x.resize(std::size_t(head[3]));
+            ob.y.resize(std::size_t(head[4]));
+            ob.w.resize(std::size_t(head[5]));
+            in = get(in, ob.x.data(), ob.x.size());
+            in = get(in, ob.y.data(), ob.y.size());
+            get(in, ob.w.data(), ob.w.size());
+            std::string pull_error;
+            for (int sv = 0; sv < int(servers_.size()) && pull_error.empty(); ++sv) {
+                const auto& srv = servers_[std::size_t(sv)];
+                for (;;) {  // shards sent for jobs cancelled before they were posted are older: skipped
+                    Received p;
+                    try {
+                        p = remote_->receive(remote_->server_rank(sv), "ParameterServer: pull reply", timeout());
+                    } catch (const DistributedError& e) {  // the coordinator hears why, and names the server
+                        pull_error = e.what();
+                        break;
+                    }
+                    if (p.step != m.step) continue;
+                    const T* v = reinterpret_cast<const T*>(p.payload.data());
+                    for (std::size_t i = 0; i < srv.ranges.size(); ++i)
+                        copy(TensorView<T, place::Host>(const_cast<T*>(v) + srv.compact[i], Shape{srv.ranges[i].count}),
+                             TensorView<T, P>(wk.params.data() + srv.ranges[i].first, Shape{srv.ranges[i].count}));
+                    break;
+                }
+            }
+            if (!pull_error.empty()) {
+                remote_->send(coord, kFailed, m.step, std::as_bytes(std::span<const char>(pull_error.data(), pull_error.size())));
+                continue;
+            }
+            UnitWork u;
+            std::string error;
+            bool cancelled = false;
+            try {
+                u = work(w, ob.view(), wk.params.data(), wk.grads.data(), 1.0, m.step, [&](std::int64_t, std::int64_t) {
+                    while (auto c = remote_->try_receive(coord)) {
+                        if (c->kind == kAbort) coordinator_stopped(*c);
+                        if (c->kind == kCancel && c->step == m.step) throw detail::Cancelled{};
+                    }
+                });
+            } catch (const detail::Cancelled&) {
+                cancelled = true;
+            } catch (const std::exception& e) {
+                error = std::string("worker ") + std::to_string(w) + ": " + e.what();
+            }
+            if (cancelled) {
+                remote_->send(coord, kCancelled, m.step, {});
+                continue;
+            }
+            if (!error.empty()) {
+                remote_->send(coord, kFailed, m.step, std::as_bytes(std::span<const char>(error.data(), error.size())));
+                continue;
+            }
+            std::vector<std::byte> done;
+            put(done, &u.loss_sum, 1);
+            put(done, &u.correct, 1);
+            put(done, &u.examples, 1);
+            remote_->send(coord, kDone, m.step, done);
+            for (;;) {
+                const auto dcs = remote_->receive(coord, "ParameterServer: the coordinator's decision on a mini-batch", idle_timeout());
+                if (dcs.kind == kAbort) coordinator_stopped(dcs);
+                if (dcs.step != m.step || dcs.kind == kCancel) continue;
+                if (dcs.kind == kPushNow) {
+                    const auto g = to_vector(wk.grads.view());
+                    for (int sv = 0; sv < int(servers_.size()); ++sv) {
+                        const auto& srv = servers_[std::size_t(sv)];
+                        std::vector<T> mine(std::size_t(srv.size));
+                        for (std::size_t i = 0; i < srv.ranges.size(); ++i)
+                            std::copy_n(g.begin() + srv.ranges[i].first, srv.ranges[i].count, mine.begin() + srv.compact[i]);
+                        remote_->send(remote_->server_rank(sv), kPush, m.step, std::as_bytes(std::span<const T>(mine)));
+                    }
+                }
+                break;  // pushed, or discarded
+            }
+        }
+    }
+
+    // Server rank: the coordinator's commands until the epoch ends.
+    void serve_epoch() {
+        const int coord = remote_->coordinator_rank();
+        auto& srv = servers_[std::size_t(remote_->index())];
+        for (;;) {
+            const auto m = remote_->receive(coord, "ParameterServer: the coordinator's next command", idle_timeout());
+            if (m.kind == kAbort) coordinator_stopped(m);
+            if (m.kind == kEnd) {  // with the ranks of the workers lost: the state is not sent to them
+                gone_ranks_.assign(m.payload.size() / sizeof(std::int64_t), 0);
+                if (!gone_ranks_.empty()) std::memcpy(gone_ranks_.data(), m.payload.data(), gone_ranks_.size() * sizeof(std::int64_t));
+                for (auto r : gone_ranks_) remote_->mark_lost(int(r));
+                return;
+            }
+            if (m.kind == kSendParams || m.kind == kAdmit) {
+                std::int64_t w = 0;
+                get(m.payload.data(), &w, 1);
+                if (m.kind == kSendParams) {
+                    const auto v = to_vector(srv.params.view());
+                    remote_->send(remote_->worker_rank(int(w)), kParams, m.step, std::as_bytes(std::span<const T>(v)));
+                } else {
+                    // A worker that died between its report and its push: the update goes on without
+                    // it (the coordinator finds the worker lost at its next mini-batch).
+                    std::optional<Received> got;
+                    try {
+                        got = remote_->receive(remote_->worker_rank(int(w)), "ParameterServer: push", timeout());
+                    } catch (const DistributedError& e) {
+                        std::fprintf(stderr, "strata: warning: %s; the update goes on without it\n", e.what());
+                        continue;
+                    }
+                    const auto& p = *got;
+                    STRATA_CHECK(p.kind == kPush && p.step == m.step, DistributedError, "ParameterServer: ",
+                                 remote_->name(p.source), " pushed mini-batch ", p.step, " (message ", p.kind, "), expected ", m.step);
+                    if (srv.size == 0) continue;
+                    if (int(srv.inbox.size()) <= srv.received) srv.inbox.emplace_back(Shape{srv.size});
+                    copy(TensorView<T, place::Host>(reinterpret_cast<T*>(const_cast<std::byte*>(p.payload.data())), Shape{srv.size}),
+                         srv.inbox[std::size_t(srv.received++)].view());
+                }
+            } else if (m.kind == kApply) {
+                T inv{};
+                get(m.payload.data(), &inv, 1);
+                apply_inbox(srv, inv);
+                remote_->send(coord, kAck, m.step, {});
+            }
+        }
+    }
+
+    // Every rank, after an epoch: each server sends its shards, optimizer slots and iteration
+    // count to every other rank, so that every rank's copy of the servers is the same.
+    void sync_mirror() {
+        const int me_server = remote_->role() == Role::Server ? remote_->index() : -1;
+        for (int sv = 0; sv < int(servers_.size()); ++sv) {
+            auto& srv = servers_[std::size_t(sv)];
+            const int from = remote_->server_rank(sv);
+            if (sv == me_server) {
+                std::vector<std::byte> bytes;
+                const auto p = to_vector(srv.params.view());
+                put(bytes, p.data(), p.size());
+                for (auto& [name, t] : srv.opt.slots()) {
+                    const auto v = to_vector(t.view());
+                    put(bytes, v.data(), v.size());
+                }
+                const std::int64_t it = srv.opt.iterations();
+                put(bytes, &it, 1);
+                for (int r = 0; r < remote_->processes(); ++r)
+                    if (r != from && std::find(gone_ranks_.begin(), gone_ranks_.end(), r) == gone_ranks_.end())
+                        remote_->send(r, kState, 0, bytes);
+                continue;
+            }
+            const auto m = remote_->receive(from, "ParameterServer: the servers' state after the epoch", idle_timeout());
+            if (m.kind == kAbort) coordinator_stopped(m);
+            STRATA_CHECK(m.kind == kState, DistributedError, "ParameterServer: ", remote_->name(from), " sent message ", m.kind,
+                         " where its state was expected");
+            const std::byte* in = m.payload.data();
+            auto take = [&](Tensor<T, P>& t, std::int64_t n) {
+                std::vector<T> v(static_cast<std::size_t>(n));
+                in = get(in, v.data(), v.size());
+                if (n > 0) copy(TensorView<T, place::Host>(v.data(), Shape{n}), t.view());
+            };
+            take(srv.params, srv.size);
+            for (auto& [name, t] : srv.opt.slots()) take(t, srv.size);
+            std::int64_t it = 0;
+            get(in, &it, 1);
+            srv.opt.set_iterations(it);
         }
     }
 
     Strategy* strategy_;
+    ParameterServerProcesses* remote_;  // across processes: roles and messages; null in one process
+    std::vector<int> lost_;                 // across processes: workers lost (their indices)
+    std::vector<std::int64_t> gone_ranks_;  // across processes: their ranks, as the last epoch's end said
     sync::Rule rule_;        // the sync mode's admission rule (the type's, or chosen at run time)
     bool lockstep_rounds_;   // Synchronous, KSync, KBatchSync: updates close rounds of dispatches
     int W_, K_, B_;

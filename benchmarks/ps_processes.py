@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""ParameterServer across processes against in process, on the seed CNN (docs/benchmarks.md,
+"ParameterServer across processes").
+
+  ps_processes.py --mnist-cnn build/examples/mnist_cnn [--data data/mnist] [--mpirun mpirun]
+                  [--reps 3] [--steps 150] [--curve-epochs 8] [--json FILE]
+
+1. Speed: 1 server + 3 workers, asynchronous, real clock, batch 64 per worker, --threads 1:
+   `mnist_cnn --strategy parameter_server ...` in one process and under `mpirun -np 5`,
+   alternated --reps times; updates per second and ms per update from the coordinator's clock
+   (the JSON's `seconds`: the epochs' time, not the start-up or the evaluation), medians.
+2. A worker killed halfway: the same job under `mpirun --enable-recovery -np 5`, --curve-epochs
+   epochs of --steps updates, worker 2 (rank 4) killed with SIGKILL once rank 0 has reported half
+   of the epochs; the validation accuracy of every epoch, the epoch of the kill, and the warning
+   that named the worker. Standard library only.
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_hwloc_base_binding_policy="none", STRATA_QUIET_BLAS="1")
+
+
+def rank_pids(exe_name):
+    found = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().split(b"\0")
+            if not cmd or not cmd[0].endswith(exe_name.encode()):
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                for item in f.read().split(b"\0"):
+                    if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                        found[int(item.split(b"=")[1])] = int(pid)
+        except OSError:
+            continue
+    return found
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mnist-cnn", required=True)
+    ap.add_argument("--data", default="data/mnist")
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--curve-epochs", type=int, default=8)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    flags = ["--data", a.data, "--strategy", "parameter_server", "--workers", "3", "--servers", "1", "--sync", "async",
+             "--batch-size", "64", "--threads", "1"]
+    out = {"flags": flags, "speed": {}, "curve": {}}
+    with tempfile.TemporaryDirectory() as d:
+        runs = {"in process": [], "5 processes": []}
+        for rep in range(a.reps):
+            for name, prefix in (("in process", []), ("5 processes", [a.mpirun, "-np", "5"])):
+                j = os.path.join(d, f"speed{rep}.json")
+                r = subprocess.run(prefix + [a.mnist_cnn] + flags + ["--epochs", "1", "--steps-per-epoch", str(a.steps),
+                                                                    "--verbose", "0", "--json", j],
+                                   capture_output=True, text=True, env=ENV, timeout=900)
+                if r.returncode != 0:
+                    sys.exit(f"{name}: exit {r.returncode}: {r.stderr[-1000:]}")
+                with open(j) as f:
+                    doc = json.load(f)
+                runs[name].append(doc["updates"] / doc["seconds"])
+        print(f"1 server + 3 workers, async, real clock, batch 64 per worker, {a.steps} updates, {a.reps} runs each (medians):")
+        for name, ups in runs.items():
+            m = statistics.median(ups)
+            print(f"  {name:12s} {m:7.1f} updates/s  {1e3 / m:6.2f} ms per update   (runs: {', '.join(f'{u:.1f}' for u in ups)})")
+            out["speed"][name] = {"updates_per_second": m, "ms_per_update": 1e3 / m, "runs": ups}
+
+        j = os.path.join(d, "curve.json")
+        cmd = [a.mpirun, "--enable-recovery", "-np", "5", a.mnist_cnn] + flags + [
+            "--epochs", str(a.curve_epochs), "--steps-per-epoch", str(a.steps), "--verbose", "2", "--timeout-ms", "3000",
+            "--json", j]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        killed_after = None
+        lines = []
+        for line in p.stdout:
+            lines.append(line)
+            if killed_after is None and line.startswith("Epoch") is False and "val_accuracy" in line:
+                done = sum(1 for x in lines if "val_accuracy" in x)
+                if done == a.curve_epochs // 2:
+                    pids = rank_pids(os.path.basename(a.mnist_cnn))
+                    if 4 in pids:
+                        os.kill(pids[4], signal.SIGKILL)
+                        killed_after = done
+        err = p.stderr.read()
+        p.wait()
+        with open(j) as f:
+            doc = json.load(f)
+        named = [x for x in err.splitlines() if "did not report" in x]
+        print(f"\nworker 2 (rank 4) killed after epoch {killed_after} of {a.curve_epochs} ({a.steps} updates per epoch):")
+        for e, acc in enumerate(doc["epoch_val_accuracy"]):
+            mark = "   <- worker 2 killed after this epoch" if killed_after == e + 1 else ""
+            print(f"  epoch {e + 1}: validation accuracy {100 * acc:.2f}%, epoch time {doc['epoch_train_seconds'][e]:.2f} s{mark}")
+        print(f"  test accuracy {100 * doc['test_accuracy']:.2f}%, updates {doc['updates']}, dropped {doc['dropped']}")
+        print("  " + (named[0] if named else "(no warning naming the worker)"))
+        out["curve"] = {"killed_after_epoch": killed_after, "epoch_val_accuracy": doc["epoch_val_accuracy"],
+                        "epoch_train_seconds": doc["epoch_train_seconds"], "test_accuracy": doc["test_accuracy"],
+                        "updates": doc["updates"], "dropped": doc["dropped"], "warning": named[0] if named else None}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

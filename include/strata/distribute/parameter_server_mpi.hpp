@@ -1,0 +1,90 @@
+#pragma once
+/// \file strata/distribute/parameter_server_mpi.hpp
+/// ParameterServer across the processes of an MPI job: rank 0 the coordinator, ranks 1..S the
+/// servers, ranks S+1..S+W the workers (ParameterServerLayout). Every process runs the same
+/// program and makes the same calls; give each one's strategy
+/// `ParameterServerOptions::processes = parameter_server_processes(W, S, timeout)`:
+///
+/// \code
+/// sd::ParameterServerOptions o{.clock = sd::Clock::Virtual};
+/// o.processes = sd::parameter_server_processes(/*workers=*/3, /*servers=*/1, o.timeout);  // mpirun -np 5
+/// sd::ParameterServer<strata::place::Host, strata::sync::Asynchronous<>> ps(3, 1, o);
+/// \endcode
+///
+/// Inside an epoch the coordinator runs the in-process schedule and admission rules unchanged;
+/// its worker threads are proxies of the worker ranks, and its pulls, pushes and updates are
+/// messages (collective::Mailbox: non-blocking, every wait with a deadline that names the rank):
+/// at dispatch each server sends the worker its shards, tagged with the job; a worker computes
+/// and reports; an admitted mini-batch is pushed by the worker into each server's inbox; an
+/// update tells the servers to sum their inboxes in admission order and apply, and they
+/// acknowledge. After each epoch the servers send their state to every rank, so evaluate,
+/// predict, save and BackupAndRestore work on every rank as in one process. Needs <mpi.h>.
+#include <strata/distribute/collective/mailbox.hpp>
+#include <strata/distribute/parameter_server.hpp>
+#include <strata/distribute/parameter_server_layout.hpp>
+
+#include <memory>
+
+namespace strata::distribute {
+
+namespace detail {
+class MpiParameterServerProcesses final : public ParameterServerProcesses {
+public:
+    MpiParameterServerProcesses(ParameterServerLayout layout, int rank, MPI_Comm comm, std::chrono::milliseconds timeout)
+        : layout_(layout), rank_(rank), box_(comm, timeout, [layout](int r) { return layout.name(r); }) {}
+    Role role() const override {
+        switch (layout_.role(rank_)) {
+            case ParameterServerLayout::Role::Coordinator: return Role::Coordinator;
+            case ParameterServerLayout::Role::Server: return Role::Server;
+            case ParameterServerLayout::Role::Worker: return Role::Worker;
+        }
+        return Role::Coordinator;
+    }
+    int index() const override { return layout_.index(rank_); }
+    int coordinator_rank() const override { return ParameterServerLayout::coordinator_rank(); }
+    int server_rank(int s) const override { return layout_.server_rank(s); }
+    int worker_rank(int w) const override { return layout_.worker_rank(w); }
+    int processes() const override { return layout_.processes(); }
+    std::string name(int rank) const override { return layout_.name(rank); }
+    void send(int rank, std::uint32_t kind, std::uint64_t step, std::span<const std::byte> payload) override {
+        box_.send(rank, kind, step, payload);
+    }
+    Received receive(int rank, std::string_view what, std::chrono::milliseconds timeout) override {
+        try {
+            auto m = box_.receive(rank, what, timeout);
+            return Received{m.source, m.kind, m.step, std::move(m.payload)};
+        } catch (const DistributedError&) {
+            collective::mpi::job_failed() = true;  // a rank is gone: MPI_Finalize would wait for it
+            throw;
+        }
+    }
+    std::optional<Received> try_receive(int rank) override {
+        auto m = box_.try_receive(rank);
+        if (!m) return std::nullopt;
+        return Received{m->source, m->kind, m->step, std::move(m->payload)};
+    }
+
+    // MPI_Finalize waits for every rank: a job that lost one skips it (as a failed process group does).
+    void mark_lost(int) override { collective::mpi::job_failed() = true; }  // -1: the job failed
+
+private:
+    ParameterServerLayout layout_;
+    int rank_;
+    collective::Mailbox box_;
+};
+}  // namespace detail
+
+/// The roles of this job's ranks for a parameter server of `workers` workers and `servers`
+/// servers (ValueError on every rank unless the job has 1 + servers + workers processes).
+inline std::shared_ptr<ParameterServerProcesses> parameter_server_processes(int workers, int servers,
+                                                                            std::chrono::milliseconds timeout,
+                                                                            MPI_Comm comm = MPI_COMM_WORLD) {
+    collective::mpi::ensure_initialized();
+    int size = 1, rank = 0;
+    MPI_Comm_size(comm, &size);
+    MPI_Comm_rank(comm, &rank);
+    const auto layout = ParameterServerLayout::of(size, workers, servers);
+    return std::make_shared<detail::MpiParameterServerProcesses>(layout, rank, comm, timeout);
+}
+
+}  // namespace strata::distribute

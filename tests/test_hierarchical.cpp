@@ -1,0 +1,177 @@
+// The hierarchical transport of ProcessGroup (shared memory inside each host, MPI between one
+// leader per host, broadcast back inside) and MultiWorkerMirrored over it, run by
+// `mpirun -np 4` with STRATA_FAKE_HOSTS=2 (tests/meson.build): the 4 ranks are declared to be
+// 2 hosts of 2 ranks, {0, 1} and {2, 3}, on this one machine.
+#include <doctest/doctest.h>
+
+#include "test_util.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <strata/strata.hpp>
+#include <strata/distribute/multi_worker_mirrored.hpp>
+
+using namespace strata::nn;
+namespace dist = strata::distribute;
+namespace coll = strata::distribute::collective;
+using strata_test::lcg;
+using strata_test::max_relative_difference;
+
+namespace {
+
+using Cnn = Sequential<Input<6, 6, 2>, Conv2D<3, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<5, Tanh>, Dense<3, Softmax>>;
+
+int world_rank() { return coll::mpi::world_rank(); }
+int world_size() { return coll::mpi::world_size(); }
+
+strata::data::Dataset<> images(std::size_t n, std::uint64_t seed) {
+    auto f64 = lcg(n * 72, seed, 0, 1);
+    std::vector<float> f(f64.begin(), f64.end());
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) y[i] = std::int32_t((f[i * 72] + f[i * 72 + 7] > 1.0) + (f[i * 72 + 40] > 0.5));
+    return strata::data::Dataset<>::from_arrays(std::move(f), {6, 6, 2}, std::move(y));
+}
+
+template <class T>
+bool same_on_every_rank(std::vector<T> v) {
+    auto root = v;
+    MPI_Bcast(root.data(), int(root.size() * sizeof(T)), MPI_BYTE, 0, MPI_COMM_WORLD);
+    int same = std::memcmp(root.data(), v.data(), v.size() * sizeof(T)) == 0;
+    MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return same == 1;
+}
+
+template <class T, class Strategy>
+std::vector<T> train(Strategy& s, strata::optim::Optimizer opt, const strata::data::Dataset<>& ds) {
+    strata::Model<Cnn, Strategy, T> model(s, 11);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    model.fit(ds, {.epochs = 2, .verbose = 0});
+    return model.get_weights();
+}
+
+// The layout these tests are written for.
+bool two_by_two() {
+    const char* v = std::getenv("STRATA_FAKE_HOSTS");
+    return world_size() == 4 && v != nullptr && std::string(v) == "2";
+}
+
+}  // namespace
+
+TEST_CASE("the fake host layout: 4 ranks, STRATA_FAKE_HOSTS=2, are 2 hosts of 2, and Auto picks the hierarchical transport") {
+    REQUIRE(two_by_two());
+    const int me = world_rank();
+    coll::ProcessGroup pg(MPI_COMM_WORLD, 1);
+    CHECK(pg.transport() == coll::Transport::Hierarchical);
+    CHECK(pg.num_hosts() == 2);
+    CHECK(pg.host_index() == me / 2);
+    CHECK(pg.host_rank() == me % 2);
+    CHECK(pg.local_size() == 4);  // the real host: cores and GPUs are shared among all 4
+    // Asked explicitly, the shared-memory transport is refused: the ranks are not on one host.
+    const auto msg = strata_test::error_of<strata::ValueError>(
+        [] { coll::ProcessGroup shm(MPI_COMM_WORLD, 1, {.transport = coll::Transport::SharedMemory}); });
+    CHECK(msg.find("the 4 ranks are on 2 hosts (STRATA_FAKE_HOSTS / fake_hosts)") != std::string::npos);
+    // A layout that does not divide the ranks is refused on every rank.
+    const auto bad = strata_test::error_of<strata::ValueError>([] { coll::ProcessGroup g(MPI_COMM_WORLD, 1, {.fake_hosts = 3}); });
+    CHECK(bad.find("STRATA_FAKE_HOSTS=3 hosts must divide the 4 ranks evenly") != std::string::npos);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("hierarchical all-reduce, broadcast and barrier: exact sums, the same bits on every rank, the cross-host stage counted") {
+    REQUIRE(two_by_two());
+    const int n = world_size(), me = world_rank();
+    coll::ProcessGroup pg(MPI_COMM_WORLD, 2, {.transport = coll::Transport::Hierarchical, .chunk_bytes = 1024});
+    for (std::size_t len : {std::size_t(0), std::size_t(1), std::size_t(5), std::size_t(1000), std::size_t(100003)}) {
+        CAPTURE(len);
+        std::vector<double> v(len);
+        for (std::size_t i = 0; i < len; ++i) v[i] = double(i % 97) * (me + 1) + 0.5;
+        pg.all_reduce(0, std::span<double>(v));
+        bool ok = true;
+        for (std::size_t i = 0; i < len; ++i) ok = ok && v[i] == double(i % 97) * (n * (n + 1) / 2) + 0.5 * n;
+        CHECK(ok);
+        std::vector<float> f(len, float(me + 1));
+        pg.all_reduce(1, std::span<float>(f), coll::ReduceOp::Mean);
+        CHECK(std::all_of(f.begin(), f.end(), [&](float x) { return x == float(n + 1) / 2; }));
+        for (int root = 0; root < n; ++root) {  // a root on either host, leader or not
+            std::vector<double> b(len, double(me));
+            pg.broadcast(0, std::span<double>(b), root);
+            CHECK(std::all_of(b.begin(), b.end(), [&](double x) { return x == double(root); }));
+        }
+    }
+    // Values whose float sum depends on the order: every rank still holds the same bits.
+    auto r64 = lcg(40000, 100 + std::uint64_t(me), -1, 1);
+    std::vector<float> r(r64.begin(), r64.end());
+    pg.all_reduce(0, std::span<float>(r));
+    CHECK(same_on_every_rank(r));
+    // Both lanes at once, from two threads.
+    std::vector<float> a(30000, 1.0f), c(20000, 2.0f);
+    std::thread other([&] { pg.all_reduce(1, std::span<float>(c)); });
+    pg.all_reduce(0, std::span<float>(a));
+    other.join();
+    CHECK(a[29999] == float(n));
+    CHECK(c[0] == float(2 * n));
+    pg.barrier(0);
+    const auto st = pg.cross_host_stats();
+    if (pg.host_rank() == 0) {
+        CHECK(st.calls > 0);
+        // Every all-reduce above crossed once per call: 5 lengths × (8 + 4) bytes per element, and the rest.
+        CHECK(st.bytes == std::int64_t((0 + 1 + 5 + 1000 + 100003) * 12 + 40000 * 4 + 30000 * 4 + 20000 * 4));
+        CHECK(st.seconds > 0);
+    } else {
+        CHECK(st.calls == 0);
+        CHECK(st.bytes == 0);
+    }
+}
+
+TEST_CASE("MultiWorkerMirrored over 2 fake hosts x 2 processes equals one device (and the flat transports)") {
+    REQUIRE(two_by_two());
+    const auto ds = images(46, 5).batch(10);  // 10 does not divide by 4 × 2 replicas; a partial last batch
+    const strata::optim::Optimizer adam = strata::optim::Adam{.learning_rate = 0.01};
+    dist::OneDevice<> one;
+    const auto reference = train<double>(one, adam, ds);
+    for (int replicas : {1, 2}) {
+        CAPTURE(replicas);
+        dist::MultiWorkerMirrored<> mw(replicas, {.bucket_bytes = 64}, {.transport = coll::Transport::Auto});
+        CHECK(mw.process_group().transport() == coll::Transport::Hierarchical);
+        const auto w = train<double>(mw, adam, ds);
+        CHECK(max_relative_difference(w, reference) <= 1e-12);
+        CHECK(same_on_every_rank(w));
+        if (mw.process_group().host_rank() == 0) CHECK(mw.process_group().cross_host_stats().bytes > 0);
+    }
+    const strata::optim::Optimizer sgd = strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9};
+    const auto ref32 = train<float>(one, sgd, ds);
+    dist::MultiWorkerMirrored<> h(2, {}, {.transport = coll::Transport::Hierarchical});
+    const auto w32 = train<float>(h, sgd, ds);
+    CHECK(max_relative_difference(w32, ref32) <= 1e-6);
+    CHECK(same_on_every_rank(w32));
+}
+
+TEST_CASE("hierarchical: a rank that does not arrive is named by its host, and the job stops on every rank") {
+    REQUIRE(two_by_two());
+    const int me = world_rank();
+    coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.timeout = std::chrono::milliseconds(500), .stall_warning = std::chrono::milliseconds(-1),
+                                              .transport = coll::Transport::Hierarchical});
+    pg.barrier(0);
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<float> v(1000, 1.0f);
+    std::string msg;
+    if (me == 3) std::this_thread::sleep_for(std::chrono::milliseconds(3000));  // late: the others gave up
+    msg = strata_test::error_of<strata::DistributedError>([&] { pg.all_reduce(0, std::span<float>(v)); });
+    CAPTURE(msg);
+    CHECK(!msg.empty());
+    CHECK(pg.failed());
+    if (me == 2)  // rank 3's host leader names it
+        CHECK(msg.find("inside host 1: rank 3 of 4 did not arrive within 500 ms") != std::string::npos);
+    if (me == 0)  // the other leader names the host's leader that did not come
+        CHECK(msg.find("between hosts (their leaders): rank 2 of 4 did not arrive within 500 ms") != std::string::npos);
+    if (me == 1)  // stopped by its leader's abort, which says why (it waits 3 timeouts for its leader)
+        CHECK(msg.find("rank 0 of 4 failed: rank 0: across processes: all_reduce between hosts (their leaders): rank 2 of 4 "
+                       "did not arrive within 500 ms") != std::string::npos);
+    if (me != 3) CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2500));
+    MPI_Barrier(MPI_COMM_WORLD);
+}
