@@ -44,16 +44,11 @@ namespace detail {
 // below use only operations both places round identically: exact conversions, correctly
 // rounded +, −, ×, ÷ and sqrt (IEEE 754 on both), with every product an explicit
 // round-to-nearest multiply that nvcc never fuses (__fmul_rn, __dmul_rn).
-STRATA_HD inline float mul_rn(float a, float b) {
+template <class T>
+STRATA_HD inline T mul_rn(T a, T b) {
 #ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
-STRATA_HD inline double mul_rn(double a, double b) {
-#ifdef __CUDA_ARCH__
-    return __dmul_rn(a, b);
+    if constexpr (sizeof(T) == 4) return __fmul_rn(a, b);
+    else return __dmul_rn(a, b);
 #else
     return a * b;
 #endif
