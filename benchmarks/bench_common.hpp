@@ -1,10 +1,10 @@
 // bench_common.hpp: what the benchmarks (bench_gemm, bench_reduce, bench_allreduce,
 // bench_mpi_allreduce) share: their common flags, machine description, statistics and JSON
-// output. Flags and JSON go through examples/cli.hpp (standard library only), like the
+// output. Flags and JSON go through tools/cli.hpp (standard library only), like the
 // examples'. No strata: bench_mpi_allreduce builds without strata or its BLAS.
 #pragma once
 
-#include "../examples/cli.hpp"
+#include "../tools/cli.hpp"
 
 #include <algorithm>
 #include <chrono>

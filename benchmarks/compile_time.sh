@@ -5,14 +5,14 @@
 #   compiled   the README program with the compiled part (STRATA_SEPARATE_COMPILATION: libstrata
 #              built once beforehand, not counted, then linked)
 #   umbrella   a translation unit that includes <strata/strata.hpp> and nothing else
-#   mnist_cnn  every host unit of examples/mnist_cnn (every strategy and sync mode it offers;
-#              MultiWorkerMirrored's unit too where MPI is found), compiled two at a time as
-#              `meson compile -j 2` would on this 2-core machine, then linked: wall time
-#   units      each unit of mnist_cnn alone (the slowest one bounds the parallel build)
-#   mnist_cnn_compiled  the same build with the compiled part (every unit with
-#              STRATA_SEPARATE_COMPILATION, linked with libstrata, built once beforehand)
-#   nvcc       units that nvcc compiles for the GPU, where nvcc is found (reported beside, with
-#              their own target; none yet in mnist_cnn)
+#   mnist_cnn  every host unit of tools/mnist_cnn (every strategy and sync mode it offers;
+#              MultiWorkerMirrored's unit too where MPI is found) as tools/meson.build builds
+#              them: with the compiled part (libstrata built once beforehand, not counted),
+#              two at a time as `meson compile -j 2` would on this 2-core machine, then linked
+#   mnist_cnn_header_only  the same units header-only, beside
+#   units      each unit alone, both ways (the slowest one bounds the parallel build)
+#   nvcc       tools/mnist_cnn_gpu.cu (--device gpu), where nvcc is found, once, with its own
+#              target (no slower than the ~50 s one CUDA model unit took)
 # Prints a table; --json FILE writes the same figures (and the machine, compiler and flags).
 #   benchmarks/compile_time.sh [--reps 3] [--json FILE]
 set -euo pipefail
@@ -44,15 +44,14 @@ open(sys.argv[2], "w").write(m.group(1))
 PY
 printf '#include <strata/strata.hpp>\nint main() { return 0; }\n' > "$out/umbrella.cpp"
 
-# examples/mnist_cnn's host units (as examples/meson.build lists them) and their flags.
-units=(examples/mnist_cnn.cpp examples/mnist_cnn_ps.cpp)
-[ -f examples/mnist_cnn_train.cpp ] && units+=(examples/mnist_cnn_train.cpp)
+# tools/mnist_cnn's host units (as tools/meson.build lists them, without CUDA) and their flags.
+units=(tools/mnist_cnn.cpp tools/mnist_cnn_train.cpp tools/mnist_cnn_ps.cpp tools/mnist_cnn_pipeline.cpp tools/mnist_cnn_nogpu.cpp)
 mpi_flags=() mpi_libs=()
 if command -v mpicxx >/dev/null 2>&1; then
   read -r -a mpi_flags <<<"$(mpicxx --showme:compile)"
   read -r -a mpi_libs <<<"$(mpicxx --showme:link)"
   mpi_flags+=(-DMNIST_CNN_HAVE_MPI=1)
-  units+=(examples/mnist_cnn_mw.cpp)
+  units+=(tools/mnist_cnn_mw.cpp)
 fi
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)  # the machine may be shared: say how busy it was
@@ -63,6 +62,31 @@ best() { printf '%s\n' "$@" | sort -n | head -n1; }
 # The compiled part, once (a library a project builds once and links on every edit).
 "$cxx" "${flags[@]}" -DSTRATA_SEPARATE_COMPILATION -c src/strata.cpp -o "$out/libstrata.o"
 
+# Builds tools/mnist_cnn's units two at a time (this machine's cores), then links; appends the
+# wall time to the array named $2 and each unit's time to the map named $3. $1 suffixes the
+# objects; the arguments after $3 are extra flags (with -DSTRATA_SEPARATE_COMPILATION, libstrata
+# is linked in).
+build_mnist() {
+  local tag=$1 extra=("${@:4}") s e u b lib=()
+  local -n times=$2 per_unit=$3
+  [ ${#extra[@]} -gt 0 ] && lib=("$out/libstrata.o")
+  s=$(now)
+  printf '%s\n' "${units[@]}" | xargs -P 2 -I{} sh -c '
+    u="$1"; shift; a=$(date +%s.%N)
+    "$@" -c "$u" -o "'"$out"'/$(basename "$u" .cpp)'"$tag"'.o"
+    b=$(date +%s.%N); awk -v a="$a" -v b="$b" "BEGIN { printf \"%.2f\", b - a }" > "'"$out"'/$(basename "$u" .cpp)'"$tag"'.t"' \
+    _ {} "$cxx" "${flags[@]}" "${extra[@]}" "${mpi_flags[@]}"
+  local objs=()
+  for u in "${units[@]}"; do objs+=("$out/$(basename "$u" .cpp)$tag.o"); done
+  "$cxx" "${objs[@]}" "${lib[@]}" -o "$out/mnist_cnn$tag" "${libs[@]}" "${mpi_libs[@]}"
+  e=$(now)
+  times+=("$(elapsed "$s" "$e")")
+  for u in "${units[@]}"; do
+    b=$(basename "$u" .cpp)
+    per_unit[$b]="${per_unit[$b]:-} $(cat "$out/$b$tag.t")"
+  done
+}
+
 readme=() compiled=() umbrella=() mnist=() mnist_c=()
 declare -A unit_times unit_times_c
 for i in $(seq "$reps"); do
@@ -72,56 +96,36 @@ for i in $(seq "$reps"); do
   compiled+=("$(elapsed "$s" "$e")")
   s=$(now); "$cxx" "${flags[@]}" -c "$out/umbrella.cpp" -o "$out/umbrella.o"; e=$(now)
   umbrella+=("$(elapsed "$s" "$e")")
-  # Two compilers at a time (this machine's cores), then the link.
-  s=$(now)
-  printf '%s\n' "${units[@]}" | xargs -P 2 -I{} sh -c '
-    u="$1"; shift; a=$(date +%s.%N)
-    "$@" -c "$u" -o "'"$out"'/$(basename "$u" .cpp).o"
-    b=$(date +%s.%N); awk -v a="$a" -v b="$b" "BEGIN { printf \"%.2f\", b - a }" > "'"$out"'/$(basename "$u" .cpp).t"' \
-    _ {} "$cxx" "${flags[@]}" "${mpi_flags[@]}"
-  objs=()
-  for u in "${units[@]}"; do objs+=("$out/$(basename "$u" .cpp).o"); done
-  "$cxx" "${objs[@]}" -o "$out/mnist_cnn" "${libs[@]}" "${mpi_libs[@]}"
-  e=$(now)
-  mnist+=("$(elapsed "$s" "$e")")
-  for u in "${units[@]}"; do
-    b=$(basename "$u" .cpp)
-    unit_times[$b]="${unit_times[$b]:-} $(cat "$out/$b.t")"
-  done
-  # The same with the compiled part.
-  s=$(now)
-  printf '%s\n' "${units[@]}" | xargs -P 2 -I{} sh -c '
-    u="$1"; shift; a=$(date +%s.%N)
-    "$@" -c "$u" -o "'"$out"'/$(basename "$u" .cpp)-c.o"
-    b=$(date +%s.%N); awk -v a="$a" -v b="$b" "BEGIN { printf \"%.2f\", b - a }" > "'"$out"'/$(basename "$u" .cpp)-c.t"' \
-    _ {} "$cxx" "${flags[@]}" -DSTRATA_SEPARATE_COMPILATION "${mpi_flags[@]}"
-  objs=()
-  for u in "${units[@]}"; do objs+=("$out/$(basename "$u" .cpp)-c.o"); done
-  "$cxx" "${objs[@]}" "$out/libstrata.o" -o "$out/mnist_cnn-c" "${libs[@]}" "${mpi_libs[@]}"
-  e=$(now)
-  mnist_c+=("$(elapsed "$s" "$e")")
-  for u in "${units[@]}"; do
-    b=$(basename "$u" .cpp)
-    unit_times_c[$b]="${unit_times_c[$b]:-} $(cat "$out/$b-c.t")"
-  done
+  build_mnist "" mnist unit_times
+  build_mnist -c mnist_c unit_times_c -DSTRATA_SEPARATE_COMPILATION
 done
 
-# nvcc units of mnist_cnn (none yet: the example trains on the host; see issue 19).
-nvcc_units=()
-nvcc_note="no CUDA units in examples/mnist_cnn"
-command -v nvcc >/dev/null 2>&1 || nvcc_note="nvcc not found"
+# The unit nvcc compiles for --device gpu (tools/mnist_cnn_gpu.cu), where nvcc is found: once,
+# with the flags tools/meson.build gives it (sm_90 as the GPU builds use), with the compiled part.
+nvcc_note="nvcc not found"
+nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+if [ -x "$nvcc" ]; then
+  s=$(now)
+  if "$nvcc" -std=c++20 -O2 -gencode arch=compute_90,code=sm_90 --extended-lambda -Xcompiler -fopenmp -Iinclude \
+       $(pkg-config --cflags openblas) -DSTRATA_BLAS_OPENBLAS -DSTRATA_SEPARATE_COMPILATION \
+       -c tools/mnist_cnn_gpu.cu -o "$out/mnist_cnn_gpu.o" 2>"$out/nvcc.log"; then
+    nvcc_note="tools/mnist_cnn_gpu.cu: $(elapsed "$s" "$(now)") s (once; target: no slower than ~50 s)"
+  else
+    nvcc_note="tools/mnist_cnn_gpu.cu did not compile: $(head -c 300 "$out/nvcc.log")"
+  fi
+fi
 
 printf '%-58s %-9s %-8s %s\n' "target" "best (s)" "target" "runs (s)"
 printf '%-58s %-9.2f %-8s %s\n' "README program, header-only (compile + link)" "$(best "${readme[@]}")" "<= 8" "${readme[*]}"
 printf '%-58s %-9.2f %-8s %s\n' "README program, with the compiled part (compile + link)" "$(best "${compiled[@]}")" "<= 5" "${compiled[*]}"
 printf '%-58s %-9.2f %-8s %s\n' "#include <strata/strata.hpp> alone" "$(best "${umbrella[@]}")" "<= 2.5" "${umbrella[*]}"
-printf '%-58s %-9.2f %-8s %s\n' "examples/mnist_cnn: ${#units[@]} host units, 2 at a time, + link" "$(best "${mnist[@]}")" "<= 15" "${mnist[*]}"
+printf '%-58s %-9.2f %-8s %s\n' "tools/mnist_cnn as built (compiled part), ${#units[@]} units by 2 + link" "$(best "${mnist_c[@]}")" "<= 15" "${mnist_c[*]}"
+printf '%-58s %-9.2f %-8s %s\n' "tools/mnist_cnn header-only, ${#units[@]} units by 2 + link" "$(best "${mnist[@]}")" "" "${mnist[*]}"
 for u in "${units[@]}"; do
   b=$(basename "$u" .cpp)
   read -r -a ts <<<"${unit_times[$b]}"
   printf '%-58s %-9.2f %-8s %s\n' "  $u alone" "$(best "${ts[@]}")" "" "${ts[*]}"
 done
-printf '%-58s %-9.2f %-8s %s\n' "examples/mnist_cnn with the compiled part" "$(best "${mnist_c[@]}")" "" "${mnist_c[*]}"
 for u in "${units[@]}"; do
   b=$(basename "$u" .cpp)
   read -r -a ts <<<"${unit_times_c[$b]}"
@@ -157,9 +161,10 @@ doc = {"benchmark": "compile_time", "compiler": compiler, "flags": "-O2", "cores
        "readme_program": {"best_seconds": min(readme), "runs_seconds": readme, "target_seconds": 8},
        "readme_program_compiled_part": {"best_seconds": min(compiled), "runs_seconds": compiled, "target_seconds": 5},
        "umbrella_header": {"best_seconds": min(umbrella), "runs_seconds": umbrella, "target_seconds": 2.5},
-       "mnist_cnn": {"best_seconds": min(mnist), "runs_seconds": mnist, "target_seconds": 15,
+       "mnist_cnn_header_only": {"best_seconds": min(mnist), "runs_seconds": mnist,
                      "jobs": 2, "units": {u: {"best_seconds": min(t), "runs_seconds": t} for u, t in units.items()}},
-       "mnist_cnn_compiled_part": {"best_seconds": min(mnist_c), "runs_seconds": mnist_c, "jobs": 2,
+       "mnist_cnn": {"best_seconds": min(mnist_c), "runs_seconds": mnist_c, "jobs": 2, "target_seconds": 15,
+                     "as_built": "with the compiled part (tools/meson.build links libstrata)",
                                    "units": {u: {"best_seconds": min(t), "runs_seconds": t} for u, t in units_c.items()}},
        "load_average_before_after": load_average,
        "nvcc_units": nvcc_note}

@@ -10,7 +10,7 @@ Anywhere (a smoke run of this script: PyTorch on the CPU, strata's GPU binary re
 
     python3 benchmarks/gpu_vs_pytorch.py --device cpu --steps 2 --warmup 1 --reps 1
 
-Model: examples/mnist_cnn.hpp's Net (121 930 parameters, asserted): Conv2D(32, 3x3, ReLU) ->
+Model: tools/mnist_cnn.hpp's Net (121 930 parameters, asserted): Conv2D(32, 3x3, ReLU) ->
 MaxPool(2) -> Conv2D(64, 3x3, ReLU) -> MaxPool(2) -> Flatten (NHWC order, as strata) ->
 Dense(64, ReLU) -> Dense(10), sparse categorical cross-entropy from the logits, RMSprop lr 1e-3
 (alpha 0.9, eps 1e-7: torch's update, eps outside the root; benchmarks/pytorch_mnist.py explains

@@ -9,7 +9,7 @@ the table reports the median of the repetitions.
 
     python3 benchmarks/mnist_vs_pytorch.py --epochs 1 --threads 2 --reps 3 --json mnist.json
 
-Needs: build/examples/mnist_cnn (meson compile -C build mnist_cnn), MNIST in data/mnist
+Needs: build/tools/mnist_cnn (meson compile -C build mnist_cnn), MNIST in data/mnist
 (scripts/fetch-mnist data/mnist), and PyTorch in /usr/bin/python3 (Debian's python3-torch;
 scripts/install-deps --bench). Uses only the standard library itself.
 """
@@ -55,7 +55,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--strata", default="build/examples/mnist_cnn")
+    p.add_argument("--strata", default="build/tools/mnist_cnn")
     p.add_argument("--python", default="/usr/bin/python3", help="a Python with torch (Debian's python3-torch)")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--inference", action="store_true",

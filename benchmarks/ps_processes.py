@@ -2,7 +2,7 @@
 """ParameterServer across processes against in process, on the seed CNN (docs/benchmarks.md,
 "ParameterServer across processes").
 
-  ps_processes.py --mnist-cnn build/examples/mnist_cnn [--data data/mnist] [--mpirun mpirun]
+  ps_processes.py --mnist-cnn build/tools/mnist_cnn [--data data/mnist] [--mpirun mpirun]
                   [--reps 3] [--steps 150] [--curve-epochs 8] [--json FILE]
 
 1. Speed: 1 server + 3 workers, asynchronous, real clock, batch 64 per worker, --threads 1:

@@ -27,7 +27,7 @@ def main():
     p.add_argument("--steps", type=int, default=150, help="training steps per run")
     p.add_argument("--per-replica-batch", type=int, default=128)
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--strata", default="build/examples/mnist_cnn")
+    p.add_argument("--strata", default="build/tools/mnist_cnn")
     p.add_argument("--json", default="")
     p.add_argument("--mpirun", default="", help="also run MultiWorkerMirrored with N processes (Open MPI's mpirun)")
     a = p.parse_args()

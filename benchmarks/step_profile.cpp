@@ -10,18 +10,18 @@
 //   build/benchmarks/step_profile --data data/mnist --batch 128 --steps 100 --reps 5 --json p.json
 //
 // Three tables: the training step (fit on MNIST, shuffled, batched, prefetched, as
-// examples/mnist_cnn trains), inference (evaluate on the 10 000 test images, batch 1000), and
+// tools/mnist_cnn trains), inference (evaluate on the 10 000 test images, batch 1000), and
 // the first step of a new model against a steady one. Each figure is the median over --reps
 // samples; a sample is --steps steps (training) or one pass over the test set (inference).
 // Without MNIST files (--data), synthetic images of the same shape are used and the table says
 // so. The probes cost a few clock reads per layer and step: the totals are within a percent of
-// a build without them (examples/mnist_cnn reports those).
+// a build without them (tools/mnist_cnn reports those).
 #define STRATA_PROFILE 1
 #include <strata/strata.hpp>
 
 #include "bench_common.hpp"
 #include "step_timing.hpp"
-#include "../examples/mnist_cnn.hpp"
+#include "../tools/mnist_cnn.hpp"
 
 #include <cstdio>
 #include <filesystem>
@@ -194,7 +194,7 @@ int run(const Options& o) {
     const std::string blas_core = "not OpenBLAS";
 #endif
     machine.extra.push_back({"openblas_core", blas_core});
-    std::printf("step profile: the seed CNN (examples/mnist_cnn.hpp), RMSprop, sparse cross-entropy; %s\n",
+    std::printf("step profile: the seed CNN (tools/mnist_cnn.hpp), RMSprop, sparse cross-entropy; %s\n",
                 real ? "MNIST" : "synthetic images (no MNIST files in --data)");
     std::printf("cpu: %s, %d hardware threads; threads: %d; load average before: %s\n", machine.cpu.c_str(),
                 int(machine.hardware_threads), threads, machine.load_before.c_str());

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
+#include "../tools/cli.hpp"
 #include "huber.hpp"
 #include "prelu.hpp"
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
+#include "../tools/cli.hpp"
 
 using namespace strata::nn;
 using Net = Sequential<Input<28, 28, 1>,

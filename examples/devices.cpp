@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
+#include "../tools/cli.hpp"
 
 namespace pd = strata::place;
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
+#include "../tools/cli.hpp"
 
 using Net = strata::nn::Sequential<strata::nn::Input<1>, strata::nn::Dense<1>>;
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "cli.hpp"
+#include "../tools/cli.hpp"
 
 using namespace strata::nn;
 namespace dist = strata::distribute;

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "cli.hpp"
+#include "../tools/cli.hpp"
 
 int main(int argc, char** argv) {
     CLI::App app{"The tensor API in one page.", "tensor_basics"};

@@ -13,6 +13,9 @@
 #include "strata/distribute/strategy.hpp"
 #include "strata/data/dataset.hpp"
 #include "strata/data/impl/mnist.ipp"
+#include "strata/distribute/collective/impl/all_reduce.ipp"
+#include "strata/distribute/collective/impl/async.ipp"
+#include "strata/distribute/impl/gradient_path.ipp"
 #include "strata/distribute/impl/rendezvous.ipp"
 #include "strata/distribute/impl/replica_pool.ipp"
 #include "strata/io/impl/atomic_file.ipp"
@@ -24,6 +27,7 @@
 #include "strata/io/impl/text.ipp"
 #include "strata/place/impl/devices.ipp"
 #include "strata/train/impl/checkpoint.ipp"
+#include "strata/train/impl/compile_settings.ipp"
 #include "strata/train/impl/fit_loop.ipp"
 #include "strata/train/impl/plot.ipp"
 #include "strata/train/impl/tensorboard.ipp"
@@ -42,6 +46,12 @@ template void direct_all_reduce<float>(const Exchange<float>&, ReduceOp);
 template void direct_all_reduce<double>(const Exchange<double>&, ReduceOp);
 template void direct_gather_slices<float>(const Exchange<float>&);
 template void direct_gather_slices<double>(const Exchange<double>&);
+template void ReplicaGroup::broadcast<float>(int, std::span<float>, int);
+template void ReplicaGroup::broadcast<double>(int, std::span<double>, int);
+template void ReplicaGroup::all_reduce_impl<float>(int, std::span<float>, ReduceOp, Algorithm, std::int64_t);
+template void ReplicaGroup::all_reduce_impl<double>(int, std::span<double>, ReduceOp, Algorithm, std::int64_t);
+template void ReplicaGroup::hierarchical_all_reduce<float>(int, std::span<float>, ReduceOp, std::int64_t);
+template void ReplicaGroup::hierarchical_all_reduce<double>(int, std::span<double>, ReduceOp, std::int64_t);
 }  // namespace strata::distribute::collective
 
 namespace strata::distribute::detail {

@@ -1,8 +1,8 @@
-// The command-line and JSON helpers the examples and benchmarks share (examples/cli.hpp): strict
+// The command-line and JSON helpers the examples and benchmarks share (tools/cli.hpp): strict
 // integers and numbers, flags and --help, and JSON that stays valid whatever the figures are.
 #include <doctest/doctest.h>
 
-#include "../examples/cli.hpp"
+#include "../tools/cli.hpp"
 
 #include <strata/io/json.hpp>
 

@@ -49,6 +49,7 @@
 #include "strata/distribute/distributed_dataset.hpp"
 #include "strata/distribute/rendezvous.hpp"
 #include "strata/place/devices.hpp"
+#include "strata/nn/layer.hpp"
 #include "strata/optim/optimizers.hpp"
 
 namespace strata::distribute {
@@ -306,16 +307,14 @@ protected:
     OptimizerCopies<T, P> opt_;  // one state per copy of the variables
 };
 
-/// Logs each parameter of `Net` on `devices[c]` for every copy c < copies.
-template <class Net>
-void log_variable_copies(const std::vector<place::LogicalDevice>& devices, int copies) {
-    if (!place::get_log_device_placement()) return;
-    for (const auto& p : Net::parameters())
-        for (int r = 0; r < copies; ++r)
-            place::log_placement("variable " + p.name + " " + p.shape.str() +
-                                     (copies > 1 ? " (copy " + std::to_string(r) + ")" : std::string()),
-                                 devices[std::size_t(r)]);
-}
+/// Logs each parameter `parameters()` lists (a network's Seq::parameters) on `devices[c]` for
+/// every copy c < copies, when the placement log is on (place::set_log_device_placement).
+STRATA_DECL void log_variable_copies(std::vector<nn::ParamInfo> (*parameters)(), const std::vector<place::LogicalDevice>& devices,
+                                     int copies);
 
 }  // namespace detail
 }  // namespace strata::distribute
+
+#if STRATA_HEADER_ONLY
+#include "strata/distribute/impl/gradient_path.ipp"
+#endif

@@ -46,6 +46,7 @@
 #include "strata/optim/optimizers.hpp"
 #include "strata/train/callbacks.hpp"
 #include "strata/train/checkpoint.hpp"
+#include "strata/train/compile_settings.hpp"
 #include "strata/train/fit_loop.hpp"
 #include "strata/train/progress.hpp"
 
@@ -166,36 +167,8 @@ public:
     /// "sparse_top_k_categorical_accuracy" or metrics::sparse_top_k_categorical_accuracy(k),
     /// "precision", "recall"). Resets the optimizer state.
     void compile(loss::Loss loss, optim::Optimizer optimizer = optim::RMSprop{}, std::vector<metrics::Metric> metrics = {"accuracy"}) {
-        bool accuracy = false;
-        top_k_ = 0;
-        precision_ = recall_ = false;
-        for (const auto& m : metrics) {
-            const auto& n = m.name;
-            if (n == "accuracy" || n == "acc" || n == "sparse_categorical_accuracy" || n == "categorical_accuracy") {
-                accuracy = true;
-            } else if (n == "sparse_top_k_categorical_accuracy") {
-                STRATA_CHECK(std::holds_alternative<loss::SparseCategoricalCrossentropy>(loss), ValueError,
-                             "compile: sparse_top_k_categorical_accuracy needs class ids, i.e. SparseCategoricalCrossentropy; "
-                             "the loss is ", loss::name(loss));
-                STRATA_CHECK(m.k >= 1, ValueError, "compile: sparse_top_k_categorical_accuracy: k must be >= 1, got ", m.k);
-                top_k_ = m.k;
-            } else if (n == "precision" || n == "recall") {
-                STRATA_CHECK(output_size == 1, ValueError, "compile: ", n, " is for one binary output (probability > 0.5 "
-                             "is positive); the model has ", output_size, " outputs");
-                (n == "precision" ? precision_ : recall_) = true;
-            } else {
-                throw_error<ValueError>("compile: unknown metric '", n, "' (known: accuracy, sparse_categorical_accuracy, "
-                                        "categorical_accuracy, sparse_top_k_categorical_accuracy, precision, recall)");
-            }
-        }
+        settings_ = train::compile_settings(loss, optimizer, metrics, output_size, last_is_softmax);
         loss_ = std::move(loss);
-        accuracy_ = accuracy;
-        input_kind_ = loss::input_kind(loss_, last_is_softmax);
-        fused_softmax_ = input_kind_ == loss::Input::Logits && last_is_softmax;
-        if (std::holds_alternative<loss::SparseCategoricalCrossentropy>(loss_)) acc_kind_ = metrics::AccuracyKind::SparseCategorical;
-        else if (output_size == 1) acc_kind_ = metrics::AccuracyKind::Binary;
-        else acc_kind_ = metrics::AccuracyKind::Categorical;
-        constant_lr_ = std::visit([](const auto& o) { return o.learning_rate.is_constant(); }, optimizer);
         path_.compile(optimizer);
         compiled_ = true;
     }
@@ -306,7 +279,7 @@ public:
         build(std::int64_t(train.batch_size()), true);
         FitHooks<Y> hooks(*this, train, options);
         const train::FitSettings settings{options.epochs, options.steps_per_epoch, options.verbose, options.initial_epoch,
-                                          accuracy_, is_chief()};
+                                          settings_.accuracy, is_chief()};
         return train::run_fit(*this, hooks, options.callbacks, settings, &last_epoch_seconds_, &last_epoch_examples_);
     }
 
@@ -403,14 +376,14 @@ public:
                 u.loss_sum = 0;
                 u.correct = 0;
                 if (b.size == 0) return;
-                const nn::Mode mode{.training = false, .skip_activation = fused_softmax_, .step = step_, .seed = seed_,
+                const nn::Mode mode{.training = false, .skip_activation = settings_.fused_softmax, .step = step_, .seed = seed_,
                                     .no_backward = true};
                 auto x = stage_input(u, b.x.data(), b.size);
                 auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
                 auto out = u.net.forward(path_.inference_params(r), x, mode);
                 const T* weights = b.w.empty() ? nullptr : stage_weights(u, b.w, b.size, b.y_per_example, false);
-                u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), 1.0, input_kind_, weights);
-                if (accuracy_) u.correct = correct_count(out, target);
+                u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), 1.0, settings_.input_kind, weights);
+                if (settings_.accuracy) u.correct = correct_count(out, target);
                 count_metrics(u, out, target);
             });
             for (int r = 0; r < N; ++r) {
@@ -521,7 +494,7 @@ public:
     double learning_rate() const override { return compiled_ ? path_.learning_rate() : 0.0; }
     void set_learning_rate(double lr) override {
         path_.set_learning_rate(lr);
-        constant_lr_ = true;
+        settings_.constant_learning_rate = true;
     }
     std::vector<double> weights_snapshot() const override {
         const auto w = get_weights();
@@ -568,7 +541,7 @@ public:
             for (std::size_t i = 0; i < s.slots.size() && i < s.slot_names.size(); ++i)
                 if (!s.slots[i].empty()) path_.set_slot(s.slot_names[i], std::vector<T>(s.slots[i].begin(), s.slots[i].end()));
             if (s.optimizer_iterations) path_.set_iterations(*s.optimizer_iterations);
-            if (s.learning_rate && constant_lr_) path_.set_learning_rate(*s.learning_rate);
+            if (s.learning_rate && settings_.constant_learning_rate) path_.set_learning_rate(*s.learning_rate);
         }
         epoch_ = s.epoch;
         step_ = s.step;
@@ -612,7 +585,7 @@ private:
             return x;
         }
         nn::Mode mode(const distribute::ReplicaBatch<Y>& b, std::uint64_t step) const {
-            return {.training = true, .skip_activation = m->fused_softmax_, .step = step, .seed = m->seed_, .first_example = b.first};
+            return {.training = true, .skip_activation = m->settings_.fused_softmax, .step = step, .seed = m->seed_, .first_example = b.first};
         }
         // On the last stage's thread: the loss of examples [first, first + out.dim(0)) of unit
         // r's mini-batch, its gradient (scaled by 1 / denominator) into `out_grad`.
@@ -622,8 +595,8 @@ private:
             const std::int64_t count = out.dim(0);
             const TensorView<T, P> target = u.staged_target.slice(first, count);
             const T* weights = u.staged_weights ? u.staged_weights + first : nullptr;
-            u.loss_sum += loss::loss_and_grad(m->loss_, out, target, out_grad, denominator, m->input_kind_, weights);
-            if (m->accuracy_) u.correct += m->correct_count(out, target);
+            u.loss_sum += loss::loss_and_grad(m->loss_, out, target, out_grad, denominator, m->settings_.input_kind, weights);
+            if (m->settings_.accuracy) u.correct += m->correct_count(out, target);
             m->count_metrics(u, out, target);
             (void)b;
         }
@@ -666,7 +639,7 @@ private:
             if (options.validation_data) {
                 const auto ev = m.evaluate(*options.validation_data);
                 logs.set("val_loss", ev.loss);
-                if (m.accuracy_) logs.set("val_accuracy", ev.accuracy);
+                if (m.settings_.accuracy) logs.set("val_accuracy", ev.accuracy);
                 for (const auto& [name, value] : ev.metrics) logs.set(metric_log_name(name, true), value);
             }
             logs.set("lr", m.learning_rate());
@@ -719,7 +692,7 @@ private:
                          " values do not fit the model's input ", nn::detail::shape_text<typename Net::input_shape>());
             STRATA_CHECK(b.w.empty() || std::int64_t(b.w.size()) == b.size, ShapeError, "compute_gradients: ", b.size,
                          " examples need ", b.size, " sample weights (one each) or none, got ", b.w.size());
-            const nn::Mode mode{.training = true, .skip_activation = fused_softmax_, .step = step, .seed = seed_,
+            const nn::Mode mode{.training = true, .skip_activation = settings_.fused_softmax, .step = step, .seed = seed_,
                                 .first_example = b.first};
             auto x = stage_input(u, b.x.data(), b.size);
             auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
@@ -729,11 +702,11 @@ private:
                 // Unweighted data and no class weights: no weights staged, none applied.
                 const T* weights =
                     b.w.empty() && class_weight_.empty() ? nullptr : stage_weights(u, b.w, b.size, b.y_per_example, true);
-                u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), denominator, input_kind_, weights);
+                u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), denominator, settings_.input_kind, weights);
             }
             {
                 STRATA_PROFILE_MODEL("metrics");
-                if (accuracy_) u.correct = correct_count(out, target);
+                if (settings_.accuracy) u.correct = correct_count(out, target);
                 count_metrics(u, out, target);
             }
             u.net.backward(params, grads, mode, on_ready);
@@ -823,8 +796,8 @@ private:
     // The metrics beyond accuracy, counted per unit and summed by metric_figures on the
     // caller's thread once the units are done (an epoch, an evaluated pass).
     void count_metrics(Unit& u, const TensorView<T, P>& out, const TensorView<T, P>& target) {
-        if (top_k_ > 0) u.counts.in_top_k += metrics::count_in_top_k(out, target, top_k_);
-        if (precision_ || recall_) u.counts += metrics::count_binary(out, target);
+        if (settings_.top_k > 0) u.counts.in_top_k += metrics::count_in_top_k(out, target, settings_.top_k);
+        if (settings_.precision || settings_.recall) u.counts += metrics::count_binary(out, target);
     }
     // Logs keep names by pointer (no allocation in a step): the literals of the known metrics.
     static const char* metric_log_name(const std::string& name, bool validation) {
@@ -839,7 +812,7 @@ private:
     std::map<std::string, double> metric_figures(std::int64_t seen) {
         metrics::Counts c;
         for (const auto& u : units_) c += u->counts;
-        if (top_k_ > 0 || precision_ || recall_) {  // across processes: every process's counts
+        if (settings_.top_k > 0 || settings_.precision || settings_.recall) {  // across processes: every process's counts
             double v[4] = {double(c.in_top_k), double(c.true_positives), double(c.false_positives), double(c.false_negatives)};
             path_.sum_over_workers(std::span<double>(v, 4));
             c.in_top_k = std::int64_t(v[0]);
@@ -848,14 +821,14 @@ private:
             c.false_negatives = std::int64_t(v[3]);
         }
         std::map<std::string, double> m;
-        if (top_k_ > 0) m["sparse_top_k_categorical_accuracy"] = seen ? double(c.in_top_k) / double(seen) : 0.0;
-        if (precision_) m["precision"] = metrics::precision(c);
-        if (recall_) m["recall"] = metrics::recall(c);
+        if (settings_.top_k > 0) m["sparse_top_k_categorical_accuracy"] = seen ? double(c.in_top_k) / double(seen) : 0.0;
+        if (settings_.precision) m["precision"] = metrics::precision(c);
+        if (settings_.recall) m["recall"] = metrics::recall(c);
         return m;
     }
 
     std::int64_t correct_count(const TensorView<T, P>& out, const TensorView<T, P>& target) {
-        return metrics::count_correct(out, target, acc_kind_);
+        return metrics::count_correct(out, target, settings_.accuracy_kind);
     }
 
     template <class Y>
@@ -897,12 +870,9 @@ private:
     path_type path_;
     std::vector<std::unique_ptr<Unit>> units_;
     loss::Loss loss_{};
-    loss::Input input_kind_ = loss::Input::Probabilities;
-    metrics::AccuracyKind acc_kind_ = metrics::AccuracyKind::SparseCategorical;
+    train::CompileSettings settings_{.accuracy = true};  // what compile() decided
     std::map<std::int64_t, double> class_weight_;   // FitOptions::class_weight while fit runs
-    int top_k_ = 0;                                 // sparse_top_k_categorical_accuracy's k; 0: off
-    bool precision_ = false, recall_ = false;
-    bool fused_softmax_ = false, accuracy_ = true, compiled_ = false, constant_lr_ = true;
+    bool compiled_ = false;
     std::uint64_t step_ = 0;
     int epoch_ = 0;
     double last_epoch_seconds_ = 0;

@@ -79,11 +79,7 @@ struct GroupOptions {
 class ReplicaGroup {
 public:
     /// Requires replicas >= 1 and options.timeout > 0 (ValueError otherwise).
-    explicit ReplicaGroup(int replicas, GroupOptions options = {})
-        : n_(checked_size(replicas)),
-          rv_(n_, options.timeout),
-          slots_(2 * static_cast<std::size_t>(n_)),
-          calls_(static_cast<std::size_t>(n_)) {}
+    STRATA_DECL explicit ReplicaGroup(int replicas, GroupOptions options = {});
     ReplicaGroup(const ReplicaGroup&) = delete;
     ReplicaGroup& operator=(const ReplicaGroup&) = delete;
 
@@ -120,39 +116,10 @@ public:
     /// Throws as all_reduce (a root out of range is a DistributedError on every rank).
     /// Example: `group.broadcast(rank, std::span<float>(weights), 0);`
     template <Reducible T>
-    void broadcast(int rank, std::span<T> data, int root = 0) {
-        const SyncPoint at{"broadcast", {}, 0, 1};
-        check_rank(rank, at);
-        if (n_ == 1) {
-            STRATA_CHECK(root == 0, DistributedError, at.str(), ": root ", root,
-                         " is outside [0, 1)");
-            rv_.throw_if_aborted(at);
-            return;
-        }
-        detail::Slot mine;
-        mine.data = data.data();
-        mine.length = data.size();
-        mine.root = root;
-        mine.kind = detail::Slot::Kind::Broadcast;
-        mine.type = detail::type_of<T>;
-        const detail::Slot* all = enter(rank, mine, at);
-        if (rank != root)
-            detail::copy(data.data(), static_cast<const T*>(all[root].data), data.size());
-        rv_.arrive_and_wait(rank, SyncPoint{"broadcast", {}, 1, 1});
-    }
+    void broadcast(int rank, std::span<T> data, int root = 0);
 
     /// Waits until every rank called barrier(). Throws as all_reduce.
-    void barrier(int rank) {
-        const SyncPoint at{"barrier"};
-        check_rank(rank, at);
-        if (n_ == 1) {
-            rv_.throw_if_aborted(at);
-            return;
-        }
-        detail::Slot mine;
-        mine.kind = detail::Slot::Kind::Barrier;
-        enter(rank, mine, at);
-    }
+    STRATA_DECL void barrier(int rank);
 
     /// Makes every all-reduce of this group hierarchical: each replica sums its slice of the
     /// group's buffers (the direct algorithm's reduce-scatter), hands that slice to `stage`
@@ -170,10 +137,7 @@ public:
 
     /// Makes an aborted (or timed-out) group usable again.
     /// Requires: no rank is inside a call of this group (join the replica threads first).
-    void reset() {
-        rv_.reset();
-        for (auto& c : calls_) c.value = 0;
-    }
+    STRATA_DECL void reset();
 
     /// True between an abort or a timeout and reset().
     [[nodiscard]] bool aborted() const { return rv_.aborted(); }
@@ -190,43 +154,15 @@ private:
         std::uint64_t value = 0;
     };
 
-    static int checked_size(int replicas) {
-        STRATA_CHECK(replicas >= 1, ValueError, "ReplicaGroup: replicas must be >= 1, got ",
-                     replicas);
-        return replicas;
-    }
-
-    void check_rank(int rank, const SyncPoint& at) const {
-        if (rank < 0 || rank >= n_)
-            throw_error<ValueError>(at.str(), ": rank ", rank, " is outside [0, ", n_, ")");
-    }
+    STRATA_DECL static int checked_size(int replicas);
+    STRATA_DECL void check_rank(int rank, const SyncPoint& at) const;
 
     static constexpr int steps_of(Algorithm a, int n) noexcept {
         return a == Algorithm::Direct ? 1 : a == Algorithm::Ring ? 2 * n - 3 : 2 * (n - 1);
     }
 
     template <Reducible T>
-    void all_reduce_impl(int rank, std::span<T> data, ReduceOp op, Algorithm algorithm,
-                         std::int64_t bucket) {
-        if (outer_) {
-            hierarchical_all_reduce(rank, data, op, bucket);
-            return;
-        }
-        const Algorithm alg = resolve(algorithm);
-        const SyncPoint at{"all_reduce", to_string(alg), 0, steps_of(alg, n_), bucket};
-        check_rank(rank, at);
-        if (n_ == 1) {
-            rv_.throw_if_aborted(at);
-            return;
-        }
-        const Slot* all = enter(rank, all_reduce_slot(data, op, alg, bucket), at);
-        const Exchange<T> ex(all, n_, rank, data.size(), rv_, at);
-        switch (alg) {
-            case Algorithm::Ring: ring_all_reduce(ex, op); break;
-            case Algorithm::NaiveRing: naive_ring_all_reduce(ex, op); break;
-            default: direct_all_reduce(ex, op); break;
-        }
-    }
+    void all_reduce_impl(int rank, std::span<T> data, ReduceOp op, Algorithm algorithm, std::int64_t bucket);
 
     // What a rank publishes for an all-reduce call.
     template <Reducible T>
@@ -247,106 +183,16 @@ private:
     // owner's local order, then the processes in rank order), so all replicas of all processes
     // get the same bits, run after run.
     template <Reducible T>
-    void hierarchical_all_reduce(int rank, std::span<T> data, ReduceOp op, std::int64_t bucket) {
-        const SyncPoint at{"all_reduce", "hierarchical", 0, 2, bucket};
-        check_rank(rank, at);
-        const T total = static_cast<T>(n_) * static_cast<T>(outer_.processes);
-        auto across = [&](std::span<T> part) {
-            if constexpr (std::same_as<T, float>) outer_.sum_float(outer_.self, rank, part, bucket);
-            else outer_.sum_double(outer_.self, rank, part, bucket);
-            if (op == ReduceOp::Mean)
-                for (auto& v : part) v /= total;
-        };
-        if (n_ == 1) {
-            rv_.throw_if_aborted(at);
-            across(data);
-            return;
-        }
-        const Slot* all = enter(rank, all_reduce_slot(data, op, Algorithm::Direct, bucket), at);
-        const Exchange<T> ex(all, n_, rank, data.size(), rv_, at);
-        direct_reduce_slice(ex);
-        across(std::span<T>(data.data() + ex.chunk_begin(rank), ex.chunk_size(rank)));
-        ex.step(1, 2);
-        direct_gather_slices(ex);
-        ex.step(2, 2);
-    }
+    void hierarchical_all_reduce(int rank, std::span<T> data, ReduceOp op, std::int64_t bucket);
 
     // Publishes this rank's arguments, meets the others, and checks that all agree.
     // The slots are double-buffered by call parity: a rank may publish call k+1 while a
     // slower rank still validates call k, but not call k+2, which needs that rank's arrival
     // at call k+1. Returns the N slots of this call, indexed by rank.
-    const Slot* enter(int rank, const Slot& args, const SyncPoint& at) {
-        Slot mine = args;
-        mine.call = calls_[static_cast<std::size_t>(rank)].value++;
-        Slot* set = slots_.data() + static_cast<std::size_t>(mine.call & 1U) *
-                                        static_cast<std::size_t>(n_);
-        set[rank] = mine;
-        rv_.arrive_and_wait(rank, at);
-        validate(set, at);
-        return set;
-    }
-
-    static const char* kind_name(Slot::Kind k) noexcept {
-        switch (k) {
-            case Slot::Kind::AllReduce: return "all_reduce";
-            case Slot::Kind::Broadcast: return "broadcast";
-            case Slot::Kind::Barrier: return "barrier";
-        }
-        return "?";
-    }
-
+    STRATA_DECL const Slot* enter(int rank, const Slot& args, const SyncPoint& at);
+    STRATA_DECL static const char* kind_name(Slot::Kind k) noexcept;
     // Every rank runs this on the same slots and so throws the same error, or none.
-    void validate(const Slot* s, const SyncPoint& at) const {
-        const Slot& a = s[0];
-        for (int q = 1; q < n_; ++q) {
-            const Slot& b = s[q];
-            if (b.call != a.call || b.kind != a.kind)
-                throw_error<DistributedError>(
-                    at.str(), ": replica ", q, " is at its collective call #", b.call, " (",
-                    kind_name(b.kind), ") but replica 0 at #", a.call, " (", kind_name(a.kind),
-                    "); every replica must call the same collectives in the same order");
-            if (b.kind == Slot::Kind::Barrier) continue;
-            if (b.type != a.type)
-                throw_error<DistributedError>(
-                    at.str(), ": replica ", q, " passed ",
-                    b.type == Slot::Type::Float ? "float" : "double", " but replica 0 passed ",
-                    a.type == Slot::Type::Float ? "float" : "double",
-                    "; every replica must pass the same element type");
-            if (b.length != a.length)
-                throw_error<ShapeError>(at.str(), ": replica ", q, " passed ", b.length,
-                                        " elements but replica 0 passed ", a.length,
-                                        "; every replica must pass the same length");
-            if (b.bucket != a.bucket)
-                throw_error<DistributedError>(
-                    at.str(), ": replica ", q, " submitted bucket ", b.bucket,
-                    " but replica 0 bucket ", a.bucket,
-                    "; every replica must submit its buckets in the same order");
-            if (b.kind == Slot::Kind::AllReduce && (b.op != a.op || b.algorithm != a.algorithm))
-                throw_error<DistributedError>(
-                    at.str(), ": replica ", q, " asked for ", to_string(b.op), " with ",
-                    to_string(b.algorithm), " but replica 0 for ", to_string(a.op), " with ",
-                    to_string(a.algorithm), "; every replica must pass the same op and algorithm");
-            if (b.kind == Slot::Kind::Broadcast && b.root != a.root)
-                throw_error<DistributedError>(at.str(), ": replica ", q, " passed root ", b.root,
-                                              " but replica 0 root ", a.root,
-                                              "; every replica must pass the same root");
-        }
-        if (a.kind == Slot::Kind::Barrier) return;
-        if (a.kind == Slot::Kind::Broadcast && (a.root < 0 || a.root >= n_))
-            throw_error<DistributedError>(at.str(), ": root ", a.root, " is outside [0, ", n_,
-                                          ")");
-        if (a.length == 0) return;
-        const std::size_t bytes = a.length * (a.type == Slot::Type::Float ? 4 : 8);
-        for (int p = 0; p < n_; ++p)
-            for (int q = p + 1; q < n_; ++q) {
-                const auto bp = reinterpret_cast<std::uintptr_t>(s[p].data);
-                const auto bq = reinterpret_cast<std::uintptr_t>(s[q].data);
-                if (bp < bq + bytes && bq < bp + bytes)
-                    throw_error<DistributedError>(
-                        at.str(), ": replicas ", p, " and ", q,
-                        " passed overlapping buffers; each replica needs its own buffer");
-            }
-    }
+    STRATA_DECL void validate(const Slot* s, const SyncPoint& at) const;
 
     int n_;
     Rendezvous rv_;
@@ -355,4 +201,88 @@ private:
     OuterStage outer_{};
 };
 
+// ---- the member templates, for float and double compiled once in the compiled part ----
+
+template <Reducible T>
+void ReplicaGroup::broadcast(int rank, std::span<T> data, int root) {
+    const SyncPoint at{"broadcast", {}, 0, 1};
+    check_rank(rank, at);
+    if (n_ == 1) {
+        STRATA_CHECK(root == 0, DistributedError, at.str(), ": root ", root,
+                     " is outside [0, 1)");
+        rv_.throw_if_aborted(at);
+        return;
+    }
+    detail::Slot mine;
+    mine.data = data.data();
+    mine.length = data.size();
+    mine.root = root;
+    mine.kind = detail::Slot::Kind::Broadcast;
+    mine.type = detail::type_of<T>;
+    const detail::Slot* all = enter(rank, mine, at);
+    if (rank != root)
+        detail::copy(data.data(), static_cast<const T*>(all[root].data), data.size());
+    rv_.arrive_and_wait(rank, SyncPoint{"broadcast", {}, 1, 1});
+}
+
+template <Reducible T>
+void ReplicaGroup::all_reduce_impl(int rank, std::span<T> data, ReduceOp op, Algorithm algorithm, std::int64_t bucket) {
+    if (outer_) {
+        hierarchical_all_reduce(rank, data, op, bucket);
+        return;
+    }
+    const Algorithm alg = resolve(algorithm);
+    const SyncPoint at{"all_reduce", to_string(alg), 0, steps_of(alg, n_), bucket};
+    check_rank(rank, at);
+    if (n_ == 1) {
+        rv_.throw_if_aborted(at);
+        return;
+    }
+    const Slot* all = enter(rank, all_reduce_slot(data, op, alg, bucket), at);
+    const Exchange<T> ex(all, n_, rank, data.size(), rv_, at);
+    switch (alg) {
+        case Algorithm::Ring: ring_all_reduce(ex, op); break;
+        case Algorithm::NaiveRing: naive_ring_all_reduce(ex, op); break;
+        default: direct_all_reduce(ex, op); break;
+    }
+}
+
+template <Reducible T>
+void ReplicaGroup::hierarchical_all_reduce(int rank, std::span<T> data, ReduceOp op, std::int64_t bucket) {
+    const SyncPoint at{"all_reduce", "hierarchical", 0, 2, bucket};
+    check_rank(rank, at);
+    const T total = static_cast<T>(n_) * static_cast<T>(outer_.processes);
+    auto across = [&](std::span<T> part) {
+        if constexpr (std::same_as<T, float>) outer_.sum_float(outer_.self, rank, part, bucket);
+        else outer_.sum_double(outer_.self, rank, part, bucket);
+        if (op == ReduceOp::Mean)
+            for (auto& v : part) v /= total;
+    };
+    if (n_ == 1) {
+        rv_.throw_if_aborted(at);
+        across(data);
+        return;
+    }
+    const Slot* all = enter(rank, all_reduce_slot(data, op, Algorithm::Direct, bucket), at);
+    const Exchange<T> ex(all, n_, rank, data.size(), rv_, at);
+    direct_reduce_slice(ex);
+    across(std::span<T>(data.data() + ex.chunk_begin(rank), ex.chunk_size(rank)));
+    ex.step(1, 2);
+    direct_gather_slices(ex);
+    ex.step(2, 2);
+}
+
+#if !STRATA_HEADER_ONLY
+extern template void ReplicaGroup::broadcast<float>(int, std::span<float>, int);
+extern template void ReplicaGroup::broadcast<double>(int, std::span<double>, int);
+extern template void ReplicaGroup::all_reduce_impl<float>(int, std::span<float>, ReduceOp, Algorithm, std::int64_t);
+extern template void ReplicaGroup::all_reduce_impl<double>(int, std::span<double>, ReduceOp, Algorithm, std::int64_t);
+extern template void ReplicaGroup::hierarchical_all_reduce<float>(int, std::span<float>, ReduceOp, std::int64_t);
+extern template void ReplicaGroup::hierarchical_all_reduce<double>(int, std::span<double>, ReduceOp, std::int64_t);
+#endif
+
 }  // namespace strata::distribute::collective
+
+#if STRATA_HEADER_ONLY
+#include "strata/distribute/collective/impl/all_reduce.ipp"
+#endif

@@ -62,30 +62,8 @@ class BucketPlan {
 public:
     static constexpr std::size_t default_bucket_bytes = std::size_t{4} << 20;
 
-    BucketPlan(std::span<const std::size_t> tensor_sizes, std::size_t element_bytes,
-               std::size_t bucket_bytes = default_bucket_bytes) {
-        STRATA_CHECK(element_bytes > 0, ValueError, "BucketPlan: element_bytes must be > 0");
-        STRATA_CHECK(bucket_bytes > 0, ValueError, "BucketPlan: bucket_bytes must be > 0");
-        offsets_.reserve(tensor_sizes.size());
-        tensor_bucket_.reserve(tensor_sizes.size());
-        const std::size_t cap = bucket_bytes / element_bytes > 0 ? bucket_bytes / element_bytes : 1;
-        Bucket open;
-        std::size_t offset = 0;
-        for (std::size_t t = 0; t < tensor_sizes.size(); ++t) {
-            const std::size_t n = tensor_sizes[t];
-            if (open.length > 0 && n > 0 && open.length + n > cap) {
-                buckets_.push_back(open);
-                open = Bucket{t, 0, offset, 0};
-            }
-            ++open.tensor_count;
-            open.length += n;
-            offsets_.push_back(offset);
-            tensor_bucket_.push_back(buckets_.size());
-            offset += n;
-        }
-        if (open.tensor_count > 0) buckets_.push_back(open);
-        total_ = offset;
-    }
+    STRATA_DECL BucketPlan(std::span<const std::size_t> tensor_sizes, std::size_t element_bytes,
+                           std::size_t bucket_bytes = default_bucket_bytes);
 
     BucketPlan(std::initializer_list<std::size_t> tensor_sizes, std::size_t element_bytes,
                std::size_t bucket_bytes = default_bucket_bytes)
@@ -94,26 +72,14 @@ public:
 
     /// Number of buckets.
     [[nodiscard]] std::size_t size() const noexcept { return buckets_.size(); }
-    [[nodiscard]] const Bucket& bucket(std::size_t b) const {
-        STRATA_CHECK(b < buckets_.size(), ValueError, "BucketPlan: bucket ", b,
-                     " does not exist; the plan has ", buckets_.size());
-        return buckets_[b];
-    }
+    [[nodiscard]] STRATA_DECL const Bucket& bucket(std::size_t b) const;
     [[nodiscard]] const std::vector<Bucket>& buckets() const noexcept { return buckets_; }
     /// Elements in the flat buffer (the sum of the tensor sizes).
     [[nodiscard]] std::size_t total_length() const noexcept { return total_; }
     /// Where tensor t starts in the flat buffer.
-    [[nodiscard]] std::size_t tensor_offset(std::size_t t) const {
-        STRATA_CHECK(t < offsets_.size(), ValueError, "BucketPlan: tensor ", t,
-                     " does not exist; the plan has ", offsets_.size());
-        return offsets_[t];
-    }
+    [[nodiscard]] STRATA_DECL std::size_t tensor_offset(std::size_t t) const;
     /// The bucket tensor t belongs to.
-    [[nodiscard]] std::size_t bucket_of(std::size_t t) const {
-        STRATA_CHECK(t < tensor_bucket_.size(), ValueError, "BucketPlan: tensor ", t,
-                     " does not exist; the plan has ", tensor_bucket_.size());
-        return tensor_bucket_[t];
-    }
+    [[nodiscard]] STRATA_DECL std::size_t bucket_of(std::size_t t) const;
     /// Bucket b's part of the flat buffer. Requires flat.size() == total_length() (ShapeError).
     template <class T>
     [[nodiscard]] std::span<T> slice(std::span<T> flat, std::size_t b) const {
@@ -152,30 +118,12 @@ private:
 class AsyncAllReduce {
 public:
     /// Requires 0 <= rank < group.size() (ValueError).
-    AsyncAllReduce(ReplicaGroup& group, int rank, ReduceOp op = ReduceOp::Mean,
-                   Algorithm algorithm = Algorithm::Auto)
-        : group_(group), rank_(rank), op_(op), algorithm_(algorithm) {
-        STRATA_CHECK(rank >= 0 && rank < group.size(), ValueError, "AsyncAllReduce: rank ",
-                     rank, " is outside [0, ", group.size(), ")");
-        worker_ = std::thread([this] { run(); });
-    }
+    STRATA_DECL AsyncAllReduce(ReplicaGroup& group, int rank, ReduceOp op = ReduceOp::Mean,
+                               Algorithm algorithm = Algorithm::Auto);
     AsyncAllReduce(const AsyncAllReduce&) = delete;
     AsyncAllReduce& operator=(const AsyncAllReduce&) = delete;
 
-    ~AsyncAllReduce() {
-        std::size_t pending = 0;
-        {
-            std::lock_guard lock(mutex_);
-            pending = queue_.size() - next_ + (busy_ ? 1 : 0);
-            stop_ = true;
-        }
-        if (pending > 0)
-            group_.abort(rank_, "replica " + std::to_string(rank_) +
-                                    " destroyed its AsyncAllReduce with " +
-                                    std::to_string(pending) + " buckets pending");
-        work_cv_.notify_all();
-        worker_.join();
-    }
+    STRATA_DECL ~AsyncAllReduce();
 
     /// Queues bucket `bucket`'s all-reduce of `data` (in place) and returns at once.
     /// If an earlier bucket failed, the bucket is dropped; wait() reports the failure.
@@ -189,21 +137,10 @@ public:
     }
 
     /// Blocks until every submitted bucket is reduced; rethrows the first error, if any.
-    void wait() {
-        std::unique_lock lock(mutex_);
-        done_cv_.wait(lock, [&] { return next_ == queue_.size() && !busy_; });
-        if (error_) {
-            std::exception_ptr e = error_;
-            error_ = nullptr;
-            std::rethrow_exception(e);
-        }
-    }
+    STRATA_DECL void wait();
 
     /// Buckets submitted and not yet finished.
-    [[nodiscard]] std::size_t pending() const {
-        std::lock_guard lock(mutex_);
-        return queue_.size() - next_ + (busy_ ? 1 : 0);
-    }
+    [[nodiscard]] STRATA_DECL std::size_t pending() const;
 
 private:
     struct Job {
@@ -213,48 +150,9 @@ private:
         detail::Slot::Type type;
     };
 
-    void run() {
-        std::unique_lock lock(mutex_);
-        for (;;) {
-            work_cv_.wait(lock, [&] { return stop_ || next_ < queue_.size(); });
-            if (stop_) return;
-            const Job job = queue_[next_++];
-            const bool skip = error_ != nullptr;
-            busy_ = true;
-            lock.unlock();
+    STRATA_DECL void run();
 
-            std::exception_ptr failure;
-            if (!skip) {
-                try {
-                    reduce(job);
-                } catch (...) {
-                    failure = std::current_exception();
-                    group_.abort(rank_, failure);
-                }
-            }
-
-            lock.lock();
-            busy_ = false;
-            if (failure && !error_) error_ = failure;
-            if (next_ == queue_.size()) {
-                // Reuse the queue's storage: a steady-state step allocates nothing.
-                queue_.clear();
-                next_ = 0;
-                done_cv_.notify_all();
-            }
-        }
-    }
-
-    void reduce(const Job& job) {
-        const auto b = static_cast<std::int64_t>(job.bucket);
-        if (job.type == detail::Slot::Type::Float)
-            group_.all_reduce_impl(rank_, std::span<float>(static_cast<float*>(job.data), job.length),
-                                   op_, algorithm_, b);
-        else
-            group_.all_reduce_impl(rank_,
-                                   std::span<double>(static_cast<double*>(job.data), job.length),
-                                   op_, algorithm_, b);
-    }
+    STRATA_DECL void reduce(const Job& job);
 
     ReplicaGroup& group_;
     const int rank_;
@@ -272,3 +170,7 @@ private:
 };
 
 }  // namespace strata::distribute::collective
+
+#if STRATA_HEADER_ONLY
+#include "strata/distribute/collective/impl/async.ipp"
+#endif

@@ -145,7 +145,7 @@ public:
     void set_weights(const std::vector<T>& w) {
         for (auto& p : params_) copy(TensorView<T, place::Host>(const_cast<T*>(w.data()), Shape{num_params}), p.view());
     }
-    void log_placement() { detail::log_variable_copies<Net>(this->strategy_->devices(), this->units()); }
+    void log_placement() { detail::log_variable_copies(&Net::parameters, this->strategy_->devices(), this->units()); }
 
     // ---- across processes (MultiWorkerMirrored) ---------------------------------------------
 

@@ -32,7 +32,7 @@ public:
     void set_weights(const std::vector<T>& w) {
         copy(TensorView<T, place::Host>(const_cast<T*>(w.data()), Shape{num_params}), params_.view());
     }
-    void log_placement() { log_variable_copies<Net>(this->strategy_->devices(), 1); }
+    void log_placement() { log_variable_copies(&Net::parameters, this->strategy_->devices(), 1); }
 
 private:
     Tensor<T, P> params_;

@@ -1,4 +1,4 @@
-// examples/mnist_cnn --strategy parameter_server: the six sync modes in one instantiation, the
+// tools/mnist_cnn --strategy parameter_server: the six sync modes in one instantiation, the
 // mode, K and B chosen at run time (sync::Any). A translation unit of its own: see mnist_cnn.hpp.
 #include "mnist_cnn_ps.hpp"
 

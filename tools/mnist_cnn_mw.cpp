@@ -1,4 +1,4 @@
-// examples/mnist_cnn --strategy multi_worker_mirrored, run by mpirun (or srun): every process
+// tools/mnist_cnn --strategy multi_worker_mirrored, run by mpirun (or srun): every process
 // runs the same program and reads the same global batches; --replicas is per process. A
 // translation unit of its own: it needs MPI, and a build without MPI leaves it out (see
 // examples/meson.build and the fallback in mnist_cnn.cpp).

@@ -1,4 +1,4 @@
-// examples/mnist_cnn --strategy one_device | mirrored | central_storage: the strategies of one
+// tools/mnist_cnn --strategy one_device | mirrored | central_storage: the strategies of one
 // process. A translation unit of its own, so that it compiles beside the command line (see
 // mnist_cnn.hpp).
 #include "mnist_cnn.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-// What the translation units of examples/mnist_cnn share: the network, the flags, the report and
+// What the translation units of tools/mnist_cnn share: the network, the flags, the report and
 // the training function. The command line (flags, JSON) is in mnist_cnn.cpp, the in-process
 // strategies in mnist_cnn_train.cpp, the same on the GPU in mnist_cnn_gpu.cu (nvcc), the
 // parameter-server modes in mnist_cnn_ps.cpp and

@@ -1,10 +1,10 @@
-// examples/mnist_cnn --strategy pipeline | hybrid: the seed CNN cut into 2 to 4 stages balanced by
+// tools/mnist_cnn --strategy pipeline | hybrid: the seed CNN cut into 2 to 4 stages balanced by
 // FLOPs (distribute/pipeline.hpp), GPipe or 1F1B over --micro-batches; hybrid runs --replicas
 // copies of that pipeline. A translation unit of its own (six instantiations of the model), so
 // that it compiles beside the others (see mnist_cnn.hpp).
 //
-//   build/examples/mnist_cnn --strategy pipeline --stages 2 --micro-batches 4 --schedule 1f1b
-//   build/examples/mnist_cnn --strategy hybrid --replicas 2 --stages 2 --micro-batches 4
+//   build/tools/mnist_cnn --strategy pipeline --stages 2 --micro-batches 4 --schedule 1f1b
+//   build/tools/mnist_cnn --strategy hybrid --replicas 2 --stages 2 --micro-batches 4
 #include "mnist_cnn.hpp"
 
 #include <strata/distribute/pipeline.hpp>

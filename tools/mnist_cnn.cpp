@@ -3,18 +3,18 @@
 //   -> Flatten -> Dense(64, relu) -> Dense(10, softmax); RMSprop(1e-3); batch 128;
 //   shuffle buffer 10000. 121,930 parameters.
 //
-//   scripts/fetch-mnist data/mnist && build/examples/mnist_cnn --data data/mnist --epochs 3
-//   build/examples/mnist_cnn --strategy mirrored --replicas 2 --threads 1 ...
-//   mpirun -np 2 build/examples/mnist_cnn --strategy multi_worker_mirrored --replicas 1 (...)
+//   scripts/fetch-mnist data/mnist && build/tools/mnist_cnn --data data/mnist --epochs 3
+//   build/tools/mnist_cnn --strategy mirrored --replicas 2 --threads 1 ...
+//   mpirun -np 2 build/tools/mnist_cnn --strategy multi_worker_mirrored --replicas 1 (...)
 //       (--replicas per process; rank 0 prints and writes the files)
-//   build/examples/mnist_cnn --strategy parameter_server --workers 4 --servers 2 --sync kbatch_sync --k 2
+//   build/tools/mnist_cnn --strategy parameter_server --workers 4 --servers 2 --sync kbatch_sync --k 2
 //       --straggler exp:20 --clock virtual ...   (--batch-size is per worker; steps count updates)
-//   mpirun -np 4 build/examples/mnist_cnn --strategy parameter_server --workers 2 --servers 1 ...
+//   mpirun -np 4 build/tools/mnist_cnn --strategy parameter_server --workers 2 --servers 1 ...
 //       (the same job across processes: rank 0 the coordinator, 1..S the servers, then the workers)
-//   build/examples/mnist_cnn --plot curves.svg  training curves (loss, accuracy per epoch) as SVG
-//   build/examples/mnist_cnn --tensorboard logs  TensorBoard scalars (tensorboard --logdir logs)
-//   build/examples/mnist_cnn --backup-dir run1 --backup-every-steps 100   killed? the same command resumes
-//   build/examples/mnist_cnn --help             every flag, its default and its range
+//   build/tools/mnist_cnn --plot curves.svg  training curves (loss, accuracy per epoch) as SVG
+//   build/tools/mnist_cnn --tensorboard logs  TensorBoard scalars (tensorboard --logdir logs)
+//   build/tools/mnist_cnn --backup-dir run1 --backup-every-steps 100   killed? the same command resumes
+//   build/tools/mnist_cnn --help             every flag, its default and its range
 #include "mnist_cnn.hpp"
 
 #include <strata/train/plot.hpp>  // opt-in: not part of strata.hpp

@@ -1,4 +1,4 @@
-// examples/mnist_cnn without CUDA: nvcc was not found when the program was configured, so
+// tools/mnist_cnn without CUDA: nvcc was not found when the program was configured, so
 // --device gpu is an error that says so (mnist_cnn_gpu.cu is the unit that trains on the GPU).
 #include "mnist_cnn.hpp"
 

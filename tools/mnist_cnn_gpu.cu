@@ -1,4 +1,4 @@
-// examples/mnist_cnn --device gpu: the in-process strategies (and the parameter server's
+// tools/mnist_cnn --device gpu: the in-process strategies (and the parameter server's
 // workers) with CUDA tensors. Compiled by nvcc
 // wherever it is found (examples/meson.build), so that the same binary offers both devices;
 // where it is not, mnist_cnn_nogpu.cpp says the program was built without CUDA. Being in the

@@ -1,0 +1,42 @@
+#pragma once
+/// \file strata/train/impl/compile_settings.ipp
+/// The definitions behind strata/train/compile_settings.hpp: included by it in the header-only
+/// mode, compiled once in src/strata.cpp under STRATA_SEPARATE_COMPILATION.
+
+#include "strata/train/compile_settings.hpp"
+
+namespace strata::train {
+
+STRATA_DECL CompileSettings compile_settings(const loss::Loss& loss, const optim::Optimizer& optimizer,
+                                             const std::vector<metrics::Metric>& metrics, std::int64_t output_size,
+                                             bool last_is_softmax) {
+    CompileSettings s;
+    for (const auto& m : metrics) {
+        const auto& n = m.name;
+        if (n == "accuracy" || n == "acc" || n == "sparse_categorical_accuracy" || n == "categorical_accuracy") {
+            s.accuracy = true;
+        } else if (n == "sparse_top_k_categorical_accuracy") {
+            STRATA_CHECK(std::holds_alternative<loss::SparseCategoricalCrossentropy>(loss), ValueError,
+                         "compile: sparse_top_k_categorical_accuracy needs class ids, i.e. SparseCategoricalCrossentropy; "
+                         "the loss is ", loss::name(loss));
+            STRATA_CHECK(m.k >= 1, ValueError, "compile: sparse_top_k_categorical_accuracy: k must be >= 1, got ", m.k);
+            s.top_k = m.k;
+        } else if (n == "precision" || n == "recall") {
+            STRATA_CHECK(output_size == 1, ValueError, "compile: ", n, " is for one binary output (probability > 0.5 "
+                         "is positive); the model has ", output_size, " outputs");
+            (n == "precision" ? s.precision : s.recall) = true;
+        } else {
+            throw_error<ValueError>("compile: unknown metric '", n, "' (known: accuracy, sparse_categorical_accuracy, "
+                                    "categorical_accuracy, sparse_top_k_categorical_accuracy, precision, recall)");
+        }
+    }
+    s.input_kind = loss::input_kind(loss, last_is_softmax);
+    s.fused_softmax = s.input_kind == loss::Input::Logits && last_is_softmax;
+    if (std::holds_alternative<loss::SparseCategoricalCrossentropy>(loss)) s.accuracy_kind = metrics::AccuracyKind::SparseCategorical;
+    else if (output_size == 1) s.accuracy_kind = metrics::AccuracyKind::Binary;
+    else s.accuracy_kind = metrics::AccuracyKind::Categorical;
+    s.constant_learning_rate = std::visit([](const auto& o) { return o.learning_rate.is_constant(); }, optimizer);
+    return s;
+}
+
+}  // namespace strata::train
