@@ -5,6 +5,11 @@
 #   compiled   the README program with the compiled part (STRATA_SEPARATE_COMPILATION: libstrata
 #              built once beforehand, not counted, then linked)
 #   umbrella   a translation unit that includes <strata/strata.hpp> and nothing else
+#   floor      what no change to strata's own code can go below: a unit with only the system
+#              headers strata's headers include (the standard library, Thrust, CBLAS, OpenMP,
+#              found with g++ -H on the umbrella), and a unit with the seed CNN's network alone
+#              (Network<Net> forward and backward, with the compiled part): its layers' kernels,
+#              specialised on the network's shapes, are compiled in the unit that uses them
 #   mnist_cnn  every host unit of tools/mnist_cnn (every strategy and sync mode it offers;
 #              MultiWorkerMirrored's unit too where MPI is found) as tools/meson.build builds
 #              them: with the compiled part (libstrata built once beforehand, not counted),
@@ -43,6 +48,46 @@ if not m: sys.exit("compile_time.sh: README.md has no C++ listing")
 open(sys.argv[2], "w").write(m.group(1))
 PY
 printf '#include <strata/strata.hpp>\nint main() { return 0; }\n' > "$out/umbrella.cpp"
+# The floor: the system headers the umbrella's strata headers include directly (g++ -H prints
+# the include tree, one dot per level), and the seed CNN's network alone.
+"$cxx" "${flags[@]}" -H -fsyntax-only "$out/umbrella.cpp" 2>&1 >/dev/null | python3 -c '
+import sys
+stack, seen = [], []
+for line in sys.stdin:
+    dots = len(line) - len(line.lstrip("."))
+    if dots == 0 or not line[dots:].startswith(" "):
+        continue
+    path = line[dots:].strip()
+    del stack[dots - 1:]
+    parent = stack[-1] if stack else ""
+    if "/strata/" in parent and "/strata/" not in path:
+        for root in ("/c++/12/", "/cccl/", "/include/"):
+            if root in path:
+                name = path.split(root, 1)[1]
+                break
+        if name not in seen:
+            seen.append(name)
+    stack.append(path)
+print("#define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CPP")
+for n in seen:
+    print(f"#include <{n}>")
+print("int main() { return 0; }")' > "$out/system.cpp"
+cat > "$out/network.cpp" <<'CPP'
+#include <strata/strata.hpp>
+using namespace strata::nn;
+using Net = Sequential<Input<28, 28, 1>, Conv2D<32, 3, ReLU>, MaxPooling2D<2>, Conv2D<64, 3, ReLU>, MaxPooling2D<2>,
+                       Flatten, Dense<64, ReLU>, Dense<10, Softmax>>;
+int main() {
+    Network<Net, float, strata::place::Host> net;
+    std::vector<float> p(Net::num_params), g(Net::num_params), x(128 * 784);
+    net.init(p.data(), 1);
+    net.reserve(128, true);
+    const Mode mode{.training = true};
+    net.forward(p.data(), strata::TensorView<float, strata::place::Host>(x.data(), strata::Shape{128, 28, 28, 1}), mode);
+    net.backward(p.data(), g.data(), mode);
+    return g[0] > 0;
+}
+CPP
 
 # tools/mnist_cnn's host units (as tools/meson.build lists them, without CUDA) and their flags.
 units=(tools/mnist_cnn.cpp tools/mnist_cnn_train.cpp tools/mnist_cnn_ps.cpp tools/mnist_cnn_pipeline.cpp tools/mnist_cnn_nogpu.cpp)
@@ -87,7 +132,7 @@ build_mnist() {
   done
 }
 
-readme=() compiled=() umbrella=() mnist=() mnist_c=()
+readme=() compiled=() umbrella=() mnist=() mnist_c=() system=() network=()
 declare -A unit_times unit_times_c
 for i in $(seq "$reps"); do
   s=$(now); "$cxx" "${flags[@]}" "$out/readme.cpp" -o "$out/readme" "${libs[@]}"; e=$(now)
@@ -96,6 +141,10 @@ for i in $(seq "$reps"); do
   compiled+=("$(elapsed "$s" "$e")")
   s=$(now); "$cxx" "${flags[@]}" -c "$out/umbrella.cpp" -o "$out/umbrella.o"; e=$(now)
   umbrella+=("$(elapsed "$s" "$e")")
+  s=$(now); "$cxx" "${flags[@]}" -c "$out/system.cpp" -o "$out/system.o"; e=$(now)
+  system+=("$(elapsed "$s" "$e")")
+  s=$(now); "$cxx" "${flags[@]}" -DSTRATA_SEPARATE_COMPILATION -c "$out/network.cpp" -o "$out/network.o"; e=$(now)
+  network+=("$(elapsed "$s" "$e")")
   build_mnist "" mnist unit_times
   build_mnist -c mnist_c unit_times_c -DSTRATA_SEPARATE_COMPILATION
 done
@@ -119,6 +168,8 @@ printf '%-58s %-9s %-8s %s\n' "target" "best (s)" "target" "runs (s)"
 printf '%-58s %-9.2f %-8s %s\n' "README program, header-only (compile + link)" "$(best "${readme[@]}")" "<= 8" "${readme[*]}"
 printf '%-58s %-9.2f %-8s %s\n' "README program, with the compiled part (compile + link)" "$(best "${compiled[@]}")" "<= 5" "${compiled[*]}"
 printf '%-58s %-9.2f %-8s %s\n' "#include <strata/strata.hpp> alone" "$(best "${umbrella[@]}")" "<= 2.5" "${umbrella[*]}"
+printf '%-58s %-9.2f %-8s %s\n' "  floor: the system headers strata includes, alone" "$(best "${system[@]}")" "" "${system[*]}"
+printf '%-58s %-9.2f %-8s %s\n' "  floor: the seed CNN's network alone (compiled part)" "$(best "${network[@]}")" "" "${network[*]}"
 printf '%-58s %-9.2f %-8s %s\n' "tools/mnist_cnn as built (compiled part), ${#units[@]} units by 2 + link" "$(best "${mnist_c[@]}")" "<= 15" "${mnist_c[*]}"
 printf '%-58s %-9.2f %-8s %s\n' "tools/mnist_cnn header-only, ${#units[@]} units by 2 + link" "$(best "${mnist[@]}")" "" "${mnist[*]}"
 for u in "${units[@]}"; do
@@ -137,7 +188,7 @@ printf '%-58s %s -> %s\n' "load average (1, 5, 15 min) before -> after" "$load_b
 if [ -n "$json" ]; then
   unit_json=$(for u in "${units[@]}"; do b=$(basename "$u" .cpp); echo "$u=${unit_times[$b]}"; done)
   unit_json_c=$(for u in "${units[@]}"; do b=$(basename "$u" .cpp); echo "$u=${unit_times_c[$b]}"; done)
-  python3 - "$json" "$($cxx --version | head -n1)" "$(nproc)" "${readme[*]}" "${compiled[*]}" "${umbrella[*]}" "${mnist[*]}" "$nvcc_note" "$unit_json" "${mnist_c[*]}" "$unit_json_c" "$load_before -> $(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+  python3 - "$json" "$($cxx --version | head -n1)" "$(nproc)" "${readme[*]}" "${compiled[*]}" "${umbrella[*]}" "${mnist[*]}" "$nvcc_note" "$unit_json" "${mnist_c[*]}" "$unit_json_c" "$load_before -> $(cut -d' ' -f1-3 /proc/loadavg)" "${system[*]}" "${network[*]}" <<'PY'
 import json, os, platform, sys
 path, compiler, cores = sys.argv[1], sys.argv[2], int(sys.argv[3])
 readme, compiled, umbrella, mnist = ([float(t) for t in a.split()] for a in sys.argv[4:8])
@@ -152,6 +203,7 @@ units = unit_table(sys.argv[9])
 mnist_c = [float(t) for t in sys.argv[10].split()]
 units_c = unit_table(sys.argv[11])
 load_average = sys.argv[12]
+system, network = ([float(t) for t in a.split()] for a in sys.argv[13:15])
 cpu = ""
 try:
     cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
@@ -161,6 +213,8 @@ doc = {"benchmark": "compile_time", "compiler": compiler, "flags": "-O2", "cores
        "readme_program": {"best_seconds": min(readme), "runs_seconds": readme, "target_seconds": 8},
        "readme_program_compiled_part": {"best_seconds": min(compiled), "runs_seconds": compiled, "target_seconds": 5},
        "umbrella_header": {"best_seconds": min(umbrella), "runs_seconds": umbrella, "target_seconds": 2.5},
+       "floor_system_headers": {"best_seconds": min(system), "runs_seconds": system},
+       "floor_seed_cnn_network_compiled_part": {"best_seconds": min(network), "runs_seconds": network},
        "mnist_cnn_header_only": {"best_seconds": min(mnist), "runs_seconds": mnist,
                      "jobs": 2, "units": {u: {"best_seconds": min(t), "runs_seconds": t} for u, t in units.items()}},
        "mnist_cnn": {"best_seconds": min(mnist_c), "runs_seconds": mnist_c, "jobs": 2, "target_seconds": 15,

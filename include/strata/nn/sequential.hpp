@@ -346,7 +346,7 @@ private:
     STRATA_INLINE void forward_one(const T* params, const Mode& mode) {
         using Layer = std::tuple_element_t<I, Layers>;
         if constexpr (I > 0 && fuses_next<(I > 0 ? I - 1 : 0)>()) {
-            if (fused_[I - 1]) return;  // the layer before ran this one's forward
+            if (ran_next_[I - 1]) return;  // the layer before ran this one's forward
         }
         const TensorView<T, P> in = I == 0 ? input_ : out_[I == 0 ? 0 : I - 1];
         if constexpr (detail::aliases_input<Layer>() && I == 0) {
@@ -358,9 +358,9 @@ private:
         if constexpr (fuses_next<I>()) {
             Mode next = mode;
             next.skip_activation = mode.skip_activation && I + 1 == L - 1;
-            fused_[I] = !next.skip_activation && std::get<I>(layers_).forward_then(params + offsets[I], in, out_[I],
+            ran_next_[I] = !next.skip_activation && std::get<I>(layers_).forward_then(params + offsets[I], in, out_[I],
                                                                                    std::get<I + 1>(layers_), out_[I + 1], m);
-            if (fused_[I]) return;
+            if (ran_next_[I]) return;
         }
         std::get<I>(layers_).forward(params + offsets[I], in, out_[I], m);
     }
@@ -375,10 +375,10 @@ private:
             m.skip_activation = mode.skip_activation && I == L - 1;
             bool done = false;
             if constexpr (I > 0 && fuses_backward_next<(I > 0 ? I - 1 : 0)>()) {
-                done = fused_[I - 1] && trained_;  // the layer before takes this one's backward into its own
+                done = ran_next_[I - 1] && trained_;  // the layer before takes this one's backward into its own
             }
             if constexpr (fuses_backward_next<I>()) {
-                if (fused_[I] && trained_) {  // (a training forward: the pooling recorded its maxima)
+                if (ran_next_[I] && trained_) {  // (a training forward: the pooling recorded its maxima)
                     STRATA_PROFILE_GROUP(&profile_keys_[I], "backward");
                     std::get<I>(layers_).backward_then(params + offsets[I], grads + offsets[I], in, dx, std::get<I + 1>(layers_),
                                                        out_[I + 1], dout_[I + 1]);
@@ -407,7 +407,7 @@ private:
     std::int64_t batch_ = -1;
     std::array<char, L> profile_keys_{};  // one address per layer for the step profiler
     std::int64_t reserved_[2] = {0, 0};   // the largest batch reserved for inference, for training
-    std::array<bool, L> fused_{};         // layer I ran layer I+1's forward in this pass
+    std::array<bool, L> ran_next_{};      // layer I ran layer I+1's forward in this pass
     bool trained_ = false;                // the last forward was in training mode
 };
 
