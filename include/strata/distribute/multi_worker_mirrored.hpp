@@ -256,11 +256,7 @@ private:
 #endif
 };
 
-template <class P, class Net, class T>
-class GradientPath<MultiWorkerMirrored<P, sync::Synchronous>, Net, T>
-    : public detail::MirroredPath<MultiWorkerMirrored<P, sync::Synchronous>, Net, T> {
-public:
-    using detail::MirroredPath<MultiWorkerMirrored<P, sync::Synchronous>, Net, T>::MirroredPath;
-};
-
 }  // namespace strata::distribute
+
+// Its gradient path: Mirrored's, with the policy for what crosses processes.
+#include "strata/distribute/path/multi_worker_mirrored.hpp"

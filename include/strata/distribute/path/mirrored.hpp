@@ -3,9 +3,11 @@
 /// The gradient path of `Mirrored<P, Synchronous>` and `MultiWorkerMirrored<P, Synchronous>`:
 /// a copy of the variables (and of the optimizer slots) per replica; gradients are summed by an
 /// all-reduce and every replica applies the same update to its own copy. The two strategies
-/// differ only in their communicator: MultiWorkerMirrored's replica group carries each
-/// all-reduce across processes (collective::OuterStage), and its step totals, evaluation
-/// figures and predictions are summed over the processes. On host memory the gradient buckets are
+/// differ only in their communicator and in one policy: MultiWorkerMirrored's replica group
+/// carries each all-reduce across processes (collective::OuterStage), and its path's `Across`
+/// policy (path/multi_worker_mirrored.hpp) agrees on the model, the optimizer and the batches
+/// and sums step totals, evaluation figures and predictions over the processes; Mirrored's
+/// (OneProcess, below) does nothing. On host memory the gradient buckets are
 /// all-reduced by each replica's communication thread while backward goes on; in device
 /// memory (logical GPUs of one GPU, or GPUs with peer access) each replica sums its slice of
 /// every replica's gradient in place.
@@ -63,13 +65,40 @@ struct DeviceSliceSum {
 
 namespace detail {
 
-/// Whether strategy S spans processes (MultiWorkerMirrored): it has a process group.
-template <class S>
-concept MultiProcess = requires(S& s) { s.process_group(); };
+/// What Mirrored's path does across processes when its strategy spans none: nothing. A strategy
+/// that spans processes gives its path another policy with the same members
+/// (MultiWorkerMirrored's, in path/multi_worker_mirrored.hpp): the path itself is written once.
+struct OneProcess {
+    static constexpr bool spans_processes = false;
+    template <class S>
+    explicit OneProcess(S&) {}
+    /// When the path's variables are built: make every process start from the same model.
+    template <class Net, class T, class Path>
+    void start(Path&) {}
+    /// At compile: check that every process uses the same optimizer.
+    void compiled(const optim::Optimizer&) {}
+    /// After the chief wrote a checkpoint: wait until the file is complete.
+    void after_save() const {}
+    /// Makes a step's totals global.
+    void combine_totals(StepTotals&) {}
+    /// Whether each process reads its own input (else every process reads the same batches).
+    bool per_worker_input() const { return false; }
+    /// Sums predictions / evaluation figures over the processes.
+    template <class V>
+    void sum_predictions(std::span<V>) {}
+    template <class V>
+    void sum_evaluation(std::span<V>) {}
+    /// One epoch: the lockstep schedule, one step per global batch.
+    template <class Path, class Source, class Work, class OnStep>
+    void run_epoch(Path& path, Source& source, std::uint64_t& step, Work& work, OnStep& on_step) {
+        path.lockstep_epoch(source, step, work, on_step);
+    }
+};
 
-/// The mirrored path, for a strategy S with a copy of the variables per replica.
-template <class S, class Net, class T>
-class MirroredPath : public LockstepPath<MirroredPath<S, Net, T>, S, Net, T> {
+/// The mirrored path, for a strategy S with a copy of the variables per replica; `Across` is
+/// what it does beyond its process (OneProcess, or MultiWorkerMirrored's policy).
+template <class S, class Net, class T, class Across = OneProcess>
+class MirroredPath : public LockstepPath<MirroredPath<S, Net, T, Across>, S, Net, T> {
     using Strategy = S;
     using Base = LockstepPath<MirroredPath, Strategy, Net, T>;
     using P = typename S::place_type;
@@ -77,7 +106,7 @@ class MirroredPath : public LockstepPath<MirroredPath<S, Net, T>, S, Net, T> {
 
 public:
     template <class Init>
-    MirroredPath(Strategy& s, Init&& init) : Base(s) {
+    MirroredPath(Strategy& s, Init&& init) : Base(s), across_(s) {
         const int n = this->units();
         params_.resize(std::size_t(n));
         comm_.resize(std::size_t(n));
@@ -86,16 +115,7 @@ public:
         // Every copy starts from the same values (the initializers' streams depend on the seed
         // only), so the replicas are in sync from step 0.
         for (auto& p : params_) init(p.data());
-        if constexpr (MultiProcess<S>) {
-            // Every process starts from rank 0's values (tf.distribute's MultiWorkerMirrored
-            // broadcasts the initial variables from the chief too): a user who seeds each
-            // process differently still trains one model. First the processes agree that it
-            // is the same model.
-            s.template agree_model<Net, T>();
-            auto w = get_weights();
-            s.process_group().broadcast(0, std::span<T>(w), 0, SyncPoint{"broadcast", "initial variables"});
-            set_weights(w);
-        }
+        across_.template start<Net, T>(*this);
     }
 
     T* params(int r) { return params_[std::size_t(r)].data(); }
@@ -103,7 +123,7 @@ public:
     std::size_t gradient_buckets() const { return buckets_.size(); }
 
     void compile(const optim::Optimizer& o) {
-        if constexpr (MultiProcess<S>) this->strategy_->agree_optimizer(o);  // every process the same one
+        across_.compiled(o);
         this->opt_.states.clear();
         this->opt_.states.resize(std::size_t(this->units()));
         // Slots on each replica's device, as its variables.
@@ -147,86 +167,44 @@ public:
     }
     void log_placement() { detail::log_variable_copies(&Net::parameters, this->strategy_->devices(), this->units()); }
 
-    // ---- across processes (MultiWorkerMirrored) ---------------------------------------------
+    // ---- what crosses processes (nothing under Mirrored): the Across policy -----------------
 
     bool is_chief() const { return this->strategy_->is_chief(); }
     /// After the chief wrote a checkpoint: every process waits until the file is complete.
-    void after_save() const {
-        if constexpr (MultiProcess<S>) this->strategy_->process_group().barrier(0, SyncPoint{"barrier", "save"});
-    }
-
+    void after_save() const { across_.after_save(); }
     /// Sums the step's loss and correct count over the processes, so that every process logs
     /// the global figures.
-    void combine_totals(StepTotals& t) {
-        if constexpr (MultiProcess<S>) {
-            double v[3] = {t.loss_sum, t.correct, double(t.examples)};
-            this->strategy_->process_group().all_reduce(0, std::span<double>(v, 3), ReduceOp::Sum, SyncPoint{"all_reduce", "step totals"});
-            t.loss_sum = v[0];
-            t.correct = v[1];
-            if (this->strategy_->per_worker_input()) t.examples = std::int64_t(v[2]);
-        }
-    }
-
-    bool per_worker_input() const {
-        if constexpr (MultiProcess<S>) return this->strategy_->per_worker_input();
-        else return false;
-    }
-
+    void combine_totals(StepTotals& t) { across_.combine_totals(t); }
+    bool per_worker_input() const { return across_.per_worker_input(); }
     /// predict: rows of the other processes' replicas are zeros here; summing gives them all
     /// (with per-worker input every worker predicts its own examples, nothing to combine).
-    void sum_outputs_over_workers(std::span<T> rows) {
-        if constexpr (MultiProcess<S>)
-            if (!this->strategy_->per_worker_input())
-                this->strategy_->process_group().all_reduce(0, rows, ReduceOp::Sum, SyncPoint{"all_reduce", "predictions"});
-    }
-
+    void sum_outputs_over_workers(std::span<T> rows) { across_.sum_predictions(rows); }
     template <class V>
     void sum_over_workers(std::span<V> values) {
-        if constexpr (MultiProcess<S>) this->strategy_->process_group().all_reduce(0, values, ReduceOp::Sum, SyncPoint{"all_reduce", "evaluation"});
+        across_.sum_evaluation(values);
     }
 
     /// Unit r's share of a batch: of the global batch (every process reads the same one), or,
     /// when each worker reads its own input, of this worker's batch.
     template <class Y>
     ReplicaBatch<Y> unit_share(const data::Batch<Y>& batch, int r) const {
-        if constexpr (MultiProcess<S>)
-            if (this->strategy_->per_worker_input()) return split_batch(batch, this->units(), r);
+        if (across_.per_worker_input()) return split_batch(batch, this->units(), r);
         return Base::unit_share(batch, r);
     }
 
-    /// The schedule. With per-worker input, a step first agrees on who still has a batch and
-    /// how large each is; a worker whose input is exhausted joins with zero gradients and no
-    /// examples, the loss is divided by the examples that exist, and the epoch ends when no
-    /// worker has a batch left. The result equals one device on the concatenation of the
-    /// workers' batches of each step (worker 0's first).
+    /// The schedule: the Across policy's (one step per global batch, agreed across processes).
     template <class Source, class Work, class OnStep>
     void run_epoch(Source& source, std::uint64_t& step, Work&& work, OnStep&& on_step) {
-        if constexpr (MultiProcess<S>) {
-            if (this->strategy_->per_worker_input()) {
-                run_joined_epoch(source, step, work, on_step);
-                return;
-            }
-            // Every process reads the same global batches: they agree, once per epoch, on the
-            // first one's size (a process batching otherwise would train on other slices).
-            const auto* first = source.next();
-            this->strategy_->agree_global_batch(first ? std::int64_t(first->size()) : -1);
-            FirstThen<Source, std::remove_cvref_t<decltype(*first)>> rest{source, first};
-            Base::run_epoch(rest, step, work, on_step);
-            return;
-        }
+        across_.run_epoch(*this, source, step, work, on_step);
+    }
+    /// The lockstep schedule, for the Across policy's run_epoch.
+    template <class Source, class Work, class OnStep>
+    void lockstep_epoch(Source& source, std::uint64_t& step, Work& work, OnStep& on_step) {
         Base::run_epoch(source, step, work, on_step);
     }
+    Strategy& strategy() { return *this->strategy_; }
 
 private:
-    // A source whose first batch was taken already (to agree on its size).
-    template <class Source, class B>
-    struct FirstThen {
-        Source& source;
-        const B* first;
-        bool given = false;
-        const B* next() { return std::exchange(given, true) ? source.next() : first; }
-    };
-
     // Buckets over the flat gradient buffer, in the order backward produces them (last layer
     // first): each a contiguous range [first, first + count) of whole layers, planned by
     // collective::BucketPlan over the layers' parameter blocks.
@@ -260,53 +238,6 @@ private:
     bool reduces() const { return this->strategy_->num_replicas_in_sync() > 1; }
     bool overlapped() const { return place::host_accessible_v<P> && reduces() && buckets_.size() > 1; }
 
-    template <class Source, class Work, class OnStep>
-    void run_joined_epoch(Source& source, std::uint64_t& step_counter, Work& work, OnStep& on_step) {
-        auto& pg = this->strategy_->process_group();
-        const int workers = pg.size(), me = pg.rank(), n = this->units();
-        bool exhausted = false;
-        std::vector<double> sizes(static_cast<std::size_t>(workers));
-        for (;;) {
-            const auto* batch = exhausted ? nullptr : source.next();
-            if (!batch) exhausted = true;
-            std::fill(sizes.begin(), sizes.end(), -1.0);  // -1: no batch (every worker adds 1)
-            sizes[std::size_t(me)] = batch ? double(batch->size()) : -1.0;
-            for (auto& v : sizes) v += 1;  // own: size + 1; others: 0 (so the sum is size + 1 or 0)
-            pg.all_reduce(0, std::span<double>(sizes), ReduceOp::Sum, SyncPoint{"all_reduce", "batch sizes"});
-            double total = 0, before = 0;
-            bool any = false;
-            for (int q = 0; q < workers; ++q) {
-                const double sz = sizes[std::size_t(q)] - 1;  // -1: no batch
-                if (sz < 0) continue;
-                any = true;
-                total += sz;
-                if (q < me) before += sz;
-            }
-            if (!any) return;
-            const std::uint64_t step = ++step_counter;
-            std::vector<UnitWork> res(static_cast<std::size_t>(n));
-            std::remove_cvref_t<decltype(*batch)> empty;
-            const auto& mine = batch ? *batch : empty;
-            this->run_units([&](int r) {
-                auto b = split_batch(mine, n, r);
-                b.first += std::int64_t(before);
-                b.global_size = std::int64_t(total);
-                res[std::size_t(r)] = work(r, b, params(r), this->grads(r), total > 0 ? total : 1.0, step,
-                                           [this, r](std::int64_t first, std::int64_t) { gradient_ready(r, first); });
-                apply(r);
-            });
-            this->end_step();
-            StepTotals t;
-            for (const auto& u : res) {
-                t.loss_sum += u.loss_sum;
-                t.correct += double(u.correct);
-                t.examples += u.examples;
-            }
-            combine_totals(t);
-            if (!on_step(t)) return;
-        }
-    }
-
     collective::AsyncAllReduce& comm_of(int r) {
         auto& c = comm_[std::size_t(r)];
         if (!c)
@@ -321,7 +252,7 @@ private:
         P::synchronize();  // this replica's gradients are complete
         this->strategy_->group().barrier(r);
         const auto sl = replica_slice(num_params, n, r);
-        if constexpr (MultiProcess<S>) {
+        if constexpr (Across::spans_processes) {
             // Sum the slice here, across processes (NCCL on lane r), then hand it to the others.
             detail::DeviceSliceReduce<T> f{{}, n, r, sl.first};
             detail::DeviceSliceCopy<T> g{{}, n, r, sl.first};
@@ -343,6 +274,7 @@ private:
     std::vector<Bucket> buckets_;
     std::vector<std::size_t> next_bucket_;
     std::vector<std::unique_ptr<collective::AsyncAllReduce>> comm_;
+    Across across_;
 };
 
 }  // namespace detail
