@@ -20,11 +20,13 @@ promises when a process stalls or dies.
   * 2 processes of a one-process strategy (one_device, mirrored, central_storage): refused on
     both ranks, naming the launcher and the count;
   * parameter_server across 4 processes (1 coordinator, 1 server, 2 workers) saves the bytes the
-    same flags save in one process (virtual clock); -np 3 is refused on every rank;
+    same flags save in one process (virtual clock); -np 3 is refused on every rank; one rank
+    started with another --sync, --seed or --workers/--servers is refused on all 4, naming it;
   * parameter_server across 4 processes with a worker killed (SIGKILL) or stopped (SIGSTOP):
     asynchronous training goes on and names it; synchronous stops naming it; a killed server
     ends the job naming it (mpirun --enable-recovery, so that strata's handling is tested), and
-    with --backup-dir a relaunch resumes and saves the bytes of an uninterrupted run;
+    with --backup-dir a relaunch resumes and saves the bytes of an uninterrupted run; every
+    rank exits once training is done (a process left after 30 s fails the check);
   * 2 processes with --backup-dir, one killed with SIGKILL after a backup exists, relaunched
     with the same flags: the job resumes from the backup and rank 0 saves weights bitwise
     equal to those of an uninterrupted 2-process run.
@@ -197,6 +199,23 @@ def suspended_job(mpirun, exe, data):
             p.communicate()
 
 
+def refused_on_every_rank(mpirun, common, first, last, name, a, b, expected):
+    """mpirun -np FIRST COMMON A : -np LAST COMMON B (the last ranks started with other flags):
+    the job must be refused on every rank, saying `expected`, within seconds; never a hang."""
+    t0 = time.time()
+    try:
+        r = subprocess.run([mpirun, "-np", str(first)] + common + a + [":", "-np", str(last)] + common + b,
+                           capture_output=True, text=True, env=env(), timeout=120)
+    except subprocess.TimeoutExpired:
+        check(False, f"ranks with different {name}: still running after 120 s (a hang)")
+        return
+    check(r.returncode != 0, f"ranks with different {name}: the job exited 0: {r.stdout[-300:]!r}")
+    check(time.time() - t0 < 60, f"ranks with different {name}: took {time.time() - t0:.1f} s to be refused")
+    check(r.stderr.count(expected) == first + last,
+          f"ranks with different {name}: expected all {first + last} ranks to say {expected!r}: {r.stderr[-1500:]!r}")
+    check("test accuracy" not in r.stdout, f"ranks with different {name}: trained anyway: {r.stdout[-300:]!r}")
+
+
 def disagreeing_ranks(mpirun, exe, data, d):
     """Ranks started with different flags (mpirun's `A : B` form): the job is refused on every
     rank, naming the flag and who has what, before training and within seconds; never a hang,
@@ -212,18 +231,24 @@ def disagreeing_ranks(mpirun, exe, data, d):
         ("--save on one rank", [], ["--save", save], "--save: rank 0 has (none), rank 1 has " + save),
     ]
     for name, a, b, expected in cases:
-        t0 = time.time()
-        try:
-            r = subprocess.run([mpirun, "-np", "1"] + common + a + [":", "-np", "1"] + common + b,
-                               capture_output=True, text=True, env=env(), timeout=120)
-        except subprocess.TimeoutExpired:
-            check(False, f"ranks with different {name}: still running after 120 s (a hang)")
-            continue
-        check(r.returncode != 0, f"ranks with different {name}: the job exited 0: {r.stdout[-300:]!r}")
-        check(time.time() - t0 < 60, f"ranks with different {name}: took {time.time() - t0:.1f} s to be refused")
-        check(r.stderr.count(expected) == 2,
-              f"ranks with different {name}: expected both ranks to say {expected!r}: {r.stderr[-1500:]!r}")
-        check("test accuracy" not in r.stdout, f"ranks with different {name}: trained anyway: {r.stdout[-300:]!r}")
+        refused_on_every_rank(mpirun, common, 1, 1, name, a, b, expected)
+
+
+def parameter_server_disagreeing_ranks(mpirun, exe, data):
+    """parameter_server across 4 processes whose last rank (a worker) was started with another
+    --sync, --seed, or --workers/--servers: refused on all 4 ranks, naming the setting and who
+    has what, within seconds (the ranks compare their settings when they join)."""
+    common = [exe, "--data", data, "--strategy", "parameter_server", "--epochs", "1", "--steps-per-epoch", "3",
+              "--verbose", "0", "--threads", "1", "--timeout-ms", "20000"]
+    two_one = ["--workers", "2", "--servers", "1"]
+    cases = [
+        ("--sync", two_one, two_one + ["--sync", "sync"], "sync mode: ranks 0, 1, 2 have Asynchronous<-1>, rank 3 has Synchronous"),
+        ("--seed", two_one, two_one + ["--seed", "7"], "--seed: ranks 0, 1, 2 have 42, rank 3 has 7"),
+        ("--workers and --servers", two_one, ["--workers", "1", "--servers", "2"],
+         "workers: ranks 0, 1, 2 have 2, rank 3 has 1; servers: ranks 0, 1, 2 have 1, rank 3 has 2"),
+    ]
+    for name, a, b, expected in cases:
+        refused_on_every_rank(mpirun, common, 3, 1, f"parameter_server {name}", a, b, expected)
 
 
 def one_process_strategies(mpirun, exe, data):
@@ -471,6 +496,7 @@ def main():
         parameter_server_server_killed_resumes(args.mpirun, exe, data, d)
         backup_resume(args.mpirun, exe, data, d)
         disagreeing_ranks(args.mpirun, exe, data, d)
+        parameter_server_disagreeing_ranks(args.mpirun, exe, data)
         suspended_job(args.mpirun, exe, data)
     if failures:
         print(f"{len(failures)} check(s) failed")

@@ -89,6 +89,11 @@ public:
         Tensor<T, P> full(Shape{num_params});
         init(full.data());
         const auto host = to_vector(full.view());
+        if (remote_) {  // every rank computes them from the seed: the same model and the same values
+            auto same = distribute::detail::model_settings<Net, T>();
+            same.emplace_back("initial variables (the seed's)", distribute::detail::fnv1a_hex(host.data(), host.size() * sizeof(T)));
+            remote_->agree(same, "the model");
+        }
         set_weights(host);
         for (int i = 0; i < W_; ++i) cancel_.push_back(std::make_unique<std::atomic<bool>>(false));
         jobs_.resize(std::size_t(W_));
@@ -110,6 +115,7 @@ public:
     }
 
     void compile(const optim::Optimizer& o) {
+        if (remote_) remote_->agree({{"optimizer", optim::describe(o)}}, "the optimizer");  // every rank the same one
         server_pool_->run([&](int sv) {
             auto& srv = servers_[std::size_t(sv)];
             srv.opt = optim::OptimizerState<T, P>(o, srv.size);
