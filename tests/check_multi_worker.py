@@ -75,6 +75,15 @@ def ranks_of(job_pid, exe_name):
     return found
 
 
+def running(pid):
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def fault(mpirun, exe, data, how, timeout_ms=3000):
     """Starts 3 processes training for long, then stops (SIGSTOP) or kills (SIGKILL) rank 2 once
     all three are training. Returns (exit status, seconds from the signal to the end, stderr)."""
@@ -321,8 +330,16 @@ def ps_fault(mpirun, exe, data, d, sync, victim_rank, how="kill"):
         os.kill(victim, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
         if how == "stop":  # a stopped process never exits: once the coordinator is done, end it
             deadline = time.time() + 120
-            while time.time() < deadline and p.poll() is None and os.path.exists(f"/proc/{ranks[0]}"):
+            while time.time() < deadline and p.poll() is None and running(ranks[0]):
                 time.sleep(0.2)
+            # ... but first every other rank must exit on its own, while the lost worker is still
+            # stopped: none may wait for it (in MPI_Finalize, as the other worker once did).
+            deadline = time.time() + 30
+            while time.time() < deadline and any(running(pid) for pid in ranks.values() if pid != victim):
+                time.sleep(0.2)
+            still = sorted(rk for rk, pid in ranks.items() if pid != victim and running(pid))
+            check(not still, f"parameter_server {sync}, rank {victim_rank} stopped: rank(s) {still} still running 30 s "
+                             "after the coordinator exited (waiting for the lost worker)")
             os.kill(victim, signal.SIGKILL)
         try:
             out, err = p.communicate(timeout=120 if how == "kill" else 30)
