@@ -25,8 +25,9 @@ promises when a process stalls or dies.
   * parameter_server across 4 processes with a worker killed (SIGKILL) or stopped (SIGSTOP):
     asynchronous training goes on and names it; synchronous stops naming it; a killed server
     ends the job naming it (mpirun --enable-recovery, so that strata's handling is tested), and
-    with --backup-dir a relaunch resumes and saves the bytes of an uninterrupted run; every
-    rank exits once training is done (a process left after 30 s fails the check);
+    with --backup-dir a relaunch resumes and saves the bytes of an uninterrupted run; with a
+    worker stopped, every other rank exits on its own once training is done, while it is still
+    stopped, and no process is left 30 s after it is killed (either fails the check);
   * 2 processes with --backup-dir, one killed with SIGKILL after a backup exists, relaunched
     with the same flags: the job resumes from the backup and rank 0 saves weights bitwise
     equal to those of an uninterrupted 2-process run.
