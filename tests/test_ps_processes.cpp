@@ -99,3 +99,53 @@ TEST_CASE("a job of the wrong size is refused on every rank, naming both counts"
     const auto msg = strata_test::error_of<strata::ValueError>([] { (void)sd::parameter_server_processes(3, 1, std::chrono::seconds(5)); });
     CHECK(msg.find("1 coordinator, 1 server and 3 workers need 5 processes (mpirun -np 5), found 4") != std::string::npos);
 }
+
+TEST_CASE("a rank with other settings is refused on every rank, naming the setting and who has what") {
+    REQUIRE(coll::mpi::world_size() == 4);
+    const bool odd = coll::mpi::world_rank() == 3;  // the last worker
+    const auto t = std::chrono::seconds(20);
+    auto options = [&](int bound) {
+        sd::ParameterServerOptions o;
+        o.clock = sd::Clock::Virtual;
+        o.rule = ss::Rule::Asynchronous;
+        o.staleness_bound = bound;
+        o.timeout = t;
+        o.processes = sd::parameter_server_processes(2, 1, t);
+        return o;
+    };
+    auto error = [](auto&& f) { return strata_test::error_of<strata::ValueError>(f); };
+    auto says = [](const std::string& msg, const std::string& part) {
+        CAPTURE(msg);
+        CHECK(msg.find(part) != std::string::npos);
+    };
+    // When they join: workers and servers (before the job's size is checked against them).
+    says(error([&] { (void)sd::parameter_server_processes(odd ? 1 : 2, odd ? 2 : 1, t); }),
+         "workers: ranks 0, 1, 2 have 2, rank 3 has 1; servers: ranks 0, 1, 2 have 1, rank 3 has 2");
+    // The strategy's settings (the mode with its bound) and the program's own.
+    says(error([&] { sd::ParameterServer<strata::place::Host, ss::Any> ps(2, 1, options(odd ? 2 : -1)); }),
+         "sync mode: ranks 0, 1, 2 have Asynchronous<-1>, rank 3 has Asynchronous<2>");
+    says(error([&] {
+             auto o = options(-1);
+             o.settings = {{"--batch-size", odd ? "12" : "6"}};
+             sd::ParameterServer<strata::place::Host, ss::Any> ps(2, 1, o);
+         }),
+         "--batch-size: ranks 0, 1, 2 have 6, rank 3 has 12");
+    // The model's initial variables (another seed) and the optimizer.
+    says(error([&] {
+             sd::ParameterServer<strata::place::Host, ss::Any> ps(2, 1, options(-1));
+             strata::Model<Net, decltype(ps)> model(ps, odd ? 8 : 7);
+         }),
+         "initial variables (the seed's): ranks 0, 1, 2 have ");
+    says(error([&] {
+             sd::ParameterServer<strata::place::Host, ss::Any> ps(2, 1, options(-1));
+             strata::Model<Net, decltype(ps)> model(ps, 7);
+             model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = odd ? 0.02 : 0.01});
+         }),
+         "optimizer: ranks 0, 1, 2 have Adam(learning_rate=0.01, ");
+    // Agreed settings train as before.
+    sd::ParameterServer<strata::place::Host, ss::Any> ps(2, 1, options(-1));
+    strata::Model<Net, decltype(ps)> model(ps, 7);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    model.fit(data(24), {.epochs = 1, .verbose = 0});
+    CHECK(same_on_every_rank(model.get_weights()));
+}

@@ -7,6 +7,7 @@
 // (compile time is part of the product) and a build without MPI still has the rest.
 #include <strata/strata.hpp>
 #include <strata/distribute/parameter_server_stats.hpp>
+#include <strata/distribute/settings.hpp>
 #include <strata/train/tensorboard.hpp>  // opt-in: not part of strata.hpp
 
 #include <chrono>
@@ -82,6 +83,28 @@ struct Report {
     std::optional<strata::train::TrainingPosition> resumed_from;  // --backup-dir held a backup
     int epochs_done = 0;
 };
+
+// Across processes (multi_worker_mirrored, parameter_server): the flags that change the result
+// or the files written, which every process must have alike (compared when the processes join,
+// before anything else crosses processes). The strategy compares its own settings itself
+// (--replicas, --transport, --timeout-ms; --workers, --servers, --sync, --k, --staleness,
+// --straggler, --clock, --shards); --threads and --verbose may differ.
+inline strata::distribute::collective::Settings shared_settings(const Flags& f, const strata::data::Mnist& mnist) {
+    return {{"--batch-size", std::to_string(f.batch_size)},
+            {"--seed", std::to_string(f.seed)},
+            {"--epochs", std::to_string(f.epochs)},
+            {"--steps-per-epoch", std::to_string(f.steps_per_epoch)},
+            {"--load", f.load},
+            {"--save", f.save},
+            {"--json", f.json},
+            {"--plot", f.plot},
+            {"--tensorboard", f.tensorboard},
+            {"--backup-dir", f.backup_dir},
+            {"--backup-every-steps", std::to_string(f.backup_every_steps)},
+            {"--backup-force", f.backup_force ? "given" : ""},
+            {"training images", std::to_string(mnist.train.size())},
+            {"test images", std::to_string(mnist.test.size())}};
+}
 
 template <class Strategy>
 Report train(Strategy& strategy, const Flags& flags, const strata::data::Mnist& mnist) {

@@ -20,25 +20,9 @@ Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int&
                                     : f.transport == "shared_memory" ? sc::Transport::SharedMemory
                                     : f.transport == "hierarchical"  ? sc::Transport::Hierarchical
                                                                      : sc::Transport::Auto;
-    // The flags that change the result or the files written: every process must have the same
-    // (checked when the processes join, before anything else crosses processes). --replicas,
-    // --transport and --timeout-ms are the strategy's own settings; --threads and --verbose
-    // may differ.
+    // The flags that change the result or the files written: every process must have the same.
     sd::MultiWorkerOptions mw{.transport = transport};
-    mw.settings = {{"--batch-size", std::to_string(f.batch_size)},
-                   {"--seed", std::to_string(f.seed)},
-                   {"--epochs", std::to_string(f.epochs)},
-                   {"--steps-per-epoch", std::to_string(f.steps_per_epoch)},
-                   {"--load", f.load},
-                   {"--save", f.save},
-                   {"--json", f.json},
-                   {"--plot", f.plot},
-                   {"--tensorboard", f.tensorboard},
-                   {"--backup-dir", f.backup_dir},
-                   {"--backup-every-steps", std::to_string(f.backup_every_steps)},
-                   {"--backup-force", f.backup_force ? "given" : ""},
-                   {"training images", std::to_string(mnist.train.size())},
-                   {"test images", std::to_string(mnist.test.size())}};
+    mw.settings = shared_settings(f, mnist);
     sd::MultiWorkerMirrored<> s(f.replicas, {.cores_per_replica = f.threads, .timeout = std::chrono::milliseconds(f.timeout_ms)}, mw);
     replicas_in_sync = s.num_replicas_in_sync();
     Report rep = train(s, f, mnist);

@@ -53,6 +53,7 @@
 #include "strata/distribute/collective/nccl_process.hpp"
 #include "strata/distribute/collective/process_group.hpp"
 #include "strata/distribute/path/mirrored.hpp"
+#include "strata/distribute/settings.hpp"
 #include "strata/distribute/strategy.hpp"
 
 namespace strata::distribute {
@@ -89,46 +90,6 @@ inline StrategyOptions multi_worker_cores(int local_replicas, StrategyOptions o,
     if (o.cores_per_replica == 0 && local_replicas >= 1)
         o.cores_per_replica = std::max(1, hardware_threads() / (local_replicas * processes_on_host));
     return o;
-}
-// "121930 parameters, summary 0x…": FNV-1a of the model's summary table.
-template <class Net>
-std::string model_signature() {
-    std::uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char c : Net::summary()) h = (h ^ c) * 0x100000001b3ull;
-    char buf[80];
-    std::snprintf(buf, sizeof buf, "%lld parameters, summary %016llx", static_cast<long long>(Net::num_params),
-                  static_cast<unsigned long long>(h));
-    return buf;
-}
-// An optimizer and its hyper-parameters as text, exactly (%.17g): "Adam(learning_rate=0.001,
-// beta_1=0.9, ...)". A schedule reads as its rates at steps 0, 1 and 1000.
-inline std::string describe(const optim::LearningRate& lr) {
-    char buf[128];
-    if (lr.is_constant()) std::snprintf(buf, sizeof buf, "%.17g", lr(0));
-    else std::snprintf(buf, sizeof buf, "schedule(0: %.17g, 1: %.17g, 1000: %.17g)", lr(0), lr(1), lr(1000));
-    return buf;
-}
-inline std::string describe(const optim::Optimizer& o) {
-    auto num = [](double v) {
-        char buf[40];
-        std::snprintf(buf, sizeof buf, "%.17g", v);
-        return std::string(buf);
-    };
-    auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
-    return std::visit(
-        [&](const auto& x) {
-            using O = std::decay_t<decltype(x)>;
-            std::string s = std::string(O::name) + "(learning_rate=" + describe(x.learning_rate);
-            if constexpr (std::is_same_v<O, optim::SGD>)
-                s += ", momentum=" + num(x.momentum) + ", nesterov=" + flag(x.nesterov);
-            else if constexpr (std::is_same_v<O, optim::RMSprop>)
-                s += ", rho=" + num(x.rho) + ", momentum=" + num(x.momentum) + ", epsilon=" + num(x.epsilon) +
-                     ", centered=" + flag(x.centered);
-            else if constexpr (std::is_same_v<O, optim::Adam>)
-                s += ", beta_1=" + num(x.beta_1) + ", beta_2=" + num(x.beta_2) + ", epsilon=" + num(x.epsilon);
-            return s + ")";
-        },
-        o);
 }
 inline std::string_view to_string(WorkerInput i) { return i == WorkerInput::PerWorker ? "per_worker" : "replicated"; }
 // The process group, joined before the replica threads start (a base class listed first):
@@ -218,10 +179,9 @@ public:
     // and at every epoch's start the size of its first global batch.
     template <class Net, class T>
     void agree_model() {
-        pg_.agree({{"model", detail::model_signature<Net>()}, {"dtype", std::is_same_v<T, float> ? "float32" : "float64"}},
-                  "the model");
+        pg_.agree(detail::model_settings<Net, T>(), "the model");
     }
-    void agree_optimizer(const optim::Optimizer& o) { pg_.agree("optimizer", detail::describe(o)); }
+    void agree_optimizer(const optim::Optimizer& o) { pg_.agree("optimizer", optim::describe(o)); }
     void agree_global_batch(std::int64_t size) {
         pg_.agree("global batch size", size < 0 ? std::string("none (no data)") : std::to_string(size));
     }

@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -42,6 +43,7 @@
 
 #include "strata/distribute/combinations.hpp"
 #include "strata/distribute/partitioner.hpp"
+#include "strata/distribute/settings.hpp"
 #include "strata/distribute/straggler.hpp"
 #include "strata/distribute/strategy.hpp"
 #include "strata/distribute/sync.hpp"
@@ -85,6 +87,11 @@ public:
     virtual std::optional<Received> try_receive(int rank) = 0;
     /// `rank` is gone (a lost worker; -1: the job failed): the job must not wait for it at exit.
     virtual void mark_lost(int rank) = 0;
+    /// Checks that every rank passes the same `settings` (`what` names them in the message):
+    /// ValueError on every rank naming each setting that differs and which rank has what;
+    /// DistributedError naming a rank that does not come within the timeout. Every rank calls it
+    /// at the same point, from one thread (the strategy's constructor, the model's, compile).
+    virtual void agree(const collective::Settings& settings, std::string_view what) = 0;
 };
 
 /// Options of ParameterServer.
@@ -116,6 +123,11 @@ struct ParameterServerOptions {
     std::chrono::milliseconds timeout{std::chrono::seconds(60)};
     /// Across processes: the ranks' roles and messages (parameter_server_mpi.hpp); empty: one process.
     std::shared_ptr<ParameterServerProcesses> processes{};
+    /// Across processes: the program's own settings that every rank must share (the flags that
+    /// change the result: batch size, seed, output files, ...), as (name, value) text. They are
+    /// checked with the strategy's own (settings()) in its constructor: a difference is a
+    /// ValueError on every rank naming the setting and who has what.
+    collective::Settings settings{};
 };
 
 /// Workers and sharded parameter servers in one process, under sync mode `Sync` (default:
@@ -193,6 +205,11 @@ public:
             STRATA_CHECK(ps_options_.processes->processes() == 1 + servers + workers, ValueError, "ParameterServer: ", workers,
                          " workers and ", servers, " servers across processes need ", 1 + servers + workers, " processes, the job has ",
                          ps_options_.processes->processes());
+        if (ps_options_.processes) {
+            auto mine = settings();
+            for (const auto& kv : ps_options_.settings) mine.push_back(kv);
+            ps_options_.processes->agree(mine, "ParameterServer's settings (every process must be started with the same ones)");
+        }
         for (int s = 0; s < servers; ++s) {
             place::LogicalDevice d = this->devices()[0];
             d.name = "/job:ps/task:" + std::to_string(s) + "/device:CPU:0";
@@ -240,6 +257,21 @@ public:
             case sync::Rule::KBatchAsync: return "KBatchAsync<" + std::to_string(k()) + ">";
         }
         return "?";
+    }
+
+    /// What every rank of a parameter server across processes must share, beyond the number
+    /// of workers and servers and the timeout (compared when the ranks join): the mode (its
+    /// rule, K and B), the clock, the partitioner, the straggler model and its seed, and the
+    /// virtual batch time. (cores_per_worker may differ.)
+    collective::Settings settings() const {
+        char vbs[40];
+        std::snprintf(vbs, sizeof vbs, "%.17g", ps_options_.virtual_batch_seconds);
+        return {{"sync mode", sync_name()},
+                {"clock", clock_name(ps_options_.clock)},
+                {"partitioner", describe(ps_options_.partitioner)},
+                {"stragglers", ps_options_.stragglers.describe()},
+                {"straggler_seed", std::to_string(ps_options_.straggler_seed)},
+                {"virtual_batch_seconds", vbs}};
     }
 
 private:

@@ -30,8 +30,13 @@ namespace strata::distribute {
 namespace detail {
 class MpiParameterServerProcesses final : public ParameterServerProcesses {
 public:
-    MpiParameterServerProcesses(ParameterServerLayout layout, int rank, MPI_Comm comm, std::chrono::milliseconds timeout)
-        : layout_(layout), rank_(rank), box_(comm, timeout, [layout](int r) { return layout.name(r); }) {}
+    // First the ranks join (collective::ProcessGroup: every rank within the timeout, with the
+    // same workers, servers and timeout, or a ValueError on every rank naming who has what);
+    // only then is the job's size checked against the layout, alike on every rank.
+    MpiParameterServerProcesses(int workers, int servers, MPI_Comm comm, std::chrono::milliseconds timeout)
+        : group_(comm, 1, group_options(workers, servers, timeout)),
+          layout_(ParameterServerLayout::of(group_.size(), workers, servers)), rank_(group_.rank()),
+          box_(comm, timeout, [layout = layout_](int r) { return layout.name(r); }) {}
     Role role() const override {
         switch (layout_.role(rank_)) {
             case ParameterServerLayout::Role::Coordinator: return Role::Coordinator;
@@ -67,7 +72,19 @@ public:
     // MPI_Finalize waits for every rank: a job that lost one skips it (as a failed process group does).
     void mark_lost(int) override { collective::mpi::job_failed() = true; }  // -1: the job failed
 
+    void agree(const collective::Settings& settings, std::string_view what) override { group_.agree(settings, what); }
+
 private:
+    static collective::ProcessGroupOptions group_options(int workers, int servers, std::chrono::milliseconds timeout) {
+        collective::ProcessGroupOptions o;
+        o.timeout = timeout;
+        o.transport = collective::Transport::Mpi;  // agree() only: no shared window
+        o.fake_hosts = 0;
+        o.settings = {{"strategy", "ParameterServer"}, {"workers", std::to_string(workers)}, {"servers", std::to_string(servers)}};
+        return o;
+    }
+
+    collective::ProcessGroup group_;  // the settings' comparisons (join, agree())
     ParameterServerLayout layout_;
     int rank_;
     collective::Mailbox box_;
@@ -75,16 +92,13 @@ private:
 }  // namespace detail
 
 /// The roles of this job's ranks for a parameter server of `workers` workers and `servers`
-/// servers (ValueError on every rank unless the job has 1 + servers + workers processes).
+/// servers. Every rank of `comm` calls it: the ranks join first (within `timeout`; a rank with
+/// other workers, servers or timeout is a ValueError on every rank naming who has what), then
+/// ValueError on every rank unless the job has 1 + servers + workers processes.
 inline std::shared_ptr<ParameterServerProcesses> parameter_server_processes(int workers, int servers,
                                                                             std::chrono::milliseconds timeout,
                                                                             MPI_Comm comm = MPI_COMM_WORLD) {
-    collective::mpi::ensure_initialized();
-    int size = 1, rank = 0;
-    MPI_Comm_size(comm, &size);
-    MPI_Comm_rank(comm, &rank);
-    const auto layout = ParameterServerLayout::of(size, workers, servers);
-    return std::make_shared<detail::MpiParameterServerProcesses>(layout, rank, comm, timeout);
+    return std::make_shared<detail::MpiParameterServerProcesses>(workers, servers, comm, timeout);
 }
 
 }  // namespace strata::distribute

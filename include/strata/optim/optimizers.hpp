@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -121,6 +122,38 @@ struct Adam {
 
 /// Any of the optimizers; `Model::compile` takes one.
 using Optimizer = std::variant<RMSprop, Adam, SGD>;
+
+/// An optimizer and its hyper-parameters as text, exactly (%.17g): "Adam(learning_rate=0.001,
+/// beta_1=0.9, ...)" (what the processes of a job compare at compile). A schedule reads as its
+/// rates at steps 0, 1 and 1000.
+inline std::string describe(const optim::LearningRate& lr) {
+    char buf[128];
+    if (lr.is_constant()) std::snprintf(buf, sizeof buf, "%.17g", lr(0));
+    else std::snprintf(buf, sizeof buf, "schedule(0: %.17g, 1: %.17g, 1000: %.17g)", lr(0), lr(1), lr(1000));
+    return buf;
+}
+inline std::string describe(const optim::Optimizer& o) {
+    auto num = [](double v) {
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "%.17g", v);
+        return std::string(buf);
+    };
+    auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+    return std::visit(
+        [&](const auto& x) {
+            using O = std::decay_t<decltype(x)>;
+            std::string s = std::string(O::name) + "(learning_rate=" + describe(x.learning_rate);
+            if constexpr (std::is_same_v<O, optim::SGD>)
+                s += ", momentum=" + num(x.momentum) + ", nesterov=" + flag(x.nesterov);
+            else if constexpr (std::is_same_v<O, optim::RMSprop>)
+                s += ", rho=" + num(x.rho) + ", momentum=" + num(x.momentum) + ", epsilon=" + num(x.epsilon) +
+                     ", centered=" + flag(x.centered);
+            else if constexpr (std::is_same_v<O, optim::Adam>)
+                s += ", beta_1=" + num(x.beta_1) + ", beta_2=" + num(x.beta_2) + ", epsilon=" + num(x.epsilon);
+            return s + ")";
+        },
+        o);
+}
 
 namespace detail {
 template <class T>

@@ -51,6 +51,7 @@
 #include <strata/distribute/collective/common.hpp>
 #include <strata/distribute/launcher.hpp>
 #include <strata/distribute/rendezvous.hpp>
+#include <strata/distribute/settings.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -113,9 +114,6 @@ struct CrossHostStats {
     std::int64_t bytes = 0;
     double seconds = 0;
 };
-
-/// Settings the ranks of a job must share, as (name, value) text pairs (ProcessGroup::agree).
-using Settings = std::vector<std::pair<std::string, std::string>>;
 
 namespace detail {
 // Settings as bytes: every name and value as its length (8 bytes) and its text.
@@ -344,16 +342,17 @@ public:
 
     /// Frees the window and communicators, which MPI does collectively: only after a closing
     /// barrier with the usual deadline shows that every rank is here too. When a rank is
-    /// missing (or the group failed) nothing is freed: a collective free would hang.
+    /// missing (or the group failed, or the job lost a rank: mpi::job_failed()) nothing is
+    /// freed: a collective free would hang, and the barrier would wait a timeout for nobody.
     ~ProcessGroup() {
         int finalized = 0;
         MPI_Finalized(&finalized);
-        if (failed_) {
+        if (failed_ || mpi::job_failed()) {
             (void)control_.release();  // receives may still be posted into it
             (void)inner_.release();    // their closing barriers would wait for ranks that are gone
             (void)outer_.release();
         }
-        if (finalized || failed_) return;
+        if (finalized || failed_ || mpi::job_failed()) return;
         try {
             barrier(0, SyncPoint{"barrier", "closing the process group"});
         } catch (...) {

@@ -89,6 +89,11 @@ public:
         Tensor<T, P> full(Shape{num_params});
         init(full.data());
         const auto host = to_vector(full.view());
+        if (remote_) {  // every rank computes them from the seed: the same model and the same values
+            auto same = distribute::detail::model_settings<Net, T>();
+            same.emplace_back("initial variables (the seed's)", distribute::detail::fnv1a_hex(host.data(), host.size() * sizeof(T)));
+            remote_->agree(same, "the model");
+        }
         set_weights(host);
         for (int i = 0; i < W_; ++i) cancel_.push_back(std::make_unique<std::atomic<bool>>(false));
         jobs_.resize(std::size_t(W_));
@@ -110,6 +115,7 @@ public:
     }
 
     void compile(const optim::Optimizer& o) {
+        if (remote_) remote_->agree({{"optimizer", optim::describe(o)}}, "the optimizer");  // every rank the same one
         server_pool_->run([&](int sv) {
             auto& srv = servers_[std::size_t(sv)];
             srv.opt = optim::OptimizerState<T, P>(o, srv.size);
@@ -933,7 +939,7 @@ private:
         OwnedBatch<Y> ob;
         for (;;) {
             const auto m = remote_->receive(coord, "ParameterServer: the coordinator's next mini-batch", idle_timeout());
-            if (m.kind == kEnd) return;
+            if (m.kind == kEnd) return epoch_ended(m);
             if (m.kind == kAbort) coordinator_stopped(m);
             if (m.kind != kJob) continue;  // a cancellation or decision that came too late
             std::int64_t head[6];
@@ -1017,6 +1023,16 @@ private:
         }
     }
 
+    // Server or worker rank: the coordinator's end of an epoch, with the ranks of the workers
+    // lost so far. Every rank must learn them: the servers do not send their state to them, and
+    // no rank may call MPI_Finalize at exit, which waits for every rank (a worker that was
+    // stopped, then killed while the others were in it, left them waiting there for ever).
+    void epoch_ended(const Received& m) {
+        gone_ranks_.assign(m.payload.size() / sizeof(std::int64_t), 0);
+        if (!gone_ranks_.empty()) std::memcpy(gone_ranks_.data(), m.payload.data(), gone_ranks_.size() * sizeof(std::int64_t));
+        for (auto r : gone_ranks_) remote_->mark_lost(int(r));
+    }
+
     // Server rank: the coordinator's commands until the epoch ends.
     void serve_epoch() {
         const int coord = remote_->coordinator_rank();
@@ -1024,12 +1040,7 @@ private:
         for (;;) {
             const auto m = remote_->receive(coord, "ParameterServer: the coordinator's next command", idle_timeout());
             if (m.kind == kAbort) coordinator_stopped(m);
-            if (m.kind == kEnd) {  // with the ranks of the workers lost: the state is not sent to them
-                gone_ranks_.assign(m.payload.size() / sizeof(std::int64_t), 0);
-                if (!gone_ranks_.empty()) std::memcpy(gone_ranks_.data(), m.payload.data(), gone_ranks_.size() * sizeof(std::int64_t));
-                for (auto r : gone_ranks_) remote_->mark_lost(int(r));
-                return;
-            }
+            if (m.kind == kEnd) return epoch_ended(m);
             if (m.kind == kSendParams || m.kind == kAdmit) {
                 std::int64_t w = 0;
                 get(m.payload.data(), &w, 1);
