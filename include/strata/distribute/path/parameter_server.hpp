@@ -906,7 +906,12 @@ private:
         put(bytes, ob.w.data(), ob.w.size());
         remote_->send(rank, kJob, job.step, bytes);
         bool cancel_sent = false;
-        RunningDeadline d(timeout(), std::chrono::milliseconds(2));
+        // The worker first pulls from every server, each pull with the timeout, and reports a
+        // server that does not answer; so its report may come up to a timeout later than its
+        // computation alone would take, and is waited for that long: a server's death is then
+        // named by the worker's pull, not mistaken for the worker's.
+        const auto report_wait = 2 * timeout();
+        RunningDeadline d(report_wait, std::chrono::milliseconds(2));
         for (int spins = 0;; ++spins) {
             if (auto m = remote_->try_receive(rank)) {
                 if (m->step != job.step) continue;
@@ -926,7 +931,7 @@ private:
             }
             if (d.expired())
                 throw detail::WorkerLost(remote_->name(rank) + " did not report its mini-batch within " +
-                                         std::to_string(timeout().count()) + " ms");
+                                         std::to_string(report_wait.count()) + " ms (twice the timeout: its pulls, then its computation)");
             if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
         }
     }
