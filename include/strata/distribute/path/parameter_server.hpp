@@ -71,11 +71,11 @@ public:
     GradientPath(Strategy& s, Init&& init)
         : strategy_(&s), remote_(s.ps_options().processes.get()), rule_(s.rule()),
           lockstep_rounds_(rule_ == sync::Rule::Synchronous || rule_ == sync::Rule::KSync || rule_ == sync::Rule::KBatchSync),
-          W_(s.num_workers()), K_(s.k()), B_(s.staleness_bound()) {
+          num_workers_(s.num_workers()), k_(s.k()), staleness_bound_(s.staleness_bound()) {
         plan();
-        distribute::detail::check_units_fit_memory("ParameterServer", "workers", W_, 2 * std::uint64_t(num_params) * sizeof(T),
+        distribute::detail::check_units_fit_memory("ParameterServer", "workers", num_workers_, 2 * std::uint64_t(num_params) * sizeof(T),
                                                    "a pulled copy of the variables and a gradient");
-        workers_.resize(std::size_t(W_));
+        workers_.resize(std::size_t(num_workers_));
         s.run_replicas([&](int w) {  // on the worker's thread: its logical device's memory
             workers_[std::size_t(w)].params.resize(Shape{num_params});
             workers_[std::size_t(w)].grads.resize(Shape{num_params});
@@ -95,15 +95,15 @@ public:
             remote_->agree(same, "the model");
         }
         set_weights(host);
-        for (int i = 0; i < W_; ++i) cancel_.push_back(std::make_unique<std::atomic<bool>>(false));
-        jobs_.resize(std::size_t(W_));
-        results_.resize(std::size_t(W_));
+        for (int i = 0; i < num_workers_; ++i) cancel_.push_back(std::make_unique<std::atomic<bool>>(false));
+        jobs_.resize(std::size_t(num_workers_));
+        results_.resize(std::size_t(num_workers_));
     }
 
     GradientPath(const GradientPath&) = delete;
     GradientPath& operator=(const GradientPath&) = delete;
 
-    int units() const { return W_; }
+    int units() const { return num_workers_; }
     /// Across processes only the coordinator (rank 0) prints and writes files.
     bool is_chief() const { return !remote_ || remote_->role() == Role::Coordinator; }
     template <class F>
@@ -125,7 +125,7 @@ public:
 
     /// Every worker pulls the current version (evaluate and predict compute with it).
     void prepare_inference() {
-        for (int w = 0; w < W_; ++w) pull(w);
+        for (int w = 0; w < num_workers_; ++w) pull(w);
     }
     const T* inference_params(int w) { return workers_[std::size_t(w)].params.data(); }
 
@@ -150,8 +150,8 @@ public:
     StepTotals train_step(const data::Batch<Y>& batch, std::uint64_t& step, Work&& work) {
         int i = 0;
         auto next = [&]() -> std::optional<ReplicaBatch<Y>> {
-            while (i < W_) {
-                auto b = split_batch(batch, W_, i++);
+            while (i < num_workers_) {
+                auto b = split_batch(batch, num_workers_, i++);
                 if (b.size > 0) return b;
             }
             return std::nullopt;
@@ -168,9 +168,9 @@ public:
     /// Updates an epoch over `batches` mini-batches is expected to make (-1: not known ahead).
     std::int64_t expected_updates(std::int64_t batches) const {
         if (batches < 0) return -1;
-        if (rule_ == sync::Rule::Synchronous || rule_ == sync::Rule::KSync) return (batches + W_ - 1) / W_;
+        if (rule_ == sync::Rule::Synchronous || rule_ == sync::Rule::KSync) return (batches + num_workers_ - 1) / num_workers_;
         else if (rule_ == sync::Rule::KBatchSync) return -1;  // cancelled batches are not known ahead
-        else return (batches + K_ - 1) / K_;
+        else return (batches + k_ - 1) / k_;
     }
 
     // ---- figures ----------------------------------------------------------------------------
@@ -394,11 +394,11 @@ private:
         }
         const auto& opt = strategy_->ps_options();
         const bool virtual_clock = opt.clock == Clock::Virtual;
-        std::vector<OwnedBatch<Y>> owned(static_cast<std::size_t>(W_));
-        std::vector<State> state(std::size_t(W_), State::Idle);
+        std::vector<OwnedBatch<Y>> owned(static_cast<std::size_t>(num_workers_));
+        std::vector<State> state(std::size_t(num_workers_), State::Idle);
         for (int w : lost_) state[std::size_t(w)] = State::Lost;  // lost in an earlier epoch
-        std::vector<double> finish(std::size_t(W_), 0.0);
-        std::vector<std::int64_t> completed(std::size_t(W_), 0);
+        std::vector<double> finish(std::size_t(num_workers_), 0.0);
+        std::vector<std::int64_t> completed(std::size_t(num_workers_), 0);
         epoch_ = ParameterServerStats{};
         const double epoch_start = now_;
         const auto real_start = std::chrono::steady_clock::now();
@@ -435,8 +435,8 @@ private:
         // the virtual clock at most `slots` at a time, soonest virtual finish first: the schedule
         // depends on the drawn times only, so a mini-batch that will be cancelled before it
         // would finish is never computed unless a core would otherwise be idle.
-        std::vector<Job> job_of(static_cast<std::size_t>(W_));
-        std::vector<char> posted(std::size_t(W_), 0);
+        std::vector<Job> job_of(static_cast<std::size_t>(num_workers_));
+        std::vector<char> posted(std::size_t(num_workers_), 0);
         int running = 0;
         const int slots = std::max(1, hardware_threads() / std::max(1, strategy_->devices()[0].cores));
         auto post = [&](int w) {
@@ -451,7 +451,7 @@ private:
         auto pump = [&] {
             while (virtual_clock && running < slots) {
                 int best = -1;
-                for (int v = 0; v < W_; ++v)
+                for (int v = 0; v < num_workers_; ++v)
                     if (state[std::size_t(v)] == State::Computing && !posted[std::size_t(v)] &&
                         (best < 0 || finish[std::size_t(v)] < finish[std::size_t(best)]))
                         best = v;
@@ -499,7 +499,7 @@ private:
             std::unique_lock<std::mutex> lock(mutex_);
             const bool ok = wait_running(cv_, lock, coordinator_wait(), [&] { return results_[std::size_t(w)].ready; });  // a suspended job does not time out
             if (!ok)
-                throw_error<DistributedError>("ParameterServer: worker ", w, " of ", W_, " did not finish its mini-batch within ",
+                throw_error<DistributedError>("ParameterServer: worker ", w, " of ", num_workers_, " did not finish its mini-batch within ",
                                               opt.timeout.count(), " ms");
             Result r = results_[std::size_t(w)];
             results_[std::size_t(w)] = Result{};
@@ -513,15 +513,15 @@ private:
             const bool ok = wait_running(cv_, lock, coordinator_wait(), [&] { return !fifo_.empty(); });
             if (!ok) {
                 std::string who;
-                for (int w = 0; w < W_; ++w)
+                for (int w = 0; w < num_workers_; ++w)
                     if (state[std::size_t(w)] == State::Computing) who += (who.empty() ? "" : ", ") + std::to_string(w);
-                throw_error<DistributedError>("ParameterServer: worker(s) ", who, " of ", W_, " did not finish a mini-batch within ",
+                throw_error<DistributedError>("ParameterServer: worker(s) ", who, " of ", num_workers_, " did not finish a mini-batch within ",
                                               opt.timeout.count(), " ms");
             }
             return fifo_.front();
         };
         auto fail = [&](int w, const std::string& what) {
-            throw_error<DistributedError>("ParameterServer: worker ", w, " of ", W_, " failed: ", what);
+            throw_error<DistributedError>("ParameterServer: worker ", w, " of ", num_workers_, " failed: ", what);
         };
         // A worker rank that did not report: every mode but Synchronous goes on without it (its
         // mini-batch dropped); Synchronous, which needs every worker, stops naming it.
@@ -536,14 +536,14 @@ private:
             for (auto st : state) left += st != State::Lost;
             if (left == 0) fail(w, r.error + " (no worker left)");
             std::fprintf(stderr, "strata: warning: ParameterServer: %s; its mini-batch is dropped and training goes on with %d "
-                                 "of %d workers\n", r.error.c_str(), left, W_);
+                                 "of %d workers\n", r.error.c_str(), left, num_workers_);
         };
         // Stops every computing worker (between layers of its backward) and waits for it.
         auto cancel_computing = [&] {
-            for (int w = 0; w < W_; ++w)
+            for (int w = 0; w < num_workers_; ++w)
                 if (state[std::size_t(w)] == State::Computing) cancel_[std::size_t(w)]->store(true);
             cv_.notify_all();
-            for (int w = 0; w < W_; ++w) {
+            for (int w = 0; w < num_workers_; ++w) {
                 if (state[std::size_t(w)] != State::Computing) continue;
                 if (!posted[std::size_t(w)]) {  // virtual clock: never started for real, nothing to stop
                     state[std::size_t(w)] = State::Idle;
@@ -597,7 +597,7 @@ private:
         };
         auto start_round = [&] {
             round_started = 0;
-            for (int w = 0; w < W_; ++w) {
+            for (int w = 0; w < num_workers_; ++w) {
                 if (state[std::size_t(w)] == State::Lost) continue;
                 if (!dispatch(w)) break;
                 ++round_started;
@@ -605,9 +605,9 @@ private:
         };
         // SSP: worker w may start its next mini-batch only within B of the slowest.
         auto ssp_try = [&](int w) {
-            if (B_ >= 0) {
+            if (staleness_bound_ >= 0) {
                 const std::int64_t lo = slowest(completed, state);
-                if (completed[std::size_t(w)] - lo > B_) {
+                if (completed[std::size_t(w)] - lo > staleness_bound_) {
                     state[std::size_t(w)] = State::Blocked;
                     return;
                 }
@@ -684,12 +684,12 @@ private:
         auto coordinator = [&] {
             if (lockstep_rounds_) start_round();
             else
-                for (int w = 0; w < W_; ++w) dispatch(w);
+                for (int w = 0; w < num_workers_; ++w) dispatch(w);
             while (!stopping) {
                 if (!deferred.empty()) {
                     double soonest = 0;
                     bool any = false;
-                    for (int v = 0; v < W_; ++v)
+                    for (int v = 0; v < num_workers_; ++v)
                         if (state[std::size_t(v)] == State::Computing && (!any || finish[std::size_t(v)] < soonest)) {
                             soonest = finish[std::size_t(v)];
                             any = true;
@@ -706,14 +706,14 @@ private:
                     if (pending > 0 && !close()) break;
                     if (lockstep_rounds_) start_round();
                     else
-                        for (int w = 0; w < W_; ++w)
+                        for (int w = 0; w < num_workers_; ++w)
                             if (state[std::size_t(w)] != State::Computing) dispatch(w);
                     if (computing() == 0) break;
                     continue;
                 }
                 int w = -1;
                 if (virtual_clock) {
-                    for (int v = 0; v < W_; ++v)
+                    for (int v = 0; v < num_workers_; ++v)
                         if (state[std::size_t(v)] == State::Computing && (w < 0 || finish[std::size_t(v)] < finish[std::size_t(w)])) w = v;
                     now_ = finish[std::size_t(w)];
                     pump();
@@ -740,14 +740,14 @@ private:
                 admit(w, r.work);
                 if (rule_ == sync::Rule::Synchronous || rule_ == sync::Rule::KSync) {
                     state[std::size_t(w)] = State::Waiting;
-                    const int need = rule_ == sync::Rule::Synchronous ? round_started : std::min(K_, round_started);
+                    const int need = rule_ == sync::Rule::Synchronous ? round_started : std::min(k_, round_started);
                     if (pending == need) {
                         cancel_computing();
                         if (!close()) stopping = true;
                         else start_round();
                     }
                 } else if (rule_ == sync::Rule::KBatchSync) {
-                    if (pending == K_) {
+                    if (pending == k_) {
                         deferred.clear();
                         cancel_computing();
                         if (!close()) stopping = true;
@@ -762,21 +762,21 @@ private:
                     }
                 } else if (rule_ == sync::Rule::KAsync) {
                     state[std::size_t(w)] = State::Waiting;
-                    if (pending == K_) {
+                    if (pending == k_) {
                         if (!close()) stopping = true;
                         else
-                            for (int v = 0; v < W_; ++v)
+                            for (int v = 0; v < num_workers_; ++v)
                                 if (state[std::size_t(v)] == State::Waiting) dispatch(v);
                     }
                 } else if (rule_ == sync::Rule::KBatchAsync) {
-                    if (pending == K_ && !close()) stopping = true;
+                    if (pending == k_ && !close()) stopping = true;
                     else dispatch(w);
                 } else {  // Asynchronous<B>
                     if (!close()) {
                         stopping = true;
                     } else {
                         ssp_try(w);
-                        for (int v = 0; v < W_; ++v)
+                        for (int v = 0; v < num_workers_; ++v)
                             if (state[std::size_t(v)] == State::Blocked) ssp_try(v);
                     }
                 }
@@ -1125,7 +1125,9 @@ private:
     std::vector<std::int64_t> gone_ranks_;  // across processes: their ranks, as the last epoch's end said
     sync::Rule rule_;        // the sync mode's admission rule (the type's, or chosen at run time)
     bool lockstep_rounds_;   // Synchronous, KSync, KBatchSync: updates close rounds of dispatches
-    int W_, K_, B_;
+    int num_workers_;     // W: the workers (lost ones included)
+    int k_;               // K of the K modes (0 otherwise)
+    int staleness_bound_; // B of Asynchronous<B> (-1: unbounded)
     std::vector<ShardRange> shards_;
     std::vector<Server> servers_;
     std::vector<Worker> workers_;
