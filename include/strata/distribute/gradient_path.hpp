@@ -245,7 +245,21 @@ public:
     /// aggregation and update (Derived::apply) runs on every replica; end_step on the caller.
     template <class Y, class Work>
     StepTotals train_step(const data::Batch<Y>& batch, std::uint64_t& step_counter, Work&& work) {
-        const std::uint64_t step = ++step_counter;
+        const int all = strategy_->num_replicas_in_sync(), first = strategy_->first_replica();
+        StepTotals t = run_step(++step_counter, work, [&](int r) {
+            const auto b = split_batch(batch, all, first + r);
+            return std::pair{b, double(b.global_size)};
+        });
+        t.examples = std::int64_t(batch.size());
+        self().combine_totals(t);
+        return t;
+    }
+
+    /// The step every lockstep schedule runs: on every unit r, `work` on the share and
+    /// denominator `share(r)` returns, then Derived::apply(r); then end_step on the caller.
+    /// Returns the units' summed loss, correct count and examples (the caller makes them global).
+    template <class Work, class Share>
+    StepTotals run_step(std::uint64_t step, Work& work, Share&& share) {
         const int n = units();
         UnitWork out[64];
         std::vector<UnitWork> many;
@@ -254,10 +268,9 @@ public:
             many.resize(std::size_t(n));
             res = many.data();
         }
-        const int all = strategy_->num_replicas_in_sync(), first = strategy_->first_replica();
         run_units([&](int r) {
-            const auto b = split_batch(batch, all, first + r);
-            res[r] = work(r, b, self().params(r), grads(r), double(b.global_size), step,
+            const auto [b, denominator] = share(r);
+            res[r] = work(r, b, self().params(r), grads(r), denominator, step,
                           [this, r](std::int64_t first, std::int64_t) { self().gradient_ready(r, first); });
             self().apply(r);
         });
@@ -266,9 +279,8 @@ public:
         for (int r = 0; r < n; ++r) {
             t.loss_sum += res[r].loss_sum;
             t.correct += double(res[r].correct);
+            t.examples += res[r].examples;
         }
-        t.examples = std::int64_t(batch.size());
-        self().combine_totals(t);
         return t;
     }
 

@@ -115,25 +115,14 @@ private:
                 if (q < me) before += sz;
             }
             if (!any) return;
-            const std::uint64_t step = ++step_counter;
-            std::vector<UnitWork> res(static_cast<std::size_t>(n));
             std::remove_cvref_t<decltype(*batch)> empty;
             const auto& mine = batch ? *batch : empty;
-            path.run_units([&](int r) {
+            StepTotals t = path.run_step(++step_counter, work, [&](int r) {
                 auto b = split_batch(mine, n, r);
                 b.first += std::int64_t(before);
                 b.global_size = std::int64_t(total);
-                res[std::size_t(r)] = work(r, b, path.params(r), path.grads(r), total > 0 ? total : 1.0, step,
-                                           [&path, r](std::int64_t first, std::int64_t) { path.gradient_ready(r, first); });
-                path.apply(r);
+                return std::pair{b, total > 0 ? total : 1.0};
             });
-            path.end_step();
-            StepTotals t;
-            for (const auto& u : res) {
-                t.loss_sum += u.loss_sum;
-                t.correct += double(u.correct);
-                t.examples += u.examples;
-            }
             combine_totals(t);
             if (!on_step(t)) return;
         }
