@@ -466,8 +466,14 @@ public:
     /// BackupAndRestore stores its position there.
     /// Under MultiWorkerMirrored call it on every process: the chief writes, and every process
     /// returns once the file is complete (so each may load it at once).
+    /// A Pipeline across processes gathers its stages here: call it on every process.
     void save(const std::string& path, const std::map<std::string, std::string>& extra_metadata = {}) const {
-        if (is_chief()) train::write_checkpoint(path, state(true), extra_metadata);  // across processes the chief writes
+        if (path_.gathers_state()) {  // every process sends its part; the chief writes
+            const auto s = state(true);
+            if (is_chief()) train::write_checkpoint(path, s, extra_metadata);
+        } else if (is_chief()) {
+            train::write_checkpoint(path, state(true), extra_metadata);  // across processes the chief writes
+        }
         path_.after_save();  // across processes: every process returns once the file is complete
     }
 
