@@ -216,9 +216,9 @@ public:
     /// "stage 1 of replica 0 (rank 1)".
     virtual std::string name(int rank) const = 0;
     virtual void send(int rank, std::uint32_t kind, std::uint64_t step, std::span<const std::byte> payload) = 0;
-    /// The next message from `rank`; DistributedError `<what>: stage 1 (rank 1) did not answer
-    /// within 60000 ms` after the deadline.
-    virtual Received receive(int rank, std::string_view what) = 0;
+    /// The next message from `rank`, waiting at most `timeout`; DistributedError `<what>: stage 1
+    /// (rank 1) did not answer within 60000 ms` after it.
+    virtual Received receive(int rank, std::string_view what, std::chrono::milliseconds timeout) = 0;
     /// Sums over every rank, in place (the same result everywhere).
     virtual void sum_all(std::span<double> values) = 0;
     virtual void sum_all(std::span<float> values) = 0;

@@ -57,6 +57,7 @@ public:
             MPI_Comm copies;
             MPI_Comm_split(comm_, rank_ % stages, rank_ / stages, &copies);
             o.settings = {};
+            o.timeout = timeout * stages;  // a copy waits while a stall anywhere in its pipeline is named first
             copies_ = std::make_unique<collective::ProcessGroup>(copies, 1, o);
             MPI_Comm_free(&copies);
         }
@@ -70,8 +71,8 @@ public:
     void send(int q, std::uint32_t kind, std::uint64_t step, std::span<const std::byte> payload) override {
         box_->send(q, kind, step, payload);
     }
-    Received receive(int q, std::string_view what) override {
-        auto m = box_->receive(q, what);
+    Received receive(int q, std::string_view what, std::chrono::milliseconds timeout) override {
+        auto m = box_->receive(q, what, timeout);
         return Received{m.kind, m.step, std::move(m.payload)};
     }
     void sum_all(std::span<double> v) override { all_->all_reduce(0, v, collective::ReduceOp::Sum, SyncPoint{"all_reduce", "Pipeline: sum over the stages"}); }

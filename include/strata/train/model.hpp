@@ -497,6 +497,7 @@ public:
     /// Whether this process prints and writes files (always, but under MultiWorkerMirrored
     /// only on rank 0).
     bool is_chief() const override { return path_.is_chief(); }
+    bool gathers_state() const override { return path_.gathers_state(); }
     double learning_rate() const override { return compiled_ ? path_.learning_rate() : 0.0; }
     void set_learning_rate(double lr) override {
         path_.set_learning_rate(lr);

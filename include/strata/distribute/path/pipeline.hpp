@@ -383,7 +383,7 @@ public:
     }
     // Every stage this process runs takes its part of `w` (across processes: one stage).
     void set_weights(const std::vector<T>& w) {
-        for_each_local([&](auto I, auto& d) {
+        for_each_local([&](auto& d) {
             if (d.num_params > 0)
                 copy(TensorView<T, place::Host>(const_cast<T*>(w.data()) + d.param_first, Shape{d.num_params}), d.params.view());
         });
@@ -409,7 +409,7 @@ public:
     }
     bool set_slot(const std::string& name, const std::vector<T>& v) {
         bool found = false;
-        for_each_local([&](auto, auto& d) {
+        for_each_local([&](auto& d) {
             for (auto& [n, t] : d.opt.slots())
                 if (n == name) {
                     found = true;
@@ -501,12 +501,12 @@ private:
     // The replica and stage this process runs across processes (replica 0, stage 0 in one process).
     int my_replica() const { return across() ? strategy_->rank() / int(S) : 0; }
     int my_stage() const { return across() ? strategy_->rank() % int(S) : 0; }
-    // f(I, stage data) for every stage this process runs.
+    // f(stage data) for every stage this process runs.
     template <class F>
     void for_each_local(F&& f) {
         for (int r = 0; r < units(); ++r)
             for_each_stage([&](auto I) {
-                if (strategy_->runs(r, int(I))) f(I, std::get<I>(replicas_[std::size_t(r)]->stages));
+                if (strategy_->runs(r, int(I))) f(std::get<I>(replicas_[std::size_t(r)]->stages));
             });
     }
     // The optimizer state of a stage this process runs (they all move in lockstep).
@@ -528,7 +528,7 @@ private:
     }
     template <class F>
     void each_state(F&& f) {
-        for_each_local([&](auto, auto& d) { f(d.opt); });
+        for_each_local([&](auto& d) { f(d.opt); });
     }
 
     // m micro-batches for a share of n examples (uneven sizes, see pipeline.hpp).
@@ -789,15 +789,19 @@ private:
         copy(values, TensorView<T, place::Host>(reinterpret_cast<T*>(bytes.data() + sizeof head), values.shape()));
         strategy_->processes().send(Strategy::rank_of(r, to), kind, exchange_, bytes);
     }
-    // Receives micro-batch k's values from stage `from` of replica r into `dst` (stage s waits,
-    // with the deadline); returns the virtual clock they carry. A neighbour that failed and said
-    // so ends the wait at once.
+    // Receives micro-batch k's values from stage `from` of replica r into `dst`; returns the
+    // virtual clock they carry. A neighbour that failed and said so ends the wait at once. The
+    // wait is the timeout times the stages on that side (`from` and those beyond it): a stage
+    // that stops far away is named by its own neighbour first, whose word then travels back,
+    // so that no stage names a live neighbour that was only waiting too.
     double receive_from(int r, int s, int from, std::uint32_t kind, std::int64_t k, const TensorView<T, P>& dst) {
+        const int beyond = from < s ? from + 1 : int(S) - from;
+        const auto timeout = strategy_->options().timeout * beyond;
         const std::string what = "Pipeline: stage " + std::to_string(s) + (units() > 1 ? " of replica " + std::to_string(r) : std::string()) +
                                  " (rank " + std::to_string(strategy_->rank()) + ") waited for " +
                                  (kind == activations_kind ? "the activations" : "the gradient of its output") + " of micro-batch " +
                                  std::to_string(k) + (current_step_ > 0 ? " of step " + std::to_string(current_step_) : std::string(" (inference)"));
-        auto msg = strategy_->processes().receive(Strategy::rank_of(r, from), what);
+        auto msg = strategy_->processes().receive(Strategy::rank_of(r, from), what, timeout);
         if (msg.kind == abort_kind)
             throw_error<DistributedError>("Pipeline: stage ", s, " (rank ", strategy_->rank(), ") stopped because its neighbour ",
                                           strategy_->processes().name(Strategy::rank_of(r, from)), " failed: ",
