@@ -35,6 +35,7 @@ The data is a tiny MNIST-shaped set written here. Standard library only; Open MP
 (as root it needs OMPI_ALLOW_RUN_AS_ROOT{,_CONFIRM}=1, set here).
 """
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -445,16 +446,33 @@ def parameter_server_server_killed_resumes(mpirun, exe, data, d):
             check(a.read() == b.read(), "parameter_server across processes, resumed after a server died: weights differ")
 
 
-def main():
+@contextlib.contextmanager
+def mpi_job():
+    """Reads --mpirun and --mnist-cnn, and makes a temporary directory with a tiny MNIST-shaped
+    set in it: yields (the flags, the directory, the data set's directory)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpirun", required=True)
     ap.add_argument("--mnist-cnn", required=True)
     args = ap.parse_args()
-    exe = args.mnist_cnn
     with tempfile.TemporaryDirectory() as d:
         data = os.path.join(d, "mnist")
         os.mkdir(data)
         fake_mnist(data)
+        yield args, d, data
+
+
+def verdict(name):
+    """The exit status: 1 if any check failed, saying how many."""
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print(f"{name}: all checks passed")
+    return 0
+
+
+def main():
+    with mpi_job() as (args, d, data):
+        exe = args.mnist_cnn
         common = ["--data", data, "--epochs", "2", "--steps-per-epoch", "3", "--batch-size", "24", "--verbose", "0"]
 
         # One device as the reference, then 2 processes x 1 replica on the same global batches.
@@ -516,11 +534,7 @@ def main():
         disagreeing_ranks(args.mpirun, exe, data, d)
         parameter_server_disagreeing_ranks(args.mpirun, exe, data)
         suspended_job(args.mpirun, exe, data)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("multi_worker: all checks passed")
-    return 0
+    return verdict("multi_worker")
 
 
 if __name__ == "__main__":

@@ -12,27 +12,18 @@ run it:
 
 The data is a tiny MNIST-shaped set written here. Standard library only.
 """
-import argparse
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_examples import check, failures, fake_mnist, strict_json  # noqa: E402 - beside this file
-from check_multi_worker import env  # noqa: E402
+from check_examples import check, strict_json  # noqa: E402 - beside this file
+from check_multi_worker import env, mpi_job, verdict  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mpirun", required=True)
-    ap.add_argument("--mnist-cnn", required=True)
-    args = ap.parse_args()
-    exe = args.mnist_cnn
-    with tempfile.TemporaryDirectory() as d:
-        data = os.path.join(d, "mnist")
-        os.mkdir(data)
-        fake_mnist(data)
+    with mpi_job() as (args, d, data):
+        exe = args.mnist_cnn
         common = ["--data", data, "--epochs", "2", "--steps-per-epoch", "3", "--batch-size", "24", "--verbose", "0",
                   "--threads", "1"]
 
@@ -69,11 +60,7 @@ def main():
         need = "1 replica(s) × 2 stages need 2 processes (mpirun -np 2"
         check(r.returncode != 0 and r.stderr.count(need) == 3,
               f"mpirun -np 3 for 2 stages: exit {r.returncode}, refusals {r.stderr.count(need)} of 3: {r.stderr[-600:]!r}")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("pipeline across processes: all checks passed")
-    return 0
+    return verdict("pipeline across processes")
 
 
 if __name__ == "__main__":
