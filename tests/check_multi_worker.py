@@ -86,10 +86,11 @@ def running(pid):
         return False
 
 
-def fault(mpirun, exe, data, how, timeout_ms=3000):
-    """Starts 3 processes training for long, then stops (SIGSTOP) or kills (SIGKILL) rank 2 once
-    all three are training. Returns (exit status, seconds from the signal to the end, stderr)."""
-    cmd = [mpirun, "-np", "3", exe, "--data", data, "--strategy", "multi_worker_mirrored", "--epochs", "100000",
+def fault(mpirun, exe, data, how, timeout_ms=3000, np=3, victim_rank=2, strategy=("--strategy", "multi_worker_mirrored")):
+    """Starts `np` processes training for long, then stops (SIGSTOP) or kills (SIGKILL) rank
+    `victim_rank` once all are training. Returns (exit status, seconds from the signal to the
+    end, stderr)."""
+    cmd = [mpirun, "-np", str(np), exe, "--data", data, *strategy, "--epochs", "100000",
            "--batch-size", "12", "--verbose", "0", "--threads", "1", "--timeout-ms", str(timeout_ms)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
     victim = None
@@ -97,10 +98,10 @@ def fault(mpirun, exe, data, how, timeout_ms=3000):
         deadline = time.time() + 60
         while time.time() < deadline and victim is None:
             r = ranks_of(p.pid, os.path.basename(exe))
-            if len(r) == 3:
-                victim = r[2]
+            if len(r) == np:
+                victim = r[victim_rank]
             time.sleep(0.2)
-        if not check(victim is not None, f"multi_worker {how}: the 3 processes did not start"):
+        if not check(victim is not None, f"{strategy[-1]} {how}: the {np} processes did not start"):
             p.kill()
             return None, None, ""
         time.sleep(2.0)  # well into training
@@ -111,7 +112,7 @@ def fault(mpirun, exe, data, how, timeout_ms=3000):
         except subprocess.TimeoutExpired:
             p.kill()
             _, err = p.communicate()
-            check(False, f"multi_worker {how}: the job was still running 60 s after the deadline (a hang)")
+            check(False, f"{strategy[-1]} {how}: the job was still running 60 s after the deadline (a hang)")
             return None, None, err
         return p.returncode, time.time() - t0, err
     finally:

@@ -6,6 +6,8 @@ run it:
     --json file, and the figures of the same pipeline in one process, bit for bit;
   * 4 processes (hybrid, 2 replicas x 2 stages) save with --save the bytes the same flags save
     in one process;
+  * 3 stages, stage 1 stopped (SIGSTOP): the job ends non-zero after 2 timeouts, its neighbours
+    naming stage 1 (rank 1) and the micro-batch; killed (SIGKILL): the job ends within seconds;
   * 3 processes for 2 stages are refused on every rank, naming the count needed.
 
   check_pipeline_processes.py --mpirun PATH --mnist-cnn PATH
@@ -18,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_examples import check, strict_json  # noqa: E402 - beside this file
-from check_multi_worker import env, mpi_job, verdict  # noqa: E402
+from check_multi_worker import env, fault, mpi_job, verdict  # noqa: E402
 
 
 def main():
@@ -54,6 +56,19 @@ def main():
         if got:
             check(got["many"][0]["replicas"] == 2, f"hybrid across 4 processes: {got['many'][0]}")
             check(got["one"][1] == got["many"][1], "hybrid across 4 processes saved other bytes than in one process")
+
+        # Stage 1 of 3 stopped (SIGSTOP): its neighbours wait 2 timeouts (two stages on that side),
+        # then name it; the job ends non-zero. Killed: the launcher ends the job.
+        stages = ("--strategy", "pipeline", "--stages", "3", "--micro-batches", "2")
+        rc, seconds, err = fault(args.mpirun, exe, data, "stall", np=3, victim_rank=1, strategy=stages)
+        if rc is not None:
+            check(rc != 0, "pipeline stall: the job exited 0")
+            check(seconds < 2 * 3 + 30, f"pipeline stall: the job took {seconds:.1f} s after the stall to end")
+            check("stage 1 (rank 1) did not answer within 6000 ms" in err and "micro-batch" in err,
+                  f"pipeline stall: no error naming stage 1 (rank 1) and the micro-batch: {err[-1500:]!r}")
+        rc, seconds, err = fault(args.mpirun, exe, data, "kill", np=3, victim_rank=1, strategy=stages)
+        if rc is not None:
+            check(rc != 0 and seconds < 30, f"pipeline kill: exit {rc} after {seconds:.1f} s")
 
         r = subprocess.run([args.mpirun, "-np", "3", exe] + common + ["--strategy", "pipeline", "--stages", "2"],
                            capture_output=True, text=True, env=env(), timeout=120)
