@@ -107,6 +107,23 @@ TEST_CASE("a job of the wrong size is refused on every rank, naming the count ex
     CHECK(strata_test::has(one, "pipeline_processes()"));
 }
 
+TEST_CASE("ranks that build another model or compile another optimizer are refused on every rank") {
+    using S = sd::Pipeline<strata::place::Host, sd::GPipe, sd::split::Balanced<2>>;
+    using Other = Sequential<Input<8>, Dense<12, Tanh>, Dropout<25>, Dense<7, ReLU>, Dense<3, Softmax>>;
+    S pipeline({.replicas = world() / 2, .timeout = std::chrono::seconds(20), .processes = sd::pipeline_processes()});
+    const bool odd = coll::mpi::world_rank() % 2 == 1;
+    const std::string model = strata_test::error_of<strata::ValueError>([&] {
+        if (odd) strata::Model<Other, S, double> m(pipeline, 5);
+        else strata::Model<Net, S, double> m(pipeline, 5);
+    });
+    CHECK(strata_test::has(model, "the ranks disagree on the model"));
+    strata::Model<Net, S, double> m(pipeline, 5);
+    const std::string opt = strata_test::error_of<strata::ValueError>([&] {
+        m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = odd ? 0.2 : 0.1});
+    });
+    CHECK(strata_test::has(opt, "the ranks disagree on the optimizer"));
+}
+
 TEST_CASE("a checkpoint saved across processes is OneDevice's: it loads there, and OneDevice's loads here") {
     using S = sd::Pipeline<strata::place::Host, sd::OneFOneB, sd::split::Balanced<2>>;
     const int replicas = world() / 2;

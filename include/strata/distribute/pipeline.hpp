@@ -68,6 +68,7 @@
 
 #include "strata/distribute/collective/all_reduce.hpp"
 #include "strata/distribute/replica_pool.hpp"
+#include "strata/distribute/settings.hpp"
 #include "strata/distribute/strategy.hpp"
 #include "strata/nn/sequential.hpp"
 #include "strata/place/devices.hpp"
@@ -209,8 +210,7 @@ public:
     virtual ~PipelineProcesses() = default;
     /// Joins the job as P stages × R replicas: ValueError on every rank unless it has R·P
     /// processes; `settings` (the strategy's) must be the same on every rank.
-    virtual void join(int stages, int replicas, std::chrono::milliseconds timeout,
-                      std::vector<std::pair<std::string, std::string>> settings) = 0;
+    virtual void join(int stages, int replicas, std::chrono::milliseconds timeout, collective::Settings settings) = 0;
     virtual int rank() const = 0;
     virtual int size() const = 0;
     /// "stage 1 of replica 0 (rank 1)".
@@ -226,6 +226,9 @@ public:
     virtual void sum_copies(std::span<double> values) = 0;
     virtual void sum_copies(std::span<float> values) = 0;
     virtual void barrier() = 0;
+    /// Checks that every rank passes the same `settings` (the model, the optimizer): a
+    /// ValueError on every rank naming each one that differs and which rank has what.
+    virtual void agree(const collective::Settings& settings, std::string_view what) = 0;
     /// This rank failed (`why`): the job must not wait for the others at exit.
     virtual void fail(std::string_view why) noexcept = 0;
 };

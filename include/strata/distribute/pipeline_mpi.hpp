@@ -42,8 +42,7 @@ public:
         MPI_Comm_size(comm, &size_);
     }
 
-    void join(int stages, int replicas, std::chrono::milliseconds timeout,
-              std::vector<std::pair<std::string, std::string>> settings) override {
+    void join(int stages, int replicas, std::chrono::milliseconds timeout, collective::Settings settings) override {
         STRATA_CHECK(size_ == stages * replicas, ValueError, "Pipeline across processes: ", replicas, " replica(s) × ", stages,
                      " stages need ", stages * replicas, " processes (mpirun -np ", stages * replicas,
                      "; rank q runs stage q % ", stages, " of replica q / ", stages, "), but the job has ", size_);
@@ -80,6 +79,7 @@ public:
     void sum_copies(std::span<double> v) override { sum_over_copies(v); }
     void sum_copies(std::span<float> v) override { sum_over_copies(v); }
     void barrier() override { all_->barrier(0, SyncPoint{"barrier", "Pipeline"}); }
+    void agree(const collective::Settings& settings, std::string_view what) override { all_->agree(settings, what); }
     void fail(std::string_view why) noexcept override {
         collective::mpi::job_failed() = true;  // MPI_Finalize would wait for ranks that may be gone
         if (all_) all_->abort(why);

@@ -179,6 +179,8 @@ public:
 
     template <class Init>
     GradientPath(Strategy& s, Init&& init) : strategy_(&s) {
+        // Across processes every rank must build the same model (a ValueError on every rank).
+        if (across()) strategy_->processes().agree(detail::model_settings<Net, T>(), "the model");
         reset_pipeline_stats();
         for (int r = 0; r < units(); ++r) {
             replicas_.push_back(std::make_unique<Replica>());
@@ -222,6 +224,7 @@ public:
     void bind_unit(int r, N& net) { net.bind(*this, r); }
 
     void compile(const optim::Optimizer& o) {
+        if (across()) strategy_->processes().agree({{"optimizer", optim::describe(o)}}, "the optimizer");
         run_all([&](int r, int st) {
             with_stage(st, [&](auto I) {
                 auto& d = std::get<I>(replicas_[std::size_t(r)]->stages);
