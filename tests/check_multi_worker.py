@@ -35,6 +35,7 @@ The data is a tiny MNIST-shaped set written here. Standard library only; Open MP
 (as root it needs OMPI_ALLOW_RUN_AS_ROOT{,_CONFIRM}=1, set here).
 """
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -85,10 +86,11 @@ def running(pid):
         return False
 
 
-def fault(mpirun, exe, data, how, timeout_ms=3000):
-    """Starts 3 processes training for long, then stops (SIGSTOP) or kills (SIGKILL) rank 2 once
-    all three are training. Returns (exit status, seconds from the signal to the end, stderr)."""
-    cmd = [mpirun, "-np", "3", exe, "--data", data, "--strategy", "multi_worker_mirrored", "--epochs", "100000",
+def fault(mpirun, exe, data, how, timeout_ms=3000, np=3, victim_rank=2, strategy=("--strategy", "multi_worker_mirrored")):
+    """Starts `np` processes training for long, then stops (SIGSTOP) or kills (SIGKILL) rank
+    `victim_rank` once all are training. Returns (exit status, seconds from the signal to the
+    end, stderr)."""
+    cmd = [mpirun, "-np", str(np), exe, "--data", data, *strategy, "--epochs", "100000",
            "--batch-size", "12", "--verbose", "0", "--threads", "1", "--timeout-ms", str(timeout_ms)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
     victim = None
@@ -96,10 +98,10 @@ def fault(mpirun, exe, data, how, timeout_ms=3000):
         deadline = time.time() + 60
         while time.time() < deadline and victim is None:
             r = ranks_of(p.pid, os.path.basename(exe))
-            if len(r) == 3:
-                victim = r[2]
+            if len(r) == np:
+                victim = r[victim_rank]
             time.sleep(0.2)
-        if not check(victim is not None, f"multi_worker {how}: the 3 processes did not start"):
+        if not check(victim is not None, f"{strategy[-1]} {how}: the {np} processes did not start"):
             p.kill()
             return None, None, ""
         time.sleep(2.0)  # well into training
@@ -110,7 +112,7 @@ def fault(mpirun, exe, data, how, timeout_ms=3000):
         except subprocess.TimeoutExpired:
             p.kill()
             _, err = p.communicate()
-            check(False, f"multi_worker {how}: the job was still running 60 s after the deadline (a hang)")
+            check(False, f"{strategy[-1]} {how}: the job was still running 60 s after the deadline (a hang)")
             return None, None, err
         return p.returncode, time.time() - t0, err
     finally:
@@ -445,16 +447,33 @@ def parameter_server_server_killed_resumes(mpirun, exe, data, d):
             check(a.read() == b.read(), "parameter_server across processes, resumed after a server died: weights differ")
 
 
-def main():
+@contextlib.contextmanager
+def mpi_job():
+    """Reads --mpirun and --mnist-cnn, and makes a temporary directory with a tiny MNIST-shaped
+    set in it: yields (the flags, the directory, the data set's directory)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpirun", required=True)
     ap.add_argument("--mnist-cnn", required=True)
     args = ap.parse_args()
-    exe = args.mnist_cnn
     with tempfile.TemporaryDirectory() as d:
         data = os.path.join(d, "mnist")
         os.mkdir(data)
         fake_mnist(data)
+        yield args, d, data
+
+
+def verdict(name):
+    """The exit status: 1 if any check failed, saying how many."""
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print(f"{name}: all checks passed")
+    return 0
+
+
+def main():
+    with mpi_job() as (args, d, data):
+        exe = args.mnist_cnn
         common = ["--data", data, "--epochs", "2", "--steps-per-epoch", "3", "--batch-size", "24", "--verbose", "0"]
 
         # One device as the reference, then 2 processes x 1 replica on the same global batches.
@@ -516,11 +535,7 @@ def main():
         disagreeing_ranks(args.mpirun, exe, data, d)
         parameter_server_disagreeing_ranks(args.mpirun, exe, data)
         suspended_job(args.mpirun, exe, data)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("multi_worker: all checks passed")
-    return 0
+    return verdict("multi_worker")
 
 
 if __name__ == "__main__":

@@ -143,6 +143,14 @@ void check_writable(const std::string& flag, const std::string& path) {
 void check_launcher(const Flags& f) {
     const auto launch = strata::distribute::launch_info();
     if (launch.size <= 1 || f.strategy == "multi_worker_mirrored") return;
+    if (f.strategy == "pipeline" || f.strategy == "hybrid") {  // one job: a stage per process
+#ifdef MNIST_CNN_HAVE_MPI
+        return;  // the Pipeline refuses a job of the wrong size, naming the count it needs
+#else
+        throw cli::usage_error("--strategy " + f.strategy + " across processes needs MPI, and this build has none, but " +
+                               launch.describe() + " (install libopenmpi-dev and reconfigure, or start it once without the launcher)");
+#endif
+    }
     if (f.strategy == "parameter_server") {  // one job: rank 0 the coordinator, then the servers, then the workers
 #ifdef MNIST_CNN_HAVE_MPI
         const int need = 1 + f.servers + f.workers;
@@ -292,8 +300,10 @@ int main(int argc, char** argv) {
 
         // Under multi_worker_mirrored every process runs this program; rank 0 reports.
         // ... and under parameter_server started by a launcher (rank 0, the coordinator).
+        // ... and under pipeline or hybrid started by a launcher (rank 0 runs stage 0).
         const bool across = flags.strategy == "multi_worker_mirrored" ||
-                            (flags.strategy == "parameter_server" && strata::distribute::launch_info().size > 1);
+                            ((flags.strategy == "parameter_server" || flags.strategy == "pipeline" || flags.strategy == "hybrid") &&
+                             strata::distribute::launch_info().size > 1);
         const bool chief = !across || multi_worker_rank() == 0;
         const auto mnist = strata::data::load_mnist(flags.data);
         if (chief) {

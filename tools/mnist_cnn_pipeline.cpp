@@ -1,13 +1,21 @@
 // tools/mnist_cnn --strategy pipeline | hybrid: the seed CNN cut into 2 to 4 stages balanced by
 // FLOPs (distribute/pipeline.hpp), GPipe or 1F1B over --micro-batches; hybrid runs --replicas
 // copies of that pipeline. A translation unit of its own (six instantiations of the model), so
-// that it compiles beside the others (see mnist_cnn.hpp).
+// that it compiles beside the others (see mnist_cnn.hpp). Under mpirun (or srun) with
+// --replicas × --stages processes, one job: rank q runs stage q % P of replica q / P, and rank 0
+// reports (distribute/pipeline_mpi.hpp).
 //
 //   build/tools/mnist_cnn --strategy pipeline --stages 2 --micro-batches 4 --schedule 1f1b
 //   build/tools/mnist_cnn --strategy hybrid --replicas 2 --stages 2 --micro-batches 4
+//   mpirun -np 2 build/tools/mnist_cnn --strategy pipeline --stages 2 --micro-batches 4
+//   mpirun -np 4 build/tools/mnist_cnn --strategy hybrid --replicas 2 --stages 2
 #include "mnist_cnn.hpp"
 
+#include <strata/distribute/launcher.hpp>
 #include <strata/distribute/pipeline.hpp>
+#ifdef MNIST_CNN_HAVE_MPI
+#include <strata/distribute/pipeline_mpi.hpp>  // one stage per process under mpirun / srun
+#endif
 
 namespace mnist_example {
 
@@ -16,12 +24,16 @@ template <class Schedule, int P>
 Report train_stages(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync) {
     namespace sd = strata::distribute;
     using Strategy = sd::Pipeline<strata::place::Host, Schedule, sd::split::Balanced<P, sd::split::ByFlops>>;
+    sd::PipelineOptions o{.micro_batches = f.micro_batches,
+                          .replicas = f.strategy == "hybrid" ? f.replicas : 1,
+                          .cores_per_stage = f.threads,
+                          .timeout = std::chrono::milliseconds(f.timeout_ms)};
+#ifdef MNIST_CNN_HAVE_MPI
+    if (sd::launch_info().size > 1) o.processes = sd::pipeline_processes();  // the Pipeline checks the count
+#endif
+    Strategy s(o);
     // mnist_cnn.cpp printed the layer table; the split follows it.
-    std::printf("%s", strata::Model<Net, Strategy>::summary().substr(Net::summary().size()).c_str());
-    Strategy s({.micro_batches = f.micro_batches,
-                .replicas = f.strategy == "hybrid" ? f.replicas : 1,
-                .cores_per_stage = f.threads,
-                .timeout = std::chrono::milliseconds(f.timeout_ms)});
+    if (s.is_chief()) std::printf("%s", strata::Model<Net, Strategy>::summary().substr(Net::summary().size()).c_str());
     replicas_in_sync = s.num_replicas_in_sync();
     return train(s, f, mnist);
 }

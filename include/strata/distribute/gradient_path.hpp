@@ -162,12 +162,15 @@ struct OptimizerCopies {
 /// | `gradient_buckets()`              | 0 (no all-reduce)      | Mirrored, MultiWorkerMirrored      |
 /// | `expected_updates(batches)`       | batches                | ParameterServer (rounds, or -1)    |
 /// | `end_epoch(logs, history)`        | nothing                | ParameterServer (figures, staleness)|
-/// | `is_chief()`                      | true                   | MultiWorkerMirrored (rank 0)       |
+/// | `is_chief()`                      | true                   | MultiWorkerMirrored, Pipeline (rank 0)|
 /// | `per_worker_input()`              | false                  | MultiWorkerMirrored                |
 /// | `unit_share(batch, r)`            | even split over units()| lockstep paths, MultiWorkerMirrored|
-/// | `sum_over_workers(values)`        | nothing (one process)  | MultiWorkerMirrored                |
-/// | `sum_outputs_over_workers(rows)`  | nothing (one process)  | MultiWorkerMirrored                |
-/// | `after_save()`                    | nothing                | MultiWorkerMirrored (barrier)      |
+/// | `sum_over_workers(values)`        | nothing (one process)  | MultiWorkerMirrored, Pipeline      |
+/// | `sum_outputs_over_workers(rows)`  | nothing (one process)  | MultiWorkerMirrored, Pipeline      |
+/// | `after_save()`                    | nothing                | MultiWorkerMirrored, Pipeline      |
+/// |                                   |                        | across processes (barrier)         |
+/// | `gathers_state()`                 | false                  | Pipeline across processes (every   |
+/// |                                   |                        | process takes part in get_weights) |
 /// | `bind_unit(r, net)`               | nothing                | Pipeline (its units' networks are  |
 /// |                                   |                        | handles on the path's stages)      |
 /// | `model_summary<Net>()`            | Net::summary()         | Pipeline (adds the stage split)    |
@@ -197,6 +200,7 @@ public:
     template <class V>
     void sum_outputs_over_workers(std::span<V>) {}
     void after_save() const {}
+    bool gathers_state() const { return false; }
     template <class N>
     void bind_unit(int, N&) {}
     template <class Seq>

@@ -41,14 +41,26 @@
 ///   (`PipelineOptions::timeout`); a stage that throws stops the step with a DistributedError
 ///   naming the stage, its layers and its device, and nothing waits forever.
 ///
-/// One process only: under a multi-process launch (mpirun) the constructor throws.
+/// - **Across processes** (`PipelineOptions::processes = pipeline_processes()`, from
+///   strata/distribute/pipeline_mpi.hpp; mpirun -np R·P): rank q runs stage q % P of replica
+///   q / P and holds only that stage's variables, gradients and optimizer slots. Activations go
+///   forward and their gradients back as MPI point-to-point messages (collective::Mailbox:
+///   non-blocking, every wait with the deadline); the hybrid sums each stage's gradients over
+///   its R copies on a sub-communicator (collective::ProcessGroup); the loss and the metrics of
+///   the last stages are summed over every rank, so fit returns the same History everywhere;
+///   get_weights, save and evaluate gather. The schedule and the micro-batches are the same as
+///   in one process, so is the arithmetic. Without `processes`, a multi-process launch is
+///   refused (it would train N separate copies).
 
 #include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -56,6 +68,7 @@
 
 #include "strata/distribute/collective/all_reduce.hpp"
 #include "strata/distribute/replica_pool.hpp"
+#include "strata/distribute/settings.hpp"
 #include "strata/distribute/strategy.hpp"
 #include "strata/nn/sequential.hpp"
 #include "strata/place/devices.hpp"
@@ -183,6 +196,43 @@ struct Balanced {
 
 }  // namespace split
 
+/// The processes of a pipeline across an MPI job, one stage each: rank q runs stage q % P of
+/// replica q / P (pipeline_mpi.hpp implements it over collective::Mailbox and
+/// collective::ProcessGroup; this header needs no MPI). Every wait has the Pipeline's deadline
+/// and names who did not answer.
+class PipelineProcesses {
+public:
+    struct Received {
+        std::uint32_t kind = 0;
+        std::uint64_t step = 0;
+        std::vector<std::byte> payload{};
+    };
+    virtual ~PipelineProcesses() = default;
+    /// Joins the job as P stages × R replicas: ValueError on every rank unless it has R·P
+    /// processes; `settings` (the strategy's) must be the same on every rank.
+    virtual void join(int stages, int replicas, std::chrono::milliseconds timeout, collective::Settings settings) = 0;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    /// "stage 1 of replica 0 (rank 1)".
+    virtual std::string name(int rank) const = 0;
+    virtual void send(int rank, std::uint32_t kind, std::uint64_t step, std::span<const std::byte> payload) = 0;
+    /// The next message from `rank`, waiting at most `timeout`; DistributedError `<what>: stage 1
+    /// (rank 1) did not answer within 60000 ms` after it.
+    virtual Received receive(int rank, std::string_view what, std::chrono::milliseconds timeout) = 0;
+    /// Sums over every rank, in place (the same result everywhere).
+    virtual void sum_all(std::span<double> values) = 0;
+    virtual void sum_all(std::span<float> values) = 0;
+    /// Sums over the R copies of this rank's stage (the hybrid's gradients), in place.
+    virtual void sum_copies(std::span<double> values) = 0;
+    virtual void sum_copies(std::span<float> values) = 0;
+    virtual void barrier() = 0;
+    /// Checks that every rank passes the same `settings` (the model, the optimizer): a
+    /// ValueError on every rank naming each one that differs and which rank has what.
+    virtual void agree(const collective::Settings& settings, std::string_view what) = 0;
+    /// This rank failed (`why`): the job must not wait for the others at exit.
+    virtual void fail(std::string_view why) noexcept = 0;
+};
+
 /// Options of a Pipeline.
 struct PipelineOptions {
     /// M: micro-batches per replica's share of a global batch (m = min(M, examples) of them).
@@ -196,6 +246,9 @@ struct PipelineOptions {
     Algorithm all_reduce = Algorithm::Auto;
     /// A stage that waits longer than this for its neighbour throws DistributedError.
     std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+    /// Across processes: the MPI job's ranks (pipeline_processes() of pipeline_mpi.hpp); empty:
+    /// every stage in this process.
+    std::shared_ptr<PipelineProcesses> processes{};
 };
 
 namespace detail {
@@ -236,11 +289,27 @@ public:
         STRATA_CHECK(options.cores_per_stage >= 0, ValueError, who, ": cores_per_stage must be >= 0, got ", options.cores_per_stage);
         STRATA_CHECK(options.timeout.count() > 0, ValueError, who, ": the timeout must be > 0 ms, got ", options.timeout.count());
         const int procs = detail::launched_processes();
-        STRATA_CHECK(procs == 1, ValueError, who, ": this process is one of ", procs,
-                     " launched together (mpirun/srun), but Pipeline runs all its stages in one process: stages on "
-                     "separate processes (MPI point-to-point) are not implemented yet; run one process, or use "
-                     "MultiWorkerMirrored for data parallelism across processes (docs/model_parallel.md)");
         const int threads = options.replicas * num_stages;
+        if (options.processes) {
+            // One stage per process: rank q runs stage q % P of replica q / P.
+            STRATA_CHECK((std::is_same_v<P, place::Host>), ValueError, who, ": stages across processes run on the host only");
+            options.processes->join(num_stages, options.replicas, options.timeout,
+                                    {{"strategy", "Pipeline"},
+                                     {"schedule", Schedule::name},
+                                     {"stages", std::to_string(num_stages)},
+                                     {"replicas", std::to_string(options.replicas)},
+                                     {"micro_batches", std::to_string(options.micro_batches)}});
+            rank_ = options.processes->rank();
+            cores_ = options.cores_per_stage > 0 ? options.cores_per_stage : std::max(1, hardware_threads() / threads);
+            for (int t = 0; t < threads; ++t) devices_.push_back(process_device(t));
+            pool_ = std::make_unique<ReplicaPool>(1, [this](int) { set_num_threads(cores_); }, /*always_threads=*/true);
+            return;
+        }
+        STRATA_CHECK(procs == 1, ValueError, who, ": this process is one of ", procs,
+                     " launched together (mpirun/srun), but this Pipeline runs all its stages in one process: they would "
+                     "train ", procs, " separate copies. For one stage per process give it PipelineOptions::processes = "
+                     "pipeline_processes() (strata/distribute/pipeline_mpi.hpp) and launch replicas × stages = ", threads,
+                     " processes (docs/model_parallel.md)");
         STRATA_CHECK(threads <= 16 * std::max(4, hardware_threads()), ValueError, who, ": ", options.replicas, " replicas × ",
                      num_stages, " stages = ", threads, " threads, too many for ", hardware_threads(), " hardware threads");
         pick_devices(threads);
@@ -255,7 +324,16 @@ public:
     int num_replicas_in_sync() const { return options_.replicas; }
     int local_replicas() const { return options_.replicas; }
     int first_replica() const { return 0; }
-    bool is_chief() const { return true; }
+    /// Rank 0 prints and writes files (always true in one process).
+    bool is_chief() const { return rank_ == 0; }
+    /// Across processes (PipelineOptions::processes): this process runs one stage of one replica.
+    bool across_processes() const { return options_.processes != nullptr; }
+    PipelineProcesses& processes() { return *options_.processes; }
+    /// The rank that runs stage s of replica r across processes (r · P + s), and this one's.
+    static constexpr int rank_of(int replica, int stage) { return replica * num_stages + stage; }
+    int rank() const { return rank_; }
+    /// Whether this process runs stage s of replica r (every stage in one process).
+    bool runs(int replica, int stage) const { return !across_processes() || rank_of(replica, stage) == rank_; }
     int micro_batches() const { return options_.micro_batches; }
     const PipelineOptions& options() const { return options_; }
     /// The logical device of every stage: stage s of replica r is devices()[r · P + s].
@@ -272,7 +350,8 @@ public:
     template <class F, class G>
     void run_stages(F&& fn, G&& on_failure) {
         const int S = num_stages;
-        pool_->run([&](int t) { fn(t / S, t % S); }, [&](int t) { on_failure(t / S, t % S); });
+        const int first = across_processes() ? rank_ : 0;  // across processes: this process's stage only
+        pool_->run([&](int t) { fn((first + t) / S, (first + t) % S); }, [&](int t) { on_failure((first + t) / S, (first + t) % S); });
     }
 
 private:
@@ -301,6 +380,14 @@ private:
             }
         }
     }
+    // Stage t's device across processes: its rank's host.
+    place::LogicalDevice process_device(int t) const {
+        place::LogicalDevice d;
+        d.name = "/task:" + std::to_string(t) + "/device:CPU:0";
+        d.kind = place::DeviceKind::Cpu;
+        d.cores = cores_;
+        return d;
+    }
     void enter_device(int t) {
         if (scoped_) {
             thread_local std::optional<place::DeviceScope> scope;  // lives as long as the stage's thread
@@ -316,6 +403,7 @@ private:
     std::vector<std::unique_ptr<collective::ReplicaGroup>> groups_;
     std::unique_ptr<ReplicaPool> pool_;
     int cores_ = 1;
+    int rank_ = 0;
     bool scoped_ = false;
 };
 

@@ -154,12 +154,13 @@ public:
     }
 
     void on_train_end(TrainingContext& ctx, const Logs&) override {
-        if (!ctx.is_chief()) return;
+        if (!ctx.is_chief() && !ctx.gathers_state()) return;
         if (ctx.position.batches > 0) {
             backup(ctx);  // stopped inside an epoch: not done, keep where it stopped
-            unlock(true);
+            if (ctx.is_chief()) unlock(true);
             return;
         }
+        if (!ctx.is_chief()) return;
         if (o_.delete_at_end) {
             std::error_code ec;
             std::filesystem::remove(file(), ec);
@@ -353,7 +354,9 @@ private:
     }
 
     void backup(TrainingContext& ctx) {
-        if (!ctx.is_chief()) return;  // every process holds the same state; one writes it
+        // Every process holds the same state; one writes it (the others help gather it where
+        // the model is split over them).
+        if (!ctx.is_chief() && !ctx.gathers_state()) return;
         const TrainingPosition at = ctx.position;
         if (last_ && *last_ == at) return;  // already backed up at this very position
         std::map<std::string, std::string> meta{{"backup_format", "strata-backup"},
@@ -366,7 +369,7 @@ private:
         for (const auto& [k, v] : o_.config) meta[std::string(config_prefix) + k] = v;
         ctx.save_state(file().string(), meta);
         last_ = at;
-        ++written_;
+        if (ctx.is_chief()) ++written_;
     }
 
     std::filesystem::path dir_;

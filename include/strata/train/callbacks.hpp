@@ -95,6 +95,9 @@ public:
     /// Whether this process writes files (checkpoints, logs, backups). Every process of a
     /// multi-process job trains; only the chief (rank 0) writes. One process: always.
     virtual bool is_chief() const { return true; }
+    /// Whether state(true) needs every process (a Pipeline across processes gathers its
+    /// stages): then every process makes the checkpoint calls below, and only the chief writes.
+    virtual bool gathers_state() const { return false; }
     /// The model's layout (its parameters and compiled optimizer) and, with `with_values`, its
     /// whole state as it is now: weights, optimizer slots and iterations, learning rate, epochs
     /// done, step counter (strata/train/model_state.hpp).
@@ -109,7 +112,8 @@ public:
     // The checkpoint operations below are defined in strata/train/checkpoint.hpp (which
     // strata/train/model.hpp includes): the checkpoint code is compiled only where one is called.
 
-    /// Writes a checkpoint (weights, optimizer state, epoch + 1 as the epochs done) atomically to `path`.
+    /// Writes a checkpoint (weights, optimizer state, epoch + 1 as the epochs done) atomically to
+    /// `path`. These two write on the chief only (the others take part where gathers_state()).
     void save_checkpoint(const std::string& path, int epoch);
     /// Writes the model's whole state as it is now atomically to `path`, with `metadata` added
     /// to the checkpoint's metadata (BackupAndRestore's position).
@@ -382,9 +386,9 @@ public:
             if (!better) return;
             best_ = v;
         }
-        if (!ctx.is_chief()) return;  // every process tracks the best figure; the chief writes
+        if (!ctx.is_chief() && !ctx.gathers_state()) return;  // every process tracks the best figure; the chief writes
         ctx.save_checkpoint(path, epoch);
-        ++saved_;
+        if (ctx.is_chief()) ++saved_;
     }
     int saved() const { return saved_; }
 

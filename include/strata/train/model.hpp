@@ -466,8 +466,14 @@ public:
     /// BackupAndRestore stores its position there.
     /// Under MultiWorkerMirrored call it on every process: the chief writes, and every process
     /// returns once the file is complete (so each may load it at once).
+    /// A Pipeline across processes gathers its stages here: call it on every process.
     void save(const std::string& path, const std::map<std::string, std::string>& extra_metadata = {}) const {
-        if (is_chief()) train::write_checkpoint(path, state(true), extra_metadata);  // across processes the chief writes
+        if (path_.gathers_state()) {  // every process sends its part; the chief writes
+            const auto s = state(true);
+            if (is_chief()) train::write_checkpoint(path, s, extra_metadata);
+        } else if (is_chief()) {
+            train::write_checkpoint(path, state(true), extra_metadata);  // across processes the chief writes
+        }
         path_.after_save();  // across processes: every process returns once the file is complete
     }
 
@@ -491,6 +497,7 @@ public:
     /// Whether this process prints and writes files (always, but under MultiWorkerMirrored
     /// only on rank 0).
     bool is_chief() const override { return path_.is_chief(); }
+    bool gathers_state() const override { return path_.gathers_state(); }
     double learning_rate() const override { return compiled_ ? path_.learning_rate() : 0.0; }
     void set_learning_rate(double lr) override {
         path_.set_learning_rate(lr);

@@ -17,11 +17,14 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -176,6 +179,8 @@ public:
 
     template <class Init>
     GradientPath(Strategy& s, Init&& init) : strategy_(&s) {
+        // Across processes every rank must build the same model (a ValueError on every rank).
+        if (across()) strategy_->processes().agree(detail::model_settings<Net, T>(), "the model");
         reset_pipeline_stats();
         for (int r = 0; r < units(); ++r) {
             replicas_.push_back(std::make_unique<Replica>());
@@ -209,14 +214,17 @@ public:
 
     int units() const { return strategy_->num_replicas_in_sync(); }
     /// f(replica) for every replica, on the caller's thread (each call runs the replica's stages).
+    /// (Across processes: this process's replica only.)
     template <class F>
     void run_units(F&& f) {
-        for (int r = 0; r < units(); ++r) f(r);
+        for (int r = 0; r < units(); ++r)
+            if (!across() || r == my_replica()) f(r);
     }
     template <class N>
     void bind_unit(int r, N& net) { net.bind(*this, r); }
 
     void compile(const optim::Optimizer& o) {
+        if (across()) strategy_->processes().agree({{"optimizer", optim::describe(o)}}, "the optimizer");
         run_all([&](int r, int st) {
             with_stage(st, [&](auto I) {
                 auto& d = std::get<I>(replicas_[std::size_t(r)]->stages);
@@ -238,9 +246,11 @@ public:
         std::vector<nn::Mode> modes(units_n);
         for (int r = 0; r < R; ++r) {
             shares[std::size_t(r)] = split_batch(batch, R, r);
-            xs[std::size_t(r)] = work.prepare(r, shares[std::size_t(r)]);
+            if (!across() || r == my_replica()) xs[std::size_t(r)] = work.prepare(r, shares[std::size_t(r)]);
             modes[std::size_t(r)] = work.mode(shares[std::size_t(r)], step);
         }
+        current_step_ = step;
+        ++exchange_;
         for (int r = 0; r < R; ++r) {
             auto& f = replicas_[std::size_t(r)]->flow;
             const auto m = std::size_t(micro_count(shares[std::size_t(r)].size));
@@ -256,17 +266,22 @@ public:
             });
         });
         {
-            auto& f = replicas_[0]->flow;
+            auto& f = replicas_[std::size_t(my_replica())]->flow;
             stats_.steps += 1;
             stats_.wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             stats_.virtual_seconds += *std::max_element(f.clock.begin(), f.clock.end());
         }
         StepTotals t;
         for (int r = 0; r < R; ++r) {
+            if (across() && r != my_replica()) continue;
             const UnitWork u = work.result(r, shares[std::size_t(r)]);
             t.loss_sum += u.loss_sum;
             t.correct += double(u.correct);
         }
+        double totals[2] = {t.loss_sum, t.correct};  // across processes: the last stages' figures, on every rank
+        sum_over_workers(std::span<double>(totals, 2));
+        t.loss_sum = totals[0];
+        t.correct = totals[1];
         t.examples = std::int64_t(batch.size());
         return t;
     }
@@ -293,6 +308,8 @@ public:
         const std::int64_t n = x.dim(0);
         const std::int64_t m = micro_count(n);
         reset_flow(r);
+        current_step_ = 0;
+        ++exchange_;
         run_all([&](int rr, int st) {
             if (rr != r) return;
             with_stage(st, [&](auto I) {
@@ -308,9 +325,39 @@ public:
                     });
             });
         });
+        if (!strategy_->runs(r, int(S - 1))) {
+            // Across processes the outputs are on the last stage's rank; the others compute on a
+            // placeholder, and their figures are left out of the sums (sum_over_workers).
+            placeholder_.resize(Net::output_shape::batched(n));
+            placeholder_grad_.resize(Net::output_shape::batched(n));
+            fill(placeholder_.view(), T(1) / T(Net::output_shape::size));
+            return placeholder_.view();
+        }
         return stage<S - 1>(r).out.view();
     }
-    TensorView<T, P> inference_output_grad(int r) { return stage<S - 1>(r).out_grad.view(); }
+    TensorView<T, P> inference_output_grad(int r) {
+        return strategy_->runs(r, int(S - 1)) ? stage<S - 1>(r).out_grad.view() : placeholder_grad_.view();
+    }
+
+    // ---- across processes ------------------------------------------------------------------------
+
+    bool is_chief() const { return strategy_->is_chief(); }
+    /// Across processes: values of the last stages (the loss, the metrics' counts, the outputs)
+    /// summed over every rank (the other ranks count zero), so that every rank has the job's.
+    template <class V>
+    void sum_over_workers(std::span<V> values) {
+        if (!across()) return;
+        if (!strategy_->runs(my_replica(), int(S - 1)))
+            for (auto& v : values) v = V(0);
+        strategy_->processes().sum_all(values);
+    }
+    template <class V>
+    void sum_outputs_over_workers(std::span<V> values) { sum_over_workers(values); }
+    /// Across processes get_weights and slots gather the stages: every rank takes part in save.
+    bool gathers_state() const { return across(); }
+    void after_save() const {
+        if (across()) strategy_->processes().barrier();
+    }
 
     void prepare_inference() {}
     const T* inference_params(int) { return nullptr; }
@@ -325,29 +372,32 @@ public:
 
     // ---- variables and optimizer state, in the flat layout of one model ------------------------
 
+    // Replica 0's stages (across processes: gathered from their ranks, every rank taking part).
     std::vector<T> get_weights() const {
         std::vector<T> w(static_cast<std::size_t>(num_params));
         for_each_stage([&](auto I) {
+            if (!strategy_->runs(0, int(I))) return;
             const auto& d = std::get<I>(replicas_[0]->stages);
             if (d.num_params > 0)
                 copy(d.params.view(), TensorView<T, place::Host>(w.data() + d.param_first, Shape{d.num_params}));
         });
+        if (across()) strategy_->processes().sum_all(std::span<T>(w));
         return w;
     }
+    // Every stage this process runs takes its part of `w` (across processes: one stage).
     void set_weights(const std::vector<T>& w) {
-        for (auto& rep : replicas_)
-            for_each_stage([&](auto I) {
-                auto& d = std::get<I>(rep->stages);
-                if (d.num_params > 0)
-                    copy(TensorView<T, place::Host>(const_cast<T*>(w.data()) + d.param_first, Shape{d.num_params}), d.params.view());
-            });
+        for_each_local([&](auto& d) {
+            if (d.num_params > 0)
+                copy(TensorView<T, place::Host>(const_cast<T*>(w.data()) + d.param_first, Shape{d.num_params}), d.params.view());
+        });
     }
     std::vector<std::pair<std::string, std::vector<T>>> slots() const {
         std::vector<std::pair<std::string, std::vector<T>>> out;
         if (!compiled_) return out;
-        for (auto& [name, t] : const_cast<optim::OptimizerState<T, P>&>(std::get<0>(replicas_[0]->stages).opt).slots())
+        for (auto& [name, t] : const_cast<optim::OptimizerState<T, P>&>(local_state()).slots())
             out.emplace_back(name, std::vector<T>(static_cast<std::size_t>(num_params)));
         for_each_stage([&](auto I) {
+            if (!strategy_->runs(0, int(I))) return;
             auto& d = const_cast<std::tuple_element_t<I, Stages>&>(std::get<I>(replicas_[0]->stages));
             std::size_t i = 0;
             for (auto& [name, t] : d.opt.slots()) {
@@ -356,28 +406,28 @@ public:
                 ++i;
             }
         });
+        if (across())
+            for (auto& [name, v] : out) strategy_->processes().sum_all(std::span<T>(v));
         return out;
     }
     bool set_slot(const std::string& name, const std::vector<T>& v) {
         bool found = false;
-        for (auto& rep : replicas_)
-            for_each_stage([&](auto I) {
-                auto& d = std::get<I>(rep->stages);
-                for (auto& [n, t] : d.opt.slots())
-                    if (n == name) {
-                        found = true;
-                        if (d.num_params > 0)
-                            copy(TensorView<T, place::Host>(const_cast<T*>(v.data()) + d.param_first, Shape{d.num_params}), t.view());
-                    }
-            });
+        for_each_local([&](auto& d) {
+            for (auto& [n, t] : d.opt.slots())
+                if (n == name) {
+                    found = true;
+                    if (d.num_params > 0)
+                        copy(TensorView<T, place::Host>(const_cast<T*>(v.data()) + d.param_first, Shape{d.num_params}), t.view());
+                }
+        });
         return found;
     }
-    std::string optimizer_name() const { return compiled_ ? stage0().opt.name() : std::string(); }
-    std::int64_t iterations() const { return compiled_ ? stage0().opt.iterations() : 0; }
+    std::string optimizer_name() const { return compiled_ ? local_state().name() : std::string(); }
+    std::int64_t iterations() const { return compiled_ ? local_state().iterations() : 0; }
     void set_iterations(std::int64_t it) {
         each_state([&](auto& o) { o.set_iterations(it); });
     }
-    double learning_rate() const { return compiled_ ? stage0().opt.current_learning_rate() : 0.0; }
+    double learning_rate() const { return compiled_ ? local_state().current_learning_rate() : 0.0; }
     void set_learning_rate(double lr) {
         each_state([&](auto& o) { o.set_learning_rate(lr); });
     }
@@ -395,6 +445,7 @@ public:
         const auto names = Net::layer_names();
         for (int r = 0; r < units(); ++r)
             for (std::size_t s = 0; s < S; ++s) {
+                if (!strategy_->runs(r, int(s))) continue;
                 std::string what = std::string(Schedule::name) + " pipeline stage " + std::to_string(s) +
                                    (units() > 1 ? " of replica " + std::to_string(r) : std::string()) + " (layers";
                 for (std::size_t l = bounds[s]; l < bounds[s + 1]; ++l) what += " " + names[l];
@@ -404,7 +455,8 @@ public:
             std::size_t layer = 0;
             while (layer + 1 < Net::num_layers && Net::offsets[layer + 1] <= p.offset) ++layer;
             for (int r = 0; r < units(); ++r)
-                place::log_placement("variable " + p.name + " " + p.shape.str() + " (stage " + std::to_string(stage_of_layer(layer)) +
+                if (strategy_->runs(r, stage_of_layer(layer)))
+                    place::log_placement("variable " + p.name + " " + p.shape.str() + " (stage " + std::to_string(stage_of_layer(layer)) +
                                          (units() > 1 ? ", copy " + std::to_string(r) : std::string()) + ")",
                                      strategy_->device(r, stage_of_layer(layer)));
         }
@@ -447,7 +499,25 @@ private:
     auto& stage(int r) {
         return std::get<I>(replicas_[std::size_t(r)]->stages);
     }
-    const auto& stage0() const { return std::get<0>(replicas_[0]->stages); }
+
+    bool across() const { return strategy_->across_processes(); }
+    // The replica and stage this process runs across processes (replica 0, stage 0 in one process).
+    int my_replica() const { return across() ? strategy_->rank() / int(S) : 0; }
+    int my_stage() const { return across() ? strategy_->rank() % int(S) : 0; }
+    // f(stage data) for every stage this process runs.
+    template <class F>
+    void for_each_local(F&& f) {
+        for (int r = 0; r < units(); ++r)
+            for_each_stage([&](auto I) {
+                if (strategy_->runs(r, int(I))) f(std::get<I>(replicas_[std::size_t(r)]->stages));
+            });
+    }
+    // The optimizer state of a stage this process runs (they all move in lockstep).
+    const optim::OptimizerState<T, P>& local_state() const {
+        const optim::OptimizerState<T, P>* o = nullptr;
+        with_stage(my_stage(), [&](auto I) { o = &std::get<I>(replicas_[std::size_t(my_replica())]->stages).opt; });
+        return *o;
+    }
 
     template <class F>
     static void for_each_stage(F&& f) {
@@ -461,7 +531,7 @@ private:
     }
     template <class F>
     void each_state(F&& f) {
-        for (auto& rep : replicas_) for_each_stage([&](auto I) { f(std::get<I>(rep->stages).opt); });
+        for_each_local([&](auto& d) { f(d.opt); });
     }
 
     // m micro-batches for a share of n examples (uneven sizes, see pipeline.hpp).
@@ -530,6 +600,9 @@ private:
     // others (its flow and the stage groups abort) and is named in the error.
     template <class F>
     void run_all(F&& fn) {
+        if (!failed_across_.empty())
+            throw_error<DistributedError>("Pipeline: the pipeline across processes failed earlier (", failed_across_,
+                                          "); restart the job");
         for (int r = 0; r < units(); ++r) reset_flow(r);
         std::mutex mu;
         std::string first;
@@ -547,24 +620,43 @@ private:
                         const auto names = Net::layer_names();
                         for (std::size_t l = bounds[std::size_t(s)]; l < bounds[std::size_t(s) + 1]; ++l)
                             layers += (layers.empty() ? "" : ", ") + names[l];
-                        first = "Pipeline: stage " + std::to_string(s) + " (" + layers + ")" +
-                                (units() > 1 ? " of replica " + std::to_string(r) : std::string()) + " on " +
-                                strategy_->device(r, s).name + " failed: " + e.what();
+                        // Across processes a stage that gave up waiting already says where.
+                        first = across() && std::string_view(e.what()).starts_with("Pipeline: ")
+                                    ? std::string(e.what())
+                                    : "Pipeline: stage " + std::to_string(s) + " (" + layers + ")" +
+                                          (units() > 1 ? " of replica " + std::to_string(r) : std::string()) + " on " +
+                                          (across() ? "rank " + std::to_string(strategy_->rank()) : strategy_->device(r, s).name) +
+                                          " failed: " + e.what();
                     }
                 }
-                if (cause) abort_all(r, s);
+                if (cause) abort_all(r, s, first);
                 throw;
             }
         };
         try {
             strategy_->run_stages(wrapped, [](int, int) {});
         } catch (...) {
-            for (std::size_t s = 0; s < S; ++s) strategy_->stage_group(int(s)).reset();
+            if (!across())
+                for (std::size_t s = 0; s < S; ++s) strategy_->stage_group(int(s)).reset();
             if (failed) throw_error<DistributedError>(first);
             throw;
         }
     }
-    void abort_all(int r, int s) {
+    void abort_all(int r, int s, const std::string& why) {
+        if (across()) {
+            // The neighbours may be waiting for this stage: they stop at once, and tell theirs.
+            failed_across_ = why;
+            for (int to : {s - 1, s + 1})
+                if (to >= 0 && to < int(S)) {
+                    const auto text = std::as_bytes(std::span<const char>(why.data(), why.size()));
+                    try {
+                        strategy_->processes().send(Strategy::rank_of(r, to), abort_kind, exchange_, text);
+                    } catch (...) {  // the neighbour is gone: it needs no telling
+                    }
+                }
+            strategy_->processes().fail(why);
+            return;
+        }
         for (auto& rep : replicas_) {
             {
                 std::lock_guard<std::mutex> lock(rep->flow.mu);
@@ -581,27 +673,37 @@ private:
     void forward_micro(int r, std::int64_t k, std::int64_t m, std::int64_t n, const TensorView<T, P>& x, const nn::Mode& mode,
                        bool training, OnOutput&& on_output) {
         auto& d = stage<I>(r);
+        using D = std::remove_cvref_t<decltype(d)>;
         const auto sl = replica_slice(n, int(m), int(k));
         const std::size_t K = d.slots.size(), slot = std::size_t(k) % K;
         if constexpr (I + 1 < S) {
-            // In inference nothing frees a slot but the next stage's copy of what it held.
-            if (!training && std::size_t(k) >= K)
+            // In inference nothing frees a slot but the next stage's copy of what it held (a
+            // message across processes is a copy already).
+            if (!training && !across() && std::size_t(k) >= K)
                 wait_for(r, int(I), "the copy of its output", int(I + 1), k - std::int64_t(K),
                          [&](const detail::StageFlow& f) { return f.forwards[I + 1] > k - std::int64_t(K); });
         }
+        auto& f = replicas_[std::size_t(r)]->flow;
         TensorView<T, P> in;
+        double ready = 0;  // on the virtual clock: when the input was ready
         std::chrono::steady_clock::time_point t0;
         if constexpr (I == 0) {
             t0 = std::chrono::steady_clock::now();
             in = x.slice(sl.first, sl.count);
+        } else if (across()) {
+            d.in[slot].resize(D::Seq::input_shape::batched(sl.count));
+            ready = receive_from(r, int(I), int(I - 1), activations_kind, k, d.in[slot].view());
+            t0 = std::chrono::steady_clock::now();
+            in = d.in[slot].view();
         } else {
-            wait_for(r, int(I), "the activations", int(I - 1), k, [&](const detail::StageFlow& f) { return f.forwards[I - 1] > k; });
+            wait_for(r, int(I), "the activations", int(I - 1), k, [&](const detail::StageFlow& fl) { return fl.forwards[I - 1] > k; });
             t0 = std::chrono::steady_clock::now();
             auto& prev = stage<I - 1>(r);
             const TensorView<T, P> src = prev.slots[std::size_t(k) % prev.slots.size()]->output();
             d.in[slot].resize(src.shape());
             copy(src, d.in[slot].view());
             in = d.in[slot].view();
+            if (training) ready = f.forward_end[I - 1][std::size_t(k)];
         }
         nn::Mode mm = mode;
         mm.first_example = mode.first_example + sl.first;
@@ -609,32 +711,42 @@ private:
         const TensorView<T, P> out = d.slots[slot]->forward(d.params.data(), in, mm);
         if constexpr (I + 1 == S) on_output(sl.first, out);
         P::synchronize();  // the output is complete before the next stage copies it
+        double end = 0;
         if (training) {
-            auto& f = replicas_[std::size_t(r)]->flow;
-            double start = f.clock[I];
-            if constexpr (I > 0) start = std::max(start, f.forward_end[I - 1][std::size_t(k)]);
-            f.clock[I] = f.forward_end[I][std::size_t(k)] = start + 1.0;
+            end = f.clock[I] = f.forward_end[I][std::size_t(k)] = std::max(f.clock[I], ready) + 1.0;
             f.in_flight[I] += 1;
-            if (r == 0) {
+            if (r == my_replica()) {
                 auto& st = stats_.stages[I];
                 st.busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
                 st.virtual_busy += 1.0;
                 st.max_in_flight = std::max(st.max_in_flight, f.in_flight[I]);
             }
         }
+        if constexpr (I + 1 < S)
+            if (across()) send_to(r, int(I + 1), activations_kind, k, end, out);
         done(r, &detail::StageFlow::forwards, I, k + 1);
     }
 
     // Backward of micro-batch k on stage I of replica r: its gradient is added to the stage's
-    // (micro-batch 0's written directly), its input's gradient copied into stage I-1's slot.
+    // (micro-batch 0's written directly), its input's gradient copied into stage I-1's slot
+    // (across processes: sent to stage I-1's rank).
     template <std::size_t I>
     void backward_micro(int r, std::int64_t k, std::int64_t m, std::int64_t n, const nn::Mode& mode) {
         auto& d = stage<I>(r);
         const auto sl = replica_slice(n, int(m), int(k));
         const std::size_t slot = std::size_t(k) % d.slots.size();
         auto& net = *d.slots[slot];
-        if constexpr (I + 1 < S)
-            wait_for(r, int(I), "the gradient of its output", int(I + 1), k, [&](const detail::StageFlow& f) { return f.backwards[I + 1] > k; });
+        auto& f = replicas_[std::size_t(r)]->flow;
+        double ready = 0;  // on the virtual clock: when the gradient of the output was ready
+        if constexpr (I + 1 < S) {
+            if (across()) {
+                ready = receive_from(r, int(I), int(I + 1), gradient_kind, k, net.output_grad());
+            } else {
+                wait_for(r, int(I), "the gradient of its output", int(I + 1), k,
+                         [&](const detail::StageFlow& fl) { return fl.backwards[I + 1] > k; });
+                ready = f.backward_end[I + 1][std::size_t(k)];
+            }
+        }
         const auto t0 = std::chrono::steady_clock::now();
         nn::Mode mm = mode;
         mm.first_example = mode.first_example + sl.first;
@@ -643,25 +755,70 @@ private:
         if constexpr (I > 0) {
             d.in_grad[slot].resize(d.in[slot].shape());
             net.backward(d.params.data(), g, mm, [](std::int64_t, std::int64_t) {}, d.in_grad[slot].view());
-            auto& prev = stage<I - 1>(r);
-            copy(d.in_grad[slot].view(), prev.slots[std::size_t(k) % prev.slots.size()]->output_grad());
+            if (!across()) {
+                auto& prev = stage<I - 1>(r);
+                copy(d.in_grad[slot].view(), prev.slots[std::size_t(k) % prev.slots.size()]->output_grad());
+            }
         } else {
             net.backward(d.params.data(), g, mm);
         }
         if (k > 0 && d.num_params > 0) axpy(T(1), d.scratch.view(), d.grads.view());
         P::synchronize();
-        {
-            auto& f = replicas_[std::size_t(r)]->flow;
-            double start = f.clock[I];
-            if constexpr (I + 1 < S) start = std::max(start, f.backward_end[I + 1][std::size_t(k)]);
-            f.clock[I] = f.backward_end[I][std::size_t(k)] = start + 2.0;
-            f.in_flight[I] -= 1;
-            if (r == 0) {
-                stats_.stages[I].busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                stats_.stages[I].virtual_busy += 2.0;
-            }
+        const double end = f.clock[I] = f.backward_end[I][std::size_t(k)] = std::max(f.clock[I], ready) + 2.0;
+        f.in_flight[I] -= 1;
+        if (r == my_replica()) {
+            stats_.stages[I].busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            stats_.stages[I].virtual_busy += 2.0;
         }
+        if constexpr (I > 0)
+            if (across()) send_to(r, int(I - 1), gradient_kind, k, end, d.in_grad[slot].view());
         done(r, &detail::StageFlow::backwards, I, k + 1);
+    }
+
+    // ---- across processes: the messages between neighbouring stages -------------------------------
+    // A message is a head (the micro-batch, its end on the virtual clock) and the values; its
+    // step is the run's number (exchange_), the same on every rank, so that nothing stale matches.
+    static constexpr std::uint32_t activations_kind = 1, gradient_kind = 2, abort_kind = 3;
+    struct MessageHead {
+        std::int64_t micro;
+        double clock;
+    };
+    // Sends micro-batch k's `values` to stage `to` of replica r.
+    void send_to(int r, int to, std::uint32_t kind, std::int64_t k, double clock, const TensorView<T, P>& values) {
+        std::vector<std::byte>& bytes = send_buffer_;
+        bytes.resize(sizeof(MessageHead) + std::size_t(values.size()) * sizeof(T));
+        const MessageHead head{k, clock};
+        std::memcpy(bytes.data(), &head, sizeof head);
+        copy(values, TensorView<T, place::Host>(reinterpret_cast<T*>(bytes.data() + sizeof head), values.shape()));
+        strategy_->processes().send(Strategy::rank_of(r, to), kind, exchange_, bytes);
+    }
+    // Receives micro-batch k's values from stage `from` of replica r into `dst`; returns the
+    // virtual clock they carry. A neighbour that failed and said so ends the wait at once. The
+    // wait is the timeout times the stages on that side (`from` and those beyond it): a stage
+    // that stops far away is named by its own neighbour first, whose word then travels back,
+    // so that no stage names a live neighbour that was only waiting too.
+    double receive_from(int r, int s, int from, std::uint32_t kind, std::int64_t k, const TensorView<T, P>& dst) {
+        const int beyond = from < s ? from + 1 : int(S) - from;
+        const auto timeout = strategy_->options().timeout * beyond;
+        const std::string what = "Pipeline: stage " + std::to_string(s) + (units() > 1 ? " of replica " + std::to_string(r) : std::string()) +
+                                 " (rank " + std::to_string(strategy_->rank()) + ") waited for " +
+                                 (kind == activations_kind ? "the activations" : "the gradient of its output") + " of micro-batch " +
+                                 std::to_string(k) + (current_step_ > 0 ? " of step " + std::to_string(current_step_) : std::string(" (inference)"));
+        auto msg = strategy_->processes().receive(Strategy::rank_of(r, from), what, timeout);
+        if (msg.kind == abort_kind)
+            throw_error<DistributedError>("Pipeline: stage ", s, " (rank ", strategy_->rank(), ") stopped because its neighbour ",
+                                          strategy_->processes().name(Strategy::rank_of(r, from)), " failed: ",
+                                          std::string_view(reinterpret_cast<const char*>(msg.payload.data()), msg.payload.size()));
+        MessageHead head{-1, 0};
+        if (msg.payload.size() >= sizeof head) std::memcpy(&head, msg.payload.data(), sizeof head);
+        STRATA_CHECK(msg.kind == kind && msg.step == exchange_ && head.micro == k &&
+                         msg.payload.size() == sizeof head + std::size_t(dst.size()) * sizeof(T),
+                     DistributedError, what, ": ", strategy_->processes().name(Strategy::rank_of(r, from)),
+                     " sent another message (kind ", msg.kind, ", run ", msg.step, ", micro-batch ", head.micro, ", ",
+                     msg.payload.size(), " bytes; expected kind ", kind, ", run ", exchange_, ", micro-batch ", k, ", ",
+                     sizeof head + std::size_t(dst.size()) * sizeof(T), " bytes): is every process the same program?");
+        copy(TensorView<T, place::Host>(reinterpret_cast<T*>(msg.payload.data() + sizeof head), dst.shape()), dst);
+        return head.clock;
     }
 
     template <std::size_t I, class Y, class Work>
@@ -695,10 +852,11 @@ private:
         }
         if (units() > 1 && d.num_params > 0) {
             STRATA_PROFILE_MODEL("all-reduce");
-            if constexpr (place::host_accessible_v<P>)
-                strategy_->stage_group(int(I)).all_reduce(r, std::span<T>(d.grads.data(), std::size_t(d.num_params)), ReduceOp::Sum,
-                                                          strategy_->options().all_reduce);
-            else
+            if constexpr (place::host_accessible_v<P>) {
+                const std::span<T> grads(d.grads.data(), std::size_t(d.num_params));
+                if (across()) strategy_->processes().sum_copies(grads);  // over the R ranks of stage I
+                else strategy_->stage_group(int(I)).all_reduce(r, grads, ReduceOp::Sum, strategy_->options().all_reduce);
+            } else
                 throw_error<ValueError>("Pipeline: replicas > 1 (the hybrid) needs host memory; on GPUs use replicas = 1");
         }
         d.opt.apply(d.params.data(), d.grads.data());
@@ -708,6 +866,13 @@ private:
     std::vector<std::unique_ptr<Replica>> replicas_;
     PipelineStats stats_;
     bool compiled_ = false;
+    // Across processes: the runs (steps and inference passes) so far, the step being trained
+    // (0: inference), a message being built, the outputs of a rank without the last stage, and
+    // why the pipeline failed (empty while it has not).
+    std::uint64_t exchange_ = 0, current_step_ = 0;
+    std::vector<std::byte> send_buffer_;
+    Tensor<T, P> placeholder_, placeholder_grad_;
+    std::string failed_across_;
 };
 
 }  // namespace strata::distribute

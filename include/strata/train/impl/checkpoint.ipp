@@ -314,11 +314,12 @@ STRATA_DECL ModelState read_model_state(const std::filesystem::path& path, const
 STRATA_DECL void TrainingContext::save_checkpoint(const std::string& path, int epoch) {
     ModelState s = state(true);
     s.epoch = epoch + 1;
-    write_checkpoint(path, s);
+    if (is_chief()) write_checkpoint(path, s);
 }
 
 STRATA_DECL void TrainingContext::save_state(const std::string& path, const std::map<std::string, std::string>& metadata) {
-    write_checkpoint(path, state(true), metadata);
+    const ModelState s = state(true);  // every process takes part where the model gathers its state
+    if (is_chief()) write_checkpoint(path, s, metadata);
 }
 
 STRATA_DECL void TrainingContext::load_state(const std::string& path) { restore_state(read_model_state(path, state(false), true)); }

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""mnist_cnn --strategy pipeline | hybrid run by mpirun, one stage per process, the way users
+run it:
+
+  * 2 processes (2 stages, 1F1B, 4 micro-batches) train one job: one report (rank 0's), one
+    --json file, and the figures of the same pipeline in one process, bit for bit;
+  * 4 processes (hybrid, 2 replicas x 2 stages) save with --save the bytes the same flags save
+    in one process;
+  * 3 stages, stage 1 stopped (SIGSTOP): the job ends non-zero after 2 timeouts, its neighbours
+    naming stage 1 (rank 1) and the micro-batch; killed (SIGKILL): the job ends within seconds;
+  * 3 processes for 2 stages are refused on every rank, naming the count needed.
+
+  check_pipeline_processes.py --mpirun PATH --mnist-cnn PATH
+
+The data is a tiny MNIST-shaped set written here. Standard library only.
+"""
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_examples import check, strict_json  # noqa: E402 - beside this file
+from check_multi_worker import env, fault, mpi_job, verdict  # noqa: E402
+
+
+def main():
+    with mpi_job() as (args, d, data):
+        exe = args.mnist_cnn
+        common = ["--data", data, "--epochs", "2", "--steps-per-epoch", "3", "--batch-size", "24", "--verbose", "0",
+                  "--threads", "1"]
+
+        def both(np, flags, name):
+            """The same flags in one process and under mpirun -np NP: (one, many) reports, or None."""
+            out = {}
+            for where, cmd in (("one", [exe]), ("many", [args.mpirun, "-np", str(np), exe])):
+                j, s = os.path.join(d, f"{name}_{where}.json"), os.path.join(d, f"{name}_{where}.safetensors")
+                r = subprocess.run(cmd + common + flags + ["--json", j, "--save", s], capture_output=True, text=True,
+                                   env=env(), timeout=300)
+                if not check(r.returncode == 0, f"{name} ({where}): exit {r.returncode}: {r.stderr[-800:]!r}"):
+                    return None
+                check(r.stdout.count("test accuracy") == 1,
+                      f"{name} ({where}): the report must be printed once: {r.stdout.count('test accuracy')} times")
+                with open(s, "rb") as f:
+                    out[where] = (strict_json(j), f.read())
+            check(not [f for f in os.listdir(d) if ".tmp." in f], f"temporary files left: {os.listdir(d)}")
+            return out
+
+        got = both(2, ["--strategy", "pipeline", "--stages", "2", "--micro-batches", "4", "--schedule", "1f1b"], "pipeline")
+        if got:
+            one, many = got["one"][0], got["many"][0]
+            for k in ("test_loss", "test_accuracy", "epoch_loss", "epoch_accuracy", "pipeline"):
+                check(one[k] == many[k], f"pipeline across 2 processes: {k} {many[k]} against {one[k]} in one process")
+            check(got["one"][1] == got["many"][1], "pipeline across 2 processes saved other bytes than in one process")
+
+        got = both(4, ["--strategy", "hybrid", "--replicas", "2", "--stages", "2", "--micro-batches", "2"], "hybrid")
+        if got:
+            check(got["many"][0]["replicas"] == 2, f"hybrid across 4 processes: {got['many'][0]}")
+            check(got["one"][1] == got["many"][1], "hybrid across 4 processes saved other bytes than in one process")
+
+        # Stage 1 of 3 stopped (SIGSTOP): its neighbours wait 2 timeouts (two stages on that side),
+        # then name it; the job ends non-zero. Killed: the launcher ends the job.
+        stages = ("--strategy", "pipeline", "--stages", "3", "--micro-batches", "2")
+        rc, seconds, err = fault(args.mpirun, exe, data, "stall", np=3, victim_rank=1, strategy=stages)
+        if rc is not None:
+            check(rc != 0, "pipeline stall: the job exited 0")
+            check(seconds < 2 * 3 + 30, f"pipeline stall: the job took {seconds:.1f} s after the stall to end")
+            check("stage 1 (rank 1) did not answer within 6000 ms" in err and "micro-batch" in err,
+                  f"pipeline stall: no error naming stage 1 (rank 1) and the micro-batch: {err[-1500:]!r}")
+        rc, seconds, err = fault(args.mpirun, exe, data, "kill", np=3, victim_rank=1, strategy=stages)
+        if rc is not None:
+            check(rc != 0 and seconds < 30, f"pipeline kill: exit {rc} after {seconds:.1f} s")
+
+        r = subprocess.run([args.mpirun, "-np", "3", exe] + common + ["--strategy", "pipeline", "--stages", "2"],
+                           capture_output=True, text=True, env=env(), timeout=120)
+        need = "1 replica(s) × 2 stages need 2 processes (mpirun -np 2"
+        check(r.returncode != 0 and r.stderr.count(need) == 3,
+              f"mpirun -np 3 for 2 stages: exit {r.returncode}, refusals {r.stderr.count(need)} of 3: {r.stderr[-600:]!r}")
+    return verdict("pipeline across processes")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+// Pipeline stages on separate processes (pipeline_mpi.hpp), run by `mpirun -np 2` and `-np 4`
+// (tests/meson.build): rank q runs stage q % P of replica q / P. On the same global batches a
+// pipeline across processes trains like OneDevice (float64 to 1e-12), both schedules, M = 1, 2,
+// 4; with 4 processes also the hybrid (2 replicas × 2 stages). fit returns the same History on
+// every rank, and a checkpoint saved across processes is OneDevice's (names and values).
+#include <doctest/doctest.h>
+
+#include "test_util.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <strata/strata.hpp>
+#include <strata/distribute/pipeline.hpp>
+#include <strata/distribute/pipeline_mpi.hpp>
+
+using namespace strata::nn;
+namespace sd = strata::distribute;
+namespace coll = strata::distribute::collective;
+
+namespace {
+
+// dense, dropout, dense_1, dense_2: 4 layers, so 4 stages of one layer each (dropout's has no
+// variables), or 2 balanced by parameters.
+using Net = Sequential<Input<8>, Dense<12, Tanh>, Dropout<25>, Dense<6, ReLU>, Dense<3, Softmax>>;
+
+strata::data::Dataset<> data(std::size_t n) {
+    auto f64 = strata_test::lcg(n * 8, 23, 0, 1);
+    std::vector<float> x(f64.begin(), f64.end());
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) y[i] = std::int32_t((x[i * 8] + x[i * 8 + 3] > 1.0f) + (x[i * 8 + 5] > 0.5f));
+    return strata::data::Dataset<>::from_arrays(std::move(x), {8}, std::move(y));
+}
+
+const strata::optim::Optimizer adam = strata::optim::Adam{.learning_rate = 0.01};
+
+struct Run {
+    std::vector<double> weights;
+    std::vector<double> loss, accuracy;
+    strata::Evaluation eval;
+};
+
+template <class Strategy>
+Run train(Strategy& s, std::size_t global) {
+    strata::Model<Net, Strategy, double> model(s, 5);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, adam);
+    auto h = model.fit(data(global * 4).batch(global), {.epochs = 2, .verbose = 0});
+    return {model.get_weights(), h.history.at("loss"), h.history.at("accuracy"), model.evaluate(data(40).batch(16))};
+}
+
+int world() { return coll::mpi::world_size(); }
+
+template <class Schedule, class Split>
+void check_across(int replicas) {
+    using S = sd::Pipeline<strata::place::Host, Schedule, Split>;
+    for (std::size_t global : {12u, 10u}) {
+        sd::OneDevice<> one;
+        const Run ref = train(one, global);
+        for (int m : {1, 2, 4}) {
+            CAPTURE(global);
+            CAPTURE(m);
+            S pipeline({.micro_batches = m, .replicas = replicas, .timeout = std::chrono::seconds(20),
+                        .processes = sd::pipeline_processes()});
+            CHECK(pipeline.across_processes());
+            const Run got = train(pipeline, global);
+            CHECK(strata_test::max_relative_difference(got.weights, ref.weights) <= 1e-12);
+            // The last stages' figures, on every rank.
+            CHECK(strata_test::max_relative_difference(got.loss, ref.loss) <= 1e-12);
+            CHECK(got.accuracy == ref.accuracy);
+            CHECK(got.eval.loss == doctest::Approx(ref.eval.loss).epsilon(1e-12));
+            CHECK(got.eval.accuracy == ref.eval.accuracy);
+            CHECK(got.eval.examples == 40);
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("a pipeline across processes equals OneDevice (GPipe and 1F1B, one stage per process)") {
+    if (world() == 2) {
+        check_across<sd::GPipe, sd::split::Balanced<2>>(1);
+        check_across<sd::OneFOneB, sd::split::Balanced<2>>(1);
+    } else if (world() == 4) {
+        check_across<sd::GPipe, sd::split::Balanced<4>>(1);
+        check_across<sd::OneFOneB, sd::split::Balanced<4>>(1);
+    }
+}
+
+TEST_CASE("the hybrid across processes (2 replicas × 2 stages) equals OneDevice") {
+    if (world() != 4) return;
+    check_across<sd::GPipe, sd::split::Balanced<2>>(2);
+    check_across<sd::OneFOneB, sd::split::Balanced<2>>(2);
+}
+
+TEST_CASE("a job of the wrong size is refused on every rank, naming the count expected") {
+    using S = sd::Pipeline<strata::place::Host, sd::GPipe, sd::split::Balanced<3>>;
+    const std::string e = strata_test::error_of([] { S p({.processes = sd::pipeline_processes()}); });
+    CHECK(strata_test::has(e, "3 stages need 3 processes (mpirun -np 3"));
+    CHECK(strata_test::has(e, "the job has " + std::to_string(world())));
+    using H = sd::Pipeline<strata::place::Host, sd::GPipe, sd::split::Balanced<2>>;
+    const std::string h = strata_test::error_of([] { H p({.replicas = 3, .processes = sd::pipeline_processes()}); });
+    CHECK(strata_test::has(h, "3 replica(s) × 2 stages need 6 processes"));
+    // Without processes, a pipeline under mpirun would train separate copies: refused.
+    const std::string one = strata_test::error_of([] { H p(sd::PipelineOptions{}); });
+    CHECK(strata_test::has(one, "pipeline_processes()"));
+}
+
+TEST_CASE("ranks that build another model or compile another optimizer are refused on every rank") {
+    using S = sd::Pipeline<strata::place::Host, sd::GPipe, sd::split::Balanced<2>>;
+    using Other = Sequential<Input<8>, Dense<12, Tanh>, Dropout<25>, Dense<7, ReLU>, Dense<3, Softmax>>;
+    S pipeline({.replicas = world() / 2, .timeout = std::chrono::seconds(20), .processes = sd::pipeline_processes()});
+    const bool odd = coll::mpi::world_rank() % 2 == 1;
+    const std::string model = strata_test::error_of<strata::ValueError>([&] {
+        if (odd) strata::Model<Other, S, double> m(pipeline, 5);
+        else strata::Model<Net, S, double> m(pipeline, 5);
+    });
+    CHECK(strata_test::has(model, "the ranks disagree on the model"));
+    strata::Model<Net, S, double> m(pipeline, 5);
+    const std::string opt = strata_test::error_of<strata::ValueError>([&] {
+        m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = odd ? 0.2 : 0.1});
+    });
+    CHECK(strata_test::has(opt, "the ranks disagree on the optimizer"));
+}
+
+TEST_CASE("a checkpoint saved across processes is OneDevice's: it loads there, and OneDevice's loads here") {
+    using S = sd::Pipeline<strata::place::Host, sd::OneFOneB, sd::split::Balanced<2>>;
+    const int replicas = world() / 2;
+    const auto file = std::filesystem::temp_directory_path() / ("strata_test_pipeline_processes_np" + std::to_string(world()) + ".safetensors");
+    S pipeline({.micro_batches = 2, .replicas = replicas, .timeout = std::chrono::seconds(20), .processes = sd::pipeline_processes()});
+    strata::Model<Net, S, double> piped(pipeline, 5);
+    piped.compile(strata::loss::SparseCategoricalCrossentropy{}, adam);
+    piped.fit(data(48).batch(12), {.epochs = 1, .verbose = 0});
+    piped.save(file.string());  // every rank: the stages are gathered, rank 0 writes
+    sd::OneDevice<> one;
+    strata::Model<Net, sd::OneDevice<>, double> single(one, 5);  // the seed keys the dropout masks
+    single.compile(strata::loss::SparseCategoricalCrossentropy{}, adam);
+    single.load(file.string());  // strict: every name and shape is OneDevice's
+    CHECK(single.get_weights() == piped.get_weights());
+    CHECK(single.gradient_path().iterations() == piped.gradient_path().iterations());
+    // Both go on training from the same state; then OneDevice's state goes back the other way.
+    single.fit(data(48).batch(12), {.epochs = 1, .verbose = 0});
+    piped.fit(data(48).batch(12), {.epochs = 1, .verbose = 0});
+    CHECK(strata_test::max_relative_difference(piped.get_weights(), single.get_weights()) <= 1e-12);
+    pipeline.processes().barrier();
+    if (coll::mpi::world_rank() == 0) single.save(file.string());
+    pipeline.processes().barrier();
+    piped.load(file.string());  // every rank reads it and keeps its stage's part
+    CHECK(piped.get_weights() == single.get_weights());
+    pipeline.processes().barrier();
+    if (coll::mpi::world_rank() == 0) std::filesystem::remove(file);
+}
