@@ -145,6 +145,32 @@ TEST_CASE("GPipe and 1F1B give the same bits; evaluate and predict match one dev
     for (std::int64_t i = 0; i < pa.size(); ++i) CHECK(pa.data()[i] == doctest::Approx(pb.data()[i]).epsilon(1e-6));
 }
 
+TEST_CASE("AnySchedule: the schedule chosen at run time runs that schedule, bit for bit; a missing or contrary choice is refused") {
+    using A = dist::Pipeline<strata::place::Host, dist::AnySchedule, split::At<2, 3, 5>>;  // P = 4
+    using F = dist::Pipeline<strata::place::Host, dist::OneFOneB, split::At<2, 3, 5>>;
+    const auto opt = strata::optim::RMSprop{};
+    for (auto kind : {dist::ScheduleKind::GPipe, dist::ScheduleKind::OneFOneB}) {
+        const bool one_f_one_b = kind == dist::ScheduleKind::OneFOneB;
+        CAPTURE(one_f_one_b);
+        A any({.micro_batches = 3, .schedule = kind});
+        CHECK(any.one_f_one_b() == one_f_one_b);
+        CHECK(std::string(any.schedule_name()) == (one_f_one_b ? "1F1B" : "GPipe"));
+        strata::Model<Cnn, A, double> model(any, 11);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+        model.fit(images(36, 5).batch(12), {.epochs = 2, .verbose = 0});
+        // The activations each stage held show which schedule ran: 1F1B min(m, P - s), GPipe m.
+        const auto& st = model.gradient_path().pipeline_stats();
+        for (std::size_t s = 0; s < 4; ++s)
+            CHECK(st.stages[s].max_in_flight == (one_f_one_b ? std::min<std::int64_t>(3, 4 - std::int64_t(s)) : 3));
+        F f({.micro_batches = 3});
+        CHECK(model.get_weights() == train_with<F, double>(f, opt, 12));  // the schedules give the same bits
+    }
+    CHECK(strata_test::error_of<strata::ValueError>([] { A a({.micro_batches = 2}); }).find("PipelineOptions::schedule must name the schedule") !=
+          std::string::npos);
+    CHECK(strata_test::error_of<strata::ValueError>([] { F f({.schedule = dist::ScheduleKind::GPipe}); }).find("names the other schedule") !=
+          std::string::npos);
+}
+
 TEST_CASE("Pipeline errors: bad options, a stage that throws names itself, nothing hangs") {
     using G = dist::Pipeline<strata::place::Host, dist::GPipe, split::At<3>>;
     CHECK(strata_test::error_of<strata::ValueError>([] { G g({.micro_batches = 0}); }).find("micro_batches must be >= 1, got 0") !=

@@ -1,7 +1,8 @@
 // tools/mnist_cnn --strategy pipeline | hybrid: the seed CNN cut into 2 to 4 stages balanced by
-// FLOPs (distribute/pipeline.hpp), GPipe or 1F1B over --micro-batches; hybrid runs --replicas
-// copies of that pipeline. A translation unit of its own (six instantiations of the model), so
-// that it compiles beside the others (see mnist_cnn.hpp). Under mpirun (or srun) with
+// FLOPs (distribute/pipeline.hpp), GPipe or 1F1B over --micro-batches (AnySchedule: chosen at
+// run time, so one model per split); hybrid runs --replicas copies of that pipeline. A
+// translation unit of its own (three instantiations of the model), so that it compiles beside
+// the others (see mnist_cnn.hpp). Under mpirun (or srun) with
 // --replicas × --stages processes, one job: rank q runs stage q % P of replica q / P, and rank 0
 // reports (distribute/pipeline_mpi.hpp).
 //
@@ -20,14 +21,15 @@
 namespace mnist_example {
 
 namespace {
-template <class Schedule, int P>
+template <int P>
 Report train_stages(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync) {
     namespace sd = strata::distribute;
-    using Strategy = sd::Pipeline<strata::place::Host, Schedule, sd::split::Balanced<P, sd::split::ByFlops>>;
+    using Strategy = sd::Pipeline<strata::place::Host, sd::AnySchedule, sd::split::Balanced<P, sd::split::ByFlops>>;
     sd::PipelineOptions o{.micro_batches = f.micro_batches,
                           .replicas = f.strategy == "hybrid" ? f.replicas : 1,
                           .cores_per_stage = f.threads,
-                          .timeout = std::chrono::milliseconds(f.timeout_ms)};
+                          .timeout = std::chrono::milliseconds(f.timeout_ms),
+                          .schedule = f.schedule == "1f1b" ? sd::ScheduleKind::OneFOneB : sd::ScheduleKind::GPipe};
 #ifdef MNIST_CNN_HAVE_MPI
     if (sd::launch_info().size > 1) o.processes = sd::pipeline_processes();  // the Pipeline checks the count
 #endif
@@ -37,19 +39,14 @@ Report train_stages(const Flags& f, const strata::data::Mnist& mnist, int& repli
     replicas_in_sync = s.num_replicas_in_sync();
     return train(s, f, mnist);
 }
-template <class Schedule>
-Report train_schedule(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync) {
-    switch (f.stages) {
-        case 2: return train_stages<Schedule, 2>(f, mnist, replicas_in_sync);
-        case 3: return train_stages<Schedule, 3>(f, mnist, replicas_in_sync);
-        default: return train_stages<Schedule, 4>(f, mnist, replicas_in_sync);
-    }
-}
 }  // namespace
 
 Report train_pipeline(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync) {
-    if (f.schedule == "1f1b") return train_schedule<strata::distribute::OneFOneB>(f, mnist, replicas_in_sync);
-    return train_schedule<strata::distribute::GPipe>(f, mnist, replicas_in_sync);
+    switch (f.stages) {
+        case 2: return train_stages<2>(f, mnist, replicas_in_sync);
+        case 3: return train_stages<3>(f, mnist, replicas_in_sync);
+        default: return train_stages<4>(f, mnist, replicas_in_sync);
+    }
 }
 
 }  // namespace mnist_example

@@ -54,6 +54,7 @@
 
 #include <array>
 #include <chrono>
+#include <optional>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -87,6 +88,14 @@ struct OneFOneB {
     static constexpr const char* name = "1F1B";
     static constexpr bool one_f_one_b = true;
 };
+/// Pipeline schedule chosen at run time, by PipelineOptions::schedule (GPipe or 1F1B): a program
+/// offering both compiles one pipeline per split instead of two (as sync::Any does for
+/// ParameterServer's modes). The arithmetic is the named schedule's, bit for bit.
+struct AnySchedule {
+    static constexpr const char* name = "run-time (GPipe or 1F1B)";
+};
+/// The schedules PipelineOptions::schedule names.
+enum class ScheduleKind { GPipe, OneFOneB };
 
 /// Where a Pipeline cuts the model (see the file comment).
 namespace split {
@@ -249,6 +258,9 @@ struct PipelineOptions {
     /// Across processes: the MPI job's ranks (pipeline_processes() of pipeline_mpi.hpp); empty:
     /// every stage in this process.
     std::shared_ptr<PipelineProcesses> processes{};
+    /// The schedule, for Pipeline<P, AnySchedule, Split> (required there); with GPipe or OneFOneB
+    /// in the type it may be left empty, or must name the same schedule.
+    std::optional<ScheduleKind> schedule{};
 };
 
 namespace detail {
@@ -267,8 +279,9 @@ inline int launched_processes() {
 template <class P = place::Host, class Schedule = GPipe, class Split = split::Balanced<2>>
 class Pipeline {
     static_assert(place::Place<P>, "strata::distribute::Pipeline<Place, Schedule, Split>: Place must be strata::place::Host or strata::place::Cuda");
-    static_assert(std::is_same_v<Schedule, GPipe> || std::is_same_v<Schedule, OneFOneB>,
-                  "strata::distribute::Pipeline<Place, Schedule, Split>: Schedule must be distribute::GPipe or distribute::OneFOneB");
+    static_assert(std::is_same_v<Schedule, GPipe> || std::is_same_v<Schedule, OneFOneB> || std::is_same_v<Schedule, AnySchedule>,
+                  "strata::distribute::Pipeline<Place, Schedule, Split>: Schedule must be distribute::GPipe, distribute::OneFOneB "
+                  "or distribute::AnySchedule");
     static_assert(requires { Split::stages; },
                   "strata::distribute::Pipeline<Place, Schedule, Split>: Split must be split::At<starts...> or split::Balanced<P, Cost>");
 
@@ -288,6 +301,16 @@ public:
         STRATA_CHECK(options.replicas >= 1, ValueError, who, ": replicas must be >= 1, got ", options.replicas);
         STRATA_CHECK(options.cores_per_stage >= 0, ValueError, who, ": cores_per_stage must be >= 0, got ", options.cores_per_stage);
         STRATA_CHECK(options.timeout.count() > 0, ValueError, who, ": the timeout must be > 0 ms, got ", options.timeout.count());
+        if constexpr (std::is_same_v<Schedule, AnySchedule>) {
+            STRATA_CHECK(options.schedule.has_value(), ValueError, who,
+                         "<AnySchedule>: PipelineOptions::schedule must name the schedule (ScheduleKind::GPipe or ScheduleKind::OneFOneB)");
+            one_f_one_b_ = *options.schedule == ScheduleKind::OneFOneB;
+        } else {
+            one_f_one_b_ = Schedule::one_f_one_b;
+            STRATA_CHECK(!options.schedule || (*options.schedule == ScheduleKind::OneFOneB) == one_f_one_b_, ValueError, who,
+                         "<", Schedule::name, ">: PipelineOptions::schedule names the other schedule (",
+                         one_f_one_b_ ? "GPipe" : "1F1B", "); leave it empty or use AnySchedule");
+        }
         const int procs = detail::launched_processes();
         const int threads = options.replicas * num_stages;
         if (options.processes) {
@@ -295,7 +318,7 @@ public:
             STRATA_CHECK((std::is_same_v<P, place::Host>), ValueError, who, ": stages across processes run on the host only");
             options.processes->join(num_stages, options.replicas, options.timeout,
                                     {{"strategy", "Pipeline"},
-                                     {"schedule", Schedule::name},
+                                     {"schedule", schedule_name()},
                                      {"stages", std::to_string(num_stages)},
                                      {"replicas", std::to_string(options.replicas)},
                                      {"micro_batches", std::to_string(options.micro_batches)}});
@@ -319,6 +342,10 @@ public:
     }
     Pipeline(const Pipeline&) = delete;
     Pipeline& operator=(const Pipeline&) = delete;
+
+    /// Whether the schedule is 1F1B (else GPipe): the type's, or PipelineOptions::schedule.
+    bool one_f_one_b() const { return one_f_one_b_; }
+    const char* schedule_name() const { return one_f_one_b_ ? OneFOneB::name : GPipe::name; }
 
     /// R: replicas in sync (1 for a plain pipeline; the hybrid's pipelines otherwise).
     int num_replicas_in_sync() const { return options_.replicas; }
@@ -399,6 +426,7 @@ private:
     }
 
     PipelineOptions options_;
+    bool one_f_one_b_ = false;  // the schedule: the type's, or options_.schedule under AnySchedule
     std::vector<place::LogicalDevice> devices_;
     std::vector<std::unique_ptr<collective::ReplicaGroup>> groups_;
     std::unique_ptr<ReplicaPool> pool_;

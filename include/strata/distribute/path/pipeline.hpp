@@ -446,7 +446,7 @@ public:
         for (int r = 0; r < units(); ++r)
             for (std::size_t s = 0; s < S; ++s) {
                 if (!strategy_->runs(r, int(s))) continue;
-                std::string what = std::string(Schedule::name) + " pipeline stage " + std::to_string(s) +
+                std::string what = std::string(strategy_->schedule_name()) + " pipeline stage " + std::to_string(s) +
                                    (units() > 1 ? " of replica " + std::to_string(r) : std::string()) + " (layers";
                 for (std::size_t l = bounds[s]; l < bounds[s + 1]; ++l) what += " " + names[l];
                 place::log_placement(what + "; its thread and work)", strategy_->device(r, int(s)));
@@ -536,9 +536,9 @@ private:
 
     // m micro-batches for a share of n examples (uneven sizes, see pipeline.hpp).
     std::int64_t micro_count(std::int64_t n) const { return std::max<std::int64_t>(1, std::min<std::int64_t>(strategy_->micro_batches(), n)); }
-    static std::size_t slots_for(std::size_t s, std::int64_t m) {
-        if constexpr (Schedule::one_f_one_b) return std::size_t(std::min<std::int64_t>(m, std::int64_t(S - s)));
-        else return std::size_t(m);
+    std::size_t slots_for(std::size_t s, std::int64_t m) const {
+        if (strategy_->one_f_one_b()) return std::size_t(std::min<std::int64_t>(m, std::int64_t(S - s)));
+        return std::size_t(m);
     }
 
     template <std::size_t I>
@@ -837,7 +837,7 @@ private:
                 });
             };
             auto B = [&](std::int64_t k) { backward_micro<I>(r, k, m, n, mode); };
-            if constexpr (Schedule::one_f_one_b) {
+            if (strategy_->one_f_one_b()) {
                 const std::int64_t warm = std::min<std::int64_t>(std::int64_t(S - 1 - I), m);
                 for (std::int64_t k = 0; k < warm; ++k) F(k);
                 for (std::int64_t i = 0; i < m - warm; ++i) {
