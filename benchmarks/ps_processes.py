@@ -3,7 +3,8 @@
 "ParameterServer across processes").
 
   ps_processes.py --mnist-cnn build/tools/mnist_cnn [--data data/mnist] [--mpirun mpirun]
-                  [--reps 3] [--steps 150] [--curve-epochs 8] [--json FILE]
+                  [--reps 3] [--steps 150] [--curve-epochs 8] [--json FILE] [--plot FILE.svg]
+  ps_processes.py --replot FILE.json --plot FILE.svg     (the plot of a run's JSON, nothing run)
 
 1. Speed: 1 server + 3 workers, asynchronous, real clock, batch 64 per worker, --threads 1:
    `mnist_cnn --strategy parameter_server ...` in one process and under `mpirun -np 5`,
@@ -12,7 +13,8 @@
 2. A worker killed halfway: the same job under `mpirun --enable-recovery -np 5`, --curve-epochs
    epochs of --steps updates, worker 2 (rank 4) killed with SIGKILL once rank 0 has reported half
    of the epochs; the validation accuracy of every epoch, the epoch of the kill, and the warning
-   that named the worker. Standard library only.
+   that named the worker; --plot draws it (validation accuracy and epoch time per epoch, the
+   kill marked). Standard library only.
 """
 import argparse
 import json
@@ -47,16 +49,66 @@ def rank_pids(exe_name):
     return found
 
 
+def plot_curve(curve, path):
+    """An SVG of the killed-worker run: validation accuracy (left) and epoch time (right) per
+    epoch, a dashed line where the worker was killed."""
+    acc = [100 * a for a in curve["epoch_val_accuracy"]]
+    secs = curve["epoch_train_seconds"]
+    killed = curve.get("killed_after_epoch")
+    n = len(acc)
+    w, h, m = 360, 260, 48  # one panel; margins
+
+    def panel(x0, values, lo, hi, title, unit):
+        px = lambda e: x0 + m + (e - 1) * (w - 1.5 * m) / max(1, n - 1)
+        py = lambda v: h - m - (v - lo) * (h - 1.8 * m) / (hi - lo)
+        out = [f'<text x="{x0 + w / 2}" y="18" text-anchor="middle" font-size="13">{title}</text>',
+               f'<line x1="{x0 + m}" y1="{h - m}" x2="{x0 + w - m / 2}" y2="{h - m}" stroke="black"/>',
+               f'<line x1="{x0 + m}" y1="{h - m}" x2="{x0 + m}" y2="{0.8 * m}" stroke="black"/>']
+        for k in range(5):
+            v = lo + k * (hi - lo) / 4
+            out.append(f'<text x="{x0 + m - 4}" y="{py(v) + 4:.1f}" text-anchor="end" font-size="10">{v:.1f}{unit}</text>')
+        for e in range(1, n + 1):
+            out.append(f'<text x="{px(e):.1f}" y="{h - m + 14}" text-anchor="middle" font-size="10">{e}</text>')
+        out.append(f'<text x="{x0 + w / 2}" y="{h - 10}" text-anchor="middle" font-size="11">epoch</text>')
+        if killed:
+            xk = (px(killed) + px(killed + 1)) / 2
+            out.append(f'<line x1="{xk:.1f}" y1="{h - m}" x2="{xk:.1f}" y2="{0.8 * m}" stroke="#c00" stroke-dasharray="4,3"/>')
+            out.append(f'<text x="{xk + 3:.1f}" y="{0.8 * m + 10}" font-size="10" fill="#c00">worker 2 killed</text>')
+        pts = " ".join(f"{px(e + 1):.1f},{py(v):.1f}" for e, v in enumerate(values))
+        out.append(f'<polyline points="{pts}" fill="none" stroke="#1f77b4" stroke-width="2"/>')
+        out += [f'<circle cx="{px(e + 1):.1f}" cy="{py(v):.1f}" r="3" fill="#1f77b4"/>' for e, v in enumerate(values)]
+        return out
+
+    lo_acc = min(acc) - 0.5
+    body = panel(0, acc, lo_acc, 100.0, "validation accuracy", "%")
+    body += panel(w, secs, 0.0, max(secs) * 1.15, "epoch time (s)", "")
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * w}" height="{h}" font-family="sans-serif">',
+           f'<rect width="{2 * w}" height="{h}" fill="white"/>'] + body + ["</svg>"]
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(svg) + "\n")
+    os.replace(path + ".tmp", path)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mnist-cnn", required=True)
+    ap.add_argument("--mnist-cnn")
     ap.add_argument("--data", default="data/mnist")
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--curve-epochs", type=int, default=8)
     ap.add_argument("--json")
+    ap.add_argument("--plot", help="an SVG of the killed-worker run")
+    ap.add_argument("--replot", metavar="JSON", help="only draw --plot from a JSON this script wrote")
     a = ap.parse_args()
+    if a.replot:
+        if not a.plot:
+            ap.error("--replot needs --plot FILE.svg")
+        with open(a.replot) as f:
+            plot_curve(json.load(f)["curve"], a.plot)
+        return 0
+    if not a.mnist_cnn:
+        ap.error("--mnist-cnn is required (or --replot JSON --plot FILE.svg)")
     flags = ["--data", a.data, "--strategy", "parameter_server", "--workers", "3", "--servers", "1", "--sync", "async",
              "--batch-size", "64", "--threads", "1"]
     out = {"flags": flags, "speed": {}, "curve": {}}
@@ -112,6 +164,8 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
+    if a.plot:
+        plot_curve(out["curve"], a.plot)
     return 0
 
 
