@@ -26,27 +26,11 @@ import sys
 import tempfile
 import time
 
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_hwloc_base_binding_policy="none", STRATA_QUIET_BLAS="1")
+# The MPI environment and the ranks' pids, as tests/check_multi_worker.py finds them.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from check_multi_worker import env, ranks_of  # noqa: E402
 
-
-def rank_pids(exe_name):
-    found = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().split(b"\0")
-            if not cmd or not cmd[0].endswith(exe_name.encode()):
-                continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                for item in f.read().split(b"\0"):
-                    if item.startswith(b"OMPI_COMM_WORLD_RANK="):
-                        found[int(item.split(b"=")[1])] = int(pid)
-        except OSError:
-            continue
-    return found
+ENV = env()
 
 
 def plot_curve(curve, path):
@@ -104,8 +88,14 @@ def main():
     if a.replot:
         if not a.plot:
             ap.error("--replot needs --plot FILE.svg")
-        with open(a.replot) as f:
-            plot_curve(json.load(f)["curve"], a.plot)
+        try:
+            with open(a.replot) as f:
+                curve = json.load(f)["curve"]
+            curve["epoch_val_accuracy"], curve["epoch_train_seconds"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            ap.error(f"--replot {a.replot}: expected this script's JSON (a 'curve' with 'epoch_val_accuracy' and "
+                     f"'epoch_train_seconds'), found: {type(e).__name__}: {e}")
+        plot_curve(curve, a.plot)
         return 0
     if not a.mnist_cnn:
         ap.error("--mnist-cnn is required (or --replot JSON --plot FILE.svg)")
@@ -143,7 +133,7 @@ def main():
             if killed_after is None and line.startswith("Epoch") is False and "val_accuracy" in line:
                 done = sum(1 for x in lines if "val_accuracy" in x)
                 if done == a.curve_epochs // 2:
-                    pids = rank_pids(os.path.basename(a.mnist_cnn))
+                    pids = ranks_of(p.pid, os.path.basename(a.mnist_cnn))
                     if 4 in pids:
                         os.kill(pids[4], signal.SIGKILL)
                         killed_after = done
