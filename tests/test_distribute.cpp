@@ -3,6 +3,7 @@
 // failures must end promptly with the right error.
 #include <doctest/doctest.h>
 
+#include "test_images.hpp"
 #include "test_util.hpp"
 
 #include <algorithm>
@@ -33,12 +34,7 @@ namespace {
 using Cnn = Sequential<Input<6, 6, 2>, Conv2D<3, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<5, Tanh>, Dense<3, Softmax>>;
 
 
-strata::data::Dataset<> images(std::size_t n, std::uint64_t seed) {
-    auto f = lcg(n * 72, seed, 0, 1);
-    std::vector<std::int32_t> y(n);
-    for (std::size_t i = 0; i < n; ++i) y[i] = std::int32_t((f[i * 72] + f[i * 72 + 7] > 1.0) + (f[i * 72 + 40] > 0.5));
-    return strata::data::Dataset<>::from_arrays(std::vector<float>(f.begin(), f.end()), {6, 6, 2}, std::move(y));
-}
+using strata_test::images;
 
 
 template <class Strategy, class T>

@@ -18,6 +18,33 @@ namespace dist = strata::distribute;
 namespace {
 using Cnn = strata_test::CudaCnn;
 strata::data::Dataset<> data(std::size_t n) { return strata_test::cuda_model_data(n); }
+
+double max_relative(const std::vector<double>& a, const std::vector<double>& b) {
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        diff = std::max(diff, std::abs(a[i] - b[i]));
+        scale = std::max(scale, std::abs(b[i]));
+    }
+    return diff / scale;
+}
+
+// The first GPU as two logical GPUs of 1 GiB each.
+void two_logical_gpus() {
+    const auto gpus = strata::place::list_physical_devices(strata::place::DeviceKind::Gpu);
+    REQUIRE(!gpus.empty());
+    strata::place::reset_devices();
+    strata::place::set_logical_device_configuration(gpus[0], {{.memory_limit = strata::place::Megabytes{1024}},
+                                                              {.memory_limit = strata::place::Megabytes{1024}}});
+}
+
+// The weights after 2 epochs of SGD with momentum on 60 examples in batches of 15, under `strategy`.
+template <class S>
+std::vector<double> train_sgd(S& strategy) {
+    strata::Model<Cnn, S, double> model(strategy, 5);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9});
+    model.fit(data(60).batch(15), {.epochs = 2, .verbose = 0});
+    return model.get_weights();
+}
 }  // namespace
 
 TEST_CASE("a model trained on Cuda matches the host") {
@@ -30,89 +57,34 @@ TEST_CASE("a model trained on Cuda matches the host") {
     auto ds = data(64).batch(16);
     on_gpu.fit(ds, {.epochs = 2, .verbose = 0});
     on_host.fit(ds, {.epochs = 2, .verbose = 0});
-    const auto a = on_gpu.get_weights(), b = on_host.get_weights();
-    double diff = 0, scale = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        diff = std::max(diff, std::abs(a[i] - b[i]));
-        scale = std::max(scale, std::abs(b[i]));
-    }
-    CHECK(diff / scale < 1e-9);
+    CHECK(max_relative(on_gpu.get_weights(), on_host.get_weights()) < 1e-9);
     const auto eg = on_gpu.evaluate(ds), eh = on_host.evaluate(ds);
     CHECK(eg.loss == doctest::Approx(eh.loss).epsilon(1e-9));
     CHECK(eg.accuracy == doctest::Approx(eh.accuracy));
 }
 
 TEST_CASE("Mirrored and CentralStorage on two logical GPUs match one GPU") {
-    const auto gpus = strata::place::list_physical_devices(strata::place::DeviceKind::Gpu);
-    REQUIRE(!gpus.empty());
-    strata::place::reset_devices();
-    strata::place::set_logical_device_configuration(gpus[0], {{.memory_limit = strata::place::Megabytes{1024}},
-                                                              {.memory_limit = strata::place::Megabytes{1024}}});
-    auto train = [](auto& strategy) {
-        using S = std::remove_reference_t<decltype(strategy)>;
-        strata::Model<Cnn, S, double> model(strategy, 5);
-        model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9});
-        model.fit(data(60).batch(15), {.epochs = 2, .verbose = 0});
-        return model.get_weights();
-    };
+    two_logical_gpus();
     dist::OneDevice<strata::place::Cuda> one;
-    const auto ref = train(one);
+    const auto ref = train_sgd(one);
     dist::Mirrored<strata::place::Cuda> mirrored(2);
     dist::CentralStorage<strata::place::Cuda> central(2);
-    for (const auto& w : {train(mirrored), train(central)}) {
-        double diff = 0, scale = 0;
-        for (std::size_t i = 0; i < w.size(); ++i) {
-            diff = std::max(diff, std::abs(w[i] - ref[i]));
-            scale = std::max(scale, std::abs(ref[i]));
-        }
-        CHECK(diff / scale < 1e-12);
-    }
+    for (const auto& w : {train_sgd(mirrored), train_sgd(central)})
+        CHECK(max_relative(w, ref) < 1e-12);
 }
 
 TEST_CASE("Pipeline (GPipe and 1F1B) over two logical GPUs matches one GPU") {
-    const auto gpus = strata::place::list_physical_devices(strata::place::DeviceKind::Gpu);
-    REQUIRE(!gpus.empty());
-    strata::place::reset_devices();
-    strata::place::set_logical_device_configuration(gpus[0], {{.memory_limit = strata::place::Megabytes{1024}},
-                                                              {.memory_limit = strata::place::Megabytes{1024}}});
-    auto train = [](auto& strategy) {
-        using S = std::remove_reference_t<decltype(strategy)>;
-        strata::Model<Cnn, S, double> model(strategy, 5);
-        model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9});
-        model.fit(data(60).batch(15), {.epochs = 2, .verbose = 0});
-        return model.get_weights();
-    };
+    two_logical_gpus();
     dist::OneDevice<strata::place::Cuda> one;
-    const auto ref = train(one);
+    const auto ref = train_sgd(one);
     dist::Pipeline<strata::place::Cuda, dist::GPipe, dist::split::Balanced<2>> gpipe({.micro_batches = 4});
     dist::Pipeline<strata::place::Cuda, dist::OneFOneB, dist::split::Balanced<2>> f1b({.micro_batches = 3});
-    for (const auto& w : {train(gpipe), train(f1b)}) {
-        double diff = 0, scale = 0;
-        for (std::size_t i = 0; i < w.size(); ++i) {
-            diff = std::max(diff, std::abs(w[i] - ref[i]));
-            scale = std::max(scale, std::abs(ref[i]));
-        }
-        CHECK(diff / scale < 1e-12);
-    }
+    for (const auto& w : {train_sgd(gpipe), train_sgd(f1b)})
+        CHECK(max_relative(w, ref) < 1e-12);
 }
-
-namespace {
-double max_relative(const std::vector<double>& a, const std::vector<double>& b) {
-    double diff = 0, scale = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        diff = std::max(diff, std::abs(a[i] - b[i]));
-        scale = std::max(scale, std::abs(b[i]));
-    }
-    return diff / scale;
-}
-}  // namespace
 
 TEST_CASE("ParameterServer with workers on two logical GPUs equals OneDevice<Host> on the same global batches") {
-    const auto gpus = strata::place::list_physical_devices(strata::place::DeviceKind::Gpu);
-    REQUIRE(!gpus.empty());
-    strata::place::reset_devices();
-    strata::place::set_logical_device_configuration(gpus[0], {{.memory_limit = strata::place::Megabytes{1024}},
-                                                              {.memory_limit = strata::place::Megabytes{1024}}});
+    two_logical_gpus();
     const auto adam = strata::optim::Adam{.learning_rate = 0.01};
     // Synchronous, 2 workers on mini-batches of 6: the update of the global batch of 12.
     strata::Model<Cnn, dist::Default, double> host(7);

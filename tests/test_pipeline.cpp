@@ -3,6 +3,7 @@
 // global batches; the split is chosen at compile time; failures end promptly and say where.
 #include <doctest/doctest.h>
 
+#include "test_images.hpp"
 #include "test_util.hpp"
 
 #include <chrono>
@@ -27,12 +28,7 @@ namespace {
 using Cnn = Sequential<Input<6, 6, 2>, Conv2D<3, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<7, Tanh>, Dropout<25>,
                        Dense<3, Softmax>>;
 
-strata::data::Dataset<> images(std::size_t n, std::uint64_t seed) {
-    auto f = lcg(n * 72, seed, 0, 1);
-    std::vector<std::int32_t> y(n);
-    for (std::size_t i = 0; i < n; ++i) y[i] = std::int32_t((f[i * 72] + f[i * 72 + 7] > 1.0) + (f[i * 72 + 40] > 0.5));
-    return strata::data::Dataset<>::from_arrays(std::vector<float>(f.begin(), f.end()), {6, 6, 2}, std::move(y));
-}
+using strata_test::images;
 
 template <class Strategy, class T>
 std::vector<T> train_with(Strategy& s, strata::optim::Optimizer opt, std::size_t global_batch) {

@@ -3,6 +3,7 @@
 // hybrid, and keeps Dense's variables (names, layout, initial values).
 #include <doctest/doctest.h>
 
+#include "test_images.hpp"
 #include "test_util.hpp"
 
 #include <cstdint>
@@ -26,12 +27,7 @@ template <class Big>
 using NetWith = Sequential<Input<6, 6, 2>, Flatten, Big, Dense<3, Softmax>>;
 using Plain = NetWith<Dense<22, ReLU>>;  // 22 units: 4 column shards of 6, 6, 5, 5
 
-strata::data::Dataset<> images(std::size_t n, std::uint64_t seed) {
-    auto f = lcg(n * 72, seed, 0, 1);
-    std::vector<std::int32_t> y(n);
-    for (std::size_t i = 0; i < n; ++i) y[i] = std::int32_t((f[i * 72] + f[i * 72 + 7] > 1.0) + (f[i * 72 + 40] > 0.5));
-    return strata::data::Dataset<>::from_arrays(std::vector<float>(f.begin(), f.end()), {6, 6, 2}, std::move(y));
-}
+using strata_test::images;
 
 template <class Net, class Strategy = dist::Default>
 std::vector<double> train(Strategy& s) {
