@@ -25,6 +25,7 @@
 
 #include "strata/config.hpp"
 #include "strata/core/error.hpp"
+#include "strata/core/function_ref.hpp"
 
 namespace strata::distribute {
 
@@ -53,58 +54,19 @@ public:
     /// own code threw (errors that are only the consequence of another replica's abort are
     /// not reported as the cause).
     ///
-    /// No allocation: the callables are passed by reference, not wrapped in std::function.
-    template <class F, class G = void (*)(int)>
-    void run(F&& fn, G&& on_failure = nullptr) {
-        run_with(std::forward<F>(fn), std::forward<G>(on_failure), [] {});
+    /// No allocation: the callables are passed by reference (FunctionRef), not wrapped in
+    /// std::function; and the pool's code is not a template, so it is compiled once however many
+    /// lambdas call it.
+    void run(FunctionRef<void(int)> fn, FunctionRef<void(int)> on_failure = nullptr) {
+        run_with(fn, on_failure, [] {});
     }
 
     /// As run(), and `on_caller()` runs on the calling thread while the replicas run (a
     /// coordinator driving them). If on_caller throws, `stop()` is called so the replicas
     /// return, they are waited for, and its exception passes on unchanged (it takes precedence
     /// over the replicas' errors, which are most often its consequence).
-    template <class F, class G, class C, class S = void (*)()>
-    void run_with(F&& fn, G&& on_failure, C&& on_caller, S&& stop = nullptr) {
-        if (inline_) {
-            on_caller();
-            fn(0);  // one replica: its own exceptions pass through unchanged
-            return;
-        }
-        using FF = std::remove_reference_t<F>;
-        using GG = std::remove_reference_t<G>;
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            job_ = Call{const_cast<void*>(static_cast<const void*>(&fn)),
-                        [](void* f, int r) { (*static_cast<FF*>(f))(r); }};
-            if constexpr (std::is_pointer_v<GG>) {
-                failure_ = on_failure ? Call{reinterpret_cast<void*>(on_failure), [](void* g, int r) { reinterpret_cast<GG>(g)(r); }}
-                                      : Call{};
-            } else {
-                failure_ = Call{const_cast<void*>(static_cast<const void*>(&on_failure)),
-                                [](void* g, int r) { (*static_cast<GG*>(g))(r); }};
-            }
-            remaining_ = n_;
-            for (auto& e : errors_) e = nullptr;
-            ++generation_;
-        }
-        wake_.notify_all();
-        std::exception_ptr caller_error;
-        try {
-            on_caller();
-        } catch (...) {
-            caller_error = std::current_exception();
-            if constexpr (!std::is_pointer_v<std::remove_reference_t<S>>) stop();
-            else if (stop) stop();
-        }
-        {
-            std::unique_lock<std::mutex> lock(mutex_);
-            done_.wait(lock, [&] { return remaining_ == 0; });
-            job_ = Call{};
-            failure_ = Call{};
-        }
-        if (caller_error) std::rethrow_exception(caller_error);
-        rethrow_first();
-    }
+    STRATA_DECL void run_with(FunctionRef<void(int)> fn, FunctionRef<void(int)> on_failure, FunctionRef<void()> on_caller,
+                              FunctionRef<void()> stop = nullptr);
 
 private:
     STRATA_DECL void stop_and_join();
@@ -119,11 +81,7 @@ private:
     std::vector<std::exception_ptr> errors_;
     std::mutex mutex_;
     std::condition_variable wake_, done_;
-    struct Call {
-        void* ctx = nullptr;
-        void (*fn)(void*, int) = nullptr;
-    };
-    Call job_, failure_;
+    FunctionRef<void(int)> job_, failure_;  // the run in progress
     std::uint64_t generation_ = 0;
     int remaining_ = 0;
     bool stopping_ = false;

@@ -190,8 +190,7 @@ public:
 
     /// Runs `fn(replica)` on every replica; a replica that throws aborts the collectives and the
     /// call throws DistributedError naming it (the group is reset for the next call).
-    template <class F>
-    void run_replicas(F&& fn) {
+    void run_replicas(FunctionRef<void(int)> fn) {
         if (pinned_) {
             // One replica on a named device: the caller's thread, inside that device for the
             // call (its memory limit applies; its errors pass through unchanged).

@@ -57,7 +57,7 @@ STRATA_DECL void ReplicaPool::worker(int r, const std::function<void(int)>& setu
     if (setup) setup(r);
     std::uint64_t seen = 0;
     for (;;) {
-        Call job, failure;
+        FunctionRef<void(int)> job, failure;
         {
             std::unique_lock<std::mutex> lock(mutex_);
             wake_.wait(lock, [&] { return generation_ != seen; });
@@ -67,16 +67,49 @@ STRATA_DECL void ReplicaPool::worker(int r, const std::function<void(int)>& setu
             failure = failure_;
         }
         try {
-            job.fn(job.ctx, r);
+            job(r);
         } catch (...) {
             errors_[std::size_t(r)] = std::current_exception();
-            if (failure.fn) failure.fn(failure.ctx, r);
+            if (failure) failure(r);
         }
         {
             std::lock_guard<std::mutex> lock(mutex_);
             if (--remaining_ == 0) done_.notify_all();
         }
     }
+}
+
+STRATA_DECL void ReplicaPool::run_with(FunctionRef<void(int)> fn, FunctionRef<void(int)> on_failure,
+                                      FunctionRef<void()> on_caller, FunctionRef<void()> stop) {
+    if (inline_) {
+        on_caller();
+        fn(0);  // one replica: its own exceptions pass through unchanged
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        job_ = fn;
+        failure_ = on_failure;
+        remaining_ = n_;
+        for (auto& e : errors_) e = nullptr;
+        ++generation_;
+    }
+    wake_.notify_all();
+    std::exception_ptr caller_error;
+    try {
+        on_caller();
+    } catch (...) {
+        caller_error = std::current_exception();
+        if (stop) stop();
+    }
+    {
+        std::unique_lock<std::mutex> lock(mutex_);
+        done_.wait(lock, [&] { return remaining_ == 0; });
+        job_ = nullptr;
+        failure_ = nullptr;
+    }
+    if (caller_error) std::rethrow_exception(caller_error);
+    rethrow_first();
 }
 
 STRATA_DECL void ReplicaPool::rethrow_first() {
