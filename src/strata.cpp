@@ -16,6 +16,7 @@
 #include "strata/distribute/collective/impl/all_reduce.ipp"
 #include "strata/distribute/collective/impl/async.ipp"
 #include "strata/distribute/impl/gradient_path.ipp"
+#include "strata/distribute/impl/pipeline.ipp"
 #include "strata/distribute/impl/rendezvous.ipp"
 #include "strata/distribute/impl/replica_pool.ipp"
 #include "strata/io/impl/atomic_file.ipp"

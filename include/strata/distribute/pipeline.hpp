@@ -67,6 +67,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/core/function_ref.hpp"
 #include "strata/distribute/collective/all_reduce.hpp"
 #include "strata/distribute/replica_pool.hpp"
 #include "strata/distribute/settings.hpp"
@@ -272,12 +273,93 @@ inline int launched_processes() {
             if (int n = std::atoi(s); n > 1) return n;
     return 1;
 }
+
+/// What a Pipeline strategy is at run time, whatever its type's place, schedule and split: its
+/// stages' devices and threads, the hybrid's groups, the processes across MPI. Not a template,
+/// so it is compiled once (in the compiled part); Pipeline<P, Schedule, Split> adds the
+/// compile-time face the Strategy concept and the gradient path read.
+class PipelineRuntime {
+public:
+    PipelineRuntime(const PipelineRuntime&) = delete;
+    PipelineRuntime& operator=(const PipelineRuntime&) = delete;
+
+    /// Whether the schedule is 1F1B (else GPipe): the type's, or PipelineOptions::schedule.
+    bool one_f_one_b() const { return one_f_one_b_; }
+    const char* schedule_name() const { return one_f_one_b_ ? OneFOneB::name : GPipe::name; }
+
+    /// R: replicas in sync (1 for a plain pipeline; the hybrid's pipelines otherwise).
+    int num_replicas_in_sync() const { return options_.replicas; }
+    int local_replicas() const { return options_.replicas; }
+    int first_replica() const { return 0; }
+    /// Rank 0 prints and writes files (always true in one process).
+    bool is_chief() const { return rank_ == 0; }
+    /// Across processes (PipelineOptions::processes): this process runs one stage of one replica.
+    bool across_processes() const { return options_.processes != nullptr; }
+    PipelineProcesses& processes() { return *options_.processes; }
+    int rank() const { return rank_; }
+    /// Whether this process runs stage s of replica r (every stage in one process).
+    bool runs(int replica, int stage) const { return !across_processes() || replica * stages_ + stage == rank_; }
+    int micro_batches() const { return options_.micro_batches; }
+    const PipelineOptions& options() const { return options_; }
+    /// The logical device of every stage: stage s of replica r is devices()[r · P + s].
+    const std::vector<place::LogicalDevice>& devices() const { return devices_; }
+    const place::LogicalDevice& device(int replica, int stage) const { return devices_[std::size_t(replica * stages_ + stage)]; }
+    /// Whether the stages run inside their logical devices' scopes (memory limits apply).
+    bool scoped() const { return scoped_; }
+    /// The R copies of stage s, for the hybrid's all-reduce.
+    collective::ReplicaGroup& stage_group(int s) { return *groups_[std::size_t(s)]; }
+
+    /// Runs `fn(replica, stage)` on every stage's thread, inside its device, and waits for all.
+    /// `on_failure(replica, stage)` runs on a failing stage's thread at once (it must wake the
+    /// other stages); the pool then throws DistributedError.
+    STRATA_DECL void run_stages(FunctionRef<void(int, int)> fn, FunctionRef<void(int, int)> on_failure);
+
+protected:
+    /// `stages` stages of `host` or GPU devices; `type_schedule`: the schedule the type names
+    /// (empty for AnySchedule, which takes options.schedule), `type_name` its name in errors.
+    STRATA_DECL PipelineRuntime(PipelineOptions options, int stages, bool host, std::optional<ScheduleKind> type_schedule,
+                                const char* type_name);
+    ~PipelineRuntime() = default;
+
+private:
+    STRATA_DECL void pick_devices(int threads);
+    STRATA_DECL place::LogicalDevice process_device(int t) const;
+    STRATA_DECL void enter_device(int t);
+
+    PipelineOptions options_;
+    int stages_;
+    bool host_;
+    bool one_f_one_b_ = false;  // the schedule: the type's, or options_.schedule under AnySchedule
+    std::vector<place::LogicalDevice> devices_;
+    std::vector<std::unique_ptr<collective::ReplicaGroup>> groups_;
+    std::unique_ptr<ReplicaPool> pool_;
+    int cores_ = 1;
+    int rank_ = 0;
+    bool scoped_ = false;
+};
+
+/// The placement log of a pipeline (place::log_device_placement): one line per stage (its
+/// thread, layers and device) and one per variable copy. `bounds`: stage s holds layers
+/// [bounds[s], bounds[s+1]); `offsets`: layer l's parameters start at offsets[l].
+STRATA_DECL void log_pipeline_placement(PipelineRuntime& strategy, int units, std::span<const std::size_t> bounds,
+                                        const std::vector<std::string>& layer_names, const std::vector<nn::ParamInfo>& params,
+                                        std::span<const std::int64_t> offsets);
+
+/// What a pipeline's error says when stage s of replica r threw `e` first: the stage, its
+/// layers, where it ran, and e's message (across processes a stage's own "Pipeline: ..." message
+/// already says where, and is kept).
+STRATA_DECL std::string pipeline_stage_failure(PipelineRuntime& strategy, int units, int r, int s,
+                                               std::span<const std::size_t> bounds, const std::vector<std::string>& layer_names,
+                                               const std::exception& e);
+
 }  // namespace detail
 
 /// Pipeline parallelism (see the file comment): `Split::stages` stages on logical devices of
-/// place `P`, scheduled by `Schedule` (GPipe or OneFOneB). Satisfies the Strategy concept.
+/// place `P`, scheduled by `Schedule` (GPipe or OneFOneB, or AnySchedule: chosen at run time by
+/// PipelineOptions::schedule). Satisfies the Strategy concept. What it does at run time is
+/// detail::PipelineRuntime's, the same for every P, schedule and split.
 template <class P = place::Host, class Schedule = GPipe, class Split = split::Balanced<2>>
-class Pipeline {
+class Pipeline : public detail::PipelineRuntime {
     static_assert(place::Place<P>, "strata::distribute::Pipeline<Place, Schedule, Split>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(std::is_same_v<Schedule, GPipe> || std::is_same_v<Schedule, OneFOneB> || std::is_same_v<Schedule, AnySchedule>,
                   "strata::distribute::Pipeline<Place, Schedule, Split>: Schedule must be distribute::GPipe, distribute::OneFOneB "
@@ -295,146 +377,23 @@ public:
     /// P: stages of each pipeline.
     static constexpr int num_stages = Split::stages;
 
-    explicit Pipeline(PipelineOptions options = {}) : options_(options) {
-        const char* who = "Pipeline";
-        STRATA_CHECK(options.micro_batches >= 1, ValueError, who, ": micro_batches must be >= 1, got ", options.micro_batches);
-        STRATA_CHECK(options.replicas >= 1, ValueError, who, ": replicas must be >= 1, got ", options.replicas);
-        STRATA_CHECK(options.cores_per_stage >= 0, ValueError, who, ": cores_per_stage must be >= 0, got ", options.cores_per_stage);
-        STRATA_CHECK(options.timeout.count() > 0, ValueError, who, ": the timeout must be > 0 ms, got ", options.timeout.count());
-        if constexpr (std::is_same_v<Schedule, AnySchedule>) {
-            STRATA_CHECK(options.schedule.has_value(), ValueError, who,
-                         "<AnySchedule>: PipelineOptions::schedule must name the schedule (ScheduleKind::GPipe or ScheduleKind::OneFOneB)");
-            one_f_one_b_ = *options.schedule == ScheduleKind::OneFOneB;
-        } else {
-            one_f_one_b_ = Schedule::one_f_one_b;
-            STRATA_CHECK(!options.schedule || (*options.schedule == ScheduleKind::OneFOneB) == one_f_one_b_, ValueError, who,
-                         "<", Schedule::name, ">: PipelineOptions::schedule names the other schedule (",
-                         one_f_one_b_ ? "GPipe" : "1F1B", "); leave it empty or use AnySchedule");
-        }
-        const int procs = detail::launched_processes();
-        const int threads = options.replicas * num_stages;
-        if (options.processes) {
-            // One stage per process: rank q runs stage q % P of replica q / P.
-            STRATA_CHECK((std::is_same_v<P, place::Host>), ValueError, who, ": stages across processes run on the host only");
-            options.processes->join(num_stages, options.replicas, options.timeout,
-                                    {{"strategy", "Pipeline"},
-                                     {"schedule", schedule_name()},
-                                     {"stages", std::to_string(num_stages)},
-                                     {"replicas", std::to_string(options.replicas)},
-                                     {"micro_batches", std::to_string(options.micro_batches)}});
-            rank_ = options.processes->rank();
-            cores_ = options.cores_per_stage > 0 ? options.cores_per_stage : std::max(1, hardware_threads() / threads);
-            for (int t = 0; t < threads; ++t) devices_.push_back(process_device(t));
-            pool_ = std::make_unique<ReplicaPool>(1, [this](int) { set_num_threads(cores_); }, /*always_threads=*/true);
-            return;
-        }
-        STRATA_CHECK(procs == 1, ValueError, who, ": this process is one of ", procs,
-                     " launched together (mpirun/srun), but this Pipeline runs all its stages in one process: they would "
-                     "train ", procs, " separate copies. For one stage per process give it PipelineOptions::processes = "
-                     "pipeline_processes() (strata/distribute/pipeline_mpi.hpp) and launch replicas × stages = ", threads,
-                     " processes (docs/model_parallel.md)");
-        STRATA_CHECK(threads <= 16 * std::max(4, hardware_threads()), ValueError, who, ": ", options.replicas, " replicas × ",
-                     num_stages, " stages = ", threads, " threads, too many for ", hardware_threads(), " hardware threads");
-        pick_devices(threads);
-        for (int s = 0; s < num_stages; ++s)
-            groups_.push_back(std::make_unique<collective::ReplicaGroup>(options.replicas, collective::GroupOptions{options.timeout}));
-        pool_ = std::make_unique<ReplicaPool>(threads, [this](int t) { enter_device(t); }, /*always_threads=*/true);
-    }
-    Pipeline(const Pipeline&) = delete;
-    Pipeline& operator=(const Pipeline&) = delete;
+    explicit Pipeline(PipelineOptions options = {})
+        : PipelineRuntime(std::move(options), num_stages, std::is_same_v<P, place::Host>, type_schedule(), Schedule::name) {}
 
-    /// Whether the schedule is 1F1B (else GPipe): the type's, or PipelineOptions::schedule.
-    bool one_f_one_b() const { return one_f_one_b_; }
-    const char* schedule_name() const { return one_f_one_b_ ? OneFOneB::name : GPipe::name; }
-
-    /// R: replicas in sync (1 for a plain pipeline; the hybrid's pipelines otherwise).
-    int num_replicas_in_sync() const { return options_.replicas; }
-    int local_replicas() const { return options_.replicas; }
-    int first_replica() const { return 0; }
-    /// Rank 0 prints and writes files (always true in one process).
-    bool is_chief() const { return rank_ == 0; }
-    /// Across processes (PipelineOptions::processes): this process runs one stage of one replica.
-    bool across_processes() const { return options_.processes != nullptr; }
-    PipelineProcesses& processes() { return *options_.processes; }
-    /// The rank that runs stage s of replica r across processes (r · P + s), and this one's.
+    /// The rank that runs stage s of replica r across processes (r · P + s).
     static constexpr int rank_of(int replica, int stage) { return replica * num_stages + stage; }
-    int rank() const { return rank_; }
-    /// Whether this process runs stage s of replica r (every stage in one process).
-    bool runs(int replica, int stage) const { return !across_processes() || rank_of(replica, stage) == rank_; }
-    int micro_batches() const { return options_.micro_batches; }
-    const PipelineOptions& options() const { return options_; }
-    /// The logical device of every stage: stage s of replica r is devices()[r · P + s].
-    const std::vector<place::LogicalDevice>& devices() const { return devices_; }
-    const place::LogicalDevice& device(int replica, int stage) const { return devices_[std::size_t(replica * num_stages + stage)]; }
-    /// Whether the stages run inside their logical devices' scopes (memory limits apply).
-    bool scoped() const { return scoped_; }
-    /// The R copies of stage s, for the hybrid's all-reduce.
-    collective::ReplicaGroup& stage_group(int s) { return *groups_[std::size_t(s)]; }
-
-    /// Runs `fn(replica, stage)` on every stage's thread, inside its device, and waits for all.
-    /// `on_failure(replica, stage)` runs on a failing stage's thread at once (it must wake the
-    /// other stages); the pool then throws DistributedError.
-    template <class F, class G>
-    void run_stages(F&& fn, G&& on_failure) {
-        const int S = num_stages;
-        const int first = across_processes() ? rank_ : 0;  // across processes: this process's stage only
-        pool_->run([&](int t) { fn((first + t) / S, (first + t) % S); }, [&](int t) { on_failure((first + t) / S, (first + t) % S); });
-    }
 
 private:
-    void pick_devices(int threads) {
-        using place::DeviceKind;
-        const auto kind = std::is_same_v<P, place::Host> ? DeviceKind::Cpu : DeviceKind::Gpu;
-        auto configured = place::list_logical_devices(kind);
-        if (int(configured.size()) >= threads && (threads > 1 || kind == DeviceKind::Gpu || configured[0].memory_limit > 0)) {
-            configured.resize(std::size_t(threads));
-            devices_ = configured;
-            scoped_ = true;
-            place::initialize_devices("Pipeline");
-        } else {
-            STRATA_CHECK(kind == DeviceKind::Cpu, DeviceError, "Pipeline: ", options_.replicas, " replicas × ", num_stages,
-                         " stages need ", threads, " GPUs or logical GPUs; found ", configured.size(),
-                         " (split a GPU with set_logical_device_configuration, see docs/devices.md)");
-            cores_ = options_.cores_per_stage > 0 ? options_.cores_per_stage : std::max(1, hardware_threads() / threads);
-            for (int t = 0; t < threads; ++t) {
-                place::LogicalDevice d = configured.empty() ? place::LogicalDevice{} : configured[0];
-                d.name = "/device:CPU:0/" + (options_.replicas > 1 ? "replica:" + std::to_string(t / num_stages) + "/" : std::string()) +
-                         "stage:" + std::to_string(t % num_stages);
-                d.kind = DeviceKind::Cpu;
-                d.cores = cores_;
-                d.memory_limit = 0;
-                devices_.push_back(d);
-            }
-        }
+    static std::optional<ScheduleKind> type_schedule() {
+        if constexpr (std::is_same_v<Schedule, AnySchedule>) return std::nullopt;
+        else return Schedule::one_f_one_b ? ScheduleKind::OneFOneB : ScheduleKind::GPipe;
     }
-    // Stage t's device across processes: its rank's host.
-    place::LogicalDevice process_device(int t) const {
-        place::LogicalDevice d;
-        d.name = "/task:" + std::to_string(t) + "/device:CPU:0";
-        d.kind = place::DeviceKind::Cpu;
-        d.cores = cores_;
-        return d;
-    }
-    void enter_device(int t) {
-        if (scoped_) {
-            thread_local std::optional<place::DeviceScope> scope;  // lives as long as the stage's thread
-            scope.emplace(devices_[std::size_t(t)]);
-            if (options_.cores_per_stage > 0) set_num_threads(options_.cores_per_stage);
-        } else {
-            set_num_threads(cores_);
-        }
-    }
-
-    PipelineOptions options_;
-    bool one_f_one_b_ = false;  // the schedule: the type's, or options_.schedule under AnySchedule
-    std::vector<place::LogicalDevice> devices_;
-    std::vector<std::unique_ptr<collective::ReplicaGroup>> groups_;
-    std::unique_ptr<ReplicaPool> pool_;
-    int cores_ = 1;
-    int rank_ = 0;
-    bool scoped_ = false;
 };
 
 }  // namespace strata::distribute
+
+#if STRATA_HEADER_ONLY
+#include "strata/distribute/impl/pipeline.ipp"
+#endif
 
 #include "strata/distribute/path/pipeline.hpp"

@@ -442,24 +442,7 @@ public:
     /// One line per stage (its thread, layers and device) and per variable copy.
     void log_placement() {
         if (!place::get_log_device_placement()) return;
-        const auto names = Net::layer_names();
-        for (int r = 0; r < units(); ++r)
-            for (std::size_t s = 0; s < S; ++s) {
-                if (!strategy_->runs(r, int(s))) continue;
-                std::string what = std::string(strategy_->schedule_name()) + " pipeline stage " + std::to_string(s) +
-                                   (units() > 1 ? " of replica " + std::to_string(r) : std::string()) + " (layers";
-                for (std::size_t l = bounds[s]; l < bounds[s + 1]; ++l) what += " " + names[l];
-                place::log_placement(what + "; its thread and work)", strategy_->device(r, int(s)));
-            }
-        for (const auto& p : Net::parameters()) {
-            std::size_t layer = 0;
-            while (layer + 1 < Net::num_layers && Net::offsets[layer + 1] <= p.offset) ++layer;
-            for (int r = 0; r < units(); ++r)
-                if (strategy_->runs(r, stage_of_layer(layer)))
-                    place::log_placement("variable " + p.name + " " + p.shape.str() + " (stage " + std::to_string(stage_of_layer(layer)) +
-                                         (units() > 1 ? ", copy " + std::to_string(r) : std::string()) + ")",
-                                     strategy_->device(r, stage_of_layer(layer)));
-        }
+        detail::log_pipeline_placement(*strategy_, units(), bounds, Net::layer_names(), Net::parameters(), Net::offsets);
     }
 
     /// Net's summary, then the split: each stage's layers, parameters and FLOPs per example.
@@ -576,8 +559,7 @@ private:
     }
 
     // Waits (with the strategy's deadline) until `ready()` holds under replica r's flow lock.
-    template <class Ready>
-    void wait_for(int r, int s, const char* what, int from, std::int64_t k, Ready&& ready) {
+    void wait_for(int r, int s, const char* what, int from, std::int64_t k, FunctionRef<bool(const detail::StageFlow&)> ready) {
         auto& f = replicas_[std::size_t(r)]->flow;
         std::unique_lock<std::mutex> lock(f.mu);
         const auto timeout = strategy_->options().timeout;
@@ -598,8 +580,7 @@ private:
 
     // Runs fn(replica, stage) on every stage's thread. The first stage to throw wakes the
     // others (its flow and the stage groups abort) and is named in the error.
-    template <class F>
-    void run_all(F&& fn) {
+    void run_all(FunctionRef<void(int, int)> fn) {
         if (!failed_across_.empty())
             throw_error<DistributedError>("Pipeline: the pipeline across processes failed earlier (", failed_across_,
                                           "); restart the job");
@@ -616,17 +597,7 @@ private:
                     std::lock_guard<std::mutex> lock(mu);
                     if (!failed) {
                         failed = cause = true;
-                        std::string layers;
-                        const auto names = Net::layer_names();
-                        for (std::size_t l = bounds[std::size_t(s)]; l < bounds[std::size_t(s) + 1]; ++l)
-                            layers += (layers.empty() ? "" : ", ") + names[l];
-                        // Across processes a stage that gave up waiting already says where.
-                        first = across() && std::string_view(e.what()).starts_with("Pipeline: ")
-                                    ? std::string(e.what())
-                                    : "Pipeline: stage " + std::to_string(s) + " (" + layers + ")" +
-                                          (units() > 1 ? " of replica " + std::to_string(r) : std::string()) + " on " +
-                                          (across() ? "rank " + std::to_string(strategy_->rank()) : strategy_->device(r, s).name) +
-                                          " failed: " + e.what();
+                        first = detail::pipeline_stage_failure(*strategy_, units(), r, s, bounds, Net::layer_names(), e);
                     }
                 }
                 if (cause) abort_all(r, s, first);

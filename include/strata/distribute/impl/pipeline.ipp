@@ -1,0 +1,153 @@
+#pragma once
+/// \file strata/distribute/impl/pipeline.ipp
+/// The definitions behind strata/distribute/pipeline.hpp's detail::PipelineRuntime: included by
+/// it in the header-only mode, compiled once in src/strata.cpp under STRATA_SEPARATE_COMPILATION.
+
+#include "strata/distribute/pipeline.hpp"
+
+namespace strata::distribute::detail {
+
+STRATA_DECL PipelineRuntime::PipelineRuntime(PipelineOptions options, int stages, bool host,
+                                             std::optional<ScheduleKind> type_schedule, const char* type_name)
+    : options_(std::move(options)), stages_(stages), host_(host) {
+    const char* who = "Pipeline";
+    const PipelineOptions& o = options_;
+    STRATA_CHECK(o.micro_batches >= 1, ValueError, who, ": micro_batches must be >= 1, got ", o.micro_batches);
+    STRATA_CHECK(o.replicas >= 1, ValueError, who, ": replicas must be >= 1, got ", o.replicas);
+    STRATA_CHECK(o.cores_per_stage >= 0, ValueError, who, ": cores_per_stage must be >= 0, got ", o.cores_per_stage);
+    STRATA_CHECK(o.timeout.count() > 0, ValueError, who, ": the timeout must be > 0 ms, got ", o.timeout.count());
+    if (!type_schedule) {
+        STRATA_CHECK(o.schedule.has_value(), ValueError, who,
+                     "<AnySchedule>: PipelineOptions::schedule must name the schedule (ScheduleKind::GPipe or ScheduleKind::OneFOneB)");
+        one_f_one_b_ = *o.schedule == ScheduleKind::OneFOneB;
+    } else {
+        one_f_one_b_ = *type_schedule == ScheduleKind::OneFOneB;
+        STRATA_CHECK(!o.schedule || *o.schedule == *type_schedule, ValueError, who, "<", type_name,
+                     ">: PipelineOptions::schedule names the other schedule (", one_f_one_b_ ? "GPipe" : "1F1B",
+                     "); leave it empty or use AnySchedule");
+    }
+    const int procs = launched_processes();
+    const int threads = o.replicas * stages_;
+    if (o.processes) {
+        // One stage per process: rank q runs stage q % P of replica q / P.
+        STRATA_CHECK(host_, ValueError, who, ": stages across processes run on the host only");
+        o.processes->join(stages_, o.replicas, o.timeout,
+                          {{"strategy", "Pipeline"},
+                           {"schedule", schedule_name()},
+                           {"stages", std::to_string(stages_)},
+                           {"replicas", std::to_string(o.replicas)},
+                           {"micro_batches", std::to_string(o.micro_batches)}});
+        rank_ = o.processes->rank();
+        cores_ = o.cores_per_stage > 0 ? o.cores_per_stage : std::max(1, hardware_threads() / threads);
+        for (int t = 0; t < threads; ++t) devices_.push_back(process_device(t));
+        pool_ = std::make_unique<ReplicaPool>(1, [this](int) { set_num_threads(cores_); }, /*always_threads=*/true);
+        return;
+    }
+    STRATA_CHECK(procs == 1, ValueError, who, ": this process is one of ", procs,
+                 " launched together (mpirun/srun), but this Pipeline runs all its stages in one process: they would "
+                 "train ", procs, " separate copies. For one stage per process give it PipelineOptions::processes = "
+                 "pipeline_processes() (strata/distribute/pipeline_mpi.hpp) and launch replicas × stages = ", threads,
+                 " processes (docs/model_parallel.md)");
+    STRATA_CHECK(threads <= 16 * std::max(4, hardware_threads()), ValueError, who, ": ", o.replicas, " replicas × ", stages_,
+                 " stages = ", threads, " threads, too many for ", hardware_threads(), " hardware threads");
+    pick_devices(threads);
+    for (int s = 0; s < stages_; ++s)
+        groups_.push_back(std::make_unique<collective::ReplicaGroup>(o.replicas, collective::GroupOptions{o.timeout}));
+    pool_ = std::make_unique<ReplicaPool>(threads, [this](int t) { enter_device(t); }, /*always_threads=*/true);
+}
+
+STRATA_DECL void PipelineRuntime::run_stages(FunctionRef<void(int, int)> fn, FunctionRef<void(int, int)> on_failure) {
+    const int S = stages_;
+    const int first = across_processes() ? rank_ : 0;  // across processes: this process's stage only
+    pool_->run([&](int t) { fn((first + t) / S, (first + t) % S); }, [&](int t) { on_failure((first + t) / S, (first + t) % S); });
+}
+
+STRATA_DECL void PipelineRuntime::pick_devices(int threads) {
+    using place::DeviceKind;
+    const auto kind = host_ ? DeviceKind::Cpu : DeviceKind::Gpu;
+    auto configured = place::list_logical_devices(kind);
+    if (int(configured.size()) >= threads && (threads > 1 || kind == DeviceKind::Gpu || configured[0].memory_limit > 0)) {
+        configured.resize(std::size_t(threads));
+        devices_ = configured;
+        scoped_ = true;
+        place::initialize_devices("Pipeline");
+    } else {
+        STRATA_CHECK(kind == DeviceKind::Cpu, DeviceError, "Pipeline: ", options_.replicas, " replicas × ", stages_, " stages need ",
+                     threads, " GPUs or logical GPUs; found ", configured.size(),
+                     " (split a GPU with set_logical_device_configuration, see docs/devices.md)");
+        cores_ = options_.cores_per_stage > 0 ? options_.cores_per_stage : std::max(1, hardware_threads() / threads);
+        for (int t = 0; t < threads; ++t) {
+            place::LogicalDevice d = configured.empty() ? place::LogicalDevice{} : configured[0];
+            d.name = "/device:CPU:0/" + (options_.replicas > 1 ? "replica:" + std::to_string(t / stages_) + "/" : std::string()) +
+                     "stage:" + std::to_string(t % stages_);
+            d.kind = DeviceKind::Cpu;
+            d.cores = cores_;
+            d.memory_limit = 0;
+            devices_.push_back(d);
+        }
+    }
+}
+
+// Stage t's device across processes: its rank's host.
+STRATA_DECL place::LogicalDevice PipelineRuntime::process_device(int t) const {
+    place::LogicalDevice d;
+    d.name = "/task:" + std::to_string(t) + "/device:CPU:0";
+    d.kind = place::DeviceKind::Cpu;
+    d.cores = cores_;
+    return d;
+}
+
+STRATA_DECL void PipelineRuntime::enter_device(int t) {
+    if (scoped_) {
+        thread_local std::optional<place::DeviceScope> scope;  // lives as long as the stage's thread
+        scope.emplace(devices_[std::size_t(t)]);
+        if (options_.cores_per_stage > 0) set_num_threads(options_.cores_per_stage);
+    } else {
+        set_num_threads(cores_);
+    }
+}
+
+STRATA_DECL void log_pipeline_placement(PipelineRuntime& strategy, int units, std::span<const std::size_t> bounds,
+                                        const std::vector<std::string>& layer_names, const std::vector<nn::ParamInfo>& params,
+                                        std::span<const std::int64_t> offsets) {
+    const int stages = int(bounds.size()) - 1;
+    auto stage_of_layer = [&](std::size_t l) {
+        int s = 0;
+        while (s + 1 < stages && bounds[std::size_t(s + 1)] <= l) ++s;
+        return s;
+    };
+    for (int r = 0; r < units; ++r)
+        for (int s = 0; s < stages; ++s) {
+            if (!strategy.runs(r, s)) continue;
+            std::string what = std::string(strategy.schedule_name()) + " pipeline stage " + std::to_string(s) +
+                               (units > 1 ? " of replica " + std::to_string(r) : std::string()) + " (layers";
+            for (std::size_t l = bounds[std::size_t(s)]; l < bounds[std::size_t(s) + 1]; ++l) what += " " + layer_names[l];
+            place::log_placement(what + "; its thread and work)", strategy.device(r, s));
+        }
+    const std::size_t layers = layer_names.size();
+    for (const auto& p : params) {
+        std::size_t layer = 0;
+        while (layer + 1 < layers && offsets[layer + 1] <= p.offset) ++layer;
+        const int s = stage_of_layer(layer);
+        for (int r = 0; r < units; ++r)
+            if (strategy.runs(r, s))
+                place::log_placement("variable " + p.name + " " + p.shape.str() + " (stage " + std::to_string(s) +
+                                         (units > 1 ? ", copy " + std::to_string(r) : std::string()) + ")",
+                                     strategy.device(r, s));
+    }
+}
+
+STRATA_DECL std::string pipeline_stage_failure(PipelineRuntime& strategy, int units, int r, int s,
+                                               std::span<const std::size_t> bounds, const std::vector<std::string>& layer_names,
+                                               const std::exception& e) {
+    if (strategy.across_processes() && std::string_view(e.what()).starts_with("Pipeline: ")) return e.what();
+    std::string layers;
+    for (std::size_t l = bounds[std::size_t(s)]; l < bounds[std::size_t(s) + 1]; ++l)
+        layers += (layers.empty() ? "" : ", ") + layer_names[l];
+    return "Pipeline: stage " + std::to_string(s) + " (" + layers + ")" +
+           (units > 1 ? " of replica " + std::to_string(r) : std::string()) + " on " +
+           (strategy.across_processes() ? "rank " + std::to_string(strategy.rank()) : strategy.device(r, s).name) +
+           " failed: " + e.what();
+}
+
+}  // namespace strata::distribute::detail
