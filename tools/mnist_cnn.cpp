@@ -35,6 +35,94 @@
 
 using namespace mnist_example;
 
+namespace mnist_example {
+
+Session::Session(const Flags& flags, const strata::data::Mnist& mnist, int replicas_in_sync,
+                 std::function<std::pair<double, std::int64_t>()> epoch_figures)
+    : train(strata::data::Dataset<>::from_arrays(mnist.train.images.data, {28, 28, 1}, mnist.train.labels.data)
+                .shuffle(10000, flags.seed)
+                .batch(std::size_t(flags.batch_size))
+                .prefetch(2)),
+      test(strata::data::Dataset<>::from_arrays(mnist.test.images.data, {28, 28, 1}, mnist.test.labels.data).batch(1000)),
+      flags_(flags),
+      epoch_figures_(std::move(epoch_figures)) {
+    auto timer = std::make_shared<strata::train::LambdaCallback>();
+    timer->epoch_end = [this](strata::train::TrainingContext&, int, const strata::train::Logs&) {
+        const auto [seconds, examples] = epoch_figures_();
+        train_seconds_ += seconds;
+        train_images_ += examples;
+        rep_.epoch_seconds.push_back(seconds);
+    };
+    // Ctrl-C or SIGTERM: finish the step in progress, save what --save asks for, report.
+    stop_ = std::make_shared<strata::train::StopOnSignal>();
+    // A NaN or infinite loss or weight ends training with an error instead of training on it.
+    callbacks = {timer, stop_, std::make_shared<strata::train::TerminateOnNaN>()};
+    if (!flags.backup_dir.empty()) {
+        // First, so that the backup is restored before any other callback starts.
+        // The flags that change the trajectory: a backup made under others is refused (--backup-force: resumed).
+        std::map<std::string, std::string> config{
+            {"strategy", flags.strategy}, {"batch size", std::to_string(flags.batch_size)}, {"seed", std::to_string(flags.seed)},
+            {"steps per epoch", std::to_string(flags.steps_per_epoch)}, {"training images", std::to_string(mnist.train.size())},
+            {"model", std::to_string(Net::num_params) + " parameters"}, {"optimizer", "RMSprop(learning_rate=0.001)"}};
+        if (replicas_in_sync >= 0) config["replicas in sync"] = std::to_string(replicas_in_sync);
+        if (flags.strategy == "parameter_server")
+            for (const auto& [k, v] : std::map<std::string, std::string>{
+                     {"workers", std::to_string(flags.workers)}, {"servers", std::to_string(flags.servers)},
+                     {"shards", std::to_string(flags.shards)}, {"sync", flags.sync}, {"k", std::to_string(flags.k)},
+                     {"staleness", std::to_string(flags.staleness)}, {"straggler", flags.straggler}, {"clock", flags.clock}})
+                config[k] = v;
+        backup_ = std::make_shared<strata::train::BackupAndRestore>(
+            flags.backup_dir, strata::train::BackupOptions{.save_every_steps = flags.backup_every_steps,
+                                                           .config = config,
+                                                           .allow_config_change = flags.backup_force});
+        callbacks.insert(callbacks.begin(), backup_);
+    }
+    if (!flags.tensorboard.empty()) callbacks.push_back(std::make_shared<strata::train::TensorBoard>(flags.tensorboard));
+}
+
+strata::FitOptions<> Session::fit_options(int initial_epoch) const {
+    return {.epochs = flags_.epochs,
+            .steps_per_epoch = flags_.steps_per_epoch,
+            .validation_data = test,
+            .callbacks = callbacks,
+            .verbose = flags_.verbose,
+            .initial_epoch = initial_epoch};
+}
+
+bool Session::trained(const strata::train::History& history, double seconds, int epochs_done) {
+    rep_.seconds = seconds;
+    if (backup_) rep_.resumed_from = backup_->restored();
+    rep_.epochs_done = epochs_done;
+    history_ = history;
+    if (!stop_->interrupted()) return false;
+    rep_.interrupted_by = stop_->signal_number();
+    return true;
+}
+
+bool Session::release_signals() {
+    stop_->release();
+    if (!stop_->interrupted()) return false;
+    rep_.interrupted_by = stop_->signal_number();
+    return true;
+}
+
+Report Session::finish(const strata::Evaluation& ev, double eval_seconds, std::optional<strata::distribute::ParameterServerStats> ps) {
+    rep_.test_images_per_second = eval_seconds > 0 ? double(ev.examples) / eval_seconds : 0;
+    rep_.test_accuracy = ev.accuracy;
+    rep_.test_loss = ev.loss;
+    rep_.images_per_second = train_seconds_ > 0 ? double(train_images_) / train_seconds_ : 0;
+    if (!history_.epoch.empty()) {  // --epochs 0, or a checkpoint that already has them: evaluation only
+        rep_.epoch_loss = history_["loss"];
+        rep_.epoch_accuracy = history_["accuracy"];
+        rep_.epoch_val_accuracy = history_["val_accuracy"];
+    }
+    rep_.history = history_;
+    rep_.ps = std::move(ps);
+    return rep_;
+}
+
+}  // namespace mnist_example
+
 #ifndef MNIST_CNN_HAVE_MPI
 // Built without MPI: the strategy exists in the library, but this program was not linked with MPI.
 namespace mnist_example {

@@ -13,10 +13,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <csignal>
@@ -106,97 +108,68 @@ inline strata::distribute::collective::Settings shared_settings(const Flags& f, 
             {"test images", std::to_string(mnist.test.size())}};
 }
 
+/// What train() does that does not depend on the strategy, compiled once (mnist_cnn.cpp) rather
+/// than in every model's unit: the datasets, the callbacks (the epoch timer, Ctrl-C and SIGTERM,
+/// NaN, --backup-dir, --tensorboard) and the report.
+class Session {
+public:
+    /// `replicas_in_sync`: the strategy's, for the backup's configuration (-1: it has none);
+    /// `epoch_figures()`: the model's last epoch's training seconds and examples.
+    Session(const Flags& flags, const strata::data::Mnist& mnist, int replicas_in_sync,
+            std::function<std::pair<double, std::int64_t>()> epoch_figures);
+    strata::data::Dataset<> train, test;
+    strata::train::CallbackList callbacks;
+    /// fit's options: --epochs, --steps-per-epoch, --verbose, the test set, the callbacks.
+    strata::FitOptions<> fit_options(int initial_epoch) const;
+    /// After fit: its history, how long it took, the epochs done. Returns whether a signal
+    /// stopped training (then save, and report as it stands).
+    bool trained(const strata::train::History& history, double seconds, int epochs_done);
+    /// After the save: releases the signal handlers (a signal during the final evaluation ends
+    /// the process); returns whether one came before.
+    bool release_signals();
+    /// The final evaluation's figures; `ps`, the parameter server's statistics when it has them.
+    Report finish(const strata::Evaluation& ev, double eval_seconds, std::optional<strata::distribute::ParameterServerStats> ps);
+    Report& report() { return rep_; }
+
+private:
+    Report rep_;
+    strata::train::History history_;
+    double train_seconds_ = 0;
+    std::int64_t train_images_ = 0;
+    const Flags& flags_;
+    std::shared_ptr<strata::train::StopOnSignal> stop_;
+    std::shared_ptr<strata::train::BackupAndRestore> backup_;
+    std::function<std::pair<double, std::int64_t>()> epoch_figures_;
+};
+
 template <class Strategy>
 Report train(Strategy& strategy, const Flags& flags, const strata::data::Mnist& mnist) {
     strata::Model<Net, Strategy> model(strategy, flags.seed);
     model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::RMSprop{.learning_rate = 1e-3});
-
-    const auto& tr = mnist.train;
-    const auto& te = mnist.test;
-    auto train = strata::data::Dataset<>::from_arrays(tr.images.data, {28, 28, 1}, tr.labels.data)
-                     .shuffle(10000, flags.seed)
-                     .batch(std::size_t(flags.batch_size))
-                     .prefetch(2);
-    auto test = strata::data::Dataset<>::from_arrays(te.images.data, {28, 28, 1}, te.labels.data).batch(1000);
-
-    Report rep;
-    auto timer = std::make_shared<strata::train::LambdaCallback>();
-    double train_seconds = 0;
-    std::int64_t train_images = 0;
-    timer->epoch_end = [&](strata::train::TrainingContext&, int, const strata::train::Logs&) {
-        // The model's epoch timer stops before validation: images/s counts training only.
-        train_seconds += model.last_epoch_seconds();
-        train_images += model.last_epoch_examples();
-        rep.epoch_seconds.push_back(model.last_epoch_seconds());
-    };
+    int replicas = -1;
+    if constexpr (requires { strategy.num_replicas_in_sync(); }) replicas = strategy.num_replicas_in_sync();
+    // The model's epoch timer stops before validation: images/s counts training only.
+    Session session(flags, mnist, replicas, [&] { return std::pair{model.last_epoch_seconds(), model.last_epoch_examples()}; });
     if (!flags.load.empty()) model.load(flags.load);
-    // Ctrl-C or SIGTERM: finish the step in progress, save what --save asks for, report.
-    auto stop = std::make_shared<strata::train::StopOnSignal>();
-    // A NaN or infinite loss or weight ends training with an error instead of training on it.
-    strata::train::CallbackList callbacks{timer, stop, std::make_shared<strata::train::TerminateOnNaN>()};
-    std::shared_ptr<strata::train::BackupAndRestore> backup;
-    if (!flags.backup_dir.empty()) {
-        // First, so that the backup is restored before any other callback starts.
-        // The flags that change the trajectory: a backup made under others is refused (--backup-force: resumed).
-        std::map<std::string, std::string> config{
-            {"strategy", flags.strategy}, {"batch size", std::to_string(flags.batch_size)}, {"seed", std::to_string(flags.seed)},
-            {"steps per epoch", std::to_string(flags.steps_per_epoch)}, {"training images", std::to_string(mnist.train.size())},
-            {"model", std::to_string(Net::num_params) + " parameters"}, {"optimizer", "RMSprop(learning_rate=0.001)"}};
-        if constexpr (requires { strategy.num_replicas_in_sync(); })
-            config["replicas in sync"] = std::to_string(strategy.num_replicas_in_sync());
-        if (flags.strategy == "parameter_server")
-            for (const auto& [k, v] : std::map<std::string, std::string>{
-                     {"workers", std::to_string(flags.workers)}, {"servers", std::to_string(flags.servers)},
-                     {"shards", std::to_string(flags.shards)}, {"sync", flags.sync}, {"k", std::to_string(flags.k)},
-                     {"staleness", std::to_string(flags.staleness)}, {"straggler", flags.straggler}, {"clock", flags.clock}})
-                config[k] = v;
-        backup = std::make_shared<strata::train::BackupAndRestore>(
-            flags.backup_dir, strata::train::BackupOptions{.save_every_steps = flags.backup_every_steps,
-                                                           .config = config,
-                                                           .allow_config_change = flags.backup_force});
-        callbacks.insert(callbacks.begin(), backup);
-    }
-    if (!flags.tensorboard.empty()) callbacks.push_back(std::make_shared<strata::train::TensorBoard>(flags.tensorboard));
     const auto t0 = std::chrono::steady_clock::now();
-    auto history = model.fit(train, {.epochs = flags.epochs,
-                                     .steps_per_epoch = flags.steps_per_epoch,
-                                     .validation_data = test,
-                                     .callbacks = callbacks,
-                                     .verbose = flags.verbose,
-                                     .initial_epoch = model.epoch()});
-    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (backup) rep.resumed_from = backup->restored();
-    rep.epochs_done = model.epoch();
-    if (stop->interrupted()) {
-        rep.interrupted_by = stop->signal_number();
+    auto history = model.fit(session.train, session.fit_options(model.epoch()));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (session.trained(history, seconds, model.epoch())) {  // Ctrl-C or SIGTERM: save what --save asks for, report
         if (!flags.save.empty()) model.save(flags.save);
-        return rep;
+        return session.report();
     }
     // Saved now, while a signal still waits for the save to end; then the handlers are released,
     // so that a signal during the final evaluation ends the process at once (its default action)
     // instead of being swallowed: what --save asked for is already written.
     if (!flags.save.empty()) model.save(flags.save);
-    stop->release();
-    if (stop->interrupted()) {
-        rep.interrupted_by = stop->signal_number();
-        return rep;
-    }
+    if (session.release_signals()) return session.report();
     // The timed evaluation of the test set after training (inference throughput).
     const auto e0 = std::chrono::steady_clock::now();
-    const auto ev = model.evaluate(test);
+    const auto ev = model.evaluate(session.test);
     const double eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
-    rep.test_images_per_second = eval_seconds > 0 ? double(ev.examples) / eval_seconds : 0;
-    rep.test_accuracy = ev.accuracy;
-    rep.test_loss = ev.loss;
-    rep.images_per_second = train_seconds > 0 ? double(train_images) / train_seconds : 0;
-    if (!history.epoch.empty()) {  // --epochs 0, or a checkpoint that already has them: evaluation only
-        rep.epoch_loss = history["loss"];
-        rep.epoch_accuracy = history["accuracy"];
-        rep.epoch_val_accuracy = history["val_accuracy"];
-    }
-    rep.history = history;
-    if constexpr (requires { model.gradient_path().stats(); }) rep.ps = model.gradient_path().stats();
-    return rep;
+    std::optional<strata::distribute::ParameterServerStats> ps;
+    if constexpr (requires { model.gradient_path().stats(); }) ps = model.gradient_path().stats();
+    return session.finish(ev, eval_seconds, ps);
 }
 
 /// --strategy one_device, mirrored or central_storage (mnist_cnn_train.cpp): `replicas_in_sync`
