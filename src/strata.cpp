@@ -93,6 +93,7 @@ template class detail::ds::PrefetchNode<std::int32_t>;
 #include "strata/place/impl/memory.ipp"
 #include "strata/nn/impl/sequential.ipp"
 #include "strata/tensor/impl/gemm.ipp"
+#include "strata/train/impl/backup.ipp"
 #include "strata/distribute/gradient_path.hpp"
 #include "strata/loss/losses.hpp"
 #include "strata/metrics/accuracy.hpp"
