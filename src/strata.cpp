@@ -84,3 +84,104 @@ template class detail::ds::TakeNode<std::int32_t>;
 template class detail::ds::PrefetchStage<std::int32_t>;
 template class detail::ds::PrefetchNode<std::int32_t>;
 }  // namespace strata::data
+
+// --- The element-type code of the host place (issue 20, compile time) -----------------------
+// What a program's units would otherwise instantiate and optimise for float and double on
+// place::Host whatever their network: the headers declare these `extern template` (and define
+// the members out of their classes, not inline, so that GCC does not instantiate them for
+// inlining), and the non-template code of the .ipp files below.
+#include "strata/core/impl/error.ipp"
+#include "strata/place/impl/memory.ipp"
+#include "strata/nn/impl/sequential.ipp"
+#include "strata/tensor/impl/gemm.ipp"
+#include "strata/train/impl/backup.ipp"
+#include "strata/distribute/gradient_path.hpp"
+#include "strata/loss/losses.hpp"
+#include "strata/metrics/accuracy.hpp"
+#include "strata/metrics/metric.hpp"
+#include "strata/nn/activation.hpp"
+#include "strata/nn/initializers.hpp"
+#include "strata/optim/optimizers.hpp"
+#include "strata/tensor/gemm.hpp"
+#include "strata/tensor/reduce.hpp"
+
+namespace strata {
+namespace detail {
+template void throw_joined<Error>(std::initializer_list<MessagePiece>);
+template void throw_joined<ShapeError>(std::initializer_list<MessagePiece>);
+template void throw_joined<ValueError>(std::initializer_list<MessagePiece>);
+template void throw_joined<IoError>(std::initializer_list<MessagePiece>);
+template void throw_joined<DeviceError>(std::initializer_list<MessagePiece>);
+template void throw_joined<DistributedError>(std::initializer_list<MessagePiece>);
+template void throw_joined<CheckpointError>(std::initializer_list<MessagePiece>);
+template void throw_joined<NumericError>(std::initializer_list<MessagePiece>);
+template std::string stream_text<Shape>(const Shape&);
+template void host_gemm<float>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, float, const float*, int, const float*, int, float, float*, int);
+template void host_gemm<double>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, double, const double*, int, const double*, int, double, double*, int);
+template void reduce_axis_impl<float, place::Host>(const TensorView<float, place::Host>&, int, const TensorView<float, place::Host>&, Reduction, const char*);
+template void reduce_axis_impl<double, place::Host>(const TensorView<double, place::Host>&, int, const TensorView<double, place::Host>&, Reduction, const char*);
+}  // namespace detail
+template void Tensor<float, place::Host>::resize(const Shape&);
+template void Tensor<float, place::Host>::release() noexcept;
+template void Tensor<double, place::Host>::resize(const Shape&);
+template void Tensor<double, place::Host>::release() noexcept;
+template void Tensor<std::int32_t, place::Host>::resize(const Shape&);
+template void Tensor<std::int32_t, place::Host>::release() noexcept;
+template void gemm<float, place::Host>(Trans, Trans, float, const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, float, const TensorView<float, place::Host>&);
+template double sum<float, place::Host>(const TensorView<float, place::Host>&);
+template void softmax<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&);
+template void gemm<double, place::Host>(Trans, Trans, double, const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, double, const TensorView<double, place::Host>&);
+template double sum<double, place::Host>(const TensorView<double, place::Host>&);
+template void softmax<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&);
+}  // namespace strata
+
+namespace strata::optim {
+template class OptimizerState<float, place::Host>;
+template class OptimizerState<double, place::Host>;
+}  // namespace strata::optim
+
+namespace strata::distribute::detail {
+template struct OptimizerCopies<float, place::Host>;
+template struct OptimizerCopies<double, place::Host>;
+}  // namespace strata::distribute::detail
+
+namespace strata::loss {
+template double loss_and_grad<float, place::Host>(const Loss&, const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, double, Input, const float*);
+template double loss_and_grad<double, place::Host>(const Loss&, const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, double, Input, const double*);
+}  // namespace strata::loss
+
+namespace strata::metrics {
+template std::int64_t count_correct<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, AccuracyKind);
+template std::int64_t count_in_top_k<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, int);
+template Counts count_binary<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&);
+template std::int64_t count_correct<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, AccuracyKind);
+template std::int64_t count_in_top_k<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, int);
+template Counts count_binary<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&);
+}  // namespace strata::metrics
+
+namespace strata::nn {
+template void glorot_uniform<float, place::Host>(float*, std::int64_t, std::int64_t, std::int64_t, std::uint64_t, std::uint64_t);
+template void zeros<float, place::Host>(float*, std::int64_t);
+template void glorot_uniform<double, place::Host>(double*, std::int64_t, std::int64_t, std::int64_t, std::uint64_t, std::uint64_t);
+template void zeros<double, place::Host>(double*, std::int64_t);
+template void bias_activation<Linear, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
+template void bias_activation<ReLU, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
+template void bias_activation<Sigmoid, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
+template void bias_activation<Tanh, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
+template void bias_activation<Softmax, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
+template void bias_activation<Linear, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
+template void bias_activation<ReLU, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
+template void bias_activation<Sigmoid, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
+template void bias_activation<Tanh, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
+template void bias_activation<Softmax, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
+template void activation_backward<Linear, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
+template void activation_backward<ReLU, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
+template void activation_backward<Sigmoid, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
+template void activation_backward<Tanh, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
+template void activation_backward<Softmax, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
+template void activation_backward<Linear, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
+template void activation_backward<ReLU, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
+template void activation_backward<Sigmoid, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
+template void activation_backward<Tanh, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
+template void activation_backward<Softmax, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
+}  // namespace strata::nn

@@ -16,6 +16,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "strata/config.hpp"
+
 namespace strata {
 
 /// Base of every exception strata throws. Catch this to catch them all.
@@ -59,15 +61,15 @@ public:
     MessagePiece(bool b) noexcept : MessagePiece(b ? '1' : '0') {}
     MessagePiece(int v) noexcept : MessagePiece(static_cast<long long>(v)) {}
     MessagePiece(long v) noexcept : MessagePiece(static_cast<long long>(v)) {}
-    MessagePiece(long long v) noexcept { set(std::to_chars(buf_, buf_ + sizeof buf_, v).ptr); }
+    STRATA_DECL MessagePiece(long long v) noexcept;
     MessagePiece(unsigned v) noexcept : MessagePiece(static_cast<unsigned long long>(v)) {}
     MessagePiece(unsigned long v) noexcept : MessagePiece(static_cast<unsigned long long>(v)) {}
-    MessagePiece(unsigned long long v) noexcept { set(std::to_chars(buf_, buf_ + sizeof buf_, v).ptr); }
+    STRATA_DECL MessagePiece(unsigned long long v) noexcept;
     MessagePiece(short v) noexcept : MessagePiece(static_cast<long long>(v)) {}
     MessagePiece(unsigned short v) noexcept : MessagePiece(static_cast<unsigned long long>(v)) {}
     MessagePiece(float v) noexcept : MessagePiece(double(v)) {}
-    MessagePiece(double v) noexcept { set_size(std::snprintf(buf_, sizeof buf_, "%g", v)); }
-    MessagePiece(long double v) noexcept { set_size(std::snprintf(buf_, sizeof buf_, "%Lg", v)); }
+    STRATA_DECL MessagePiece(double v) noexcept;
+    STRATA_DECL MessagePiece(long double v) noexcept;
 
     std::string_view view() const noexcept { return data_ ? std::string_view(data_, size_) : std::string_view(buf_, size_); }
 
@@ -102,14 +104,7 @@ decltype(auto) message_source(const T& v) {
 }
 
 /// The pieces, one after the other.
-[[gnu::cold]] inline std::string join_message(std::initializer_list<MessagePiece> pieces) {
-    std::size_t size = 0;
-    for (const auto& p : pieces) size += p.view().size();
-    std::string out;
-    out.reserve(size);
-    for (const auto& p : pieces) out += p.view();
-    return out;
-}
+[[gnu::cold]] STRATA_DECL std::string join_message(std::initializer_list<MessagePiece> pieces);
 
 /// The pieces streamed into one string: `concat("expected ", n, ", found ", shape)`.
 template <class... Args>
@@ -135,7 +130,25 @@ template <class E = Error, class... Args>
     detail::throw_joined<E>({detail::MessagePiece(detail::message_source(args))...});
 }
 
+#if !STRATA_HEADER_ONLY
+// Every exception type's throw, compiled once in the compiled part.
+namespace detail {
+extern template void throw_joined<Error>(std::initializer_list<MessagePiece>);
+extern template void throw_joined<ShapeError>(std::initializer_list<MessagePiece>);
+extern template void throw_joined<ValueError>(std::initializer_list<MessagePiece>);
+extern template void throw_joined<IoError>(std::initializer_list<MessagePiece>);
+extern template void throw_joined<DeviceError>(std::initializer_list<MessagePiece>);
+extern template void throw_joined<DistributedError>(std::initializer_list<MessagePiece>);
+extern template void throw_joined<CheckpointError>(std::initializer_list<MessagePiece>);
+extern template void throw_joined<NumericError>(std::initializer_list<MessagePiece>);
+}  // namespace detail
+#endif
+
 }  // namespace strata
+
+#if STRATA_HEADER_ONLY
+#include "strata/core/impl/error.ipp"
+#endif
 
 /// Always-on precondition on user input: throws `Type` with the streamed message when `cond` fails.
 #define STRATA_CHECK(cond, Type, ...)                                  \

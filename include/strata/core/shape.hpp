@@ -95,6 +95,13 @@ private:
     int rank_ = 0;
 };
 
+#if !STRATA_HEADER_ONLY
+// A shape's text in error messages, compiled once in the compiled part.
+namespace detail {
+extern template std::string stream_text<Shape>(const Shape&);
+}  // namespace detail
+#endif
+
 /// Compile-time per-example extents (the batch dimension is not part of it).
 /// `StaticShape<28, 28, 1>` is one MNIST image in NHWC layout.
 template <std::int64_t... D>

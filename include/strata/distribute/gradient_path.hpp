@@ -126,28 +126,43 @@ struct OptimizerCopies {
         for (auto& s : states) s.set_iterations(it);
     }
     double learning_rate() const { return states.empty() ? 0.0 : states[0].current_learning_rate(); }
-    void set_learning_rate(double lr) {
-        for (auto& s : states) s.set_learning_rate(lr);
-    }
+    void set_learning_rate(double lr);
     /// Every slot of state 0, as flat host vectors.
-    std::vector<std::pair<std::string, std::vector<T>>> slots() const {
-        std::vector<std::pair<std::string, std::vector<T>>> out;
-        if (states.empty()) return out;
-        for (auto& [name, t] : const_cast<optim::OptimizerState<T, P>&>(states[0]).slots()) out.emplace_back(name, to_vector(t.view()));
-        return out;
-    }
+    std::vector<std::pair<std::string, std::vector<T>>> slots() const;
     /// Sets slot `name` in every copy; false when the optimizer has no such slot.
-    bool set_slot(const std::string& name, const std::vector<T>& v) {
-        bool found = false;
-        for (auto& s : states)
-            for (auto& [n, t] : s.slots())
-                if (n == name) {
-                    copy(TensorView<T, place::Host>(const_cast<T*>(v.data()), Shape{std::int64_t(v.size())}), t.view());
-                    found = true;
-                }
-        return found;
-    }
+    bool set_slot(const std::string& name, const std::vector<T>& v);
 };
+
+// Out of the class, not inline, so that the compiled part's instantiations below are the only
+// ones (GCC instantiates inline members for inlining even where an `extern template` declares them).
+template <class T, class P>
+void OptimizerCopies<T, P>::set_learning_rate(double lr) {
+    for (auto& s : states) s.set_learning_rate(lr);
+}
+template <class T, class P>
+std::vector<std::pair<std::string, std::vector<T>>> OptimizerCopies<T, P>::slots() const {
+    std::vector<std::pair<std::string, std::vector<T>>> out;
+    if (states.empty()) return out;
+    for (auto& [name, t] : const_cast<optim::OptimizerState<T, P>&>(states[0]).slots()) out.emplace_back(name, to_vector(t.view()));
+    return out;
+}
+template <class T, class P>
+bool OptimizerCopies<T, P>::set_slot(const std::string& name, const std::vector<T>& v) {
+    bool found = false;
+    for (auto& s : states)
+        for (auto& [n, t] : s.slots())
+            if (n == name) {
+                copy(TensorView<T, place::Host>(const_cast<T*>(v.data()), Shape{std::int64_t(v.size())}), t.view());
+                found = true;
+            }
+    return found;
+}
+
+#if !STRATA_HEADER_ONLY
+// The host's optimizer bookkeeping, compiled once in the compiled part.
+extern template struct OptimizerCopies<float, place::Host>;
+extern template struct OptimizerCopies<double, place::Host>;
+#endif
 
 /// The base of every gradient path: the optional parts of the interface, with their defaults
 /// (one process, no gradient buckets, one update per batch). A path overrides what it does

@@ -309,6 +309,17 @@ double loss_and_grad(const Loss& loss, const TensorView<T, P>& pred, const Tenso
     }
 }
 
+#if !STRATA_HEADER_ONLY
+// The host's losses (every built-in one's row kernels and the Custom rows) are compiled once in
+// the compiled part.
+extern template double loss_and_grad<float, place::Host>(const Loss&, const TensorView<float, place::Host>&,
+                                                         const TensorView<float, place::Host>&,
+                                                         const TensorView<float, place::Host>&, double, Input, const float*);
+extern template double loss_and_grad<double, place::Host>(const Loss&, const TensorView<double, place::Host>&,
+                                                          const TensorView<double, place::Host>&,
+                                                          const TensorView<double, place::Host>&, double, Input, const double*);
+#endif
+
 /// Whether the loss wants its input as logits when the last activation is `LastIsSoftmax`.
 inline Input input_kind(const Loss& loss, bool last_is_softmax) {
     return std::visit(

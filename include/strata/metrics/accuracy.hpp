@@ -61,4 +61,12 @@ std::int64_t count_correct(const TensorView<T, P>& pred, const TensorView<T, P>&
     }
 }
 
+#if !STRATA_HEADER_ONLY
+// The host's accuracy counts, compiled once in the compiled part.
+extern template std::int64_t count_correct<float, place::Host>(const TensorView<float, place::Host>&,
+                                                               const TensorView<float, place::Host>&, AccuracyKind);
+extern template std::int64_t count_correct<double, place::Host>(const TensorView<double, place::Host>&,
+                                                                const TensorView<double, place::Host>&, AccuracyKind);
+#endif
+
 }  // namespace strata::metrics

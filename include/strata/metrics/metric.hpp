@@ -134,4 +134,14 @@ Counts count_binary(const TensorView<T, P>& pred, const TensorView<T, P>& target
     return c;
 }
 
+#if !STRATA_HEADER_ONLY
+// The host's metric counts, compiled once in the compiled part.
+extern template std::int64_t count_in_top_k<float, place::Host>(const TensorView<float, place::Host>&,
+                                                                const TensorView<float, place::Host>&, int);
+extern template std::int64_t count_in_top_k<double, place::Host>(const TensorView<double, place::Host>&,
+                                                                 const TensorView<double, place::Host>&, int);
+extern template Counts count_binary<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&);
+extern template Counts count_binary<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&);
+#endif
+
 }  // namespace strata::metrics

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -47,12 +48,12 @@ constexpr auto param_offsets(std::index_sequence<I...>) {
     return off;
 }
 
+/// "(None, 28, 28, 1)": a batch of `dims` as Keras prints it (None for an unknown batch).
+STRATA_DECL std::string shape_text(std::int64_t batch_dim, std::span<const std::int64_t> dims);
+/// shape_text() of a StaticShape: the text is built out of line, once for every shape.
 template <class S>
 std::string shape_text(std::int64_t batch_dim = -1) {
-    std::string s = "(";
-    s += batch_dim < 0 ? "None" : std::to_string(batch_dim);
-    for (auto d : S::dims) s += ", " + std::to_string(d);
-    return s + ")";
+    return shape_text(batch_dim, std::span<const std::int64_t>(S::dims));
 }
 }  // namespace detail
 
@@ -412,3 +413,7 @@ private:
 };
 
 }  // namespace strata::nn
+
+#if STRATA_HEADER_ONLY
+#include "strata/nn/impl/sequential.ipp"
+#endif

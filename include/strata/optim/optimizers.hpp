@@ -388,27 +388,7 @@ template <class T, class P>
 class OptimizerState {
 public:
     OptimizerState() = default;
-    OptimizerState(Optimizer config, std::int64_t size) : config_(std::move(config)), size_(size) {
-        std::visit(
-            [&](const auto& o) {
-                using O = std::decay_t<decltype(o)>;
-                if constexpr (std::is_same_v<O, SGD>) {
-                    STRATA_CHECK(o.momentum >= 0 && o.momentum <= 1, ValueError, "SGD: momentum must be in [0, 1], got ", o.momentum);
-                    if (o.momentum > 0) add_slot("momentum");
-                } else if constexpr (std::is_same_v<O, RMSprop>) {
-                    STRATA_CHECK(o.rho >= 0 && o.rho <= 1, ValueError, "RMSprop: rho must be in [0, 1], got ", o.rho);
-                    add_slot("velocity");
-                    if (o.centered) add_slot("average_gradient");
-                    if (o.momentum > 0) add_slot("momentum");
-                } else {
-                    STRATA_CHECK(o.beta_1 >= 0 && o.beta_1 < 1 && o.beta_2 >= 0 && o.beta_2 < 1, ValueError,
-                                 "Adam: beta_1 and beta_2 must be in [0, 1), got ", o.beta_1, " and ", o.beta_2);
-                    add_slot("momentum");
-                    add_slot("velocity");
-                }
-            },
-            config_);
-    }
+    OptimizerState(Optimizer config, std::int64_t size);
 
     /// One update: `params -= f(grads)`; the learning rate is the schedule's value at the
     /// current iteration count, which then advances.
@@ -420,43 +400,7 @@ public:
     /// The update of elements [first, first + count) only, without advancing the iteration
     /// count: replicas that each update a slice of one central copy call this, then one of
     /// them calls advance().
-    void apply_range(T* params, const T* grads, std::int64_t first, std::int64_t count) {
-        STRATA_CHECK(first >= 0 && count >= 0 && first + count <= size_, ShapeError, "optimizer: range [", first, ", ",
-                     first + count, ") is outside the ", size_, " parameters");
-        if (count == 0) return;
-        STRATA_PROFILE_MODEL("optimizer");
-        const double lr = std::visit([&](const auto& o) { return o.learning_rate(iterations_); }, config_);
-        STRATA_CHECK(std::isfinite(lr) && lr >= 0, ValueError, "optimizer: the learning rate at step ", iterations_,
-                     " is ", lr, "; it must be finite and >= 0");
-        auto range = thrust::counting_iterator<std::int64_t>(0);
-        T* w = params + first;
-        const T* g = grads + first;
-        auto at = [&](const char* name) { T* p = slot(name); return p ? p + first : nullptr; };
-        std::visit(
-            [&](const auto& o) {
-                using O = std::decay_t<decltype(o)>;
-                // The device runs the functors, one element per thread; the host its blocked loops.
-                constexpr bool host = !std::is_same_v<P, place::Cuda>;
-                if constexpr (std::is_same_v<O, SGD>) {
-                    const detail::SgdStep<T> f{w, g, at("momentum"), T(lr), T(o.momentum), o.nesterov};
-                    if constexpr (host) detail::sgd_host(f, count);
-                    else thrust::for_each_n(P::policy(), range, count, f);
-                } else if constexpr (std::is_same_v<O, RMSprop>) {
-                    const detail::RmsStep<T> f{w, g, at("velocity"), at("average_gradient"), at("momentum"),
-                                               T(lr), T(o.rho), T(o.momentum), T(o.epsilon)};
-                    if constexpr (host) detail::rms_host(f, count);
-                    else thrust::for_each_n(P::policy(), range, count, f);
-                } else {
-                    const double t = double(iterations_ + 1);
-                    const double alpha = lr * std::sqrt(1 - std::pow(o.beta_2, t)) / (1 - std::pow(o.beta_1, t));
-                    const detail::AdamStep<T> f{w, g, at("momentum"), at("velocity"), T(alpha), T(o.beta_1), T(o.beta_2),
-                                                T(o.epsilon)};
-                    if constexpr (host) detail::adam_host(f, count);
-                    else thrust::for_each_n(P::policy(), range, count, f);
-                }
-            },
-            config_);
-    }
+    void apply_range(T* params, const T* grads, std::int64_t first, std::int64_t count);
     /// Counts one finished update.
     void advance() { ++iterations_; }
     std::int64_t size() const { return size_; }
@@ -472,16 +416,10 @@ public:
     std::vector<std::pair<std::string, Tensor<T, P>>>& slots() { return slots_; }
 
     /// Replaces the learning rate (LearningRateScheduler callbacks use this).
-    void set_learning_rate(LearningRate lr) {
-        std::visit([&](auto& o) { o.learning_rate = std::move(lr); }, config_);
-    }
+    void set_learning_rate(LearningRate lr);
 
 private:
-    void add_slot(const char* name) {
-        Tensor<T, P> t(Shape{size_});
-        fill(t.view(), T(0));
-        slots_.emplace_back(name, std::move(t));
-    }
+    void add_slot(const char* name);
     T* slot(const char* name) {
         for (auto& [n, t] : slots_)
             if (n == name) return t.data();
@@ -493,5 +431,89 @@ private:
     std::int64_t iterations_ = 0;
     std::vector<std::pair<std::string, Tensor<T, P>>> slots_;
 };
+
+// The members with the optimizers' code are defined out of the class, not inline, so that the
+// compiled part's instantiations below are the only ones: GCC instantiates inline members for
+// inlining even where an `extern template` declares them.
+template <class T, class P>
+OptimizerState<T, P>::OptimizerState(Optimizer config, std::int64_t size) : config_(std::move(config)), size_(size) {
+    std::visit(
+        [&](const auto& o) {
+            using O = std::decay_t<decltype(o)>;
+            if constexpr (std::is_same_v<O, SGD>) {
+                STRATA_CHECK(o.momentum >= 0 && o.momentum <= 1, ValueError, "SGD: momentum must be in [0, 1], got ", o.momentum);
+                if (o.momentum > 0) add_slot("momentum");
+            } else if constexpr (std::is_same_v<O, RMSprop>) {
+                STRATA_CHECK(o.rho >= 0 && o.rho <= 1, ValueError, "RMSprop: rho must be in [0, 1], got ", o.rho);
+                add_slot("velocity");
+                if (o.centered) add_slot("average_gradient");
+                if (o.momentum > 0) add_slot("momentum");
+            } else {
+                STRATA_CHECK(o.beta_1 >= 0 && o.beta_1 < 1 && o.beta_2 >= 0 && o.beta_2 < 1, ValueError,
+                             "Adam: beta_1 and beta_2 must be in [0, 1), got ", o.beta_1, " and ", o.beta_2);
+                add_slot("momentum");
+                add_slot("velocity");
+            }
+        },
+        config_);
+}
+
+template <class T, class P>
+void OptimizerState<T, P>::apply_range(T* params, const T* grads, std::int64_t first, std::int64_t count) {
+    STRATA_CHECK(first >= 0 && count >= 0 && first + count <= size_, ShapeError, "optimizer: range [", first, ", ",
+                 first + count, ") is outside the ", size_, " parameters");
+    if (count == 0) return;
+    STRATA_PROFILE_MODEL("optimizer");
+    const double lr = std::visit([&](const auto& o) { return o.learning_rate(iterations_); }, config_);
+    STRATA_CHECK(std::isfinite(lr) && lr >= 0, ValueError, "optimizer: the learning rate at step ", iterations_,
+                 " is ", lr, "; it must be finite and >= 0");
+    auto range = thrust::counting_iterator<std::int64_t>(0);
+    T* w = params + first;
+    const T* g = grads + first;
+    auto at = [&](const char* name) { T* p = slot(name); return p ? p + first : nullptr; };
+    std::visit(
+        [&](const auto& o) {
+            using O = std::decay_t<decltype(o)>;
+            // The device runs the functors, one element per thread; the host its blocked loops.
+            constexpr bool host = !std::is_same_v<P, place::Cuda>;
+            if constexpr (std::is_same_v<O, SGD>) {
+                const detail::SgdStep<T> f{w, g, at("momentum"), T(lr), T(o.momentum), o.nesterov};
+                if constexpr (host) detail::sgd_host(f, count);
+                else thrust::for_each_n(P::policy(), range, count, f);
+            } else if constexpr (std::is_same_v<O, RMSprop>) {
+                const detail::RmsStep<T> f{w, g, at("velocity"), at("average_gradient"), at("momentum"),
+                                           T(lr), T(o.rho), T(o.momentum), T(o.epsilon)};
+                if constexpr (host) detail::rms_host(f, count);
+                else thrust::for_each_n(P::policy(), range, count, f);
+            } else {
+                const double t = double(iterations_ + 1);
+                const double alpha = lr * std::sqrt(1 - std::pow(o.beta_2, t)) / (1 - std::pow(o.beta_1, t));
+                const detail::AdamStep<T> f{w, g, at("momentum"), at("velocity"), T(alpha), T(o.beta_1), T(o.beta_2),
+                                            T(o.epsilon)};
+                if constexpr (host) detail::adam_host(f, count);
+                else thrust::for_each_n(P::policy(), range, count, f);
+            }
+        },
+        config_);
+}
+
+template <class T, class P>
+void OptimizerState<T, P>::set_learning_rate(LearningRate lr) {
+    std::visit([&](auto& o) { o.learning_rate = std::move(lr); }, config_);
+}
+
+template <class T, class P>
+void OptimizerState<T, P>::add_slot(const char* name) {
+    Tensor<T, P> t(Shape{size_});
+    fill(t.view(), T(0));
+    slots_.emplace_back(name, std::move(t));
+}
+
+#if !STRATA_HEADER_ONLY
+// The host's optimizer states (their configuration checks, slots and update loops) are compiled
+// once in the compiled part.
+extern template class OptimizerState<float, place::Host>;
+extern template class OptimizerState<double, place::Host>;
+#endif
 
 }  // namespace strata::optim

@@ -136,7 +136,7 @@ inline DeviceAllocator*& current_allocator(MemorySpace space) noexcept {
 
 /// If `p` came from a device allocator, gives it back to that allocator and returns true;
 /// returns false for memory strata's allocators do not own (then the caller frees it).
-inline bool return_to_owner(void* p) noexcept;
+STRATA_DECL bool return_to_owner(void* p) noexcept;
 
 }  // namespace detail
 
@@ -162,29 +162,7 @@ public:
 
     /// A block of at least `bytes` bytes (nullptr for 0). Throws DeviceError naming the device,
     /// the request and the bytes in use when the policy or the system cannot serve it.
-    void* allocate(std::size_t bytes) {
-        if (bytes == 0) return nullptr;
-        const std::size_t rounded = round(bytes);
-        void* p = nullptr;
-        {
-            std::lock_guard lock(mu_);
-            p = acquire(rounded, bytes);
-            in_use_ += rounded;
-            peak_ = std::max(peak_, in_use_);
-        }
-        try {
-            auto& reg = detail::owner_registry();
-            std::lock_guard lock(reg.mu);
-            reg.blocks.emplace(p, detail::BlockOwner{this, rounded});
-            reg.live.fetch_add(1, std::memory_order_release);
-        } catch (...) {
-            std::lock_guard lock(mu_);
-            in_use_ -= rounded;
-            release(p, rounded);
-            throw;
-        }
-        return p;
-    }
+    STRATA_DECL void* allocate(std::size_t bytes);
 
     /// Statistics now.
     MemoryInfo info() const {
@@ -456,23 +434,8 @@ private:
     std::set<std::pair<std::size_t, std::size_t>> by_size_;  // (size, offset), for best fit
 };
 
-namespace detail {
-inline bool return_to_owner(void* p) noexcept {
-    if (!p) return false;
-    auto& reg = owner_registry();
-    if (reg.live.load(std::memory_order_acquire) == 0) return false;
-    BlockOwner owner;
-    {
-        std::lock_guard lock(reg.mu);
-        auto it = reg.blocks.find(p);
-        if (it == reg.blocks.end()) return false;
-        owner = it->second;
-        reg.blocks.erase(it);
-        reg.live.fetch_sub(1, std::memory_order_relaxed);
-    }
-    owner.owner->deallocate(p, owner.size);
-    return true;
-}
-}  // namespace detail
-
 }  // namespace strata::place
+
+#if STRATA_HEADER_ONLY
+#include "strata/place/impl/memory.ipp"
+#endif

@@ -43,28 +43,7 @@ extern "C" char* openblas_get_corename(void);
 /// The BLAS's thread pool is kept at one thread (see host_gemm), once per process. With
 /// OpenBLAS, also warns once when it picked kernels far older than the CPU (it does on CPUs it
 /// does not know, e.g. under some hypervisors): OPENBLAS_CORETYPE fixes that.
-inline bool blas_init_once() {
-    static const bool done = [] {
-#if defined(STRATA_BLAS_OPENBLAS)
-        openblas_set_num_threads(1);
-        const char* core = openblas_get_corename();
-        const std::string name = core ? core : "";
-        const bool old = name == "Prescott" || name == "Core2" || name == "Nehalem" || name == "Penryn" || name == "Dunnington" ||
-                         name == "Atom" || name == "Sandybridge";
-#if defined(__x86_64__) && defined(__GNUC__)
-        const char* better = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
-        if (old && better && !std::getenv("STRATA_QUIET_BLAS"))
-            std::fprintf(stderr,
-                         "strata: OpenBLAS chose its '%s' kernels on a CPU that has %s; GEMMs run several times slower. "
-                         "Set OPENBLAS_CORETYPE=%s before starting the program (scripts/blas-env in strata's source tree "
-                         "prints it).\n",
-                         name.c_str(), std::string(better) == "SkylakeX" ? "AVX-512" : "AVX2", better);
-#endif
-#endif
-        return true;
-    }();
-    return done;
-}
+STRATA_DECL bool blas_init_once();
 
 /// Host GEMM on the calling thread's OpenMP team: C is cut into one block of rows (or of
 /// columns, when C is wide) per thread and each block is one single-threaded BLAS call.
@@ -166,4 +145,23 @@ void gemm(Trans ta, Trans tb, T alpha, const TensorView<T, P>& a, const TensorVi
     }
 }
 
+#if !STRATA_HEADER_ONLY
+// The host GEMMs depend on nothing of the user's network: compiled once in the compiled part.
+// (nvcc's units keep instantiating the Cuda ones.)
+namespace detail {
+extern template void host_gemm<float>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, float, const float*, int,
+                                      const float*, int, float, float*, int);
+extern template void host_gemm<double>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, double, const double*, int,
+                                       const double*, int, double, double*, int);
+}  // namespace detail
+extern template void gemm<float, place::Host>(Trans, Trans, float, const TensorView<float, place::Host>&,
+                                              const TensorView<float, place::Host>&, float, const TensorView<float, place::Host>&);
+extern template void gemm<double, place::Host>(Trans, Trans, double, const TensorView<double, place::Host>&,
+                                               const TensorView<double, place::Host>&, double, const TensorView<double, place::Host>&);
+#endif
+
 }  // namespace strata
+
+#if STRATA_HEADER_ONLY
+#include "strata/tensor/impl/gemm.ipp"
+#endif

@@ -335,6 +335,14 @@ void reduce_axis_impl(const TensorView<T, P>& x, int axis, const TensorView<T, P
                       "(the host's decomposition would give each GPU thread a serial loop)");
     }
 }
+
+#if !STRATA_HEADER_ONLY
+// The host's axis reductions (bias gradients, metrics), compiled once in the compiled part.
+extern template void reduce_axis_impl<float, place::Host>(const TensorView<float, place::Host>&, int,
+                                                          const TensorView<float, place::Host>&, Reduction, const char*);
+extern template void reduce_axis_impl<double, place::Host>(const TensorView<double, place::Host>&, int,
+                                                           const TensorView<double, place::Host>&, Reduction, const char*);
+#endif
 }  // namespace detail
 
 namespace detail {
@@ -448,5 +456,13 @@ void softmax(const TensorView<T, P>& x, const TensorView<T, P>& out) {
     const std::int64_t cols = x.dim(-1), rows = x.size() / cols;
     if (rows) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), rows, detail::RowSoftmax<T>{x.data(), out.data(), cols});
 }
+
+#if !STRATA_HEADER_ONLY
+// The host's whole-tensor sums and softmax, compiled once in the compiled part.
+extern template double sum<float, place::Host>(const TensorView<float, place::Host>&);
+extern template double sum<double, place::Host>(const TensorView<double, place::Host>&);
+extern template void softmax<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&);
+extern template void softmax<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&);
+#endif
 
 }  // namespace strata

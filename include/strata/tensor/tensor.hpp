@@ -128,15 +128,7 @@ public:
 
     /// Sets the shape; allocates only when the new size exceeds the capacity. Contents are
     /// unspecified after a resize that reallocates.
-    void resize(const Shape& shape) {
-        const auto n = std::size_t(shape.size());
-        if (n > capacity_) {
-            release();
-            this->data_ = static_cast<T*>(P::allocate(n * sizeof(T)));
-            capacity_ = n;
-        }
-        this->shape_ = shape;
-    }
+    void resize(const Shape& shape);
     std::size_t capacity() const { return capacity_; }
     Base view() const { return Base(this->data_, this->shape_); }
 
@@ -154,13 +146,40 @@ public:
     }
 
 private:
-    void release() noexcept {
-        if (this->data_) P::deallocate(this->data_, capacity_ * sizeof(T));
-        this->data_ = nullptr;
-        capacity_ = 0;
-    }
+    void release() noexcept;
     std::size_t capacity_ = 0;
 };
+
+// Out of the class, not inline, so that the compiled part's instantiations below are the only
+// ones (GCC instantiates inline members for inlining even where an `extern template` declares them).
+template <class T, class P>
+void Tensor<T, P>::resize(const Shape& shape) {
+    const auto n = std::size_t(shape.size());
+    if (n > capacity_) {
+        release();
+        this->data_ = static_cast<T*>(P::allocate(n * sizeof(T)));
+        capacity_ = n;
+    }
+    this->shape_ = shape;
+}
+
+template <class T, class P>
+void Tensor<T, P>::release() noexcept {
+    if (this->data_) P::deallocate(this->data_, capacity_ * sizeof(T));
+    this->data_ = nullptr;
+    capacity_ = 0;
+}
+
+#if !STRATA_HEADER_ONLY
+// The host tensors of the element types strata trains on and labels with, compiled once in the
+// compiled part.
+extern template void Tensor<float, place::Host>::resize(const Shape&);
+extern template void Tensor<float, place::Host>::release() noexcept;
+extern template void Tensor<double, place::Host>::resize(const Shape&);
+extern template void Tensor<double, place::Host>::release() noexcept;
+extern template void Tensor<std::int32_t, place::Host>::resize(const Shape&);
+extern template void Tensor<std::int32_t, place::Host>::release() noexcept;
+#endif
 
 namespace detail {
 template <class T, class From, class To>
