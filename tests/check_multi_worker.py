@@ -57,8 +57,30 @@ def env():
     return e
 
 
+def parent_of(pid):
+    """The parent of process `pid` (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def descends_from(pid, ancestor):
+    """Whether process `pid` is `ancestor` or one of its descendants."""
+    for _ in range(64):  # (a bounded walk: pids are reused)
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        pid = parent_of(pid)
+    return False
+
+
 def ranks_of(job_pid, exe_name):
-    """{MPI rank: pid} of the job's processes, read from /proc (Open MPI sets OMPI_COMM_WORLD_RANK)."""
+    """{MPI rank: pid} of the job's processes, read from /proc (Open MPI sets OMPI_COMM_WORLD_RANK):
+    only the descendants of `job_pid`, so that another job on the machine (another test suite
+    running the same program) is never taken for this one."""
     found = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -66,7 +88,7 @@ def ranks_of(job_pid, exe_name):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().split(b"\0")
-            if not cmd or not cmd[0].endswith(exe_name.encode()):
+            if not cmd or not cmd[0].endswith(exe_name.encode()) or not descends_from(int(pid), job_pid):
                 continue
             with open(f"/proc/{pid}/environ", "rb") as f:
                 for item in f.read().split(b"\0"):

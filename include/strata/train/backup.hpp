@@ -101,11 +101,11 @@ public:
     static constexpr std::string_view file_name = "backup.safetensors";
     static constexpr int version = 1;
 
-    explicit BackupAndRestore(std::filesystem::path dir, BackupOptions options = {});
+    STRATA_DECL explicit BackupAndRestore(std::filesystem::path dir, BackupOptions options = {});
 
     BackupAndRestore(const BackupAndRestore&) = delete;
     BackupAndRestore& operator=(const BackupAndRestore&) = delete;
-    ~BackupAndRestore() override;
+    STRATA_DECL ~BackupAndRestore() override;
 
     /// `<dir>/backup.safetensors`.
     std::filesystem::path file() const { return dir_ / file_name; }
@@ -116,7 +116,7 @@ public:
     /// Backups written by this process since the last on_train_begin.
     int backups_written() const noexcept { return written_; }
 
-    void on_train_begin(TrainingContext& ctx) override;
+    STRATA_DECL void on_train_begin(TrainingContext& ctx) override;
 
     void on_train_batch_end(TrainingContext& ctx, std::int64_t, const Logs&) override {
         if (o_.save_every_steps > 0 && ++batches_ % o_.save_every_steps == 0) backup(ctx);
@@ -126,7 +126,7 @@ public:
         if (o_.save_every_steps == 0) backup(ctx);
     }
 
-    void on_train_end(TrainingContext& ctx, const Logs&) override;
+    STRATA_DECL void on_train_end(TrainingContext& ctx, const Logs&) override;
 
     /// The position stored in the backup at `path`. Throws IoError when it cannot be read,
     /// CheckpointError naming the file when it is not a valid backup.
@@ -137,7 +137,7 @@ public:
     static std::map<std::string, std::string> read_config(const std::filesystem::path& path) { return read(path).config; }
 
 private:
-    void restore(TrainingContext& ctx);
+    STRATA_DECL void restore(TrainingContext& ctx);
 
     struct Stored {
         TrainingPosition position;
@@ -145,30 +145,30 @@ private:
     };
     static constexpr std::string_view config_prefix = "backup_config.";
 
-    static Stored read(const std::filesystem::path& path);
+    STRATA_DECL static Stored read(const std::filesystem::path& path);
 
     // Refuses a backup of another configuration (or warns, with allow_config_change).
-    void check_config(const std::map<std::string, std::string>& stored) const;
+    STRATA_DECL void check_config(const std::map<std::string, std::string>& stored) const;
 
     // Takes <dir>/lock (flock, not waiting): a second live run on this directory is refused,
     // naming the process that holds it (the pid written in the file). A crashed run's lock
     // goes with its process; where the file system has no locks, a warning says so. After the lock is taken, the file must still be the one at the
     // path (another run may have removed it at its end and a third made a new one): else again.
-    void lock();
+    STRATA_DECL void lock();
 
     // Releases the lock; `remove`: also removes the lock file (at the end of a fit).
-    void unlock(bool remove) noexcept;
+    STRATA_DECL void unlock(bool remove) noexcept;
 
-    static double parse_double(const std::string& where, std::string_view key, const std::string& text);
+    STRATA_DECL static double parse_double(const std::string& where, std::string_view key, const std::string& text);
 
     // %.17g reads back as the same double: the resumed epoch's sums are the interrupted ones.
-    static std::string exact(double v);
+    STRATA_DECL static std::string exact(double v);
 
     // Checked when training starts, not at the first backup an hour later. The probe is an
     // AtomicFileWriter never committed: it creates its temporary file and removes it.
-    void check_writable() const;
+    STRATA_DECL void check_writable() const;
 
-    void backup(TrainingContext& ctx);
+    STRATA_DECL void backup(TrainingContext& ctx);
 
     std::filesystem::path dir_;
     BackupOptions o_;
