@@ -185,6 +185,27 @@ struct FailThreadStart {
 };
 }  // namespace
 
+TEST_CASE("FunctionRef calls what it refers to; an empty one is false, and the pool refuses it") {
+    int calls = 0;
+    auto add = [&](int a, int b) { ++calls; return a + b; };
+    strata::FunctionRef<int(int, int)> f(add);
+    CHECK(bool(f));
+    CHECK(f(2, 5) == 7);
+    CHECK(f(-3, 1) == -2);
+    CHECK(calls == 2);
+    int (*none)(int, int) = nullptr;
+    CHECK_FALSE(bool(strata::FunctionRef<int(int, int)>(none)));
+    CHECK_FALSE(bool(strata::FunctionRef<int(int, int)>()));
+
+    dist::ReplicaPool pool(3);
+    std::vector<int> seen(3, 0);
+    pool.run([&](int r) { seen[std::size_t(r)] = r + 10; });
+    CHECK(seen == std::vector<int>{10, 11, 12});
+    CHECK_THROWS_WITH_AS(pool.run(nullptr), doctest::Contains("no function to run on the replicas"), strata::ValueError);
+    pool.run([&](int r) { seen[std::size_t(r)] = -r; });  // still usable after the refusal
+    CHECK(seen == std::vector<int>{0, -1, -2});
+}
+
 TEST_CASE("a pool whose threads cannot all start stops those that did and says why") {
     std::atomic<int> set_up{0};
     {

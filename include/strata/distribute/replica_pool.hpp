@@ -61,6 +61,7 @@ public:
         run_with(fn, on_failure, [] {});
     }
 
+    /// An empty `fn` is a ValueError; an empty `on_failure`, `on_caller` or `stop` is skipped.
     /// As run(), and `on_caller()` runs on the calling thread while the replicas run (a
     /// coordinator driving them). If on_caller throws, `stop()` is called so the replicas
     /// return, they are waited for, and its exception passes on unchanged (it takes precedence

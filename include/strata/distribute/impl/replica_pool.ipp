@@ -81,8 +81,9 @@ STRATA_DECL void ReplicaPool::worker(int r, const std::function<void(int)>& setu
 
 STRATA_DECL void ReplicaPool::run_with(FunctionRef<void(int)> fn, FunctionRef<void(int)> on_failure,
                                       FunctionRef<void()> on_caller, FunctionRef<void()> stop) {
+    STRATA_CHECK(fn, ValueError, "ReplicaPool::run: no function to run on the replicas (an empty FunctionRef)");
     if (inline_) {
-        on_caller();
+        if (on_caller) on_caller();
         fn(0);  // one replica: its own exceptions pass through unchanged
         return;
     }
@@ -97,7 +98,7 @@ STRATA_DECL void ReplicaPool::run_with(FunctionRef<void(int)> fn, FunctionRef<vo
     wake_.notify_all();
     std::exception_ptr caller_error;
     try {
-        on_caller();
+        if (on_caller) on_caller();
     } catch (...) {
         caller_error = std::current_exception();
         if (stop) stop();
