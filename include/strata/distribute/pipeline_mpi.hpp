@@ -19,7 +19,8 @@
 /// Pipeline's timeout, which name the stage and rank that did not answer. The sums (the loss
 /// and metrics of the last stages over every rank; get_weights' gather; the hybrid's gradients
 /// over a stage's R copies, on a sub-communicator of those ranks) are collective::ProcessGroup
-/// all-reduces with the same deadline. Needs <mpi.h>.
+/// all-reduces whose deadline is the timeout times the stages (a stall is named by its
+/// neighbours first, see receive_from in path/pipeline.hpp). Needs <mpi.h>.
 #include <strata/distribute/collective/mailbox.hpp>
 #include <strata/distribute/collective/process_group.hpp>
 #include <strata/distribute/pipeline.hpp>
@@ -48,15 +49,18 @@ public:
                      "; rank q runs stage q % ", stages, " of replica q / ", stages, "), but the job has ", size_);
         stages_ = stages;
         replicas_ = replicas;
-        collective::ProcessGroupOptions o{.timeout = timeout, .settings = std::move(settings)};
+        // The sums over every rank wait the timeout times the stages: a rank that reaches one
+        // early (stage 0 after an inference's forward pass, a stage whose micro-batches are done)
+        // waits while a stall elsewhere is named first by the stalled stage's own neighbour,
+        // whose receive waits up to the timeout times the stages on that side.
+        collective::ProcessGroupOptions o{.timeout = timeout * stages, .settings = std::move(settings)};
         all_ = std::make_unique<collective::ProcessGroup>(comm_, 1, o);
         box_ = std::make_unique<collective::Mailbox>(comm_, timeout, [this](int q) { return name(q); });
         if (replicas > 1) {
             // Every rank is known to be here (the group joined): the split cannot wait forever.
             MPI_Comm copies;
             MPI_Comm_split(comm_, rank_ % stages, rank_ / stages, &copies);
-            o.settings = {};
-            o.timeout = timeout * stages;  // a copy waits while a stall anywhere in its pipeline is named first
+            o.settings = {};  // a copy waits the same: a stall anywhere in its pipeline is named first
             copies_ = std::make_unique<collective::ProcessGroup>(copies, 1, o);
             MPI_Comm_free(&copies);
         }
