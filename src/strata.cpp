@@ -30,10 +30,13 @@
 #include "strata/train/impl/checkpoint.ipp"
 #include "strata/train/impl/compile_settings.ipp"
 #include "strata/train/impl/fit_loop.ipp"
+#include "strata/train/impl/model_base.ipp"
 #include "strata/train/impl/plot.ipp"
 #include "strata/train/impl/tensorboard.ipp"
 
 namespace strata::train {
+template class ModelBase<float>;
+template class ModelBase<double>;
 template CheckpointData<float> read_checkpoint<float>(const std::filesystem::path&, const CheckpointSpec&);
 template CheckpointData<double> read_checkpoint<double>(const std::filesystem::path&, const CheckpointSpec&);
 }  // namespace strata::train

@@ -19,8 +19,9 @@
 /// is the strategy's gradient path's business (distribute/gradient_path.hpp), never Model's.
 /// The unit of work is one inlined call chain over the layers; once the buffers have grown to
 /// the batch size it allocates nothing. What does not depend on the network or the strategy
-/// lives outside this template: the fit loop (train/fit_loop.hpp) and the checkpoint code
-/// (train/checkpoint.hpp, through train::ModelState).
+/// lives outside this template: the fit loop (train/fit_loop.hpp), the checkpoint code
+/// (train/checkpoint.hpp, through train::ModelState), and the model's settings, counters, state,
+/// save/load and logs (train::ModelBase<T>, train/model_base.hpp, which Model derives from).
 
 #include <cmath>
 #include <cstdint>
@@ -48,6 +49,7 @@
 #include "strata/train/checkpoint.hpp"
 #include "strata/train/compile_settings.hpp"
 #include "strata/train/fit_loop.hpp"
+#include "strata/train/model_base.hpp"
 #include "strata/train/progress.hpp"
 
 namespace strata {
@@ -92,23 +94,6 @@ struct FitOptions {
     std::vector<float> sample_weight{};
 };
 
-/// Loss and metrics of evaluate().
-struct Evaluation {
-    double loss = 0;
-    double accuracy = 0;
-    std::int64_t examples = 0;
-    /// The compiled metrics beyond accuracy, by Keras name ("precision", "recall",
-    /// "sparse_top_k_categorical_accuracy").
-    std::map<std::string, double> metrics{};
-};
-
-/// Figures of one training step.
-struct StepResult {
-    double loss = 0;
-    double accuracy = 0;
-    std::int64_t examples = 0;
-};
-
 namespace detail {
 template <class Seq>
 struct LastActivation;
@@ -129,7 +114,7 @@ struct LastActivation<nn::Sequential<In, Specs...>> {
 /// it one unit of work — forward, loss, backward of one mini-batch — to run where and when the
 /// path says.
 template <class Net, class Strategy = distribute::Default, class T = float>
-class Model : public train::TrainingContext {
+class Model : public train::ModelBase<T> {
     static_assert(distribute::Strategy<Strategy>,
                   "strata::Model<Net, Strategy, T>: Strategy must be a strategy (strata::distribute::Default, OneDevice<P>, "
                   "Mirrored<P>, CentralStorage<P>, ParameterServer<P, Sync>, MultiWorkerMirrored<P>)");
@@ -152,11 +137,13 @@ public:
 
     /// A model with its own Default strategy (one replica, all host cores).
     explicit Model(std::uint64_t seed = 0)
-        : owned_(std::make_unique<Strategy>()), strategy_(owned_.get()), seed_(seed), path_(*strategy_, initializer()) {
+        : train::ModelBase<T>(seed, Net::num_params, &Net::parameters), owned_(std::make_unique<Strategy>()), strategy_(owned_.get()),
+          path_(*strategy_, initializer()) {
         build();
     }
     /// A model distributed by `strategy` (which must outlive it).
-    explicit Model(Strategy& strategy, std::uint64_t seed = 0) : strategy_(&strategy), seed_(seed), path_(strategy, initializer()) {
+    explicit Model(Strategy& strategy, std::uint64_t seed = 0)
+        : train::ModelBase<T>(seed, Net::num_params, &Net::parameters), strategy_(&strategy), path_(strategy, initializer()) {
         build();
     }
 
@@ -167,8 +154,7 @@ public:
     /// "sparse_top_k_categorical_accuracy" or metrics::sparse_top_k_categorical_accuracy(k),
     /// "precision", "recall"). Resets the optimizer state.
     void compile(loss::Loss loss, optim::Optimizer optimizer = optim::RMSprop{}, std::vector<metrics::Metric> metrics = {"accuracy"}) {
-        settings_ = train::compile_settings(loss, optimizer, metrics, output_size, last_is_softmax);
-        loss_ = std::move(loss);
+        this->compile_settings_for(std::move(loss), optimizer, metrics, output_size, last_is_softmax);
         path_.compile(optimizer);
         compiled_ = true;
     }
@@ -253,34 +239,20 @@ public:
     /// its weight (see FitOptions::sample_weight); so is val_loss when validation_data does.
     template <class Y>
     train::History fit(const data::Dataset<Y>& train, const FitOptions<Y>& options = {}) {
-        require_compiled("fit");
-        STRATA_CHECK(options.epochs >= 0, ValueError, "fit: epochs must be >= 0, got ", options.epochs);
-        STRATA_CHECK(options.validation_split == 0.0, ValueError, "fit: validation_split (", options.validation_split,
-                     ") needs arrays, which can be split before shuffling; a Dataset cannot: pass validation_data "
-                     "(a held-out dataset) instead");
-        STRATA_CHECK(options.sample_weight.empty(), ValueError, "fit: options.sample_weight (", options.sample_weight.size(),
-                     " weights) is for the array overload; a Dataset carries its own weights (Keras refuses "
-                     "sample_weight with a dataset too): build it with data::from_arrays(x, shape, y, sample_weight)");
-        for (const auto& [c, w] : options.class_weight)
-            STRATA_CHECK(c >= 0 && c < (output_size == 1 ? 2 : output_size) && std::isfinite(w) && w >= 0, ValueError,
-                         "fit: class_weight {", c, ": ", w, "}: classes are 0 to ", (output_size == 1 ? 2 : output_size) - 1,
-                         " and weights finite and >= 0");
+        this->check_fit_options(options.epochs, options.validation_split, options.sample_weight.size(), options.class_weight,
+                                output_size, train.batch_size(), options.steps_per_epoch,
+                                train.cardinality() == data::infinite_cardinality);
         // Read by every unit's loss while this fit runs; cleared however fit ends.
         struct ClassWeights {
             std::map<std::int64_t, double>& held;
             ~ClassWeights() { held.clear(); }
         } class_weights{class_weight_};
         class_weight_ = options.class_weight;
-        STRATA_CHECK(train.batch_size() > 0, ValueError,
-                     "fit: the dataset is not batched; call .batch(n) on it first (Keras's fit batches arrays for you: "
-                     "use the array overload with options.batch_size)");
-        STRATA_CHECK(options.steps_per_epoch > 0 || train.cardinality() != data::infinite_cardinality, ValueError,
-                     "fit: the dataset repeats forever; give options.steps_per_epoch");
         build(std::int64_t(train.batch_size()), true);
         FitHooks<Y> hooks(*this, train, options);
         const train::FitSettings settings{options.epochs, options.steps_per_epoch, options.verbose, options.initial_epoch,
                                           settings_.accuracy, is_chief()};
-        return train::run_fit(*this, hooks, options.callbacks, settings, &last_epoch_seconds_, &last_epoch_examples_);
+        return train::run_fit(*this, hooks, options.callbacks, settings, &this->last_epoch_seconds_, &this->last_epoch_examples_);
     }
 
     /// fit on in-memory arrays: `x` holds n examples (n × input size floats), `y` their labels,
@@ -400,7 +372,7 @@ public:
         loss_sum = totals[0];
         correct = totals[1];
         seen = std::int64_t(totals[2]);
-        return {seen ? loss_sum / double(seen) : 0.0, seen ? correct / double(seen) : 0.0, seen, metric_figures(seen)};
+        return {seen ? loss_sum / double(seen) : 0.0, seen ? correct / double(seen) : 0.0, seen, this->metric_figures(unit_counts(), seen)};
     }
 
     /// The model's outputs for every example of a batched dataset, in order, on the host:
@@ -449,112 +421,44 @@ public:
     // ---- weights and checkpoints ------------------------------------------------------------
 
     /// All parameters as one flat host vector (layer after layer; Net::parameters() names them).
-    std::vector<T> get_weights() const { return path_.get_weights(); }
-    void set_weights(const std::vector<T>& w) {
+    std::vector<T> get_weights() const override { return path_.get_weights(); }
+    void set_weights(const std::vector<T>& w) override {
         STRATA_CHECK(std::int64_t(w.size()) == num_params, ShapeError, "set_weights: the model has ", num_params,
                      " parameters, got ", w.size());
         path_.set_weights(w);
     }
 
-    /// Writes weights, optimizer state and epoch to a safetensors file, atomically. Tensor
-    /// names: the parameters as Net::parameters() names them ("conv2d/kernel", "dense_1/bias"),
-    /// optimizer slots as "optimizer/<slot>/<parameter>"; metadata: format, format_version,
-    /// epoch, step, optimizer, optimizer_iterations, learning_rate (the current one, a
-    /// schedule's value included), seed. The layout does not depend on the strategy: a
-    /// checkpoint written under one loads under any other.
-    /// `extra_metadata` is added to the file's metadata (save()'s own keys win over it):
-    /// BackupAndRestore stores its position there.
-    /// Under MultiWorkerMirrored call it on every process: the chief writes, and every process
-    /// returns once the file is complete (so each may load it at once).
-    /// A Pipeline across processes gathers its stages here: call it on every process.
-    void save(const std::string& path, const std::map<std::string, std::string>& extra_metadata = {}) const {
-        if (path_.gathers_state()) {  // every process sends its part; the chief writes
-            const auto s = state(true);
-            if (is_chief()) train::write_checkpoint(path, s, extra_metadata);
-        } else if (is_chief()) {
-            train::write_checkpoint(path, state(true), extra_metadata);  // across processes the chief writes
-        }
-        path_.after_save();  // across processes: every process returns once the file is complete
-    }
-
-    /// Loads a checkpoint written by save() (under any strategy: the layout is the same).
-    /// The whole file is validated before anything changes (train::read_checkpoint): a missing
-    /// tensor or one of another shape (both shapes named), another format version, metadata
-    /// that is not a strict integer, and — when `strict` (the default, like PyTorch's
-    /// load_state_dict) — tensors the model does not know or the state of another optimizer
-    /// are a CheckpointError, and the model is left as it was. With `strict = false` unknown
-    /// tensors are ignored and another optimizer's state is left out. The learning rate stored
-    /// by save() is restored when the model is compiled.
-    void load(const std::string& path, bool strict = true) { restore_state(train::read_model_state(path, state(false), strict)); }
+    // save(path, extra_metadata) and load(path, strict): train::ModelBase.
     static constexpr int checkpoint_version = train::checkpoint_format_version;
-
-    /// Epochs trained so far (restored by load), and figures of the last epoch.
-    int epoch() const { return epoch_; }
-    double last_epoch_seconds() const { return last_epoch_seconds_; }
-    std::int64_t last_epoch_examples() const { return last_epoch_examples_; }
 
     // ---- TrainingContext ------------------------------------------------------------------
     /// Whether this process prints and writes files (always, but under MultiWorkerMirrored
     /// only on rank 0).
     bool is_chief() const override { return path_.is_chief(); }
     bool gathers_state() const override { return path_.gathers_state(); }
-    double learning_rate() const override { return compiled_ ? path_.learning_rate() : 0.0; }
-    void set_learning_rate(double lr) override {
-        path_.set_learning_rate(lr);
-        settings_.constant_learning_rate = true;
-    }
-    std::vector<double> weights_snapshot() const override {
-        const auto w = get_weights();
-        return std::vector<double>(w.begin(), w.end());
-    }
-    void restore_weights(const std::vector<double>& s) override { set_weights(std::vector<T>(s.begin(), s.end())); }
-    /// The model's layout and, `with_values`, its whole state (train::ModelState): what
-    /// checkpoints save and load. Only data crosses here; the checkpoint code is not a part
-    /// of Model, so it is compiled only where something saves or loads.
-    train::ModelState state(bool with_values) const override {
-        train::ModelState s;
-        s.num_params = num_params;
-        s.f64 = std::is_same_v<T, double>;
-        for (const auto& p : Net::parameters()) s.params.push_back({p.name, dims_of(p.shape), p.offset});
-        if (compiled_) {
-            s.optimizer = path_.optimizer_name();
-            for (auto& [slot, v] : path_.slots()) {
-                s.slot_names.push_back(slot);
-                if (with_values) s.slots.emplace_back(v.begin(), v.end());
-            }
-            if (with_values) {
-                s.optimizer_iterations = path_.iterations();
-                s.learning_rate = path_.learning_rate();
-            }
-        }
-        if (with_values) {
-            const auto w = get_weights();
-            s.weights.assign(w.begin(), w.end());
-            s.has_values = true;
-        }
-        s.epoch = epoch_;
-        s.step = step_;
-        s.seed = seed_;
-        return s;
-    }
-    /// Takes a state of this model's layout (validated by train::read_model_state): weights,
-    /// and when compiled the optimizer slots, iterations and the stored learning rate (a
-    /// constant rate; a schedule's follows from the iterations), epoch and step.
-    void restore_state(const train::ModelState& s) override {
-        STRATA_CHECK(s.has_values && s.num_params == num_params && std::int64_t(s.weights.size()) == num_params, ValueError,
-                     "restore_state: a state of ", s.weights.size(), " weights does not fit a model of ", num_params);
-        set_weights(std::vector<T>(s.weights.begin(), s.weights.end()));
-        if (compiled_) {
-            for (std::size_t i = 0; i < s.slots.size() && i < s.slot_names.size(); ++i)
-                if (!s.slots[i].empty()) path_.set_slot(s.slot_names[i], std::vector<T>(s.slots[i].begin(), s.slots[i].end()));
-            if (s.optimizer_iterations) path_.set_iterations(*s.optimizer_iterations);
-            if (s.learning_rate && settings_.constant_learning_rate) path_.set_learning_rate(*s.learning_rate);
-        }
-        epoch_ = s.epoch;
-        step_ = s.step;
-    }
 
 private:
+    using Base = train::ModelBase<T>;
+    using Base::class_weight_;
+    using Base::compiled_;
+    using Base::loss_;
+    using Base::require_compiled;
+    using Base::result_of;
+    using Base::seed_;
+    using Base::settings_;
+    using Base::step_;
+
+    // ---- what ModelBase asks of the path ----------------------------------------------------
+    std::string path_optimizer_name() const override { return path_.optimizer_name(); }
+    std::vector<std::pair<std::string, std::vector<T>>> path_slots() const override { return path_.slots(); }
+    void path_set_slot(const std::string& name, const std::vector<T>& v) override { path_.set_slot(name, v); }
+    std::int64_t path_iterations() const override { return path_.iterations(); }
+    void path_set_iterations(std::int64_t it) override { path_.set_iterations(it); }
+    double path_learning_rate() const override { return path_.learning_rate(); }
+    void path_set_learning_rate(double lr) override { path_.set_learning_rate(lr); }
+    void path_sum_over_workers(std::span<double> v) override { path_.sum_over_workers(v); }
+    void path_after_save() const override { path_.after_save(); }
+
     // What one compute unit (replica or worker) owns: its network's activations and the staging
     // buffers of its share of a batch. Variables, gradients and optimizer slots belong to the path.
     struct Unit {
@@ -635,21 +539,21 @@ private:
             for (; done < skip && it != std::default_sentinel; ++done) ++it;
             STRATA_CHECK(done == skip, ValueError, "fit: cannot resume epoch ", epoch, " after batch ", skip,
                          ": this epoch's pass has only ", done, " batches (the training data changed since the backup)");
-            CheckedSource source{distribute::detail::IteratorSource<Y, decltype(it)>(it),
-                                 [this](const data::Batch<Y>& b) { m.check_batch(b, "fit"); }};
+            const auto check = [this](const data::Batch<Y>& b) { m.check_batch(b, "fit"); };
+            CheckedSource<distribute::detail::IteratorSource<Y, decltype(it)>, decltype(check)> source{
+                distribute::detail::IteratorSource<Y, decltype(it)>(it), check};
             m.path_.run_epoch(source, m.step_, m.make_unit_work<Y>(), [&](const distribute::StepTotals& t) {
                 return e.step(t.loss_sum, t.correct, t.examples);
             });
         }
         void end_epoch(std::int64_t seen, train::Logs& logs, train::History& history) override {
-            for (const auto& [name, value] : m.metric_figures(seen)) logs.set(metric_log_name(name, false), value);
+            m.log_epoch_metrics(m.unit_counts(), seen, logs);  // before the validation pass resets the counts
             if (options.validation_data) {
                 const auto ev = m.evaluate(*options.validation_data);
-                logs.set("val_loss", ev.loss);
-                if (m.settings_.accuracy) logs.set("val_accuracy", ev.accuracy);
-                for (const auto& [name, value] : ev.metrics) logs.set(metric_log_name(name, true), value);
+                m.log_epoch_end(&ev, logs);
+            } else {
+                m.log_epoch_end(nullptr, logs);
             }
-            logs.set("lr", m.learning_rate());
             m.path_.end_epoch(logs, history);
         }
     };
@@ -719,15 +623,6 @@ private:
             u.net.backward(params, grads, mode, on_ready);
             return {u.loss_sum, u.correct, b.size};
         };
-    }
-
-    StepResult result_of(const distribute::StepTotals& t) const {
-        StepResult res;
-        const double denom = t.examples > 0 ? double(t.examples) : 1.0;
-        res.loss = t.loss_sum / denom;
-        res.accuracy = t.correct / denom;
-        res.examples = t.examples;
-        return res;
     }
 
     template <class Y>
@@ -806,32 +701,10 @@ private:
         if (settings_.top_k > 0) u.counts.in_top_k += metrics::count_in_top_k(out, target, settings_.top_k);
         if (settings_.precision || settings_.recall) u.counts += metrics::count_binary(out, target);
     }
-    // Logs keep names by pointer (no allocation in a step): the literals of the known metrics.
-    static const char* metric_log_name(const std::string& name, bool validation) {
-        static constexpr const char* names[][2] = {
-            {"sparse_top_k_categorical_accuracy", "val_sparse_top_k_categorical_accuracy"},
-            {"precision", "val_precision"},
-            {"recall", "val_recall"}};
-        for (const auto& n : names)
-            if (name == n[0]) return n[validation ? 1 : 0];
-        throw_error<ValueError>("fit: no log name for metric '", name, "'");
-    }
-    std::map<std::string, double> metric_figures(std::int64_t seen) {
+    metrics::Counts unit_counts() const {
         metrics::Counts c;
         for (const auto& u : units_) c += u->counts;
-        if (settings_.top_k > 0 || settings_.precision || settings_.recall) {  // across processes: every process's counts
-            double v[4] = {double(c.in_top_k), double(c.true_positives), double(c.false_positives), double(c.false_negatives)};
-            path_.sum_over_workers(std::span<double>(v, 4));
-            c.in_top_k = std::int64_t(v[0]);
-            c.true_positives = std::int64_t(v[1]);
-            c.false_positives = std::int64_t(v[2]);
-            c.false_negatives = std::int64_t(v[3]);
-        }
-        std::map<std::string, double> m;
-        if (settings_.top_k > 0) m["sparse_top_k_categorical_accuracy"] = seen ? double(c.in_top_k) / double(seen) : 0.0;
-        if (settings_.precision) m["precision"] = metrics::precision(c);
-        if (settings_.recall) m["recall"] = metrics::recall(c);
-        return m;
+        return c;
     }
 
     std::int64_t correct_count(const TensorView<T, P>& out, const TensorView<T, P>& target) {
@@ -865,25 +738,10 @@ private:
         }
     }
 
-    void require_compiled(const char* what) const {
-        STRATA_CHECK(compiled_, ValueError, what, ": the model is not compiled; call compile(loss, optimizer) first");
-    }
-
-    static std::vector<std::size_t> dims_of(const Shape& s) { return std::vector<std::size_t>(s.begin(), s.end()); }
-
     std::unique_ptr<Strategy> owned_;
     Strategy* strategy_;
-    std::uint64_t seed_;
     path_type path_;
     std::vector<std::unique_ptr<Unit>> units_;
-    loss::Loss loss_{};
-    train::CompileSettings settings_{.accuracy = true};  // what compile() decided
-    std::map<std::int64_t, double> class_weight_;   // FitOptions::class_weight while fit runs
-    bool compiled_ = false;
-    std::uint64_t step_ = 0;
-    int epoch_ = 0;
-    double last_epoch_seconds_ = 0;
-    std::int64_t last_epoch_examples_ = 0;
 };
 
 }  // namespace strata
