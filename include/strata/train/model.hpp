@@ -364,15 +364,7 @@ public:
             }
             seen += n;
         }
-        // Across processes: every process's units computed their shares; the totals are global.
-        double totals[3] = {loss_sum, correct, double(seen)};
-        if (!path_.per_worker_input()) totals[2] = 0;  // every process saw every example
-        path_.sum_over_workers(std::span<double>(totals, 3));
-        if (!path_.per_worker_input()) totals[2] = double(seen);
-        loss_sum = totals[0];
-        correct = totals[1];
-        seen = std::int64_t(totals[2]);
-        return {seen ? loss_sum / double(seen) : 0.0, seen ? correct / double(seen) : 0.0, seen, this->metric_figures(unit_counts(), seen)};
+        return this->evaluation_of(loss_sum, correct, seen, path_.per_worker_input(), unit_counts());
     }
 
     /// The model's outputs for every example of a batched dataset, in order, on the host:

@@ -162,6 +162,18 @@ std::map<std::string, double> ModelBase<T>::metric_figures(metrics::Counts c, st
     return m;
 }
 
+template <class T>
+Evaluation ModelBase<T>::evaluation_of(double loss_sum, double correct, std::int64_t seen, bool per_worker_input,
+                                       const metrics::Counts& counts) {
+    // Across processes: every process's units computed their shares; the totals are global.
+    double totals[3] = {loss_sum, correct, per_worker_input ? double(seen) : 0.0};  // else every process saw every example
+    path_sum_over_workers(std::span<double>(totals, 3));
+    loss_sum = totals[0];
+    correct = totals[1];
+    if (per_worker_input) seen = std::int64_t(totals[2]);
+    return {seen ? loss_sum / double(seen) : 0.0, seen ? correct / double(seen) : 0.0, seen, metric_figures(counts, seen)};
+}
+
 namespace detail {
 // Logs keep names by pointer (no allocation in a step): the literals of the known metrics.
 inline const char* metric_log_name(const std::string& name, bool validation) {
