@@ -50,6 +50,16 @@ constexpr auto param_offsets(std::index_sequence<I...>) {
 
 /// "(None, 28, 28, 1)": a batch of `dims` as Keras prints it (None for an unknown batch).
 STRATA_DECL std::string shape_text(std::int64_t batch_dim, std::span<const std::int64_t> dims);
+/// Keras's names for layers of these kinds, in order: "conv2d", "max_pooling2d", "conv2d_1", ...
+STRATA_DECL std::vector<std::string> keras_layer_names(std::span<const char* const> kinds);
+/// Appends a layer's parameters (its param_info()) to a network's list: each named
+/// "<layer>/<name>", its offset moved by the layer's `offset` in the flat buffer.
+STRATA_DECL void append_layer_params(std::vector<ParamInfo>& all, const std::string& layer, std::int64_t offset,
+                                     std::vector<ParamInfo> params);
+/// Sequential::summary()'s table from the layers' kinds, type names, output shapes (as
+/// shape_text prints them) and parameter offsets (one more than layers).
+STRATA_DECL std::string summary_table(std::span<const char* const> kinds, std::span<const char* const> types,
+                                      std::span<const std::string> shapes, std::span<const std::int64_t> offsets);
 /// shape_text() of a StaticShape: the text is built out of line, once for every shape.
 template <class S>
 std::string shape_text(std::int64_t batch_dim = -1) {
@@ -88,38 +98,17 @@ struct Sequential {
 
     /// Keras-style layer names: dense, dense_1, conv2d, ...
     static std::vector<std::string> layer_names() {
-        const char* kinds[] = {spec_keras_name<Specs>()...};
-        std::vector<std::string> names;
-        for (std::size_t i = 0; i < num_layers; ++i) {
-            int before = 0;
-            for (std::size_t j = 0; j < i; ++j) before += std::string(kinds[j]) == kinds[i];
-            names.push_back(before ? std::string(kinds[i]) + "_" + std::to_string(before) : std::string(kinds[i]));
-        }
-        return names;
+        static constexpr const char* kinds[] = {spec_keras_name<Specs>()...};
+        return detail::keras_layer_names(kinds);
     }
 
     /// The Keras-like summary table: layer (type), output shape, parameter count.
     static std::string summary() {
         using Layers = bound_layers<float, place::Host>;
-        std::vector<std::string> shapes = output_shapes<Layers>(std::make_index_sequence<num_layers>{});
-        const char* types[] = {spec_name<Specs>()...};
-        const auto names = layer_names();
-        std::string out;
-        char line[160];
-        const std::string rule(72, '-');
-        out += "Model: \"sequential\"\n" + rule + "\n";
-        std::snprintf(line, sizeof line, "%-34s %-24s %12s\n", "Layer (type)", "Output Shape", "Param #");
-        out += line + std::string(72, '=') + "\n";
-        for (std::size_t i = 0; i < num_layers; ++i) {
-            const std::string label = names[i] + " (" + types[i] + ")";
-            std::snprintf(line, sizeof line, "%-34s %-24s %12s\n", label.c_str(), shapes[i].c_str(),
-                          group_digits(offsets[i + 1] - offsets[i]).c_str());
-            out += line;
-        }
-        out += std::string(72, '=') + "\n";
-        out += "Total params: " + group_digits(num_params) + "\nTrainable params: " + group_digits(num_params) +
-               "\nNon-trainable params: 0\n" + rule + "\n";
-        return out;
+        static constexpr const char* kinds[] = {spec_keras_name<Specs>()...};
+        static constexpr const char* types[] = {spec_name<Specs>()...};
+        const std::vector<std::string> shapes = output_shapes<Layers>(std::make_index_sequence<num_layers>{});
+        return detail::summary_table(kinds, types, shapes, offsets);
     }
 
     /// Name and shape of every parameter, in flat-buffer order: "conv2d/kernel", "dense_1/bias", ...
@@ -138,18 +127,7 @@ private:
     template <class Layers, std::size_t... I>
     static void collect(std::vector<ParamInfo>& all, std::index_sequence<I...>) {
         const auto names = layer_names();
-        auto one = [&](std::size_t i, std::vector<ParamInfo> ps) {
-            for (auto& p : ps) all.push_back({names[i] + "/" + p.name, p.shape, offsets[i] + p.offset});
-        };
-        (one(I, std::tuple_element_t<I, Layers>::param_info()), ...);
-    }
-    static std::string group_digits(std::int64_t v) {
-        std::string s = std::to_string(v), out;
-        for (std::size_t i = 0; i < s.size(); ++i) {
-            if (i && (s.size() - i) % 3 == 0) out += ',';
-            out += s[i];
-        }
-        return out;
+        (detail::append_layer_params(all, names[I], offsets[I], std::tuple_element_t<I, Layers>::param_info()), ...);
     }
 };
 

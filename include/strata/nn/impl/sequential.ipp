@@ -3,6 +3,8 @@
 /// The definitions behind strata/nn/sequential.hpp: included by it in the header-only mode,
 /// compiled once in src/strata.cpp under STRATA_SEPARATE_COMPILATION.
 
+#include <string_view>
+
 #include "strata/nn/sequential.hpp"
 
 namespace strata::nn::detail {
@@ -12,6 +14,54 @@ STRATA_DECL std::string shape_text(std::int64_t batch_dim, std::span<const std::
     s += batch_dim < 0 ? "None" : std::to_string(batch_dim);
     for (auto d : dims) s += ", " + std::to_string(d);
     return s + ")";
+}
+
+STRATA_DECL std::vector<std::string> keras_layer_names(std::span<const char* const> kinds) {
+    std::vector<std::string> names;
+    names.reserve(kinds.size());
+    for (std::size_t i = 0; i < kinds.size(); ++i) {
+        int before = 0;  // earlier layers of the same kind
+        for (std::size_t j = 0; j < i; ++j) before += std::string_view(kinds[j]) == kinds[i];
+        names.push_back(before ? std::string(kinds[i]) + "_" + std::to_string(before) : std::string(kinds[i]));
+    }
+    return names;
+}
+
+STRATA_DECL void append_layer_params(std::vector<ParamInfo>& all, const std::string& layer, std::int64_t offset,
+                                     std::vector<ParamInfo> params) {
+    for (auto& p : params) all.push_back({layer + "/" + p.name, p.shape, offset + p.offset});
+}
+
+// 121930 -> "121,930"
+inline std::string group_digits(std::int64_t v) {
+    const std::string s = std::to_string(v);
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (i && (s.size() - i) % 3 == 0) out += ',';
+        out += s[i];
+    }
+    return out;
+}
+
+STRATA_DECL std::string summary_table(std::span<const char* const> kinds, std::span<const char* const> types,
+                                      std::span<const std::string> shapes, std::span<const std::int64_t> offsets) {
+    const auto names = keras_layer_names(kinds);
+    std::string out;
+    char line[160];
+    const std::string rule(72, '-');
+    out += "Model: \"sequential\"\n" + rule + "\n";
+    std::snprintf(line, sizeof line, "%-34s %-24s %12s\n", "Layer (type)", "Output Shape", "Param #");
+    out += line + std::string(72, '=') + "\n";
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        const std::string label = names[i] + " (" + types[i] + ")";
+        std::snprintf(line, sizeof line, "%-34s %-24s %12s\n", label.c_str(), shapes[i].c_str(),
+                      group_digits(offsets[i + 1] - offsets[i]).c_str());
+        out += line;
+    }
+    const std::string total = group_digits(offsets[names.size()]);
+    out += std::string(72, '=') + "\n";
+    out += "Total params: " + total + "\nTrainable params: " + total + "\nNon-trainable params: 0\n" + rule + "\n";
+    return out;
 }
 
 }  // namespace strata::nn::detail
