@@ -204,7 +204,8 @@ Curve run_mnist(const std::string& name, sd::ParameterServerOptions o, const str
     const auto& te = mnist.test;
     auto train = strata::data::Dataset<>::from_arrays(tr.images.data, {28, 28, 1}, tr.labels.data).shuffle(10000, 7).batch(64);
     auto test = strata::data::Dataset<>::from_arrays(te.images.data, {28, 28, 1}, te.labels.data).batch(1000);
-    Curve c{name};
+    Curve c;
+    c.mode = name;
     const int epochs = int((opt.mnist_updates + opt.eval_every - 1) / opt.eval_every);
     // An "epoch" here is eval_every updates: the test set is evaluated between epochs (mini-batches
     // in flight then are cancelled, so evaluation sees a quiet model).
