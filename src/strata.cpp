@@ -60,6 +60,16 @@ template void ReplicaGroup::hierarchical_all_reduce<double>(int, std::span<doubl
 
 namespace strata::distribute::detail {
 template class ReplicaRuntime<place::Host>;
+template class MirroredCopies<Mirrored<place::Host, sync::Synchronous>, float>;
+template class MirroredCopies<Mirrored<place::Host, sync::Synchronous>, double>;
+template class LockstepBuffers<Default, float>;
+template class LockstepBuffers<Default, double>;
+template class LockstepBuffers<OneDevice<place::Host>, float>;
+template class LockstepBuffers<OneDevice<place::Host>, double>;
+template class LockstepBuffers<Mirrored<place::Host, sync::Synchronous>, float>;
+template class LockstepBuffers<Mirrored<place::Host, sync::Synchronous>, double>;
+template class LockstepBuffers<CentralStorage<place::Host, sync::Synchronous>, float>;
+template class LockstepBuffers<CentralStorage<place::Host, sync::Synchronous>, double>;
 }  // namespace strata::distribute::detail
 
 namespace strata::io {

@@ -234,23 +234,50 @@ struct UnitNetwork<Path, Default> {
     using type = typename Path::unit_network;
 };
 
+/// What of a lockstep path depends on neither the network nor the path (only on the strategy
+/// and the element type): the strategy, one gradient buffer of `num_params` per replica
+/// (zeroed, allocated on the replica's thread from its logical device's memory) and the
+/// optimizer states. Its constructor and destructor are defined out of the class, so that the
+/// compiled part's instantiations for the host strategies (`extern template`, at the end of
+/// strategy.hpp) are the only ones a program uses.
+template <class Strategy, class T>
+class LockstepBuffers {
+public:
+    using P = typename Strategy::place_type;
+    LockstepBuffers(Strategy& s, std::int64_t num_params);
+    ~LockstepBuffers();
+    LockstepBuffers(const LockstepBuffers&) = delete;
+    LockstepBuffers& operator=(const LockstepBuffers&) = delete;
+
+protected:
+    Strategy* strategy_;
+    std::vector<Tensor<T, P>> grads_;
+    OptimizerCopies<T, P> opt_;  // one state per copy of the variables
+};
+
+template <class Strategy, class T>
+LockstepBuffers<Strategy, T>::LockstepBuffers(Strategy& s, std::int64_t num_params) : strategy_(&s) {
+    grads_.resize(std::size_t(s.local_replicas()));
+    s.run_replicas([&](int r) {  // on the replica's thread: from its logical device's memory
+        grads_[std::size_t(r)].resize(Shape{num_params});
+        fill(grads_[std::size_t(r)].view(), T(0));
+    });
+}
+
+template <class Strategy, class T>
+LockstepBuffers<Strategy, T>::~LockstepBuffers() = default;
+
 /// Shared by the lockstep paths: one gradient buffer per replica, every replica computes its
 /// share of the same global batch, then `Derived::apply(r)` combines and updates.
 template <class Derived, class Strategy, class Net, class T>
-class LockstepPath : public PathBase<Derived> {
+class LockstepPath : public PathBase<Derived>, protected LockstepBuffers<Strategy, T> {
 public:
     using value_type = T;
     using place_type = typename Strategy::place_type;
     using P = place_type;
     static constexpr std::int64_t num_params = Net::num_params;
 
-    explicit LockstepPath(Strategy& s) : strategy_(&s) {
-        grads_.resize(std::size_t(units()));
-        run_units([&](int r) {  // on the replica's thread: from its logical device's memory
-            grads_[std::size_t(r)].resize(Shape{num_params});
-            fill(grads_[std::size_t(r)].view(), T(0));
-        });
-    }
+    explicit LockstepPath(Strategy& s) : LockstepBuffers<Strategy, T>(s, num_params) {}
 
     /// This process's replicas (under MultiWorkerMirrored, its share of num_replicas_in_sync).
     int units() const { return strategy_->local_replicas(); }
@@ -333,9 +360,9 @@ public:
 
 protected:
     Derived& self() { return static_cast<Derived&>(*this); }
-    Strategy* strategy_;
-    std::vector<Tensor<T, P>> grads_;
-    OptimizerCopies<T, P> opt_;  // one state per copy of the variables
+    using LockstepBuffers<Strategy, T>::strategy_;
+    using LockstepBuffers<Strategy, T>::grads_;
+    using LockstepBuffers<Strategy, T>::opt_;
 };
 
 /// Logs each parameter `parameters()` lists (a network's Seq::parameters) on `devices[c]` for

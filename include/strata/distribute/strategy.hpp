@@ -432,3 +432,18 @@ concept Strategy = requires {
 #include "strata/distribute/path/central_storage.hpp"
 #include "strata/distribute/path/mirrored.hpp"
 #include "strata/distribute/path/one_device.hpp"
+
+#if !STRATA_HEADER_ONLY
+namespace strata::distribute::detail {
+// The gradient buffers and optimizer states of the host strategies' lockstep paths are compiled
+// once in the compiled part.
+extern template class LockstepBuffers<Default, float>;
+extern template class LockstepBuffers<Default, double>;
+extern template class LockstepBuffers<OneDevice<place::Host>, float>;
+extern template class LockstepBuffers<OneDevice<place::Host>, double>;
+extern template class LockstepBuffers<Mirrored<place::Host, sync::Synchronous>, float>;
+extern template class LockstepBuffers<Mirrored<place::Host, sync::Synchronous>, double>;
+extern template class LockstepBuffers<CentralStorage<place::Host, sync::Synchronous>, float>;
+extern template class LockstepBuffers<CentralStorage<place::Host, sync::Synchronous>, double>;
+}  // namespace strata::distribute::detail
+#endif

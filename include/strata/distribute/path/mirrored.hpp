@@ -95,6 +95,141 @@ struct OneProcess {
     }
 };
 
+/// What of Mirrored's path depends on neither the network nor the processes (only on the
+/// strategy S and the element type T): each replica's copy of the variables, the gradient
+/// buckets over the flat buffer, and the all-reduce of a replica's gradients on host memory (in
+/// one call after backward, or bucket by bucket on the replica's communication thread while
+/// backward goes on). Its members are defined out of the class, so that the compiled part's
+/// instantiations for the host (`extern template`, below) are the only ones a program uses.
+template <class S, class T>
+class MirroredCopies {
+    using P = typename S::place_type;
+
+public:
+    /// A copy of `num_params` variables on each of the strategy's local replicas (allocated on
+    /// the replica's thread, from its logical device's memory), and the buckets over the layers
+    /// whose parameters start at `offsets` (one more offset than layers).
+    MirroredCopies(S& s, std::int64_t num_params, std::span<const std::int64_t> offsets);
+    ~MirroredCopies();
+    MirroredCopies(const MirroredCopies&) = delete;
+    MirroredCopies& operator=(const MirroredCopies&) = delete;
+
+    T* params(int r) { return params_[std::size_t(r)].data(); }
+    /// Gradient buckets a step all-reduces (StrategyOptions::bucket_bytes; 1 = after backward).
+    std::size_t gradient_buckets() const { return buckets_.size(); }
+    /// Whether a step combines gradients at all (more than one replica in sync).
+    bool reduces() const { return s_->num_replicas_in_sync() > 1; }
+    /// Whether the buckets are all-reduced beside backward (host memory, more than one bucket).
+    bool overlapped() const { return place::host_accessible_v<P> && reduces() && buckets_.size() > 1; }
+
+    /// Backward's hook: hands every bucket of replica r's gradients `grads` whose layers are
+    /// complete (from parameter `first` on) to its communication thread.
+    void gradient_ready(int r, std::int64_t first, T* grads);
+    /// Overlapped: hands over what backward has not, then waits until every bucket is summed.
+    void wait(int r, T* grads);
+    /// Not overlapped: all-reduces replica r's whole gradient in one call.
+    void all_reduce(int r, T* grads);
+
+    /// Replica 0's copy, on the host.
+    std::vector<T> get_weights() const;
+    /// Every copy set to `w`.
+    void set_weights(const std::vector<T>& w);
+
+private:
+    // Buckets over the flat gradient buffer, in the order backward produces them (last layer
+    // first): each a contiguous range [first, first + count) of whole layers, planned by
+    // collective::BucketPlan over the layers' parameter blocks.
+    struct Bucket {
+        std::int64_t first = 0, count = 0;
+    };
+    void plan_buckets(std::span<const std::int64_t> offsets);
+    collective::AsyncAllReduce& comm_of(int r);
+
+    S* s_;
+    std::int64_t num_params_;
+    std::vector<Tensor<T, P>> params_;
+    std::vector<Bucket> buckets_;
+    std::vector<std::size_t> next_bucket_;
+    std::vector<std::unique_ptr<collective::AsyncAllReduce>> comm_;
+};
+
+template <class S, class T>
+MirroredCopies<S, T>::MirroredCopies(S& s, std::int64_t num_params, std::span<const std::int64_t> offsets)
+    : s_(&s), num_params_(num_params) {
+    const auto n = std::size_t(s.local_replicas());
+    params_.resize(n);
+    comm_.resize(n);
+    s.run_replicas([&](int r) { params_[std::size_t(r)].resize(Shape{num_params_}); });
+    plan_buckets(offsets);
+}
+
+template <class S, class T>
+MirroredCopies<S, T>::~MirroredCopies() = default;
+
+template <class S, class T>
+void MirroredCopies<S, T>::plan_buckets(std::span<const std::int64_t> off) {
+    next_bucket_.assign(params_.size(), 0);
+    const std::size_t layers = off.size() - 1;
+    std::vector<std::size_t> sizes, layer_of;
+    for (std::size_t l = layers; l-- > 0;)
+        if (off[l + 1] > off[l]) {
+            sizes.push_back(std::size_t(off[l + 1] - off[l]));
+            layer_of.push_back(l);
+        }
+    if (sizes.empty()) return;
+    const std::size_t bytes = s_->options().bucket_bytes;
+    if (bytes == 0) {  // one all-reduce after the whole backward pass
+        buckets_.push_back({0, num_params_});
+        return;
+    }
+    const collective::BucketPlan plan(sizes, sizeof(T), bytes);
+    for (const auto& b : plan.buckets()) {
+        const std::size_t highest = layer_of[b.first_tensor];
+        const std::size_t lowest = layer_of[b.first_tensor + b.tensor_count - 1];
+        buckets_.push_back({off[lowest], off[highest + 1] - off[lowest]});
+    }
+}
+
+template <class S, class T>
+collective::AsyncAllReduce& MirroredCopies<S, T>::comm_of(int r) {
+    auto& c = comm_[std::size_t(r)];
+    if (!c) c = std::make_unique<collective::AsyncAllReduce>(s_->group(), r, ReduceOp::Sum, s_->options().all_reduce);
+    return *c;
+}
+
+template <class S, class T>
+void MirroredCopies<S, T>::gradient_ready(int r, std::int64_t first, T* grads) {
+    if (!overlapped()) return;
+    auto& next = next_bucket_[std::size_t(r)];
+    while (next < buckets_.size() && buckets_[next].first >= first) {
+        const auto& b = buckets_[next];
+        comm_of(r).submit(next, std::span<T>(grads + b.first, std::size_t(b.count)));
+        ++next;
+    }
+}
+
+template <class S, class T>
+void MirroredCopies<S, T>::wait(int r, T* grads) {
+    gradient_ready(r, 0, grads);  // whatever the backward hook has not handed over yet
+    comm_of(r).wait();
+    next_bucket_[std::size_t(r)] = 0;
+}
+
+template <class S, class T>
+void MirroredCopies<S, T>::all_reduce(int r, T* grads) {
+    s_->group().all_reduce(r, std::span<T>(grads, std::size_t(num_params_)), ReduceOp::Sum, s_->options().all_reduce);
+}
+
+template <class S, class T>
+std::vector<T> MirroredCopies<S, T>::get_weights() const {
+    return to_vector(TensorView<T, P>(const_cast<T*>(params_[0].data()), Shape{num_params_}));
+}
+
+template <class S, class T>
+void MirroredCopies<S, T>::set_weights(const std::vector<T>& w) {
+    for (auto& p : params_) copy(TensorView<T, place::Host>(const_cast<T*>(w.data()), Shape{num_params_}), p.view());
+}
+
 /// The mirrored path, for a strategy S with a copy of the variables per replica; `Across` is
 /// what it does beyond its process (OneProcess, or MultiWorkerMirrored's policy).
 template <class S, class Net, class T, class Across = OneProcess>
@@ -106,21 +241,23 @@ class MirroredPath : public LockstepPath<MirroredPath<S, Net, T, Across>, S, Net
 
 public:
     template <class Init>
-    MirroredPath(Strategy& s, Init&& init) : Base(s), across_(s) {
-        const int n = this->units();
-        params_.resize(std::size_t(n));
-        comm_.resize(std::size_t(n));
-        this->run_units([&](int r) { params_[std::size_t(r)].resize(Shape{num_params}); });
-        plan_buckets();
+    MirroredPath(Strategy& s, Init&& init) : Base(s), copies_(s, num_params, std::span<const std::int64_t>(Net::offsets)), across_(s) {
         // Every copy starts from the same values (the initializers' streams depend on the seed
         // only), so the replicas are in sync from step 0.
-        for (auto& p : params_) init(p.data());
+        for (int r = 0; r < this->units(); ++r) init(copies_.params(r));
         across_.template start<Net, T>(*this);
     }
 
-    T* params(int r) { return params_[std::size_t(r)].data(); }
+    /// The lockstep schedule, for the Across policy's run_epoch.
+    template <class Source, class Work, class OnStep>
+    void lockstep_epoch(Source& source, std::uint64_t& step, Work& work, OnStep& on_step) {
+        Base::run_epoch(source, step, work, on_step);
+    }
+    Strategy& strategy() { return *this->strategy_; }
+
+    T* params(int r) { return copies_.params(r); }
     /// Gradient buckets a step all-reduces (StrategyOptions::bucket_bytes; 1 = after backward).
-    std::size_t gradient_buckets() const { return buckets_.size(); }
+    std::size_t gradient_buckets() const { return copies_.gradient_buckets(); }
 
     void compile(const optim::Optimizer& o) {
         across_.compiled(o);
@@ -132,39 +269,24 @@ public:
 
     /// Backward's hook: hands every completed bucket to replica r's communication thread, which
     /// all-reduces it while backward goes on.
-    void gradient_ready(int r, std::int64_t first) {
-        if (!overlapped()) return;
-        auto& next = next_bucket_[std::size_t(r)];
-        while (next < buckets_.size() && buckets_[next].first >= first) {
-            const auto& b = buckets_[next];
-            comm_of(r).submit(next, std::span<T>(this->grads(r) + b.first, std::size_t(b.count)));
-            ++next;
-        }
-    }
+    void gradient_ready(int r, std::int64_t first) { copies_.gradient_ready(r, first, this->grads(r)); }
 
     void apply(int r) {
         T* g = this->grads(r);
         if constexpr (!place::host_accessible_v<P>) {
-            if (reduces()) device_all_reduce(r);
-        } else if (overlapped()) {
+            if (copies_.reduces()) device_all_reduce(r);
+        } else if (copies_.overlapped()) {
             STRATA_PROFILE_MODEL("all-reduce (wait)");
-            gradient_ready(r, 0);  // whatever the backward hook has not handed over yet
-            comm_of(r).wait();
-            next_bucket_[std::size_t(r)] = 0;
-        } else if (reduces()) {
+            copies_.wait(r, g);
+        } else if (copies_.reduces()) {
             STRATA_PROFILE_MODEL("all-reduce");
-            this->strategy_->group().all_reduce(r, std::span<T>(g, std::size_t(num_params)), ReduceOp::Sum,
-                                                this->strategy_->options().all_reduce);
+            copies_.all_reduce(r, g);
         }
         this->opt_.states[std::size_t(r)].apply(params(r), g);
     }
 
-    std::vector<T> get_weights() const {
-        return to_vector(TensorView<T, P>(const_cast<T*>(params_[0].data()), Shape{num_params}));
-    }
-    void set_weights(const std::vector<T>& w) {
-        for (auto& p : params_) copy(TensorView<T, place::Host>(const_cast<T*>(w.data()), Shape{num_params}), p.view());
-    }
+    std::vector<T> get_weights() const { return copies_.get_weights(); }
+    void set_weights(const std::vector<T>& w) { copies_.set_weights(w); }
     void log_placement() { detail::log_variable_copies(&Net::parameters, this->strategy_->devices(), this->units()); }
 
     // ---- what crosses processes (nothing under Mirrored): the Across policy -----------------
@@ -197,55 +319,7 @@ public:
     void run_epoch(Source& source, std::uint64_t& step, Work&& work, OnStep&& on_step) {
         across_.run_epoch(*this, source, step, work, on_step);
     }
-    /// The lockstep schedule, for the Across policy's run_epoch.
-    template <class Source, class Work, class OnStep>
-    void lockstep_epoch(Source& source, std::uint64_t& step, Work& work, OnStep& on_step) {
-        Base::run_epoch(source, step, work, on_step);
-    }
-    Strategy& strategy() { return *this->strategy_; }
-
 private:
-    // Buckets over the flat gradient buffer, in the order backward produces them (last layer
-    // first): each a contiguous range [first, first + count) of whole layers, planned by
-    // collective::BucketPlan over the layers' parameter blocks.
-    struct Bucket {
-        std::int64_t first = 0, count = 0;
-    };
-    void plan_buckets() {
-        next_bucket_.assign(std::size_t(this->units()), 0);
-        const auto& off = Net::offsets;
-        std::vector<std::size_t> sizes, layer_of;
-        for (std::size_t l = Net::num_layers; l-- > 0;)
-            if (off[l + 1] > off[l]) {
-                sizes.push_back(std::size_t(off[l + 1] - off[l]));
-                layer_of.push_back(l);
-            }
-        if (sizes.empty()) return;
-        const std::size_t bytes = this->strategy_->options().bucket_bytes;
-        if (bytes == 0) {  // one all-reduce after the whole backward pass
-            buckets_.push_back({0, num_params});
-            return;
-        }
-        const collective::BucketPlan plan(sizes, sizeof(T), bytes);
-        for (const auto& b : plan.buckets()) {
-            const std::size_t highest = layer_of[b.first_tensor];
-            const std::size_t lowest = layer_of[b.first_tensor + b.tensor_count - 1];
-            buckets_.push_back({off[lowest], off[highest + 1] - off[lowest]});
-        }
-    }
-
-    // Whether a step combines gradients at all (more than one replica in sync).
-    bool reduces() const { return this->strategy_->num_replicas_in_sync() > 1; }
-    bool overlapped() const { return place::host_accessible_v<P> && reduces() && buckets_.size() > 1; }
-
-    collective::AsyncAllReduce& comm_of(int r) {
-        auto& c = comm_[std::size_t(r)];
-        if (!c)
-            c = std::make_unique<collective::AsyncAllReduce>(this->strategy_->group(), r, ReduceOp::Sum,
-                                                             this->strategy_->options().all_reduce);
-        return *c;
-    }
-
     void device_all_reduce(int r) {
         const int n = this->units();
         STRATA_CHECK(n <= 16, ValueError, "Mirrored on a device place: at most 16 replicas, got ", n);
@@ -270,14 +344,17 @@ private:
         this->strategy_->group().barrier(r);  // every slice summed: all buffers hold the total
     }
 
-    std::vector<Tensor<T, P>> params_;
-    std::vector<Bucket> buckets_;
-    std::vector<std::size_t> next_bucket_;
-    std::vector<std::unique_ptr<collective::AsyncAllReduce>> comm_;
+    MirroredCopies<S, T> copies_;
     Across across_;
 };
 
 }  // namespace detail
+
+#if !STRATA_HEADER_ONLY
+// Mirrored's copies on the host are compiled once in the compiled part.
+extern template class detail::MirroredCopies<Mirrored<place::Host, sync::Synchronous>, float>;
+extern template class detail::MirroredCopies<Mirrored<place::Host, sync::Synchronous>, double>;
+#endif
 
 template <class P, class Net, class T>
 class GradientPath<Mirrored<P, sync::Synchronous>, Net, T> : public detail::MirroredPath<Mirrored<P, sync::Synchronous>, Net, T> {
