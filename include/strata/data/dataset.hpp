@@ -775,51 +775,12 @@ public:
     ///                                                        std::move(weights));   // one float per example
     /// \endcode
     static Dataset from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
-                               std::size_t y_per_example = 1, std::vector<float> sample_weight = {}) {
-        using io::shape_text;
-        std::size_t es = 1;
-        for (auto d : example_shape) es *= d;
-        STRATA_CHECK(es > 0, ShapeError, "from_arrays: example shape ", shape_text(example_shape),
-                     " has no elements; expected every extent >= 1");
-        STRATA_CHECK(y_per_example > 0, ValueError, "from_arrays: y_per_example must be >= 1, got 0");
-        STRATA_CHECK(x.size() % es == 0, ShapeError, "from_arrays: x holds ", x.size(),
-                     " floats, which is not a whole number of examples of shape ", shape_text(example_shape), " (", es,
-                     " floats each)");
-        const std::size_t n = x.size() / es;
-        STRATA_CHECK(y.size() == n * y_per_example, ShapeError, "from_arrays: x holds ", n, " examples of shape ",
-                     shape_text(example_shape), ", so y must hold ", n * y_per_example, " labels (", y_per_example,
-                     " per example), but it holds ", y.size());
-        const std::size_t wp = sample_weight.empty() ? 0 : 1;
-        STRATA_CHECK(sample_weight.empty() || sample_weight.size() == n, ShapeError, "from_arrays: x holds ", n,
-                     " examples of shape ", shape_text(example_shape), ", so sample_weight must hold ", n,
-                     " weights (one per example) or none, but it holds ", sample_weight.size());
-        for (std::size_t i = 0; i < sample_weight.size(); ++i) {
-            const float v = sample_weight[i];
-            // Keras accepts any weight; a negative one would reward the loss it should penalise,
-            // and a NaN or infinity would poison every gradient it touches: refused here, where
-            // the index can still be named.
-            if (!(std::isfinite(v) && v >= 0.0f))
-                throw_error<ValueError>("from_arrays: sample_weight[", i, "] is ", v,
-                                        "; sample weights must be finite and >= 0");
-        }
-        auto arrays = std::make_shared<const detail::ds::Arrays<Y>>(
-            detail::ds::Arrays<Y>{std::move(x), std::move(y), std::move(sample_weight), n, es, y_per_example, wp});
-        Dataset d;
-        d.node_ = std::make_shared<detail::ds::SourceNode<Y>>(std::move(arrays));
-        d.shape_ = std::make_shared<const std::vector<std::size_t>>(std::move(example_shape));
-        d.es_ = es;
-        d.yp_ = y_per_example;
-        d.wp_ = wp;
-        d.cardinality_ = static_cast<std::int64_t>(n);
-        return d;
-    }
+                               std::size_t y_per_example = 1, std::vector<float> sample_weight = {});
 
     /// from_arrays with one label per example and a weight for each:
     /// `from_arrays(x, shape, y, sample_weight)` is `from_arrays(x, shape, y, 1, sample_weight)`.
     static Dataset from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
-                               std::vector<float> sample_weight) {
-        return from_arrays(std::move(x), std::move(example_shape), std::move(y), 1, std::move(sample_weight));
-    }
+                               std::vector<float> sample_weight);
 
     /// Shuffles elements with a buffer of `buffer_size` (tf.data's algorithm: fill the buffer,
     /// emit a uniformly random element of it and replace it with the next input). A buffer at
@@ -828,46 +789,19 @@ public:
     /// comment): the same for the same epoch, different across epochs and repetitions.
     /// Requires: buffer_size >= 1 (ValueError). The buffer holds references to stable examples
     /// (from from_arrays or cache) and copies of anything else.
-    Dataset shuffle(std::size_t buffer_size, std::uint64_t seed) const {
-        STRATA_CHECK(buffer_size >= 1, ValueError, "shuffle: buffer_size must be >= 1, got 0");
-        return with(std::make_shared<detail::ds::ShuffleNode<Y>>(node_, buffer_size, seed, es_, yp_, wp_), cardinality_);
-    }
+    Dataset shuffle(std::size_t buffer_size, std::uint64_t seed) const;
 
     /// Groups `n` consecutive examples into one element; the last batch holds the remainder
     /// unless `drop_remainder`, which drops it.
     /// Requires: n >= 1 (ValueError); the dataset is not batched already (ValueError).
     /// Ensures: cardinality() is ceil(N / n), or floor(N / n) with `drop_remainder`.
-    Dataset batch(std::size_t n, bool drop_remainder = false) const {
-        STRATA_CHECK(n >= 1, ValueError, "batch: the batch size must be >= 1, got 0");
-        STRATA_CHECK(batch_ == 0, ValueError, "batch(", n, "): this dataset is already batched (batch size ", batch_,
-                     "); call batch once, after the per-example steps");
-        std::int64_t c = cardinality_;
-        if (c >= 0) {
-            const auto b = static_cast<std::int64_t>(n);
-            c = drop_remainder ? c / b : c / b + (c % b != 0);
-        }
-        Dataset d = with(std::make_shared<detail::ds::BatchNode<Y>>(node_, n, drop_remainder, es_, yp_, wp_), c);
-        d.batch_ = n;
-        return d;
-    }
+    Dataset batch(std::size_t n, bool drop_remainder = false) const;
 
     /// Repeats the dataset `count` times, or forever when `count` is -1 (the default). Each
     /// repetition is a new pass for the steps before it (a shuffle reshuffles). An empty input
     /// ends the repetition instead of spinning.
     /// Requires: count >= -1 (ValueError).
-    Dataset repeat(std::int64_t count = -1) const {
-        STRATA_CHECK(count >= -1, ValueError, "repeat: count must be >= 0, or -1 for forever; got ", count);
-        std::int64_t c = cardinality_;
-        if (c == 0 || c == unknown_cardinality) {
-        } else if (count == -1) {
-            c = infinite_cardinality;
-        } else if (count == 0) {
-            c = 0;
-        } else if (c != infinite_cardinality) {
-            c = detail::ds::mul_cardinality(c, count);
-        }
-        return with(std::make_shared<detail::ds::RepeatNode<Y>>(node_, count), c);
-    }
+    Dataset repeat(std::int64_t count = -1) const;
 
     /// Applies `fn(x, y)` to a copy of every element, which it may edit in place: before batch()
     /// the spans hold one example, after it a whole batch (`x.size() / example_size()` examples).
@@ -889,35 +823,16 @@ public:
     /// passes, so the steps before it (a map, say) run once. A pass that stops early (take, an
     /// iterator destroyed mid-way) caches nothing, as in tf.data. Later passes replay the first
     /// pass's order: put shuffle after cache. Caching an infinite dataset exhausts memory.
-    Dataset cache() const {
-        // Reserve for the whole first pass when its size is known and modest (<= 1 GiB of x), so
-        // filling the cache does not copy it over and over while growing.
-        std::size_t reserve = 0;
-        const std::size_t per = batch_ ? batch_ : 1;
-        if (cardinality_ >= 0 && static_cast<std::uint64_t>(cardinality_) <= (std::uint64_t(1) << 28) / (per * es_))
-            reserve = static_cast<std::size_t>(cardinality_) * per;
-        return with(std::make_shared<detail::ds::CacheNode<Y>>(node_, es_, yp_, wp_, reserve), cardinality_);
-    }
+    Dataset cache() const;
 
     /// Runs the steps before it on a background thread that keeps up to `k` elements ready, so
     /// the next batch is waiting when a training step ends. Same elements, same order.
     /// Requires: k >= 1 (ValueError).
-    Dataset prefetch(std::size_t k = 1) const {
-        STRATA_CHECK(k >= 1, ValueError, "prefetch: the buffer size must be >= 1, got 0");
-        return with(std::make_shared<detail::ds::PrefetchNode<Y>>(node_, k, es_, yp_, wp_), cardinality_);
-    }
+    Dataset prefetch(std::size_t k = 1) const;
 
     /// The first `n` elements (all of them when n is -1).
     /// Requires: n >= -1 (ValueError).
-    Dataset take(std::int64_t n) const {
-        STRATA_CHECK(n >= -1, ValueError, "take: count must be >= 0, or -1 for all; got ", n);
-        std::int64_t c = cardinality_;
-        if (n >= 0) {
-            if (c == infinite_cardinality) c = n;
-            else if (c >= 0) c = std::min(c, n);
-        }
-        return with(std::make_shared<detail::ds::TakeNode<Y>>(node_, n), c);
-    }
+    Dataset take(std::int64_t n) const;
 
     /// The number of elements a pass yields (batches after batch(), examples before), or
     /// infinite_cardinality, or unknown_cardinality.
@@ -962,6 +877,120 @@ private:
         return d;
     }
 };
+
+// Dataset's steps are defined out of the class, so that the compiled part's Dataset<int32_t>
+// is the only instantiation of them a program with the compiled part compiles (GCC instantiates
+// members defined in the class for inlining even where an `extern template` declares them).
+template <DatasetLabel Y>
+Dataset<Y> Dataset<Y>::from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
+                                   std::size_t y_per_example, std::vector<float> sample_weight) {
+    using io::shape_text;
+    std::size_t es = 1;
+    for (auto d : example_shape) es *= d;
+    STRATA_CHECK(es > 0, ShapeError, "from_arrays: example shape ", shape_text(example_shape),
+                 " has no elements; expected every extent >= 1");
+    STRATA_CHECK(y_per_example > 0, ValueError, "from_arrays: y_per_example must be >= 1, got 0");
+    STRATA_CHECK(x.size() % es == 0, ShapeError, "from_arrays: x holds ", x.size(),
+                 " floats, which is not a whole number of examples of shape ", shape_text(example_shape), " (", es,
+                 " floats each)");
+    const std::size_t n = x.size() / es;
+    STRATA_CHECK(y.size() == n * y_per_example, ShapeError, "from_arrays: x holds ", n, " examples of shape ",
+                 shape_text(example_shape), ", so y must hold ", n * y_per_example, " labels (", y_per_example,
+                 " per example), but it holds ", y.size());
+    const std::size_t wp = sample_weight.empty() ? 0 : 1;
+    STRATA_CHECK(sample_weight.empty() || sample_weight.size() == n, ShapeError, "from_arrays: x holds ", n,
+                 " examples of shape ", shape_text(example_shape), ", so sample_weight must hold ", n,
+                 " weights (one per example) or none, but it holds ", sample_weight.size());
+    for (std::size_t i = 0; i < sample_weight.size(); ++i) {
+        const float v = sample_weight[i];
+        // Keras accepts any weight; a negative one would reward the loss it should penalise,
+        // and a NaN or infinity would poison every gradient it touches: refused here, where
+        // the index can still be named.
+        if (!(std::isfinite(v) && v >= 0.0f))
+            throw_error<ValueError>("from_arrays: sample_weight[", i, "] is ", v,
+                                    "; sample weights must be finite and >= 0");
+    }
+    auto arrays = std::make_shared<const detail::ds::Arrays<Y>>(
+        detail::ds::Arrays<Y>{std::move(x), std::move(y), std::move(sample_weight), n, es, y_per_example, wp});
+    Dataset d;
+    d.node_ = std::make_shared<detail::ds::SourceNode<Y>>(std::move(arrays));
+    d.shape_ = std::make_shared<const std::vector<std::size_t>>(std::move(example_shape));
+    d.es_ = es;
+    d.yp_ = y_per_example;
+    d.wp_ = wp;
+    d.cardinality_ = static_cast<std::int64_t>(n);
+    return d;
+}
+
+template <DatasetLabel Y>
+Dataset<Y> Dataset<Y>::from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
+                                   std::vector<float> sample_weight) {
+    return from_arrays(std::move(x), std::move(example_shape), std::move(y), 1, std::move(sample_weight));
+}
+
+template <DatasetLabel Y>
+Dataset<Y> Dataset<Y>::shuffle(std::size_t buffer_size, std::uint64_t seed) const {
+    STRATA_CHECK(buffer_size >= 1, ValueError, "shuffle: buffer_size must be >= 1, got 0");
+    return with(std::make_shared<detail::ds::ShuffleNode<Y>>(node_, buffer_size, seed, es_, yp_, wp_), cardinality_);
+}
+
+template <DatasetLabel Y>
+Dataset<Y> Dataset<Y>::batch(std::size_t n, bool drop_remainder) const {
+    STRATA_CHECK(n >= 1, ValueError, "batch: the batch size must be >= 1, got 0");
+    STRATA_CHECK(batch_ == 0, ValueError, "batch(", n, "): this dataset is already batched (batch size ", batch_,
+                 "); call batch once, after the per-example steps");
+    std::int64_t c = cardinality_;
+    if (c >= 0) {
+        const auto b = static_cast<std::int64_t>(n);
+        c = drop_remainder ? c / b : c / b + (c % b != 0);
+    }
+    Dataset d = with(std::make_shared<detail::ds::BatchNode<Y>>(node_, n, drop_remainder, es_, yp_, wp_), c);
+    d.batch_ = n;
+    return d;
+}
+
+template <DatasetLabel Y>
+Dataset<Y> Dataset<Y>::repeat(std::int64_t count) const {
+    STRATA_CHECK(count >= -1, ValueError, "repeat: count must be >= 0, or -1 for forever; got ", count);
+    std::int64_t c = cardinality_;
+    if (c == 0 || c == unknown_cardinality) {
+    } else if (count == -1) {
+        c = infinite_cardinality;
+    } else if (count == 0) {
+        c = 0;
+    } else if (c != infinite_cardinality) {
+        c = detail::ds::mul_cardinality(c, count);
+    }
+    return with(std::make_shared<detail::ds::RepeatNode<Y>>(node_, count), c);
+}
+
+template <DatasetLabel Y>
+Dataset<Y> Dataset<Y>::cache() const {
+    // Reserve for the whole first pass when its size is known and modest (<= 1 GiB of x), so
+    // filling the cache does not copy it over and over while growing.
+    std::size_t reserve = 0;
+    const std::size_t per = batch_ ? batch_ : 1;
+    if (cardinality_ >= 0 && static_cast<std::uint64_t>(cardinality_) <= (std::uint64_t(1) << 28) / (per * es_))
+        reserve = static_cast<std::size_t>(cardinality_) * per;
+    return with(std::make_shared<detail::ds::CacheNode<Y>>(node_, es_, yp_, wp_, reserve), cardinality_);
+}
+
+template <DatasetLabel Y>
+Dataset<Y> Dataset<Y>::prefetch(std::size_t k) const {
+    STRATA_CHECK(k >= 1, ValueError, "prefetch: the buffer size must be >= 1, got 0");
+    return with(std::make_shared<detail::ds::PrefetchNode<Y>>(node_, k, es_, yp_, wp_), cardinality_);
+}
+
+template <DatasetLabel Y>
+Dataset<Y> Dataset<Y>::take(std::int64_t n) const {
+    STRATA_CHECK(n >= -1, ValueError, "take: count must be >= 0, or -1 for all; got ", n);
+    std::int64_t c = cardinality_;
+    if (n >= 0) {
+        if (c == infinite_cardinality) c = n;
+        else if (c >= 0) c = std::min(c, n);
+    }
+    return with(std::make_shared<detail::ds::TakeNode<Y>>(node_, n), c);
+}
 
 /// An iterator over one pass of a Dataset (a C++20 input iterator; compare with
 /// std::default_sentinel for the end). Move-only; it owns the pass's buffers and threads, and
