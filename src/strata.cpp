@@ -16,6 +16,7 @@
 #include "strata/distribute/collective/impl/all_reduce.ipp"
 #include "strata/distribute/collective/impl/async.ipp"
 #include "strata/distribute/impl/gradient_path.ipp"
+#include "strata/distribute/impl/parameter_server.ipp"
 #include "strata/distribute/impl/pipeline.ipp"
 #include "strata/distribute/impl/rendezvous.ipp"
 #include "strata/distribute/impl/replica_pool.ipp"
@@ -60,6 +61,12 @@ template void ReplicaGroup::hierarchical_all_reduce<double>(int, std::span<doubl
 
 namespace strata::distribute::detail {
 template class ReplicaRuntime<place::Host>;
+template class ParameterServerCore<place::Host, float>;
+template class ParameterServerCore<place::Host, double>;
+template void ParameterServerCore<place::Host, float>::epoch_run<std::int32_t>(ParameterServerCore<place::Host, float>::Next<std::int32_t>,
+                                                                              std::uint64_t&,
+                                                                              ParameterServerCore<place::Host, float>::Work<std::int32_t>,
+                                                                              ParameterServerCore<place::Host, float>::OnStep);
 template class MirroredCopies<Mirrored<place::Host, sync::Synchronous>, float>;
 template class MirroredCopies<Mirrored<place::Host, sync::Synchronous>, double>;
 template class LockstepBuffers<Default, float>;

@@ -130,10 +130,64 @@ struct ParameterServerOptions {
     collective::Settings settings{};
 };
 
+namespace detail {
+
+/// A ParameterServer's sync mode as its type fixes it: what the options are checked against.
+struct ParameterServerType {
+    const char* mode_name;  ///< Sync::name
+    bool dynamic_rule;      ///< sync::Any: the rule, K and B come from the options
+    sync::Rule rule;        ///< the type's rule (unused under sync::Any)
+    int k, bound;           ///< the type's K and B (sync::dynamic: from the options)
+};
+
+/// What of a ParameterServer depends on neither its place nor its sync type: the options
+/// checked against the type, the mode in force (rule, K, B), its name and settings, and the
+/// servers' logical devices. Compiled once (in the compiled part, or inline header-only).
+class ParameterServerConfig {
+public:
+    /// Checks `options` against `type`, `workers` and `servers`; across processes, agrees on
+    /// the settings with every rank. `device`: the replicas' device, which the servers share.
+    STRATA_DECL ParameterServerConfig(int workers, int servers, ParameterServerOptions options, ParameterServerType type,
+                                      const place::LogicalDevice& device);
+
+    /// The mode's rule: the type's, or ParameterServerOptions::rule under sync::Any.
+    sync::Rule rule() const { return rule_; }
+    /// K in force (the type's, or ParameterServerOptions::k for a dynamic one): 0 for
+    /// Synchronous (every worker), 1 for Asynchronous.
+    int k() const { return k_; }
+    /// The SSP bound in force (−1: unbounded or not an SSP mode).
+    int staleness_bound() const { return bound_; }
+    int num_servers() const { return servers_; }
+    const ParameterServerOptions& ps_options() const { return ps_options_; }
+    /// The logical device of each server (in one process: host memory, named like TF's ps tasks).
+    const std::vector<place::LogicalDevice>& server_devices() const { return server_devices_; }
+    /// "KSync<2>", "Asynchronous<3>", "Synchronous" (dynamic knobs shown by their run-time value).
+    STRATA_DECL std::string sync_name() const;
+    /// What every rank of a parameter server across processes must share, beyond the number
+    /// of workers and servers and the timeout (compared when the ranks join): the mode (its
+    /// rule, K and B), the clock, the partitioner, the straggler model and its seed, and the
+    /// virtual batch time. (cores_per_worker may differ.)
+    STRATA_DECL collective::Settings settings() const;
+
+protected:
+    /// `workers` checked (>= 1, not more threads than the machine takes); the replicas' options.
+    STRATA_DECL static int checked_workers(int workers);
+    STRATA_DECL static StrategyOptions runtime_options(const ParameterServerOptions& o);
+
+private:
+    int servers_;
+    ParameterServerOptions ps_options_;
+    sync::Rule rule_;
+    int k_, bound_;
+    std::vector<place::LogicalDevice> server_devices_;
+};
+
+}  // namespace detail
+
 /// Workers and sharded parameter servers in one process, under sync mode `Sync` (default:
 /// asynchronous, as tf.distribute's ParameterServerStrategy).
 template <class P = place::Host, class Sync = sync::Asynchronous<>>
-class ParameterServer : public detail::ReplicaRuntime<P> {
+class ParameterServer : public detail::ReplicaRuntime<P>, public detail::ParameterServerConfig {
     static_assert(place::Place<P>, "strata::distribute::ParameterServer<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(sync::SyncMode<Sync>, "strata::distribute::ParameterServer<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, "
                                         "KSync<K>, KBatchSync<K>, KAsync<K>, KBatchAsync<K>, Asynchronous<B>)");
@@ -156,145 +210,18 @@ public:
     /// `workers` compute units and `servers` parameter servers.
     ParameterServer(int workers, int servers, ParameterServerOptions options = {})
         : detail::ReplicaRuntime<P>(checked_workers(workers), runtime_options(options), "ParameterServer", true),
-          servers_(servers), ps_options_(std::move(options)) {
-        STRATA_CHECK(servers >= 1, ValueError, "ParameterServer: the number of servers must be >= 1, got ", servers);
-        STRATA_CHECK(servers <= max_replica_threads(), ValueError, "ParameterServer: ", servers, " servers (one thread each) on ",
-                     hardware_threads(), " hardware threads; at most ", max_replica_threads(), " (16 per hardware thread, at least 64)");
-        if constexpr (dynamic_rule) {
-            STRATA_CHECK(ps_options_.rule.has_value(), ValueError, "ParameterServer<sync::Any>: choose the mode in "
-                         "ParameterServerOptions::rule (Synchronous, KSync, KBatchSync, KAsync, KBatchAsync or Asynchronous)");
-        } else {
-            STRATA_CHECK(!ps_options_.rule || *ps_options_.rule == sync::traits<Sync>::rule, ValueError, "ParameterServer<",
-                         Sync::name, ">: ParameterServerOptions::rule = ", sync::rule_name(*ps_options_.rule),
-                         " contradicts the type's mode (leave it empty, or use sync::Any to choose the mode at run time)");
-        }
-        const sync::Rule r = rule();
-        const bool k_mode = r != sync::Rule::Synchronous && r != sync::Rule::Asynchronous;
-        if (static_k == sync::dynamic && k_mode) {
-            STRATA_CHECK(ps_options_.k >= 1, ValueError, "ParameterServer<", Sync::name, dynamic_rule ? "" : "<sync::dynamic>",
-                         ">: give K in ParameterServerOptions::k (>= 1), got ", ps_options_.k);
-        } else if (k_mode) {
-            STRATA_CHECK(ps_options_.k == 0 || ps_options_.k == static_k, ValueError, "ParameterServer<", Sync::name, "<", static_k,
-                         ">>: ParameterServerOptions::k = ", ps_options_.k, " contradicts the mode's K = ", static_k,
-                         " (leave it 0, or use ", Sync::name, "<sync::dynamic>)");
-        } else {
-            STRATA_CHECK(ps_options_.k == 0, ValueError, "ParameterServer<", sync_name(), ">: ParameterServerOptions::k = ",
-                         ps_options_.k, " means nothing for this mode (only the K modes take a K)");
-        }
-        if (static_bound == sync::dynamic && r == sync::Rule::Asynchronous) {
-            STRATA_CHECK(ps_options_.staleness_bound >= -1, ValueError, "ParameterServer<", dynamic_rule ? "sync::Any" : "Asynchronous<sync::dynamic>",
-                         ">: ParameterServerOptions::staleness_bound must be >= 0, or -1 for unbounded, got ", ps_options_.staleness_bound);
-        } else if (r == sync::Rule::Asynchronous) {
-            STRATA_CHECK(ps_options_.staleness_bound == -1 || ps_options_.staleness_bound == static_bound, ValueError,
-                         "ParameterServer<", sync_name(), ">: ParameterServerOptions::staleness_bound = ", ps_options_.staleness_bound,
-                         " contradicts the mode's bound ", static_bound, " (use Asynchronous<sync::dynamic> to choose it at run time)");
-        } else {
-            STRATA_CHECK(ps_options_.staleness_bound == -1, ValueError, "ParameterServer<", sync_name(),
-                         ">: a staleness bound means nothing for this mode (only Asynchronous<B> takes one)");
-        }
-        if (k() > 0)
-            STRATA_CHECK(k() <= workers, ValueError, "ParameterServer<", sync_name(), ">: K = ", k(), " needs at least ", k(),
-                         " workers, got ", workers);
-        STRATA_CHECK(ps_options_.virtual_batch_seconds > 0 && ps_options_.virtual_batch_seconds < 1e9, ValueError,
-                     "ParameterServer: virtual_batch_seconds must be in (0, 1e9), got ", ps_options_.virtual_batch_seconds);
-        STRATA_CHECK(ps_options_.timeout.count() > 0, ValueError, "ParameterServer: timeout must be > 0 ms, got ",
-                     ps_options_.timeout.count());
-        validate(ps_options_.partitioner);
-        ps_options_.stragglers.validate(workers);
-        if (ps_options_.processes)
-            STRATA_CHECK(ps_options_.processes->processes() == 1 + servers + workers, ValueError, "ParameterServer: ", workers,
-                         " workers and ", servers, " servers across processes need ", 1 + servers + workers, " processes, the job has ",
-                         ps_options_.processes->processes());
-        if (ps_options_.processes) {
-            auto mine = settings();
-            for (const auto& kv : ps_options_.settings) mine.push_back(kv);
-            ps_options_.processes->agree(mine, "ParameterServer's settings (every process must be started with the same ones)");
-        }
-        for (int s = 0; s < servers; ++s) {
-            place::LogicalDevice d = this->devices()[0];
-            d.name = "/job:ps/task:" + std::to_string(s) + "/device:CPU:0";
-            server_devices_.push_back(d);
-        }
-        if (place::get_log_device_placement())
-            for (int s = 0; s < servers; ++s)
-                place::log_placement("ParameterServer server " + std::to_string(s) + " (its shards and their updates)",
-                                     server_devices_[std::size_t(s)]);
-    }
+          detail::ParameterServerConfig(workers, servers, std::move(options),
+                                        {Sync::name, dynamic_rule, sync::traits<Sync>::rule, static_k, static_bound},
+                                        this->devices()[0]) {}
 
     int num_workers() const { return this->num_replicas_in_sync(); }
-    /// The mode's rule: the type's, or ParameterServerOptions::rule under sync::Any.
-    sync::Rule rule() const {
-        if constexpr (dynamic_rule) return ps_options_.rule.value_or(sync::Rule::Synchronous);
-        else return sync::traits<Sync>::rule;
-    }
-    /// K in force (the type's, or ParameterServerOptions::k for a dynamic one): 0 for
-    /// Synchronous (every worker), 1 for Asynchronous.
-    int k() const {
-        if constexpr (dynamic_rule) {
-            const sync::Rule r = rule();
-            return r == sync::Rule::Synchronous ? 0 : r == sync::Rule::Asynchronous ? 1 : ps_options_.k;
-        } else {
-            return static_k == sync::dynamic ? ps_options_.k : static_k;
-        }
-    }
-    /// The SSP bound in force (−1: unbounded or not an SSP mode).
-    int staleness_bound() const {
-        if (rule() != sync::Rule::Asynchronous) return -1;
-        return static_bound == sync::dynamic ? ps_options_.staleness_bound : static_bound;
-    }
-    int num_servers() const { return servers_; }
-    const ParameterServerOptions& ps_options() const { return ps_options_; }
-    /// The logical device of each server (in one process: host memory, named like TF's ps tasks).
-    const std::vector<place::LogicalDevice>& server_devices() const { return server_devices_; }
-    /// "KSync<2>", "Asynchronous<3>", "Synchronous" (dynamic knobs shown by their run-time value).
-    std::string sync_name() const {
-        switch (rule()) {
-            case sync::Rule::Synchronous: return "Synchronous";
-            case sync::Rule::Asynchronous: return "Asynchronous<" + std::to_string(staleness_bound()) + ">";
-            case sync::Rule::KSync: return "KSync<" + std::to_string(k()) + ">";
-            case sync::Rule::KBatchSync: return "KBatchSync<" + std::to_string(k()) + ">";
-            case sync::Rule::KAsync: return "KAsync<" + std::to_string(k()) + ">";
-            case sync::Rule::KBatchAsync: return "KBatchAsync<" + std::to_string(k()) + ">";
-        }
-        return "?";
-    }
-
-    /// What every rank of a parameter server across processes must share, beyond the number
-    /// of workers and servers and the timeout (compared when the ranks join): the mode (its
-    /// rule, K and B), the clock, the partitioner, the straggler model and its seed, and the
-    /// virtual batch time. (cores_per_worker may differ.)
-    collective::Settings settings() const {
-        char vbs[40];
-        std::snprintf(vbs, sizeof vbs, "%.17g", ps_options_.virtual_batch_seconds);
-        return {{"sync mode", sync_name()},
-                {"clock", clock_name(ps_options_.clock)},
-                {"partitioner", describe(ps_options_.partitioner)},
-                {"stragglers", ps_options_.stragglers.describe()},
-                {"straggler_seed", std::to_string(ps_options_.straggler_seed)},
-                {"virtual_batch_seconds", vbs}};
-    }
-
-private:
-    static int checked_workers(int workers) {
-        STRATA_CHECK(workers >= 1, ValueError, "ParameterServer: the number of workers must be >= 1, got ", workers);
-        STRATA_CHECK(workers <= max_replica_threads(), ValueError, "ParameterServer: ", workers, " workers (one thread each) on ",
-                     hardware_threads(), " hardware threads; at most ", max_replica_threads(),
-                     " (16 per hardware thread, at least 64): more only wait for each other and each holds its own buffers");
-        return workers;
-    }
-    static StrategyOptions runtime_options(const ParameterServerOptions& o) {
-        StrategyOptions s;
-        s.cores_per_replica = o.cores_per_worker;
-        s.timeout = o.timeout;
-        return s;
-    }
-
-    int servers_;
-    ParameterServerOptions ps_options_;
-    std::vector<place::LogicalDevice> server_devices_;
 };
 
 }  // namespace strata::distribute
+
+#if STRATA_HEADER_ONLY
+#include "strata/distribute/impl/parameter_server.ipp"
+#endif
 
 // The strategy brings its gradient path (servers, shards, the sync mode's admission rule).
 #include "strata/distribute/path/parameter_server.hpp"
