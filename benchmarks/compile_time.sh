@@ -90,7 +90,7 @@ int main() {
 CPP
 
 # tools/mnist_cnn's host units (as tools/meson.build lists them, without CUDA) and their flags.
-units=(tools/mnist_cnn.cpp tools/mnist_cnn_train.cpp tools/mnist_cnn_ps.cpp tools/mnist_cnn_pipeline.cpp tools/mnist_cnn_nogpu.cpp)
+units=(tools/mnist_cnn.cpp tools/mnist_cnn_train.cpp tools/mnist_cnn_ps.cpp tools/mnist_cnn_pipeline.cpp)
 mpi_flags=() mpi_libs=()
 if command -v mpicxx >/dev/null 2>&1; then
   read -r -a mpi_flags <<<"$(mpicxx --showme:compile)"

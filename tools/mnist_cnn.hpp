@@ -190,7 +190,7 @@ Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int&
 int multi_worker_rank();
 
 /// --device gpu (mnist_cnn_gpu.cu, compiled by nvcc): --strategy one_device, mirrored or
-/// central_storage with CUDA tensors. Where nvcc was not found, mnist_cnn_nogpu.cpp throws an
+/// central_storage with CUDA tensors. Where nvcc was not found, mnist_cnn.cpp's fallback throws an
 /// error saying the program was built without CUDA.
 Report train_on_gpu(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync);
 /// Whether the GPU unit is in this program.
