@@ -1,7 +1,7 @@
 // tools/mnist_cnn --device gpu: the in-process strategies (and the parameter server's
 // workers) with CUDA tensors. Compiled by nvcc
-// wherever it is found (examples/meson.build), so that the same binary offers both devices;
-// where it is not, mnist_cnn_nogpu.cpp says the program was built without CUDA. Being in the
+// wherever it is found (tools/meson.build), so that the same binary offers both devices;
+// where it is not, mnist_cnn.cpp's fallback says the program was built without CUDA. Being in the
 // program, this unit also registers the CUDA calls that let strata::place list the GPUs.
 #include "mnist_cnn_ps.hpp"
 
