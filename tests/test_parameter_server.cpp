@@ -328,8 +328,55 @@ TEST_CASE("bad arguments are clear errors") {
               strata::Model<Mlp, PS> m(ps);
           }),
           "FixedShards(9) asks for more shards than any variable has rows (the largest axis 0 is 7)"));
-    CHECK(has(error_of<strata::ValueError>([] { PS ps(3, 1, {.stragglers = dist::Stragglers::slow(5, 2)}); }), "5"));
-    CHECK(has(error_of<strata::ValueError>([] { PS ps(3, 1, {.virtual_batch_seconds = 0}); }), "virtual_batch_seconds"));
+    CHECK(has(error_of<strata::ValueError>([] { PS ps(3, 1, {.stragglers = dist::Stragglers::slow(5, 2)}); }),
+              "worker 5 does not exist; expected a worker index in [0, 3)"));
+    CHECK(has(error_of<strata::ValueError>([] { PS ps(3, 1, {.virtual_batch_seconds = 0}); }),
+              "virtual_batch_seconds must be in (0, 1e9), got 0"));
+    CHECK(has(error_of<strata::ValueError>([] { PS ps(3, 1, {.timeout = std::chrono::milliseconds(0)}); }),
+              "timeout must be > 0 ms, got 0"));
+    const int too_many = dist::max_replica_threads() + 1;
+    CHECK(has(error_of<strata::ValueError>([&] { PS ps(3, too_many); }),
+              std::to_string(too_many) + " servers (one thread each) on "));
+}
+
+TEST_CASE("the mode in force: rule, K, B and the name as the type fixes them or the options give them; each knob checked") {
+    // The strategy resolves its mode once (ParameterServerConfig) and the path reads it at run
+    // time: every way of naming a mode must give the same rule, K, B and name.
+    auto mode = [](const auto& ps) {
+        return std::string(ss::rule_name(ps.rule())) + " k=" + std::to_string(ps.k()) + " b=" +
+               std::to_string(ps.staleness_bound()) + " " + ps.sync_name();
+    };
+    CHECK(mode(dist::ParameterServer<Host, ss::Synchronous>(3, 1)) == "sync k=0 b=-1 Synchronous");
+    CHECK(mode(dist::ParameterServer<Host, ss::KSync<2>>(3, 1)) == "ksync k=2 b=-1 KSync<2>");
+    CHECK(mode(dist::ParameterServer<Host, ss::KBatchSync<3>>(3, 1)) == "kbatch_sync k=3 b=-1 KBatchSync<3>");
+    CHECK(mode(dist::ParameterServer<Host, ss::KAsync<ss::dynamic>>(3, 1, {.k = 2})) == "kasync k=2 b=-1 KAsync<2>");
+    CHECK(mode(dist::ParameterServer<Host, ss::Asynchronous<>>(3, 1)) == "async k=1 b=-1 Asynchronous<-1>");
+    CHECK(mode(dist::ParameterServer<Host, ss::Asynchronous<2>>(3, 1)) == "async k=1 b=2 Asynchronous<2>");
+    CHECK(mode(dist::ParameterServer<Host, ss::Asynchronous<ss::dynamic>>(3, 1, {.staleness_bound = 4})) ==
+          "async k=1 b=4 Asynchronous<4>");
+    using AnyPs = dist::ParameterServer<Host, ss::Any>;
+    CHECK(mode(AnyPs(3, 1, {.rule = ss::Rule::Synchronous})) == "sync k=0 b=-1 Synchronous");
+    CHECK(mode(AnyPs(3, 1, {.rule = ss::Rule::KBatchSync, .k = 3})) == "kbatch_sync k=3 b=-1 KBatchSync<3>");
+    CHECK(mode(AnyPs(3, 1, {.rule = ss::Rule::Asynchronous, .staleness_bound = 2})) == "async k=1 b=2 Asynchronous<2>");
+    CHECK(mode(AnyPs(3, 1, {.rule = ss::Rule::Asynchronous})) == "async k=1 b=-1 Asynchronous<-1>");
+    // The settings every process compares carry the same name.
+    const AnyPs any(3, 1, {.rule = ss::Rule::KAsync, .k = 2});
+    const auto settings = any.settings();
+    CHECK(std::find(settings.begin(), settings.end(), std::pair<std::string, std::string>{"sync mode", "KAsync<2>"}) !=
+          settings.end());
+    // The bound: given where the type leaves it open, else the type's or none.
+    CHECK(has(error_of<strata::ValueError>([] { dist::ParameterServer<Host, ss::Asynchronous<ss::dynamic>> ps(3, 1, {.staleness_bound = -2}); }),
+              "ParameterServer<Asynchronous<sync::dynamic>>: ParameterServerOptions::staleness_bound must be >= 0, or -1 for "
+              "unbounded, got -2"));
+    CHECK(has(error_of<strata::ValueError>([] { AnyPs ps(3, 1, {.rule = ss::Rule::Asynchronous, .staleness_bound = -2}); }),
+              "ParameterServer<sync::Any>: ParameterServerOptions::staleness_bound must be >= 0, or -1 for unbounded, got -2"));
+    CHECK(has(error_of<strata::ValueError>([] { dist::ParameterServer<Host, ss::Asynchronous<2>> ps(3, 1, {.staleness_bound = 3}); }),
+              "ParameterServer<Asynchronous<2>>: ParameterServerOptions::staleness_bound = 3 contradicts the mode's bound 2"));
+    CHECK(has(error_of<strata::ValueError>([] { AnyPs ps(3, 1, {.rule = ss::Rule::KSync, .k = 2, .staleness_bound = 1}); }),
+              "ParameterServer<KSync<2>>: a staleness bound means nothing for this mode"));
+    // K: the run's workers bound it, whoever gave it.
+    CHECK(has(error_of<strata::ValueError>([] { AnyPs ps(2, 1, {.rule = ss::Rule::KAsync, .k = 3}); }),
+              "ParameterServer<KAsync<3>>: K = 3 needs at least 3 workers, got 2"));
 }
 
 TEST_CASE("a worker that throws is named, and nothing hangs") {
