@@ -5,10 +5,12 @@
 #   compiled   the README program with the compiled part (STRATA_SEPARATE_COMPILATION: libstrata
 #              built once beforehand, not counted, then linked)
 #   umbrella   a translation unit that includes <strata/strata.hpp> and nothing else
+#              (benchmarks/compile_parts/umbrella.cpp)
 #   floor      what no change to strata's own code can go below: a unit with only the system
 #              headers strata's headers include (the standard library, Thrust, CBLAS, OpenMP,
 #              found with g++ -H on the umbrella), and a unit with the seed CNN's network alone
-#              (Network<Net> forward and backward, with the compiled part): its layers' kernels,
+#              (compile_parts/network.cpp: Network<Net> forward and backward, with the compiled
+#              part): its layers' kernels,
 #              specialised on the network's shapes, are compiled in the unit that uses them
 #   mnist_cnn  every host unit of tools/mnist_cnn (every strategy and sync mode it offers;
 #              MultiWorkerMirrored's unit too where MPI is found) as tools/meson.build builds
@@ -47,10 +49,9 @@ m = re.search(r"```cpp\n(.*?)```", text, re.S)
 if not m: sys.exit("compile_time.sh: README.md has no C++ listing")
 open(sys.argv[2], "w").write(m.group(1))
 PY
-printf '#include <strata/strata.hpp>\nint main() { return 0; }\n' > "$out/umbrella.cpp"
 # The floor: the system headers the umbrella's strata headers include directly (g++ -H prints
 # the include tree, one dot per level), and the seed CNN's network alone.
-"$cxx" "${flags[@]}" -H -fsyntax-only "$out/umbrella.cpp" 2>&1 >/dev/null | python3 -c '
+"$cxx" "${flags[@]}" -H -fsyntax-only benchmarks/compile_parts/umbrella.cpp 2>&1 >/dev/null | python3 -c '
 import sys
 stack, seen = [], []
 for line in sys.stdin:
@@ -72,22 +73,6 @@ print("#define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CPP")
 for n in seen:
     print(f"#include <{n}>")
 print("int main() { return 0; }")' > "$out/system.cpp"
-cat > "$out/network.cpp" <<'CPP'
-#include <strata/strata.hpp>
-using namespace strata::nn;
-using Net = Sequential<Input<28, 28, 1>, Conv2D<32, 3, ReLU>, MaxPooling2D<2>, Conv2D<64, 3, ReLU>, MaxPooling2D<2>,
-                       Flatten, Dense<64, ReLU>, Dense<10, Softmax>>;
-int main() {
-    Network<Net, float, strata::place::Host> net;
-    std::vector<float> p(Net::num_params), g(Net::num_params), x(128 * 784);
-    net.init(p.data(), 1);
-    net.reserve(128, true);
-    const Mode mode{.training = true};
-    net.forward(p.data(), strata::TensorView<float, strata::place::Host>(x.data(), strata::Shape{128, 28, 28, 1}), mode);
-    net.backward(p.data(), g.data(), mode);
-    return g[0] > 0;
-}
-CPP
 
 # tools/mnist_cnn's host units (as tools/meson.build lists them, without CUDA) and their flags.
 units=(tools/mnist_cnn.cpp tools/mnist_cnn_train.cpp tools/mnist_cnn_ps.cpp tools/mnist_cnn_pipeline.cpp)
@@ -139,11 +124,11 @@ for i in $(seq "$reps"); do
   readme+=("$(elapsed "$s" "$e")")
   s=$(now); "$cxx" "${flags[@]}" -DSTRATA_SEPARATE_COMPILATION "$out/readme.cpp" "$out/libstrata.o" -o "$out/readme-c" "${libs[@]}"; e=$(now)
   compiled+=("$(elapsed "$s" "$e")")
-  s=$(now); "$cxx" "${flags[@]}" -c "$out/umbrella.cpp" -o "$out/umbrella.o"; e=$(now)
+  s=$(now); "$cxx" "${flags[@]}" -c benchmarks/compile_parts/umbrella.cpp -o "$out/umbrella.o"; e=$(now)
   umbrella+=("$(elapsed "$s" "$e")")
   s=$(now); "$cxx" "${flags[@]}" -c "$out/system.cpp" -o "$out/system.o"; e=$(now)
   system+=("$(elapsed "$s" "$e")")
-  s=$(now); "$cxx" "${flags[@]}" -DSTRATA_SEPARATE_COMPILATION -c "$out/network.cpp" -o "$out/network.o"; e=$(now)
+  s=$(now); "$cxx" "${flags[@]}" -DSTRATA_SEPARATE_COMPILATION -c benchmarks/compile_parts/network.cpp -o "$out/network.o"; e=$(now)
   network+=("$(elapsed "$s" "$e")")
   build_mnist "" mnist unit_times
   build_mnist -c mnist_c unit_times_c -DSTRATA_SEPARATE_COMPILATION
