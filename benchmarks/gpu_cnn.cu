@@ -1,7 +1,7 @@
 // gpu_cnn: the seed CNN's training step on one GPU, strata OneDevice<place::Cuda> (issue 18).
 //
 //   build/benchmarks/gpu_cnn [--batch-size 128 --batch-size 1024] [--warmup 20] [--steps 100]
-//                            [--reps 3] [--seed 42] [--json FILE]
+//                            [--reps 3] [--seed 42] [--cuda-graphs on|off] [--json FILE]
 //
 // The network is tools/mnist_cnn.hpp's Net (Conv2D<32,3,ReLU>, MaxPooling2D<2>,
 // Conv2D<64,3,ReLU>, MaxPooling2D<2>, Flatten, Dense<64,ReLU>, Dense<10,Softmax>), float,
@@ -20,6 +20,11 @@
 // flops_per_image counts the multiply-adds (x2) of the convolutions and dense layers: forward,
 // weight gradient, and data gradient for every layer but the first (benchmarks/step_profile.cpp
 // counts the same way); pooling, activations, the loss and the optimizer are not counted.
+//
+// --cuda-graphs on (the default): the step's forward, loss and backward are captured once as a CUDA
+// graph and replayed (place/cuda_graph.hpp); every timed step must be a replay, else the run fails
+// (the warm-up is then at least 2 steps: the first runs eagerly, the second is captured).
+// off: their kernels are launched one by one.
 //
 // Where the input lives: Model::train_step takes a host batch (data::Batch holds host spans)
 // and stages it to the GPU every step (one host-to-device copy of batch x 784 floats and the
@@ -56,6 +61,7 @@ struct Options {
     int steps = 100;
     int reps = 3;
     std::uint64_t seed = 42;
+    std::string cuda_graphs = "on";
     std::string json;
 };
 
@@ -83,6 +89,7 @@ static_assert(flops_per_image == 14778624.0);
 struct Row {
     std::int64_t batch = 0;
     double step_seconds = 0, images_per_second = 0, gflops = 0, loss = 0;
+    std::int64_t replayed = 0;  // timed steps replayed from the captured graph
     std::vector<double> sample_step_seconds;
 };
 
@@ -109,8 +116,12 @@ Row measure(const Options& o, std::int64_t batch) {
 
     Row row;
     row.batch = batch;
-    for (int i = 0; i < o.warmup; ++i) row.loss = model.train_step(b).loss;
+    // With graphs on, the first step of a shape runs eagerly and the second is captured: at
+    // least two warm-up steps, so that every timed step is a replay.
+    const int warmup = o.cuda_graphs == "on" && o.warmup < 2 ? 2 : o.warmup;
+    for (int i = 0; i < warmup; ++i) row.loss = model.train_step(b).loss;
     sync("cudaDeviceSynchronize after the warm-up");
+    const std::int64_t replays_before = model.cuda_graph_replays();
     for (int r = 0; r < o.reps; ++r) {
         sync("cudaDeviceSynchronize before a sample");
         const auto t0 = bench::Clock::now();
@@ -118,6 +129,13 @@ Row measure(const Options& o, std::int64_t batch) {
         sync("cudaDeviceSynchronize after a sample");
         row.sample_step_seconds.push_back(bench::seconds_since(t0) / double(o.steps));
     }
+    // With graphs on, every timed step must have been a replay: a silent fallback to launching
+    // the kernels one by one would be measured under the wrong name.
+    row.replayed = model.cuda_graph_replays() - replays_before;
+    if (o.cuda_graphs == "on" && row.replayed != std::int64_t(o.reps) * o.steps)
+        throw strata::DeviceError("gpu_cnn: --cuda-graphs on, but " + std::to_string(row.replayed) + " of the " +
+                                  std::to_string(std::int64_t(o.reps) * o.steps) + " timed steps were replayed graphs (" +
+                                  model.cuda_graph_note() + ")");
     row.step_seconds = bench::median(row.sample_step_seconds);
     row.images_per_second = double(batch) / row.step_seconds;
     row.gflops = flops_per_image * double(batch) / row.step_seconds / 1e9;
@@ -143,7 +161,10 @@ int run(const Options& o) {
                 prop.multiProcessorCount, prop.major, prop.minor, driver, runtime);
     std::printf("%d warm-up steps, median of %d samples of %d steps; %.0f FLOPs per image per step\n", o.warmup, o.reps,
                 o.steps, flops_per_image);
-    std::printf("input: one fixed host batch, staged to the GPU by Model::train_step every step\n\n");
+    std::printf("input: one fixed host batch, staged to the GPU by Model::train_step every step (pinned, queued)\n");
+    std::printf("CUDA graphs: %s\n\n", o.cuda_graphs == "on" ? "on (the step's forward, loss and backward replayed as one graph)"
+                                                            : "off (the kernels launched one by one)");
+    strata::place::set_cuda_graphs(o.cuda_graphs == "on");
     std::printf("%8s %10s %12s %10s %10s\n", "batch", "ms/step", "images/s", "GFLOP/s", "loss");
     bench::Machine machine;
     std::vector<Row> rows;
@@ -163,7 +184,8 @@ int run(const Options& o) {
                            {"sample_step_seconds", r.sample_step_seconds},
                            {"images_per_second", r.images_per_second},
                            {"gflops", r.gflops},
-                           {"loss", cli::finite_or_null(r.loss)}});
+                           {"loss", cli::finite_or_null(r.loss)},
+                           {"graph_replays", r.replayed}});
         machine.extra = {{"gpu", prop.name}, {"cuda_driver_api", std::to_string(driver)}, {"cuda_runtime", std::to_string(runtime)}};
         bench::write_json(o.json, {{"benchmark", "gpu_cnn"},
                                    {"machine", machine.json()},
@@ -174,6 +196,7 @@ int run(const Options& o) {
                                    {"steps", o.steps},
                                    {"reps", o.reps},
                                    {"input", "host batch staged to the GPU by Model::train_step every step"},
+                                   {"cuda_graphs", o.cuda_graphs},
                                    {"rows", out}});
     }
     for (const auto& r : rows)
@@ -197,6 +220,11 @@ int main(int argc, char** argv) {
     app.add_option("--reps", o.reps, "timed samples per batch size; the median is reported")
         ->transform(cli::integer(1, 1000))->capture_default_str();
     app.add_option("--seed", o.seed, "seed of the weights and of the synthetic batch")->capture_default_str();
+    app.add_option("--cuda-graphs", o.cuda_graphs,
+                   "on: the step's forward, loss and backward captured once as a CUDA graph and replayed (the default); "
+                   "off: their kernels launched one by one")
+        ->check(cli::one_of({"on", "off"}))
+        ->capture_default_str();
     app.add_option("--json", o.json, "also write the figures as JSON to FILE");
     return cli::run(app, argc, argv, [&] { return run(o); });
 }

@@ -18,7 +18,7 @@ the difference from Keras', which costs the same). FP32; --tf32 lets cuBLAS and 
 
 Data: one fixed synthetic batch of MNIST-shaped images (uniform [0, 1)) and labels 0..9, created
 on the device, so no step copies input. (strata's gpu_cnn stages a host batch every step, since
-its Model API takes host batches; its output says so.)
+its Model API takes host batches: through pinned memory, queued before the step; its output says so.)
 
 PyTorch modes, each timed as --reps samples of --steps steps after --warmup steps, median reported:
   eager      the usual loop: zero_grad, forward, loss, backward, optimizer step
@@ -33,7 +33,10 @@ with time.perf_counter.
 The record per batch size (printed as a table, and with --json FILE a list under "records"):
   gpu, driver                 nvidia-smi's name and driver version (null on --device cpu)
   batch
-  strata_images_per_second, pytorch_{eager,compile,cudagraph}_images_per_second
+  strata_images_per_second    strata's step captured as a CUDA graph (gpu_cnn --cuda-graphs on,
+                              the default: place/cuda_graph.hpp)
+  strata_eager_images_per_second  its kernels launched one by one (--cuda-graphs off)
+  pytorch_{eager,compile,cudagraph}_images_per_second
   *_step_ms                   milliseconds per step
   *_fraction_of_fp32_peak     FLOPs per image x images/s / the GPU's FP32 peak (table below)
   flops_per_image             2 x multiply-adds of the convolutions and dense layers: forward,
@@ -224,19 +227,21 @@ class Unavailable(Exception):
     pass
 
 
-def run_strata(a, batch):
-    """(seconds per step, None) from benchmarks/gpu_cnn, or (None, reason)."""
+def run_strata(a, batch, graphs):
+    """(seconds per step, None) from benchmarks/gpu_cnn (its step captured as a CUDA graph, or its
+    kernels launched one by one: --cuda-graphs on|off), or (None, reason)."""
     if not os.path.exists(a.strata):
         return None, f"{a.strata} is not built (meson compile -C build benchmarks/gpu_cnn, in a -Dcuda=enabled build)"
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "strata.json")
         cmd = [a.strata, "--batch-size", str(batch), "--warmup", str(a.warmup), "--steps", str(a.steps),
-               "--reps", str(a.reps), "--seed", str(a.seed), "--json", out]
+               "--reps", str(a.reps), "--seed", str(a.seed), "--cuda-graphs", "on" if graphs else "off", "--json", out]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode == 77:
             return None, r.stdout.strip() or "gpu_cnn: no usable GPU"
-        if r.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stdout}\n{r.stderr}")
+        if r.returncode != 0:  # reported as unavailable, with gpu_cnn's reason; the other rows still run
+            lines = (r.stderr.strip() or r.stdout.strip() or "no output").splitlines()
+            return None, f"{' '.join(cmd[:1])} exited {r.returncode}: {lines[-1]}"
         with open(out) as fh:
             doc = json.load(fh)
     expected = layer_flops()
@@ -303,10 +308,11 @@ def main():
             rec[f"{prefix}_step_ms"] = seconds * 1e3 if seconds else None
             rec[f"{prefix}_fraction_of_fp32_peak"] = flops * ips / (peak * 1e12) if ips and peak else None
 
-        seconds, why = run_strata(a, batch)
-        put("strata", seconds)
-        if why:
-            rec["unavailable"]["strata"] = why
+        for prefix, graphs in (("strata", True), ("strata_eager", False)):
+            seconds, why = run_strata(a, batch, graphs)
+            put(prefix, seconds)
+            if why:
+                rec["unavailable"][prefix] = why
         for m in MODES:
             if m not in modes:
                 put(f"pytorch_{m}", None)
@@ -323,10 +329,11 @@ def main():
 
         print(f"batch {batch}")
         print(f"  {'system':<24} {'ms/step':>10} {'images/s':>12} {'of FP32 peak':>13}")
-        for prefix, label in [("strata", "strata OneDevice<Cuda>")] + [(f"pytorch_{m}", f"pytorch {m}") for m in MODES]:
+        for prefix, label in [("strata", "strata (CUDA graph)"), ("strata_eager", "strata (no graph)")] + \
+                [(f"pytorch_{m}", f"pytorch {m}") for m in MODES]:
             ips = rec[f"{prefix}_images_per_second"]
             if ips is None:
-                key = "strata" if prefix == "strata" else prefix[len("pytorch_"):]
+                key = prefix if prefix.startswith("strata") else prefix[len("pytorch_"):]
                 print(f"  {label:<24} unavailable: {rec['unavailable'].get(key, '')}")
             else:
                 frac = rec[f"{prefix}_fraction_of_fp32_peak"]

@@ -1,6 +1,8 @@
 // Devices in one page (what tf.config does, in C++): list the physical devices, split the host
 // into two logical devices, log where two tensors are placed, compare memory growth with a fixed
-// memory limit, and watch soft placement answer a request for a GPU that is not there.
+// memory limit, and watch soft placement answer a request for a GPU that is not there. Where CUDA
+// is enabled its GPU half (devices_gpu.cu) adds section 7: two logical GPUs carved from one,
+// placement and memory growth on them, a GPU memory limit, and the GPUs hidden.
 //
 //   ./devices                 readable tables
 //   ./devices --json out.json the same facts as JSON
@@ -13,24 +15,17 @@
 #include <vector>
 
 #include "../tools/cli.hpp"
+#include "devices_common.hpp"
 
 namespace pd = strata::place;
+using devices_example::memory_json;
+using devices_example::print_memory;
 
 namespace {
 
 constexpr std::size_t MiB = 1024 * 1024;
 
-cli::Json memory_json(const pd::MemoryInfo& m) {
-    return {{"current", m.current}, {"peak", m.peak}, {"reserved", m.reserved}, {"limit", m.limit}};
-}
-
-void print_memory(const char* what, const pd::MemoryInfo& m) {
-    std::printf("  %-40s current %-10s peak %-10s reserved %-10s limit %s\n", what,
-                pd::format_bytes(m.current).c_str(), pd::format_bytes(m.peak).c_str(),
-                pd::format_bytes(m.reserved).c_str(), m.limit ? pd::format_bytes(m.limit).c_str() : "none");
-}
-
-/// Runs the six sections, printing each; writes the JSON to `json_path` when it is not empty.
+/// Runs the six sections (seven where the program has its GPU half), printing each; writes the JSON to `json_path` when it is not empty.
 int show_devices(const std::string& json_path) {
     cli::Json json;
 
@@ -144,6 +139,14 @@ int show_devices(const std::string& json_path) {
     std::printf("  /device:GPU:3 without soft placement -> %s\n", strict_error.empty() ? "(found)" : strict_error.c_str());
     json["soft_placement"] = {{"requested", "/device:GPU:3"}, {"placed_on", placed.name}, {"warning", warning},
                               {"error_without_soft_placement", strict_error}};
+
+    // ---- 7. GPUs: the GPU half of this program (devices_gpu.cu), where nvcc built it ----
+#ifdef DEVICES_HAVE_CUDA
+    json["gpus"] = devices_example::gpu_sections(log_lines);
+#else
+    std::printf("\nGPUs\n  this build has no CUDA (nvcc was not found, or -Dcuda=disabled): the GPU sections are not in it\n");
+    json["gpus"] = {{"none", "built without CUDA"}};
+#endif
 
     pd::set_placement_log_sink({});
     if (!json_path.empty()) {

@@ -516,6 +516,51 @@ def mnist_cnn_inputs(exe, data):
                   f"mnist_cnn --load with a NaN weight: exit {r.returncode}, stderr {r.stderr.strip()[-300:]!r}")
 
 
+def check_devices(exe):
+    """examples/devices: every section in the JSON; with a GPU, section 7's facts (its GPU half)."""
+    common_checks(exe, "devices", None)
+    doc = json_run(exe, "devices", [], ["physical_devices", "logical_devices", "placement_log", "memory_growth",
+                                        "fixed_limit", "soft_placement", "gpus"])
+    if doc:
+        gpus = doc["gpus"]
+        listed = [d for d in doc["physical_devices"] if d["kind"] == "GPU"]
+        if "none" in gpus:
+            # No GPU (or no CUDA in the build): the section says why, and none is listed.
+            check(gpus["none"] != "" and not listed, f"devices without a GPU: {gpus}, listed {listed}")
+        else:
+            # A GPU: two logical GPUs with their own streams and limits (1024 and 512 MiB), the
+            # placement log naming them, the 600 MiB request over GPU:1's limit refused with
+            # the device and the limit named, the fixed limit reserved whole, and every GPU
+            # hidden by set_visible_devices({}).
+            names = [d["name"] for d in gpus["logical_gpus"]]
+            check(listed and names == ["/device:GPU:0", "/device:GPU:1"] and gpus["distinct_streams"],
+                  f"devices: logical GPUs {gpus.get('logical_gpus')}")
+            check([d["memory_limit"] for d in gpus["logical_gpus"]] == [1024 << 20, 512 << 20],
+                  f"devices: GPU limits {gpus['logical_gpus']}")
+            check(any("/device:GPU:0" in l for l in gpus["placement_log"]) and
+                  any("/device:GPU:1" in l for l in gpus["placement_log"]), f"devices: GPU placement {gpus['placement_log']}")
+            check("/device:GPU:1" in gpus["over_limit_error"] and "512" in gpus["over_limit_error"],
+                  f"devices: over-limit error {gpus['over_limit_error']!r}")
+            check(gpus["fixed_limit"]["on_entry"]["reserved"] == 256 << 20, f"devices: fixed GPU limit {gpus['fixed_limit']}")
+            check(gpus["with_gpus_hidden"] and all("GPU" not in n for n in gpus["with_gpus_hidden"]),
+                  f"devices: GPUs hidden {gpus['with_gpus_hidden']}")
+
+
+def check_gpu_cnn(exe):
+    """benchmarks/gpu_cnn: flags; without a GPU exit 77 saying so, with one a JSON row per batch size."""
+    help_lists(exe, "gpu_cnn", ["--batch-size", "--warmup", "--steps", "--reps", "--seed", "--json"])
+    common_checks(exe, "gpu_cnn", "--steps")
+    bad_flag(exe, "gpu_cnn", ["--batch-size", "128,0"], "--batch-size")
+    r = run([exe, "--steps", "2", "--warmup", "1", "--reps", "1", "--batch-size", "16"])
+    if r.returncode == 77:
+        check("no usable GPU" in r.stdout and "nothing measured" in r.stdout, f"gpu_cnn without a GPU: {r.stdout!r}")
+    else:
+        doc = json_run(exe, "gpu_cnn", ["--steps", "2", "--warmup", "1", "--reps", "1", "--batch-size", "16"],
+                       ["benchmark", "machine", "gpu", "flops_per_image", "rows"])
+        if doc:
+            check(len(doc["rows"]) == 1 and doc["rows"][0]["batch"] == 16, f"gpu_cnn rows: {doc['rows']}")
+
+
 def mnist_cnn_device(exe, data, missing):
     """--device auto|cpu|gpu: a GPU-only request without a GPU (or without CUDA in the build) is a
     clear error before the data is read, never a silent fallback; auto says where it trained.
@@ -564,8 +609,21 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", action="append", default=[], help="NAME=PATH of a built example or benchmark")
     p.add_argument("--only-hardening", action="store_true", help="only mnist_cnn_hardening (quick iteration)")
+    p.add_argument("--only-gpu", action="store_true",
+                   help="only the checks that differ where a GPU is: mnist_cnn --device, devices, gpu_cnn (a short device run)")
     a = p.parse_args()
     bins = dict(b.split("=", 1) for b in a.bin)
+    if a.only_gpu:
+        with tempfile.TemporaryDirectory() as data:
+            fake_mnist(data)
+            if "mnist_cnn" in bins:
+                mnist_cnn_device(bins["mnist_cnn"], data, os.path.join(data, "no-such-dir"))
+            if "devices" in bins:
+                check_devices(bins["devices"])
+            if "gpu_cnn" in bins:
+                check_gpu_cnn(bins["gpu_cnn"])
+        print(f"{len(failures)} failure(s)" if failures else "all checks passed")
+        return 1 if failures else 0
     if a.only_hardening:
         with tempfile.TemporaryDirectory() as data:
             fake_mnist(data)
@@ -675,10 +733,7 @@ def main():
             check(abs(doc["sum_of_probabilities"] - 4) < 1e-4, f"tensor_basics: {doc}")
 
     if "devices" in bins:
-        exe = bins["devices"]
-        common_checks(exe, "devices", None)
-        json_run(exe, "devices", [], ["physical_devices", "logical_devices", "placement_log", "memory_growth", "fixed_limit",
-                                      "soft_placement"])
+        check_devices(bins["devices"])
 
     if "pipeline_dense" in bins:
         exe = bins["pipeline_dense"]
@@ -736,18 +791,7 @@ def main():
         json_run(exe, "bench_mpi_allreduce", quick + ["--sizes-mb", "0.0625"], ["benchmark", "machine", "rows"], mpi_env)
 
     if "gpu_cnn" in bins:  # nvcc; measures only where a GPU is, exits 77 (nothing measured) elsewhere
-        exe = bins["gpu_cnn"]
-        help_lists(exe, "gpu_cnn", ["--batch-size", "--warmup", "--steps", "--reps", "--seed", "--json"])
-        common_checks(exe, "gpu_cnn", "--steps")
-        bad_flag(exe, "gpu_cnn", ["--batch-size", "128,0"], "--batch-size")
-        r = run([exe, "--steps", "2", "--warmup", "1", "--reps", "1", "--batch-size", "16"])
-        if r.returncode == 77:
-            check("no usable GPU" in r.stdout and "nothing measured" in r.stdout, f"gpu_cnn without a GPU: {r.stdout!r}")
-        else:
-            doc = json_run(exe, "gpu_cnn", ["--steps", "2", "--warmup", "1", "--reps", "1", "--batch-size", "16"],
-                           ["benchmark", "machine", "gpu", "flops_per_image", "rows"])
-            if doc:
-                check(len(doc["rows"]) == 1 and doc["rows"][0]["batch"] == 16, f"gpu_cnn rows: {doc['rows']}")
+        check_gpu_cnn(bins["gpu_cnn"])
     if "bench_pingpong" in bins:  # needs 2 processes to measure; flags are checked on one
         common_checks(bins["bench_pingpong"], "bench_pingpong", "--reps", mpi_env)
         bad_flag(bins["bench_pingpong"], "bench_pingpong", ["--sizes-bytes", "8,0"], "--sizes-bytes", mpi_env)

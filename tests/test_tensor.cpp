@@ -207,7 +207,21 @@ TEST_CASE("the Cuda axis reduction's launch shape fills a GPU (checked on the ho
         CHECK(s.chunks <= strata::detail::CudaReduceShape::max_chunks);
         if (sh[1] > 0) CHECK((s.chunks - 1) * s.rows_per_chunk < sh[1]);  // no empty chunk
         CHECK(s.rows_per_chunk >= s.lanes);
+        // The second pass: every (chunk, output) partial read once, and no lane adds more than a
+        // few partials one after the other (a block or two of long serial loops was 20 us a call).
+        if (!s.two_pass()) continue;
+        const std::int64_t cols = sh[0] * sh[2];
+        const auto f = strata::detail::cuda_finish_shape(s.chunks, cols);
+        CHECK(f.width * f.lanes == strata::detail::CudaReduceShape::block_threads);
+        CHECK(f.chunks == 1);
+        CHECK(f.rows_per_chunk == s.chunks);
+        CHECK(f.tiles * f.width >= cols);
+        CHECK((f.tiles - 1) * f.width < cols);
+        CHECK((s.chunks + f.lanes - 1) / f.lanes <= 4);
     }
+    // The bias gradients' second pass at batch 128: a block per output, 4 partials per lane.
+    constexpr auto conv1_finish = strata::detail::cuda_finish_shape(conv1.chunks, 32);
+    static_assert(conv1.two_pass() && conv1_finish.blocks() == 32 && conv1_finish.lanes == 256);
 }
 
 TEST_CASE_TEMPLATE("softmax and argmax of rows", P, STRATA_TEST_PLACES) {

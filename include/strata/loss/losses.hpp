@@ -254,13 +254,36 @@ struct LossScratchTag {};
 /// sample_weight): each example's loss and gradient are multiplied by its weight, and the
 /// weighted losses are summed.
 template <class T, class P>
+const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, const TensorView<T, P>& target,
+                            const TensorView<T, P>& grad, double denominator, Input input, const T* weights);
+
+template <class T, class P>
 double loss_and_grad(const Loss& loss, const TensorView<T, P>& pred, const TensorView<T, P>& target,
                      const TensorView<T, P>& grad, double denominator, Input input, const T* weights = nullptr) {
+    const std::int64_t n = pred.dim(0);
+    const T* rows = loss_rows_and_grad(loss, pred, target, grad, denominator, input, weights);
+    if (n == 0) return 0.0;
+    // n values: summed on the host in a fixed order (n is a batch, small), no allocation.
+    if constexpr (place::host_accessible_v<P>) {
+        double s = 0;
+        for (std::int64_t i = 0; i < n; ++i) s += double(rows[i]);
+        return s;
+    } else {
+        return double(sum(TensorView<T, P>(const_cast<T*>(rows), Shape{n})));
+    }
+}
+
+/// What loss_and_grad computes but does not sum: the gradient into `grad`, and each example's
+/// (weighted) loss into n values of a scratch buffer on P, returned (null when n is 0). A device
+/// place sums them without the host waiting (reduce.hpp's sum_to_device).
+template <class T, class P>
+const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, const TensorView<T, P>& target,
+                            const TensorView<T, P>& grad, double denominator, Input input, const T* weights) {
     static_assert(std::is_floating_point_v<T>, "strata::loss: T must be float or double");
     const std::int64_t n = pred.dim(0);
     STRATA_CHECK(grad.size() == pred.size(), ShapeError, "loss: the gradient buffer ", grad.shape(),
                  " does not match the predictions ", pred.shape());
-    if (n == 0) return 0.0;
+    if (n == 0) return nullptr;
     const std::int64_t cols = pred.size() / n;
     T* rows = strata::detail::scratch<T, P, detail::LossScratchTag>(n);
     const T inv = T(1.0 / denominator);
@@ -299,14 +322,7 @@ double loss_and_grad(const Loss& loss, const TensorView<T, P>& pred, const Tenso
         },
         loss);
     if (weights) thrust::for_each_n(P::policy(), range, n, detail::WeightRow<T>{weights, grad.data(), rows, cols});
-    // n values: summed on the host in a fixed order (n is a batch, small), no allocation.
-    if constexpr (place::host_accessible_v<P>) {
-        double s = 0;
-        for (std::int64_t i = 0; i < n; ++i) s += double(rows[i]);
-        return s;
-    } else {
-        return double(sum(TensorView<T, P>(rows, Shape{n})));
-    }
+    return rows;
 }
 
 #if !STRATA_HEADER_ONLY

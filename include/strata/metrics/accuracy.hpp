@@ -61,6 +61,22 @@ std::int64_t count_correct(const TensorView<T, P>& pred, const TensorView<T, P>&
     }
 }
 
+#if STRATA_HAS_CUDA
+/// count_correct on a GPU without the host waiting: the count (exact in a double) into one
+/// double of device memory `out`, queued on this thread's stream (train/model.hpp reads a
+/// step's loss and count back together at its end).
+template <class T>
+void count_correct_to_device(const TensorView<T, place::Cuda>& pred, const TensorView<T, place::Cuda>& target,
+                             AccuracyKind kind, double* out) {
+    const std::int64_t n = pred.dim(0);
+    T* flags = n > 0 ? strata::detail::scratch<T, place::Cuda, detail::MetricScratchTag>(n) : nullptr;
+    if (n > 0)
+        thrust::for_each_n(place::Cuda::policy(), thrust::counting_iterator<std::int64_t>(0), n,
+                           detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind});
+    strata::detail::cuda_reduce::sum_to_device(flags, n, out);
+}
+#endif
+
 #if !STRATA_HEADER_ONLY
 // The host's accuracy counts, compiled once in the compiled part.
 extern template std::int64_t count_correct<float, place::Host>(const TensorView<float, place::Host>&,

@@ -128,6 +128,46 @@ void activation_backward(const TensorView<T, P>& y, const TensorView<T, P>& dy, 
     }
 }
 
+#if STRATA_HAS_CUDA
+namespace detail {
+/// How the bias gradient's reduction reads dy on a GPU: through Act's derivative, written back
+/// in place (the pass reads each element once), so that the activation's backward and the bias
+/// gradient are one kernel and one read of dy.
+template <class T, class Act>
+struct ActivationGradLoad {
+    const T* __restrict__ y;
+    T* __restrict__ dy;
+    __device__ accumulate_t<T> operator()(std::int64_t i) const {
+        const T g = Act::grad(y[i], dy[i]);
+        dy[i] = g;
+        return accumulate_t<T>(g);
+    }
+};
+}  // namespace detail
+#endif
+
+/// The activation's backward on `dy` ([rows, cols], in place, from the output `y`) and, when
+/// `bias_grad` is not null, the column sums of the result into bias_grad[cols] (a layer's bias
+/// gradient). On a GPU one pass: the reduction reads dy through the derivative; elsewhere
+/// activation_backward, then sum over axis 0. The same figures either way: the reduction's
+/// grouping depends on the shape only.
+template <class Act, class T, class P>
+void activation_backward_and_bias_grad(const TensorView<T, P>& y, const TensorView<T, P>& dy, bool skip_activation,
+                                       T* bias_grad) {
+    const std::int64_t cols = dy.rank() > 0 ? dy.dim(-1) : 1;
+    if constexpr (std::is_same_v<P, place::Cuda> && !Act::rowwise && !std::is_same_v<Act, Linear>) {
+#if STRATA_HAS_CUDA
+        if (bias_grad && !skip_activation && dy.size() > 0) {
+            strata::detail::cuda_reduce::axis_with(detail::ActivationGradLoad<T, Act>{y.data(), dy.data()}, bias_grad, 1,
+                                                   dy.size() / cols, cols, strata::detail::Reduction::Sum);
+            return;
+        }
+#endif
+    }
+    activation_backward<Act>(y, dy, skip_activation);
+    if (bias_grad) sum(dy, 0, TensorView<T, P>(bias_grad, Shape{cols}));
+}
+
 #if !STRATA_HEADER_ONLY
 // The host's activations, compiled once in the compiled part.
 extern template void bias_activation<Linear, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);

@@ -73,12 +73,12 @@ public:
         const TensorView<T, P> xm(x.data(), Shape{n, inputs}), dym(dy.data(), Shape{n, Units});
         {
             STRATA_PROFILE_PHASE("backward.activation");
-            activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, mode.skip_activation);
+            activation_backward_and_bias_grad<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, mode.skip_activation,
+                                                   UseBias ? grads + kernel_size : nullptr);
         }
         {
             STRATA_PROFILE_PHASE("backward.weights");
             gemm(Trans::Yes, Trans::No, T(1), xm, dym, T(0), TensorView<T, P>(grads, Shape{inputs, Units}));
-            if (UseBias) sum(dym, 0, TensorView<T, P>(grads + kernel_size, Shape{Units}));
         }
         STRATA_PROFILE_PHASE("backward.data");
         if (!dx.empty())

@@ -73,28 +73,31 @@ struct MaxPoolRows {
     }
 };
 
-// Forward, CUDA form: one thread per output value.
+// Forward, CUDA form: one thread per output value (`I`: the index type for_each_index chose,
+// 32-bit where it can; see Im2ColElements).
 template <class T, class G>
 struct MaxPoolElements {
     const T* x;
     T* y;
     std::int32_t* arg;
-    STRATA_HD void operator()(std::int64_t i) const {
-        const std::int64_t ci = i % G::c, ox = (i / G::c) % G::ow, oy = (i / (G::c * G::ow)) % G::oh;
-        const std::int64_t n = i / (G::c * G::ow * G::oh);
+    template <class I>
+    STRATA_HD void operator()(I i) const {
+        constexpr I c = I(G::c), ow = I(G::ow), oh = I(G::oh), h = I(G::h), w = I(G::w);
+        const I ci = i % c, ox = (i / c) % ow, oy = (i / (c * ow)) % oh;
+        const I n = i / (c * ow * oh);
         bool first = true;
         T best = T(0);
         std::int32_t where = 0;
-        for (std::int64_t ky = 0; ky < G::kh; ++ky) {
-            const std::int64_t iy = oy * G::sh - G::pt + ky;
-            if (iy < 0 || iy >= G::h) continue;
-            for (std::int64_t kx = 0; kx < G::kw; ++kx) {
-                const std::int64_t ix = ox * G::sw - G::pl + kx;
-                if (ix < 0 || ix >= G::w) continue;
-                const T v = x[((n * G::h + iy) * G::w + ix) * G::c + ci];
+        for (I ky = 0; ky < I(G::kh); ++ky) {
+            const I iy = oy * I(G::sh) - I(G::pt) + ky;
+            if (iy < 0 || iy >= h) continue;
+            for (I kx = 0; kx < I(G::kw); ++kx) {
+                const I ix = ox * I(G::sw) - I(G::pl) + kx;
+                if (ix < 0 || ix >= w) continue;
+                const T v = x[((n * h + iy) * w + ix) * c + ci];
                 if (first || v > best || v != v) {  // a NaN is taken and kept, as on the host
                     best = v;
-                    where = std::int32_t(ky * G::kw + kx);
+                    where = std::int32_t(ky * I(G::kw) + kx);
                     first = false;
                 }
             }
@@ -179,24 +182,27 @@ struct MaxPoolBackwardRows {
     }
 };
 
-// Backward, CUDA form: one thread per input value gathers from the windows covering it.
+// Backward, CUDA form: one thread per input value gathers from the windows covering it (`I` as
+// in MaxPoolElements).
 template <class T, class G>
 struct MaxPoolBackwardElements {
     const T* dy;
     const std::int32_t* arg;
     T* dx;
-    STRATA_HD void operator()(std::int64_t i) const {
-        const std::int64_t ci = i % G::c, ix = (i / G::c) % G::w, iy = (i / (G::c * G::w)) % G::h;
-        const std::int64_t n = i / (G::c * G::w * G::h);
+    template <class I>
+    STRATA_HD void operator()(I i) const {
+        constexpr I c = I(G::c), w = I(G::w), h = I(G::h), sh = I(G::sh), sw = I(G::sw), oh = I(G::oh), ow = I(G::ow);
+        const I ci = i % c, ix = (i / c) % w, iy = (i / (c * w)) % h;
+        const I n = i / (c * w * h);
         T s = T(0);
-        for (std::int64_t ky = 0; ky < G::kh; ++ky) {
-            const std::int64_t ty = iy + G::pt - ky;
-            if (ty < 0 || ty % G::sh != 0 || ty / G::sh >= G::oh) continue;
-            for (std::int64_t kx = 0; kx < G::kw; ++kx) {
-                const std::int64_t tx = ix + G::pl - kx;
-                if (tx < 0 || tx % G::sw != 0 || tx / G::sw >= G::ow) continue;
-                const std::int64_t o = ((n * G::oh + ty / G::sh) * G::ow + tx / G::sw) * G::c + ci;
-                if (arg[o] == std::int32_t(ky * G::kw + kx)) s += dy[o];
+        for (I ky = 0; ky < I(G::kh); ++ky) {
+            const I ty = iy + I(G::pt) - ky;
+            if (ty < 0 || ty % sh != 0 || ty / sh >= oh) continue;
+            for (I kx = 0; kx < I(G::kw); ++kx) {
+                const I tx = ix + I(G::pl) - kx;
+                if (tx < 0 || tx % sw != 0 || tx / sw >= ow) continue;
+                const I o = ((n * oh + ty / sh) * ow + tx / sw) * c + ci;
+                if (arg[o] == std::int32_t(ky * I(G::kw) + kx)) s += dy[o];
             }
         }
         dx[i] = s;
@@ -288,7 +294,7 @@ public:
             arg = arg_.data();
         }
         if constexpr (elementwise_place<P>)
-            for_each_index<P>(y.size(), MaxPoolElements<T, G>{x.data(), y.data(), arg});
+            for_each_index<P>(y.size(), MaxPoolElements<T, G>{x.data(), y.data(), arg}, x.size());
         else
             for_each_index<P>(n * G::oh, MaxPoolRows<T, G>{x.data(), y.data(), arg});
         arg_of_ = mode.training ? x.data() : nullptr;
@@ -367,7 +373,7 @@ public:
         }
         const std::int64_t n = x.dim(0);
         if constexpr (elementwise_place<P>)
-            for_each_index<P>(dx.size(), MaxPoolBackwardElements<T, G>{dy.data(), arg_.data(), dx.data()});
+            for_each_index<P>(dx.size(), MaxPoolBackwardElements<T, G>{dy.data(), arg_.data(), dx.data()}, dy.size());
         else
             for_each_index<P>(n * G::h, MaxPoolBackwardRows<T, G>{dy.data(), arg_.data(), dx.data()});
     }

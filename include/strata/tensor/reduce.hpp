@@ -118,6 +118,25 @@ constexpr CudaReduceShape cuda_reduce_shape(std::int64_t outer, std::int64_t len
     return s;
 }
 
+/// The launch shape of the second pass, which adds the `chunks` partial results of each of `cols`
+/// outputs (laid out [chunks, cols]). With few outputs (the bias gradients: 32 to 1024 columns
+/// over up to 1024 chunks) the first pass's tiles would be a block or two whose lanes each add
+/// a hundred partials one after the other (20 µs a call on an H200, issue 18); there every output
+/// gets a block of `block_threads` lanes (width 1), so a lane adds at most
+/// ceil(max_chunks / block_threads) = 4 partials before the tree. Many outputs: the first pass's
+/// tiles, whose chunks are then few (target_blocks / tiles).
+constexpr CudaReduceShape cuda_finish_shape(std::int64_t chunks, std::int64_t cols) {
+    if (cols > CudaReduceShape::target_blocks) return cuda_reduce_shape(1, chunks, cols, true);
+    CudaReduceShape s;
+    s.width = 1;
+    s.lanes = CudaReduceShape::block_threads;
+    s.tiles = cols;
+    s.outer = 1;
+    s.chunks = 1;
+    s.rows_per_chunk = chunks > 0 ? chunks : 1;
+    return s;
+}
+
 // Rows of a [len, inner] slab are summed in fixed blocks so that the work parallelises over
 // blocks while the grouping stays independent of the thread count.
 template <class T>
@@ -213,9 +232,17 @@ namespace cuda_reduce {
 /// with `shape`. A one-chunk pass writes the finished `Out` (the mean divides by `count`, the
 /// number of elements reduced); a multi-chunk pass writes accumulate_t partials laid out as
 /// [chunk, outer * inner], which a one-chunk pass over that [1, chunks, outer * inner] finishes.
-template <class In, class Acc, class Out>
+/// `Load` reads element `i` of x as Acc (Plain: a load; a fused form may transform the element
+/// and write it back, which is safe since a pass reads each element exactly once).
+template <class In, class Acc>
+struct Plain {
+    const In* __restrict__ x;
+    __device__ Acc operator()(std::int64_t i) const { return Acc(x[i]); }
+};
+
+template <class Load, class Acc, class Out>
 __global__ void __launch_bounds__(CudaReduceShape::block_threads)
-axis_kernel(const In* __restrict__ x, Out* __restrict__ out, std::int64_t outer, std::int64_t len, std::int64_t inner,
+axis_kernel(Load x, Out* __restrict__ out, std::int64_t outer, std::int64_t len, std::int64_t inner,
             CudaReduceShape shape, Reduction op, std::int64_t count, bool finish) {
     __shared__ Acc tree[CudaReduceShape::block_threads];
     const std::int64_t tx = threadIdx.x % shape.width, lane = threadIdx.x / shape.width;
@@ -229,9 +256,9 @@ axis_kernel(const In* __restrict__ x, Out* __restrict__ out, std::int64_t outer,
         Acc acc = 0;
         bool have = false;
         if (col < inner) {
-            const In* p = x + o * len * inner + col;
+            const std::int64_t base = o * len * inner + col;
             for (std::int64_t r = first + lane; r < last; r += shape.lanes) {
-                const Acc v = Acc(p[r * inner]);
+                const Acc v = x(base + r * inner);
                 if (!extreme) {
                     acc += v;
                 } else if (!have) {
@@ -277,26 +304,44 @@ inline unsigned grid_for(std::int64_t blocks) {
     return unsigned(blocks < most ? blocks : most);
 }
 
-/// Reduces `len` of x seen as [outer, len, inner] into out[outer * inner] on this thread's stream.
-template <class T>
-void axis(const T* x, T* out, std::int64_t outer, std::int64_t len, std::int64_t inner, Reduction op) {
+/// Reduces `len` of x seen as [outer, len, inner] into out[outer * inner] on this thread's
+/// stream, each element read through `load` (Plain, or a fused transform).
+template <class T, class Load>
+void axis_with(Load load, T* out, std::int64_t outer, std::int64_t len, std::int64_t inner, Reduction op) {
     using Acc = accumulate_t<T>;
     const cudaStream_t stream = place::Cuda::stream();
     const auto shape = cuda_reduce_shape(outer, len, inner);
     if (!shape.two_pass()) {
-        axis_kernel<T, Acc, T><<<grid_for(shape.blocks()), unsigned(CudaReduceShape::block_threads), 0, stream>>>(
-            x, out, outer, len, inner, shape, op, len, true);
+        axis_kernel<Load, Acc, T><<<grid_for(shape.blocks()), unsigned(CudaReduceShape::block_threads), 0, stream>>>(
+            load, out, outer, len, inner, shape, op, len, true);
     } else {
         Acc* partial = scratch<Acc, place::Cuda, PartialTag>(shape.chunks * outer * inner);
-        axis_kernel<T, Acc, Acc><<<grid_for(shape.blocks()), unsigned(CudaReduceShape::block_threads), 0, stream>>>(
-            x, partial, outer, len, inner, shape, op, len, false);
+        axis_kernel<Load, Acc, Acc><<<grid_for(shape.blocks()), unsigned(CudaReduceShape::block_threads), 0, stream>>>(
+            load, partial, outer, len, inner, shape, op, len, false);
         place::cuda_check(cudaGetLastError(), "the axis reduction's first pass");
         // The chunks' partials: max/min combine as they are, mean's sum divides by len at the end.
-        const auto second = cuda_reduce_shape(1, shape.chunks, outer * inner, true);
-        axis_kernel<Acc, Acc, T><<<grid_for(second.blocks()), unsigned(CudaReduceShape::block_threads), 0, stream>>>(
-            partial, out, 1, shape.chunks, outer * inner, second, op, len, true);
+        const auto second = cuda_finish_shape(shape.chunks, outer * inner);
+        axis_kernel<Plain<Acc, Acc>, Acc, T><<<grid_for(second.blocks()), unsigned(CudaReduceShape::block_threads), 0, stream>>>(
+            Plain<Acc, Acc>{partial}, out, 1, shape.chunks, outer * inner, second, op, len, true);
     }
     place::cuda_check(cudaGetLastError(), "the axis reduction");
+}
+
+template <class T>
+void axis(const T* x, T* out, std::int64_t outer, std::int64_t len, std::int64_t inner, Reduction op) {
+    axis_with(Plain<T, accumulate_t<T>>{x}, out, outer, len, inner, op);
+}
+
+/// The sum of x[0, n) in double into one double of device memory `out`, queued on this thread's
+/// stream; the host does not wait (a training step reads its loss and correct count back once,
+/// at its end, and a captured step cannot wait at all). Its grouping depends on n only.
+template <class T>
+void sum_to_device(const T* x, std::int64_t n, double* out) {
+    if (n == 0) {
+        place::cuda_check(cudaMemsetAsync(out, 0, sizeof(double), place::Cuda::stream()), "cudaMemsetAsync");
+        return;
+    }
+    axis_with<double>(Plain<T, double>{x}, out, 1, n, 1, Reduction::Sum);
 }
 }  // namespace cuda_reduce
 #endif

@@ -23,6 +23,7 @@
 /// (train/checkpoint.hpp, through train::ModelState), and the model's settings, counters, state,
 /// save/load and logs (train::ModelBase<T>, train/model_base.hpp, which Model derives from).
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -31,6 +32,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -45,6 +47,7 @@
 #include "strata/nn/activation.hpp"
 #include "strata/nn/sequential.hpp"
 #include "strata/optim/optimizers.hpp"
+#include "strata/place/cuda_graph.hpp"
 #include "strata/train/callbacks.hpp"
 #include "strata/train/checkpoint.hpp"
 #include "strata/train/compile_settings.hpp"
@@ -175,6 +178,25 @@ public:
 
     /// One training step on `batch`: a global batch split over the replicas (under
     /// ParameterServer, one update whose workers take the batch's slices as their mini-batches).
+    /// Training steps replayed so far from a captured CUDA graph (OneDevice<Cuda> with graphs on,
+    /// place::set_cuda_graphs; 0 elsewhere): what a benchmark checks before it names a figure.
+    std::int64_t cuda_graph_replays() const {
+        std::int64_t n = 0;
+        if constexpr (!std::is_same_v<graph_t, NoGraph>)
+            for (const auto& u : units_) n += u->graph.replays();
+        return n;
+    }
+
+    /// Why the last training step that was not a replayed CUDA graph ran its kernels one by one
+    /// (place/cuda_graph.hpp says when a step can be a graph); "" off OneDevice<Cuda>, or when no
+    /// step has run eagerly yet.
+    std::string cuda_graph_note() const {
+        if constexpr (!std::is_same_v<graph_t, NoGraph>)
+            for (const auto& u : units_)
+                if (!u->graph.why_eager().empty()) return u->graph.why_eager();
+        return {};
+    }
+
     template <class Y>
     StepResult train_step(const data::Batch<Y>& batch) {
         require_compiled("train_step");
@@ -453,10 +475,38 @@ private:
 
     // What one compute unit (replica or worker) owns: its network's activations and the staging
     // buffers of its share of a batch. Variables, gradients and optimizer slots belong to the path.
+    struct NoStaging {};
+    using staging_t = std::conditional_t<place::host_accessible_v<P>, NoStaging, place::detail::StagingBuffer<T>>;
+    using results_staging_t = std::conditional_t<place::host_accessible_v<P>, NoStaging, place::detail::StagingBuffer<double>>;
+    struct NoGraph {};
+    using graph_t = std::conditional_t<std::is_same_v<P, place::Cuda>, place::detail::CudaStepGraph, NoGraph>;
+    using event_t = std::conditional_t<std::is_same_v<P, place::Cuda>, place::detail::CudaEvent, NoGraph>;
+    // Whether a layer draws random numbers (Dropout: its kernels take the step as an argument).
+    template <class L>
+    static constexpr bool layer_draws_random = requires(L& l) { l.set_stream(std::uint64_t(0)); };
+    template <class Layers>
+    struct DrawsRandom;
+    template <class... L>
+    struct DrawsRandom<std::tuple<L...>> {
+        static constexpr bool value = (layer_draws_random<L> || ...);
+    };
+    /// CUDA graphs: under OneDevice<Cuda>, a network without random layers runs its step's
+    /// forward, loss, metrics and backward as one captured graph (place/cuda_graph.hpp), the
+    /// optimizer's update after it as before.
+    static constexpr bool graph_step_capable =
+        std::is_same_v<Strategy, distribute::OneDevice<place::Cuda>> && !path_type::pipelined &&
+        !DrawsRandom<typename Net::template bound_layers<T, P>>::value;
     struct Unit {
         network_type net;
         Tensor<T, P> x, target;
         Tensor<T, place::Host> target_host, x_host;
+        // Device places: pinned buffers the batch goes through to the device without a wait,
+        // and a step's loss and correct count come back through (device_step).
+        staging_t x_stage, target_stage;
+        results_staging_t results_stage;
+        Tensor<double, P> results;  // device_step: [loss sum, correct count] on the device
+        event_t results_ready;      // device_step: recorded once they are copied back
+        graph_t graph;
         Tensor<T, P> weights;                    // sample × class weights of the batch (not host places)
         Tensor<T, place::Host> weights_host;
         metrics::Counts counts;                  // since the epoch or evaluated pass began
@@ -485,6 +535,8 @@ private:
             u.staged_target = m->stage_target(u, b.y.data(), b.size, b.y_per_example);
             u.staged_weights = b.w.empty() && m->class_weight_.empty() ? nullptr
                                                                        : m->stage_weights(u, b.w, b.size, b.y_per_example, true);
+            // The stages read the batch from their own threads and streams: the copies are done.
+            P::synchronize();
             return x;
         }
         nn::Mode mode(const distribute::ReplicaBatch<Y>& b, std::uint64_t step) const {
@@ -599,6 +651,13 @@ private:
                                 .first_example = b.first};
             auto x = stage_input(u, b.x.data(), b.size);
             auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
+#if STRATA_HAS_CUDA
+            if constexpr (graph_step_capable) {
+                // Nothing the host must read in the middle of the step: it can be one graph.
+                if (b.w.empty() && class_weight_.empty() && settings_.top_k == 0 && !settings_.precision && !settings_.recall)
+                    return device_step(u, b.size, x, target, params, grads, denominator, mode, on_ready);
+            }
+#endif
             auto out = u.net.forward(params, x, mode);
             {
                 STRATA_PROFILE_MODEL("loss");
@@ -617,6 +676,45 @@ private:
         };
     }
 
+#if STRATA_HAS_CUDA
+    // One unit's training step on a GPU with no wait in the middle: forward, the loss and
+    // correct count summed on the device and copied to pinned memory (an event marks it), then
+    // backward. The host waits for that event only, so it returns the loss and prepares the next
+    // batch while backward runs; the update that follows is queued behind it. Captured as a CUDA
+    // graph and replayed where u.graph allows (place/cuda_graph.hpp: the key names every buffer
+    // the kernels use that the allocation count would not cover); the same kernels either way,
+    // so the same figures.
+    template <class OnReady>
+    distribute::UnitWork device_step(Unit& u, std::int64_t n, const TensorView<T, P>& x, const TensorView<T, P>& target,
+                                     const T* params, T* grads, double denominator, const nn::Mode& mode, OnReady& on_ready) {
+        if (u.results.size() != 2) u.results.resize(Shape{2});
+        double* host = u.results_stage.acquire(2);
+        double* dev = u.results.data();
+        const bool accuracy = settings_.accuracy;
+        auto body = [&] {
+            auto out = u.net.forward(params, x, mode);
+            const T* rows = loss::loss_rows_and_grad(loss_, out, target, u.net.output_grad(), denominator, settings_.input_kind,
+                                                     static_cast<const T*>(nullptr));
+            strata::detail::cuda_reduce::sum_to_device(rows, n, dev);
+            if (accuracy) metrics::count_correct_to_device(out, target, settings_.accuracy_kind, dev + 1);
+            place::cuda_check(cudaMemcpyAsync(host, dev, 2 * sizeof(double), cudaMemcpyDeviceToHost, P::stream()),
+                              "cudaMemcpyAsync (a step's loss and correct count)");
+            u.results_ready.record();
+            u.net.backward(params, grads, mode, on_ready);
+        };
+        place::detail::CudaStepGraph::Key key;
+        key.n = n;
+        key.denominator = denominator;
+        const void* buffers[6] = {params, grads, x.data(), target.data(), dev, host};
+        for (int i = 0; i < 6; ++i) key.buffers[i] = buffers[i];
+        u.graph.run(key, body);
+        u.results_ready.wait();
+        u.loss_sum = host[0];
+        u.correct = accuracy ? std::int64_t(host[1] + 0.5) : 0;
+        return {u.loss_sum, u.correct, n};
+    }
+#endif
+
     template <class Y>
     std::int64_t expected_steps(const data::Dataset<Y>& train) const {
         return path_.expected_updates(train.cardinality());
@@ -632,10 +730,12 @@ private:
             for (std::int64_t i = 0; i < shape.size(); ++i) u.x.data()[i] = T(src[i]);
             return u.x.view();
         } else {
-            u.x_host.resize(shape);
-            for (std::int64_t i = 0; i < shape.size(); ++i) u.x_host.data()[i] = T(src[i]);
+            // Through pinned memory, queued on the unit's stream: the host does not wait.
+            T* h = u.x_stage.acquire(std::size_t(shape.size()));
+            if constexpr (std::is_same_v<T, float>) std::copy_n(src, shape.size(), h);
+            else for (std::int64_t i = 0; i < shape.size(); ++i) h[i] = T(src[i]);
             u.x.resize(shape);
-            copy(u.x_host.view(), u.x.view());
+            u.x_stage.send(u.x.data(), std::size_t(shape.size()));
             return u.x.view();
         }
     }
@@ -648,8 +748,10 @@ private:
         if constexpr (place::host_accessible_v<P>) {
             return u.target_host.view();
         } else {
+            T* h = u.target_stage.acquire(std::size_t(shape.size()));
+            std::copy_n(u.target_host.data(), shape.size(), h);
             u.target.resize(shape);
-            copy(u.target_host.view(), u.target.view());
+            u.target_stage.send(u.target.data(), std::size_t(shape.size()));
             return u.target.view();
         }
     }
