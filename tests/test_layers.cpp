@@ -636,6 +636,79 @@ TEST_CASE("Conv2D on the host: many chunks per group match the reference, and no
     strata::set_num_threads(before);
 }
 
+namespace element_forms {
+// The GPU's element kernels (one thread per output element: Im2ColElements, Col2ImElements,
+// MaxPoolElements, MaxPoolBackwardElements) are plain functors: run here over every index, with
+// 32-bit and with 64-bit indices (nn::detail::for_each_index picks one on a GPU), against the
+// host's row forms. Outputs are poisoned with NaN first, so an element never written fails.
+template <class I, class F>
+void each(std::int64_t count, const F& f) {
+    for (std::int64_t i = 0; i < count; ++i) f(I(i));
+}
+std::vector<double> values(std::size_t n, std::uint64_t seed) {
+    std::vector<double> v(n);
+    for (auto& x : v) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x = double(seed >> 11) / double(1ull << 53) * 2 - 1;
+    }
+    return v;
+}
+template <class G>
+void check() {
+    using namespace strata::nn::detail;
+    constexpr std::int64_t n = 2;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const std::int64_t in_size = n * G::h * G::w * G::c, col_size = n * G::oh * G::ow * G::patch,
+                       out_size = n * G::oh * G::ow * G::c;
+    const auto x = values(std::size_t(in_size), 3);
+    // im2col: exact (copies).
+    std::vector<double> rows(std::size_t(col_size), nan);
+    for (std::int64_t r = 0; r < n * G::oh; ++r) Im2ColRows<double, G>{x.data(), rows.data()}(r);
+    for (bool wide : {false, true}) {
+        std::vector<double> el(std::size_t(col_size), nan);
+        const Im2ColElements<double, G> f{x.data(), el.data()};
+        wide ? each<std::int64_t>(col_size, f) : each<std::int32_t>(col_size, f);
+        CHECK(el == rows);
+    }
+    // col2im: each input element gathers its patches' entries in the same (ky, kx) order.
+    const auto dcol = values(std::size_t(col_size), 5);
+    std::vector<double> dx_rows(std::size_t(in_size), nan);
+    for (std::int64_t r = 0; r < n * G::h; ++r) Col2ImRows<double, G>{dcol.data(), dx_rows.data()}(r);
+    for (bool wide : {false, true}) {
+        std::vector<double> el(std::size_t(in_size), nan);
+        const Col2ImElements<double, G> f{dcol.data(), el.data()};
+        wide ? each<std::int64_t>(in_size, f) : each<std::int32_t>(in_size, f);
+        CHECK(el == dx_rows);
+    }
+    // Max pooling, forward (values and positions) and backward.
+    std::vector<double> y_rows(std::size_t(out_size), nan);
+    std::vector<std::int32_t> arg_rows(std::size_t(out_size), -1);
+    for (std::int64_t r = 0; r < n * G::oh; ++r) MaxPoolRows<double, G>{x.data(), y_rows.data(), arg_rows.data()}(r);
+    const auto dy = values(std::size_t(out_size), 7);
+    std::vector<double> back_rows(std::size_t(in_size), nan);
+    for (std::int64_t r = 0; r < n * G::h; ++r) MaxPoolBackwardRows<double, G>{dy.data(), arg_rows.data(), back_rows.data()}(r);
+    for (bool wide : {false, true}) {
+        std::vector<double> y(std::size_t(out_size), nan), back(std::size_t(in_size), nan);
+        std::vector<std::int32_t> arg(std::size_t(out_size), -1);
+        const MaxPoolElements<double, G> f{x.data(), y.data(), arg.data()};
+        wide ? each<std::int64_t>(out_size, f) : each<std::int32_t>(out_size, f);
+        CHECK(y == y_rows);
+        CHECK(arg == arg_rows);
+        const MaxPoolBackwardElements<double, G> b{dy.data(), arg.data(), back.data()};
+        wide ? each<std::int64_t>(in_size, b) : each<std::int32_t>(in_size, b);
+        for (std::size_t i = 0; i < back.size(); ++i) CHECK(back[i] == doctest::Approx(back_rows[i]).epsilon(1e-15));
+    }
+}
+}  // namespace element_forms
+
+TEST_CASE("the GPU's element kernels give the host forms' figures, with 32- and 64-bit indices (run on the host)") {
+    using strata::nn::detail::Window2D;
+    element_forms::check<Window2D<StaticShape<7, 6, 3>, 3, 3, 1, 1, Padding::Valid>>();  // the convolutions' shape
+    element_forms::check<Window2D<StaticShape<7, 9, 4>, 3, 2, 2, 2, Padding::Same>>();   // overlapping rows, padding
+    element_forms::check<Window2D<StaticShape<8, 8, 2>, 2, 2, 2, 2, Padding::Valid>>();  // MaxPooling2D<2>
+    element_forms::check<Window2D<StaticShape<5, 5, 1>, 3, 3, 2, 2, Padding::Same>>();   // one channel, stride 2
+}
+
 TEST_CASE_TEMPLATE("MaxPooling2D matches a direct max pooling", P, STRATA_TEST_PLACES) {
     check_pool_against_reference<MaxPooling2D<2>, StaticShape<7, 5, 3>, double, P>(3, 81);
     check_pool_against_reference<MaxPooling2D<2, 2, Padding::Same>, StaticShape<7, 5, 3>, float, P>(3, 82);

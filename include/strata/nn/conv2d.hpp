@@ -154,27 +154,35 @@ struct Col2ImRows {
     }
 };
 
+// The windows of geometry G that cover element i of an NHWC input, in order (ky, kx): calls
+// f(ky, kx, p) with p the index of the window's output pixel (n, oy, ox). The gather of the CUDA
+// forms of col2im and of max pooling's backward (`I`: the index type for_each_index chose).
+template <class G, class I, class F>
+STRATA_HD void for_covering_windows(I i, F&& f) {
+    constexpr I c = I(G::c), w = I(G::w), h = I(G::h), sh = I(G::sh), sw = I(G::sw), oh = I(G::oh), ow = I(G::ow);
+    const I ix = (i / c) % w, iy = (i / (c * w)) % h, n = i / (c * w * h);
+    for (I ky = 0; ky < I(G::kh); ++ky) {
+        const I ty = iy + I(G::pt) - ky;
+        if (ty < 0 || ty % sh != 0 || ty / sh >= oh) continue;
+        for (I kx = 0; kx < I(G::kw); ++kx) {
+            const I tx = ix + I(G::pl) - kx;
+            if (tx < 0 || tx % sw != 0 || tx / sw >= ow) continue;
+            f(ky, kx, (n * oh + ty / sh) * ow + tx / sw);
+        }
+    }
+}
+
 // col2im, CUDA form: one thread per input element gathers the entries of every patch that
-// covers it (`I` as in Im2ColElements).
+// covers it.
 template <class T, class G>
 struct Col2ImElements {
     const T* dcol;
     T* dx;
     template <class I>
     STRATA_HD void operator()(I i) const {
-        constexpr I c = I(G::c), w = I(G::w), h = I(G::h), sh = I(G::sh), sw = I(G::sw), oh = I(G::oh), ow = I(G::ow);
-        const I ci = i % c, ix = (i / c) % w, iy = (i / (c * w)) % h;
-        const I n = i / (c * w * h);
+        const I ci = i % I(G::c);
         T s = T(0);
-        for (I ky = 0; ky < I(G::kh); ++ky) {
-            const I ty = iy + I(G::pt) - ky;
-            if (ty < 0 || ty % sh != 0 || ty / sh >= oh) continue;
-            for (I kx = 0; kx < I(G::kw); ++kx) {
-                const I tx = ix + I(G::pl) - kx;
-                if (tx < 0 || tx % sw != 0 || tx / sw >= ow) continue;
-                s += dcol[((n * oh + ty / sh) * ow + tx / sw) * I(G::patch) + (ky * I(G::kw) + kx) * c + ci];
-            }
-        }
+        for_covering_windows<G>(i, [&](I ky, I kx, I p) { s += dcol[p * I(G::patch) + (ky * I(G::kw) + kx) * I(G::c) + ci]; });
         dx[i] = s;
     }
 };

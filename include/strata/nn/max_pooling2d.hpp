@@ -183,7 +183,7 @@ struct MaxPoolBackwardRows {
 };
 
 // Backward, CUDA form: one thread per input value gathers from the windows covering it (`I` as
-// in MaxPoolElements).
+// in MaxPoolElements) the gradients of those whose recorded maximum it is.
 template <class T, class G>
 struct MaxPoolBackwardElements {
     const T* dy;
@@ -191,20 +191,12 @@ struct MaxPoolBackwardElements {
     T* dx;
     template <class I>
     STRATA_HD void operator()(I i) const {
-        constexpr I c = I(G::c), w = I(G::w), h = I(G::h), sh = I(G::sh), sw = I(G::sw), oh = I(G::oh), ow = I(G::ow);
-        const I ci = i % c, ix = (i / c) % w, iy = (i / (c * w)) % h;
-        const I n = i / (c * w * h);
+        const I ci = i % I(G::c);
         T s = T(0);
-        for (I ky = 0; ky < I(G::kh); ++ky) {
-            const I ty = iy + I(G::pt) - ky;
-            if (ty < 0 || ty % sh != 0 || ty / sh >= oh) continue;
-            for (I kx = 0; kx < I(G::kw); ++kx) {
-                const I tx = ix + I(G::pl) - kx;
-                if (tx < 0 || tx % sw != 0 || tx / sw >= ow) continue;
-                const I o = ((n * oh + ty / sh) * ow + tx / sw) * c + ci;
-                if (arg[o] == std::int32_t(ky * I(G::kw) + kx)) s += dy[o];
-            }
-        }
+        for_covering_windows<G>(i, [&](I ky, I kx, I p) {
+            const I o = p * I(G::c) + ci;
+            if (arg[o] == std::int32_t(ky * I(G::kw) + kx)) s += dy[o];
+        });
         dx[i] = s;
     }
 };
