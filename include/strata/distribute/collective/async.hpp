@@ -142,6 +142,10 @@ public:
     /// Buckets submitted and not yet finished.
     [[nodiscard]] STRATA_DECL std::size_t pending() const;
 
+    /// Makes room for `jobs` buckets between two waits, so that submit() never allocates when
+    /// the communication thread falls behind (a training step's steady state allocates nothing).
+    STRATA_DECL void reserve(std::size_t jobs);
+
 private:
     struct Job {
         std::size_t bucket;

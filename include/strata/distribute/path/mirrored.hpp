@@ -193,7 +193,12 @@ void MirroredCopies<S, T>::plan_buckets(std::span<const std::int64_t> off) {
 template <class S, class T>
 collective::AsyncAllReduce& MirroredCopies<S, T>::comm_of(int r) {
     auto& c = comm_[std::size_t(r)];
-    if (!c) c = std::make_unique<collective::AsyncAllReduce>(s_->group(), r, ReduceOp::Sum, s_->options().all_reduce);
+    if (!c) {
+        c = std::make_unique<collective::AsyncAllReduce>(s_->group(), r, ReduceOp::Sum, s_->options().all_reduce);
+        // A step submits every bucket before its wait: however far the thread falls behind, the
+        // queue never holds more, so the steady state never allocates.
+        c->reserve(buckets_.size());
+    }
     return *c;
 }
 

@@ -58,6 +58,11 @@ STRATA_DECL AsyncAllReduce::AsyncAllReduce(ReplicaGroup& group, int rank, Reduce
     worker_ = std::thread([this] { run(); });
 }
 
+STRATA_DECL void AsyncAllReduce::reserve(std::size_t jobs) {
+    std::lock_guard lock(mutex_);
+    queue_.reserve(jobs);
+}
+
 STRATA_DECL AsyncAllReduce::~AsyncAllReduce() {
     std::size_t pending = 0;
     {
