@@ -11,8 +11,9 @@
 /// - no GPU allocation or free has happened since the capture (place::detail::
 ///   cuda_allocation_count), so no buffer the kernels use can have moved;
 /// - the caller guarantees the rest (train/model.hpp uses it only for networks without random
-///   layers, without sample weights or host-read metrics, and keeps the optimizer's update,
-///   whose learning rate and step count change, outside the graph).
+///   layers, without sample weights or host-read metrics, keeps the optimizer's update, whose
+///   learning rate and step count change, outside the graph, and resets it when the model is
+///   compiled again).
 /// A key is captured only the second time it is seen in a row, after an eager run has made
 /// every buffer (cuBLAS's workspace, the reductions' scratch) exist. A capture that fails (a call
 /// that cannot be captured) turns graphs off for this object; keys that keep changing (more
@@ -175,6 +176,16 @@ public:
         ++captures_;
         launch(caller);
         return Ran::Captured;
+    }
+
+    /// Forgets the captured graph and what was seen (what the caller's step does changed: a
+    /// model compiled again with another loss or metrics); graphs are allowed again.
+    void reset() {
+        drop();
+        seen_ = false;
+        off_ = false;
+        captures_ = 0;
+        why_.clear();
     }
 
     /// Whether graphs are off for this object (a failed capture, or keys that keep changing).

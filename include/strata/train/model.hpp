@@ -159,6 +159,9 @@ public:
     void compile(loss::Loss loss, optim::Optimizer optimizer = optim::RMSprop{}, std::vector<metrics::Metric> metrics = {"accuracy"}) {
         this->compile_settings_for(std::move(loss), optimizer, metrics, output_size, last_is_softmax);
         path_.compile(optimizer);
+        // A captured step holds the loss, the metrics and the softmax fusion it was captured with.
+        if constexpr (!std::is_same_v<graph_t, NoGraph>)
+            for (auto& u : units_) u->graph.reset();
         compiled_ = true;
     }
 
