@@ -548,17 +548,20 @@ def check_devices(exe):
 
 def check_gpu_cnn(exe):
     """benchmarks/gpu_cnn: flags; without a GPU exit 77 saying so, with one a JSON row per batch size."""
-    help_lists(exe, "gpu_cnn", ["--batch-size", "--warmup", "--steps", "--reps", "--seed", "--json"])
+    help_lists(exe, "gpu_cnn", ["--batch-size", "--warmup", "--steps", "--reps", "--seed", "--cuda-graphs", "--json"])
     common_checks(exe, "gpu_cnn", "--steps")
     bad_flag(exe, "gpu_cnn", ["--batch-size", "128,0"], "--batch-size")
+    bad_flag(exe, "gpu_cnn", ["--cuda-graphs", "maybe"], "--cuda-graphs")
     r = run([exe, "--steps", "2", "--warmup", "1", "--reps", "1", "--batch-size", "16"])
     if r.returncode == 77:
         check("no usable GPU" in r.stdout and "nothing measured" in r.stdout, f"gpu_cnn without a GPU: {r.stdout!r}")
     else:
         doc = json_run(exe, "gpu_cnn", ["--steps", "2", "--warmup", "1", "--reps", "1", "--batch-size", "16"],
-                       ["benchmark", "machine", "gpu", "flops_per_image", "rows"])
+                       ["benchmark", "machine", "gpu", "flops_per_image", "cuda_graphs", "rows"])
         if doc:
             check(len(doc["rows"]) == 1 and doc["rows"][0]["batch"] == 16, f"gpu_cnn rows: {doc['rows']}")
+            # Graphs on (the default): both timed steps were replays, or the run would have failed.
+            check(doc["cuda_graphs"] == "on" and doc["rows"][0]["graph_replays"] == 2, f"gpu_cnn graphs: {doc}")
 
 
 def mnist_cnn_device(exe, data, missing):
