@@ -80,12 +80,17 @@ std::string try_one_device(const Flags& f, const strata::data::Dataset<>& train)
     return "";
 }
 
-template <class Schedule, int P>
+// The stage count and the schedule come from the flags, at run time (split::AnyBalanced,
+// AnySchedule): one compiled model serves them all. With both in the type instead
+// (Pipeline<pd::Host, dist::OneFOneB, dist::split::Balanced<4>>) the split is checked at compile
+// time and Model::summary() prints it.
 int run_pipeline(const Flags& f, const strata::data::Dataset<>& train, const strata::data::Dataset<>& test, cli::Json& json) {
-    using Strategy = dist::Pipeline<pd::Host, Schedule, dist::split::Balanced<P>>;
+    using Strategy = dist::Pipeline<pd::Host, dist::AnySchedule, dist::split::AnyBalanced<dist::split::ByParams>>;
     using Model = strata::Model<Net, Strategy>;
-    std::printf("%s\n", Model::summary().c_str());
-    Strategy pipeline({.micro_batches = f.micro_batches});
+    Strategy pipeline({.micro_batches = f.micro_batches,
+                       .schedule = f.schedule == "gpipe" ? dist::ScheduleKind::GPipe : dist::ScheduleKind::OneFOneB,
+                       .stages = f.stages});
+    std::printf("%s%s\n", Net::summary().c_str(), pipeline.split_summary<Net>().c_str());
     Model model(pipeline, f.seed);
     model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 1e-3});
     const auto t0 = std::chrono::steady_clock::now();
@@ -94,7 +99,8 @@ int run_pipeline(const Flags& f, const strata::data::Dataset<>& train, const str
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto ev = model.evaluate(test.batch(std::size_t(f.batch_size)));  // micro-batches no larger than training's
 
-    constexpr auto bounds = dist::split::Balanced<P>::template bounds<Net>();
+    const auto bounds = pipeline.split_bounds<Net>();
+    const int P = pipeline.num_stages();
     const auto names = Net::layer_names();
     const auto params = dist::split::layer_costs<Net, dist::split::ByParams>();
     std::printf("\n%-6s %-16s %-22s %12s %12s %12s\n", "stage", "device", "layers", "params", "peak", "limit");
@@ -117,7 +123,7 @@ int run_pipeline(const Flags& f, const strata::data::Dataset<>& train, const str
     std::printf("\ntrained %d epochs in %.2f s (%.0f images/s); test loss %.4f, accuracy %.4f\n", f.epochs, seconds,
                 images / seconds, ev.loss, ev.accuracy);
     json["pipeline"] = {{"stages", P},
-                        {"schedule", Schedule::name},
+                        {"schedule", pipeline.schedule_name()},
                         {"micro_batches", f.micro_batches},
                         {"bubble_predicted", double(P - 1) / double(f.micro_batches + P - 1)},
                         {"per_stage", stages},
@@ -129,14 +135,6 @@ int run_pipeline(const Flags& f, const strata::data::Dataset<>& train, const str
     return 0;
 }
 
-template <class Schedule>
-int dispatch_stages(const Flags& f, const strata::data::Dataset<>& train, const strata::data::Dataset<>& test, cli::Json& json) {
-    switch (f.stages) {
-        case 2: return run_pipeline<Schedule, 2>(f, train, test, json);
-        case 3: return run_pipeline<Schedule, 3>(f, train, test, json);
-        default: return run_pipeline<Schedule, 4>(f, train, test, json);
-    }
-}
 
 int run(const Flags& f) {
     const auto cpu = pd::list_physical_devices(pd::DeviceKind::Cpu).front();
@@ -157,8 +155,7 @@ int run(const Flags& f) {
     json["one_device_error"] = one.empty() ? cli::Json(nullptr) : cli::Json(one);
     pd::reset_memory_stats(pd::find_device("/device:CPU:0"));  // the peaks below are the pipeline's
 
-    const int status = f.schedule == "gpipe" ? dispatch_stages<dist::GPipe>(f, train, test, json)
-                                             : dispatch_stages<dist::OneFOneB>(f, train, test, json);
+    const int status = run_pipeline(f, train, test, json);
     if (!f.json.empty()) {
         cli::write_json(f.json, json);
         std::printf("wrote %s\n", f.json.c_str());

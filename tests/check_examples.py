@@ -135,7 +135,7 @@ def mnist_cnn_more(exe, data, missing):
                        (["--strategy", "parameter_server", "--replicas", "2"], "--replicas"),
                        (["--strategy", "mirrored", "--workers", "2"], "--workers"),
                        (["--strategy", "pipeline", "--replicas", "2"], "--replicas"),
-                       (["--strategy", "pipeline", "--stages", "5"], "--stages"),
+                       (["--strategy", "pipeline", "--stages", "8"], "--stages"),
                        (["--strategy", "hybrid", "--schedule", "zigzag"], "--schedule"),
                        (["--stages", "3"], "--stages"),
                        (["--epochs", "0"], "--epochs"),

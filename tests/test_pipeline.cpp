@@ -1,11 +1,13 @@
 // Model parallelism in one process (issue 21): a Pipeline (GPipe or 1F1B over P stages, M
 // micro-batches) and the hybrid (R pipelines) must train exactly like one device on the same
-// global batches; the split is chosen at compile time; failures end promptly and say where.
+// global batches; the split is chosen at compile time or at run time (split::AnyBalanced);
+// failures end promptly and say where.
 #include <doctest/doctest.h>
 
 #include "test_images.hpp"
 #include "test_util.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <thread>
@@ -165,6 +167,89 @@ TEST_CASE("AnySchedule: the schedule chosen at run time runs that schedule, bit 
           std::string::npos);
     CHECK(strata_test::error_of<strata::ValueError>([] { F f({.schedule = dist::ScheduleKind::GPipe}); }).find("names the other schedule") !=
           std::string::npos);
+}
+
+TEST_CASE("AnyBalanced: the stage count chosen at run time gives Balanced<P>'s split and its bits; a missing or contrary count is refused") {
+    using Any = dist::Pipeline<strata::place::Host, dist::AnySchedule, split::AnyBalanced<split::ByFlops>>;
+    const auto opt = strata::optim::Adam{.learning_rate = 0.01};
+    auto check_count = [&]<int P>(std::integral_constant<int, P>) {
+        CAPTURE(P);
+        using Fixed = dist::Pipeline<strata::place::Host, dist::OneFOneB, split::Balanced<P, split::ByFlops>>;
+        Any any({.micro_batches = 3, .schedule = dist::ScheduleKind::OneFOneB, .stages = P});
+        CHECK(any.num_stages() == P);
+        constexpr auto want = split::Balanced<P, split::ByFlops>::template bounds<Cnn>();
+        const auto got = any.split_bounds<Cnn>();
+        CHECK(std::vector<std::size_t>(want.begin(), want.end()) == got);
+        strata::Model<Cnn, Any, double> model(any, 11);
+        CHECK(model.gradient_path().stage_bounds() == got);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+        model.fit(images(36, 5).batch(12), {.epochs = 2, .verbose = 0});
+        Fixed fixed({.micro_batches = 3});
+        CHECK(model.get_weights() == train_with<Fixed, double>(fixed, opt, 12));  // the same split, the same bits
+        CHECK(any.split_summary<Cnn>() == strata::Model<Cnn, Fixed>::summary().substr(Cnn::summary().size()));
+    };
+    check_count(std::integral_constant<int, 2>{});
+    check_count(std::integral_constant<int, 3>{});
+    check_count(std::integral_constant<int, 6>{});  // one layer a stage
+    // Against one device too (a run-time split is not only equal to a compile-time one).
+    {
+        Any any({.micro_batches = 4, .replicas = 2, .schedule = dist::ScheduleKind::GPipe, .stages = 4});
+        CHECK(max_relative_difference(train_with<Any, double>(any, opt, 12), reference<double>(opt, 12)) <= 1e-12);
+    }
+    CHECK(strata_test::error_of<strata::ValueError>([] { Any a({.schedule = dist::ScheduleKind::GPipe}); })
+              .find("PipelineOptions::stages must name the number of stages") != std::string::npos);
+    CHECK(strata_test::error_of<strata::ValueError>([] {
+              Any a({.schedule = dist::ScheduleKind::GPipe, .stages = 7});
+              strata::Model<Cnn, Any> m(a, 1);
+          }).find("7 stages for a Sequential of 6 layers") != std::string::npos);
+    using Two = dist::Pipeline<strata::place::Host, dist::GPipe, split::Balanced<2>>;
+    CHECK(strata_test::error_of<strata::ValueError>([] { Two t({.stages = 3}); }).find("the type's split has 2 stages") !=
+          std::string::npos);
+    CHECK_NOTHROW(Two({.stages = 2}));
+}
+
+TEST_CASE("Network(first, last) runs a range of the model's layers: chained ranges give the whole network's outputs and gradients") {
+    using Net = strata::nn::Network<Cnn, double, strata::place::Host>;
+    std::vector<double> params(std::size_t(Cnn::num_params));
+    Net whole;
+    whole.init(params.data(), 5);
+    strata::Tensor<double, strata::place::Host> x(strata::Shape{5, 6, 6, 2});
+    const auto xv = lcg(std::size_t(x.size()), 7);
+    std::copy(xv.begin(), xv.end(), x.data());
+    const strata::nn::Mode mode{.training = true, .step = 1, .seed = 3};
+    const auto out = whole.forward(params.data(), x.view(), mode);
+    for (std::int64_t i = 0; i < out.size(); ++i) whole.output_grad().data()[i] = double(i % 7) - 3.0;
+    std::vector<double> grads(params.size(), 0.0);
+    strata::Tensor<double, strata::place::Host> dx_whole(x.shape());
+    whole.backward(params.data(), grads.data(), mode, [](std::int64_t, std::int64_t) {}, dx_whole.view());
+
+    for (std::size_t cut : {1u, 2u, 3u, 4u, 5u}) {  // every place to cut, the fused conv | pool pair and flatten first included
+        CAPTURE(cut);
+        Net a(0, cut), b(cut, Cnn::num_layers);
+        CHECK(b.first_layer() == cut);
+        const auto off = Cnn::offsets[cut];
+        const auto mid = a.forward(params.data(), x.view(), mode);
+        REQUIRE(mid.shape() == Net::layer_input_shape(cut, 5));
+        strata::Tensor<double, strata::place::Host> copy_in(mid.shape());
+        strata::copy(mid, copy_in.view());
+        const auto o = b.forward(params.data() + off, copy_in.view(), mode);
+        REQUIRE(o.shape() == out.shape());
+        for (std::int64_t i = 0; i < o.size(); ++i) CHECK(o.data()[i] == out.data()[i]);
+        for (std::int64_t i = 0; i < o.size(); ++i) b.output_grad().data()[i] = double(i % 7) - 3.0;
+        std::vector<double> g(params.size(), 0.0);
+        strata::Tensor<double, strata::place::Host> dmid(mid.shape());
+        b.backward(params.data() + off, g.data() + off, mode, [](std::int64_t, std::int64_t) {}, dmid.view());
+        strata::copy(dmid.view(), a.output_grad());
+        strata::Tensor<double, strata::place::Host> dx(x.shape());
+        a.backward(params.data(), g.data(), mode, [](std::int64_t, std::int64_t) {}, dx.view());
+        CHECK(g == grads);
+        for (std::int64_t i = 0; i < dx.size(); ++i) CHECK(dx.data()[i] == dx_whole.data()[i]);
+        // The input of a range is its first layer's.
+        CHECK(strata_test::error_of<strata::ShapeError>([&] { b.forward(params.data() + off, x.view(), mode); }).find("layer " + std::to_string(cut)) !=
+              std::string::npos);
+    }
+    CHECK(strata_test::error_of<strata::ValueError>([] { Net n(3, 3); }).find("layers [3, 3) of a Sequential of 6 layers") != std::string::npos);
+    CHECK(strata_test::error_of<strata::ValueError>([] { Net n(0, 7); }).find("of a Sequential of 6 layers") != std::string::npos);
 }
 
 TEST_CASE("Pipeline errors: bad options, a stage that throws names itself, nothing hangs") {

@@ -198,7 +198,7 @@ void declare_flags(CLI::App& app, Flags& f) {
         ->transform(cli::integer(1, 16'777'216));
     app.add_option("--replicas", f.replicas, "replicas in sync (one_device: 1; multi_worker_mirrored: per process)")
         ->transform(cli::integer(1, 1024))->capture_default_str();
-    app.add_option("--stages", f.stages, "pipeline, hybrid: stages (2-4), balanced by FLOPs")->transform(cli::integer(2, 4))->capture_default_str();
+    app.add_option("--stages", f.stages, "pipeline, hybrid: stages (2-7: at most one per layer), balanced by FLOPs")->transform(cli::integer(2, 7))->capture_default_str();
     app.add_option("--micro-batches", f.micro_batches, "pipeline, hybrid: micro-batches per replica's share of a batch")
         ->transform(cli::integer(1, 4096))->capture_default_str();
     app.add_option("--schedule", f.schedule, "pipeline, hybrid: gpipe or 1f1b")->check(cli::one_of({"gpipe", "1f1b"}))->capture_default_str();

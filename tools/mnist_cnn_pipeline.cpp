@@ -1,8 +1,8 @@
-// tools/mnist_cnn --strategy pipeline | hybrid: the seed CNN cut into 2 to 4 stages balanced by
-// FLOPs (distribute/pipeline.hpp), GPipe or 1F1B over --micro-batches (AnySchedule: chosen at
-// run time, so one model per split); hybrid runs --replicas copies of that pipeline. A
-// translation unit of its own (three instantiations of the model), so that it compiles beside
-// the others (see mnist_cnn.hpp). Under mpirun (or srun) with
+// tools/mnist_cnn --strategy pipeline | hybrid: the seed CNN cut into 2 to 7 stages balanced by
+// FLOPs (distribute/pipeline.hpp), GPipe or 1F1B over --micro-batches; hybrid runs --replicas
+// copies of that pipeline. The stage count and the schedule are chosen at run time
+// (split::AnyBalanced, AnySchedule), so this translation unit compiles one model for all of
+// them, beside the others (see mnist_cnn.hpp). Under mpirun (or srun) with
 // --replicas × --stages processes, one job: rank q runs stage q % P of replica q / P, and rank 0
 // reports (distribute/pipeline_mpi.hpp).
 //
@@ -20,33 +20,23 @@
 
 namespace mnist_example {
 
-namespace {
-template <int P>
-Report train_stages(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync) {
+Report train_pipeline(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync) {
     namespace sd = strata::distribute;
-    using Strategy = sd::Pipeline<strata::place::Host, sd::AnySchedule, sd::split::Balanced<P, sd::split::ByFlops>>;
+    using Strategy = sd::Pipeline<strata::place::Host, sd::AnySchedule, sd::split::AnyBalanced<sd::split::ByFlops>>;
     sd::PipelineOptions o{.micro_batches = f.micro_batches,
                           .replicas = f.strategy == "hybrid" ? f.replicas : 1,
                           .cores_per_stage = f.threads,
                           .timeout = std::chrono::milliseconds(f.timeout_ms),
-                          .schedule = f.schedule == "1f1b" ? sd::ScheduleKind::OneFOneB : sd::ScheduleKind::GPipe};
+                          .schedule = f.schedule == "1f1b" ? sd::ScheduleKind::OneFOneB : sd::ScheduleKind::GPipe,
+                          .stages = f.stages};
 #ifdef MNIST_CNN_HAVE_MPI
     if (sd::launch_info().size > 1) o.processes = sd::pipeline_processes();  // the Pipeline checks the count
 #endif
     Strategy s(o);
     // mnist_cnn.cpp printed the layer table; the split follows it.
-    if (s.is_chief()) std::printf("%s", strata::Model<Net, Strategy>::summary().substr(Net::summary().size()).c_str());
+    if (s.is_chief()) std::printf("%s", s.split_summary<Net>().c_str());
     replicas_in_sync = s.num_replicas_in_sync();
     return train(s, f, mnist);
-}
-}  // namespace
-
-Report train_pipeline(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync) {
-    switch (f.stages) {
-        case 2: return train_stages<2>(f, mnist, replicas_in_sync);
-        case 3: return train_stages<3>(f, mnist, replicas_in_sync);
-        default: return train_stages<4>(f, mnist, replicas_in_sync);
-    }
 }
 
 }  // namespace mnist_example

@@ -22,7 +22,11 @@
 ///   partitioner choose the P stages that minimise the largest stage's cost: its parameter
 ///   count (`split::ByParams`, what a stage's memory holds for good) or its FLOPs per example
 ///   (`split::ByFlops`, what a stage's time goes to). Either way the split is part of the type,
-///   checked at compile time and printed by `Model::summary()`.
+///   checked at compile time and printed by `Model::summary()`. `split::AnyBalanced<Cost>`
+///   takes P at run time (`PipelineOptions::stages`) and runs the same partitioner then: a
+///   program offering several stage counts compiles one model. The stages' code does not
+///   depend on the split (each runs its range of the model's one compiled network), so every
+///   split of a model shares it.
 /// - **Micro-batches.** A replica's share of n examples is cut into m = min(M, n) micro-batches
 ///   of sizes that differ by at most one (the first n mod m take one more): M need not divide
 ///   the batch. Each micro-batch's loss is scaled by 1 / the global batch, so the gradients
@@ -134,6 +138,37 @@ constexpr auto layer_costs() {
     }(std::make_index_sequence<Net::num_layers>{});
 }
 
+namespace detail {
+/// The balanced split: `stages` (1 <= stages <= L) runs of consecutive layers whose largest
+/// summed `cost` is the smallest possible, by dynamic programming over the layers; ties go to
+/// the split with the earliest boundaries. Writes the stages + 1 bounds to `out`.
+template <std::size_t L>
+constexpr void balance(const std::array<double, L>& cost, std::size_t stages, std::size_t* out) {
+    const std::size_t S = stages;
+    // best[s][l]: the smallest largest-stage cost of the first l layers in s stages.
+    std::array<std::array<double, L + 1>, L + 1> best{};
+    std::array<std::array<std::size_t, L + 1>, L + 1> cut{};
+    constexpr double inf = 1e300;
+    for (auto& row : best)
+        for (auto& v : row) v = inf;
+    best[0][0] = 0;
+    for (std::size_t s = 1; s <= S; ++s)
+        for (std::size_t l = s; l <= L; ++l) {
+            double stage = 0;
+            for (std::size_t j = l; j-- > s - 1;) {  // the last stage is layers [j, l)
+                stage += cost[j];
+                const double c = best[s - 1][j] > stage ? best[s - 1][j] : stage;
+                if (c <= best[s][l]) {
+                    best[s][l] = c;
+                    cut[s][l] = j;
+                }
+            }
+        }
+    out[S] = L;
+    for (std::size_t s = S; s > 0; --s) out[s - 1] = cut[s][out[s]];
+}
+}  // namespace detail
+
 /// Stage s holds layers [bounds[s], bounds[s + 1]): stage 1 starts at layer `Starts...[0]`, ...
 /// Requires strictly increasing starts inside (0, number of layers) (a static_assert names them).
 template <std::size_t... Starts>
@@ -176,30 +211,30 @@ struct Balanced {
         static_assert(std::size_t(Stages) <= Net::num_layers,
                       "strata::distribute::split::Balanced<P, Cost>: more stages than layers: every stage needs at least "
                       "one layer of the Sequential");
-        constexpr std::size_t L = Net::num_layers, S = std::size_t(Stages);
-        constexpr auto cost = layer_costs<Net, Cost>();
-        // best[s][l]: the smallest largest-stage cost of the first l layers in s stages.
-        std::array<std::array<double, L + 1>, S + 1> best{};
-        std::array<std::array<std::size_t, L + 1>, S + 1> cut{};
-        constexpr double inf = 1e300;
-        for (auto& row : best)
-            for (auto& v : row) v = inf;
-        best[0][0] = 0;
-        for (std::size_t s = 1; s <= S; ++s)
-            for (std::size_t l = s; l <= L; ++l) {
-                double stage = 0;
-                for (std::size_t j = l; j-- > s - 1;) {  // the last stage is layers [j, l)
-                    stage += cost[j];
-                    const double c = best[s - 1][j] > stage ? best[s - 1][j] : stage;
-                    if (c <= best[s][l]) {
-                        best[s][l] = c;
-                        cut[s][l] = j;
-                    }
-                }
-            }
-        std::array<std::size_t, S + 1> out{};
-        out[S] = L;
-        for (std::size_t s = S; s > 0; --s) out[s - 1] = cut[s][out[s]];
+        std::array<std::size_t, std::size_t(Stages) + 1> out{};
+        detail::balance(layer_costs<Net, Cost>(), std::size_t(Stages), out.data());
+        return out;
+    }
+};
+
+/// Balanced stages (as `Balanced<P, Cost>`) whose number P is chosen at run time, by
+/// PipelineOptions::stages (required): a program offering several stage counts compiles one
+/// Pipeline model instead of one per count (as AnySchedule does for the schedules). The split
+/// is the one Balanced<P, Cost> gives, found when the model is built; a P above the model's
+/// layer count is a ValueError then.
+template <class Cost = ByParams>
+struct AnyBalanced {
+    static_assert(std::is_same_v<Cost, ByParams> || std::is_same_v<Cost, ByFlops>,
+                  "strata::distribute::split::AnyBalanced<Cost>: Cost must be split::ByParams or split::ByFlops");
+    static constexpr int stages = 0;  // chosen at run time
+    static constexpr const char* name = "Balanced";
+    static constexpr const char* cost_name = Cost::name;
+    template <class Net>
+    static std::vector<std::size_t> bounds(int stages) {
+        STRATA_CHECK(stages >= 1 && std::size_t(stages) <= Net::num_layers, ValueError, "Pipeline: ", stages,
+                     " stages for a Sequential of ", Net::num_layers, " layers: every stage needs at least one layer");
+        std::vector<std::size_t> out(std::size_t(stages) + 1);
+        detail::balance(layer_costs<Net, Cost>(), std::size_t(stages), out.data());
         return out;
     }
 };
@@ -262,6 +297,9 @@ struct PipelineOptions {
     /// The schedule, for Pipeline<P, AnySchedule, Split> (required there); with GPipe or OneFOneB
     /// in the type it may be left empty, or must name the same schedule.
     std::optional<ScheduleKind> schedule{};
+    /// P, the stages, for a split chosen at run time (split::AnyBalanced: required there, >= 1);
+    /// with the split in the type it may be left 0, or must be the type's count.
+    int stages = 0;
 };
 
 namespace detail {
@@ -287,6 +325,10 @@ public:
     bool one_f_one_b() const { return one_f_one_b_; }
     const char* schedule_name() const { return one_f_one_b_ ? OneFOneB::name : GPipe::name; }
 
+    /// P: stages of each pipeline (the split's, or PipelineOptions::stages for a run-time split).
+    int num_stages() const { return stages_; }
+    /// The rank that runs stage s of replica r across processes (r · P + s).
+    int rank_of(int replica, int stage) const { return replica * stages_ + stage; }
     /// R: replicas in sync (1 for a plain pipeline; the hybrid's pipelines otherwise).
     int num_replicas_in_sync() const { return options_.replicas; }
     int local_replicas() const { return options_.replicas; }
@@ -315,8 +357,9 @@ public:
     STRATA_DECL void run_stages(FunctionRef<void(int, int)> fn, FunctionRef<void(int, int)> on_failure);
 
 protected:
-    /// `stages` stages of `host` or GPU devices; `type_schedule`: the schedule the type names
-    /// (empty for AnySchedule, which takes options.schedule), `type_name` its name in errors.
+    /// `stages` stages (0: options.stages, a split chosen at run time) of `host` or GPU devices;
+    /// `type_schedule`: the schedule the type names (empty for AnySchedule, which takes
+    /// options.schedule), `type_name` its name in errors.
     STRATA_DECL PipelineRuntime(PipelineOptions options, int stages, bool host, std::optional<ScheduleKind> type_schedule,
                                 const char* type_name);
     ~PipelineRuntime() = default;
@@ -352,12 +395,19 @@ STRATA_DECL std::string pipeline_stage_failure(PipelineRuntime& strategy, int un
                                                std::span<const std::size_t> bounds, const std::vector<std::string>& layer_names,
                                                const std::exception& e);
 
+/// The split's table under a model's summary: each stage's layers, parameters and FLOPs per
+/// example (`params`, `flops`: the layers' costs), after a line naming the split and schedule.
+STRATA_DECL std::string pipeline_split_table(std::span<const std::size_t> bounds, const std::vector<std::string>& layer_names,
+                                             std::span<const double> params, std::span<const double> flops, const char* split_name,
+                                             const char* schedule_name);
+
 }  // namespace detail
 
-/// Pipeline parallelism (see the file comment): `Split::stages` stages on logical devices of
-/// place `P`, scheduled by `Schedule` (GPipe or OneFOneB, or AnySchedule: chosen at run time by
-/// PipelineOptions::schedule). Satisfies the Strategy concept. What it does at run time is
-/// detail::PipelineRuntime's, the same for every P, schedule and split.
+/// Pipeline parallelism (see the file comment): `Split::stages` stages (split::AnyBalanced:
+/// PipelineOptions::stages) on logical devices of place `P`, scheduled by `Schedule` (GPipe or
+/// OneFOneB, or AnySchedule: chosen at run time by PipelineOptions::schedule). Satisfies the
+/// Strategy concept. What it does at run time is detail::PipelineRuntime's, the same for every
+/// P, schedule and split.
 template <class P = place::Host, class Schedule = GPipe, class Split = split::Balanced<2>>
 class Pipeline : public detail::PipelineRuntime {
     static_assert(place::Place<P>, "strata::distribute::Pipeline<Place, Schedule, Split>: Place must be strata::place::Host or strata::place::Cuda");
@@ -365,7 +415,8 @@ class Pipeline : public detail::PipelineRuntime {
                   "strata::distribute::Pipeline<Place, Schedule, Split>: Schedule must be distribute::GPipe, distribute::OneFOneB "
                   "or distribute::AnySchedule");
     static_assert(requires { Split::stages; },
-                  "strata::distribute::Pipeline<Place, Schedule, Split>: Split must be split::At<starts...> or split::Balanced<P, Cost>");
+                  "strata::distribute::Pipeline<Place, Schedule, Split>: Split must be split::At<starts...>, split::Balanced<P, Cost> "
+                  "or split::AnyBalanced<Cost>");
 
 public:
     using place_type = P;
@@ -374,14 +425,27 @@ public:
     using schedule = Schedule;
     using split_type = Split;
     static constexpr const char* name = "Pipeline";
-    /// P: stages of each pipeline.
-    static constexpr int num_stages = Split::stages;
 
     explicit Pipeline(PipelineOptions options = {})
-        : PipelineRuntime(std::move(options), num_stages, std::is_same_v<P, place::Host>, type_schedule(), Schedule::name) {}
+        : PipelineRuntime(std::move(options), Split::stages, std::is_same_v<P, place::Host>, type_schedule(), Schedule::name) {}
 
-    /// The rank that runs stage s of replica r across processes (r · P + s).
-    static constexpr int rank_of(int replica, int stage) { return replica * num_stages + stage; }
+    /// Where this pipeline cuts `Net`: stage s holds layers [bounds[s], bounds[s + 1]).
+    template <class Net>
+    std::vector<std::size_t> split_bounds() const {
+        if constexpr (Split::stages == 0) {
+            return Split::template bounds<Net>(num_stages());
+        } else {
+            constexpr auto b = Split::template bounds<Net>();
+            return {b.begin(), b.end()};
+        }
+    }
+    /// The split of `Net` as Model<Net, Pipeline>::summary() prints it under the layers (with
+    /// the stage count and schedule of this pipeline, where the type leaves them to run time).
+    template <class Net>
+    std::string split_summary() const {
+        return detail::pipeline_split_table(split_bounds<Net>(), Net::layer_names(), split::layer_costs<Net, split::ByParams>(),
+                                            split::layer_costs<Net, split::ByFlops>(), Split::name, schedule_name());
+    }
 
 private:
     static std::optional<ScheduleKind> type_schedule() {

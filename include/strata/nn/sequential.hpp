@@ -134,6 +134,14 @@ private:
 /// One replica's compute for a Sequential: bound layers plus the activation and gradient
 /// buffers for the current batch size. Parameters and gradients live outside (flat buffers of
 /// `num_params` elements, layer after layer, as `Seq::parameters()` lists them).
+///
+/// `Network(first, last)` runs only layers [first, last) of the Sequential: a pipeline stage's
+/// share of the model (distribute/path/pipeline.hpp). Its input is layer `first`'s, its output
+/// layer `last - 1`'s, and the `params` and `grads` it is given hold those layers' block alone
+/// (the model's flat layout from `offsets[first]` to `offsets[last]`); the other layers'
+/// buffers are never allocated. The layers keep their indices in the model (their random
+/// streams, their names in the step profile), so a stage computes what the whole model's
+/// network computes for its layers, bit for bit, and one compiled network serves every split.
 template <class Seq, class T, class P>
 class Network {
 public:
@@ -144,10 +152,28 @@ public:
     using input_shape = typename Seq::input_shape;
     using output_shape = typename Seq::output_shape;
 
-    Network() {
+    Network() : Network(0, L) {}
+    /// Layers [first, last) only (see the class comment); ValueError unless first < last <= L.
+    Network(std::size_t first, std::size_t last) : first_(first), last_(last) {
+        STRATA_CHECK(first < last && last <= L, ValueError, "Network: layers [", first, ", ", last, ") of a Sequential of ", L,
+                     " layers; a range holds at least one of them");
+        base_ = offsets[first];
         set_streams(std::make_index_sequence<L>{});
         if constexpr (profile::enabled) label_layers(std::make_index_sequence<L>{});
     }
+
+    /// The layers this network runs: [first_layer(), last_layer()).
+    std::size_t first_layer() const { return first_; }
+    std::size_t last_layer() const { return last_; }
+    /// The shape of layer `l`'s input for a batch of `n` examples (l = 0: the model's input).
+    static Shape layer_input_shape(std::size_t l, std::int64_t n) {
+        const auto dims = input_dims(l);
+        Shape s{n};
+        for (auto d : dims) s.push_back(d);
+        return s;
+    }
+    /// The shape of layer `l`'s output for a batch of `n` examples.
+    static Shape layer_output_shape(std::size_t l, std::int64_t n) { return layer_input_shape(l + 1, n); }
 
     /// Initialises every layer's parameters in `params` (Keras's defaults), reproducibly.
     void init(T* params, std::uint64_t seed) {
@@ -157,12 +183,17 @@ public:
     /// Runs the layers on `x` ([n, input_shape...]) and returns the output view
     /// ([n, output_shape...]), valid until the next call.
     TensorView<T, P> forward(const T* params, const TensorView<T, P>& x, const Mode& mode) {
-        STRATA_CHECK(x.shape() == input_shape::batched(x.dim(0)), ShapeError, "Sequential: the input batch has shape ",
-                     x.shape(), ", the model takes ", detail::shape_text<input_shape>());
+        if (first_ == 0) {
+            STRATA_CHECK(x.shape() == input_shape::batched(x.dim(0)), ShapeError, "Sequential: the input batch has shape ",
+                         x.shape(), ", the model takes ", detail::shape_text<input_shape>());
+        } else {
+            STRATA_CHECK(x.rank() >= 1 && x.shape() == layer_input_shape(first_, x.dim(0)), ShapeError, "Sequential: the input batch of layer ",
+                         first_, " has shape ", x.shape(), ", the layer takes ", detail::shape_text(-1, input_dims(first_)));
+        }
         prepare(x);
         trained_ = mode.training;
         forward_impl(params, mode, std::make_index_sequence<L>{});
-        return out_[L - 1];
+        return out_[last_ - 1];
     }
 
     /// Allocates every buffer a batch of `n` examples needs (the activations; with `training`
@@ -182,8 +213,8 @@ public:
     }
 
     /// The gradient of the loss w.r.t. the output: the loss writes it here before `backward`.
-    TensorView<T, P> output_grad() const { return dout_[L - 1]; }
-    TensorView<T, P> output() const { return out_[L - 1]; }
+    TensorView<T, P> output_grad() const { return dout_[last_ - 1]; }
+    TensorView<T, P> output() const { return out_[last_ - 1]; }
 
     /// Back-propagates `output_grad()` through the layers, writing every parameter gradient into
     /// `grads`. After each layer, `on_ready(first, count)` is told which range of `grads` is
@@ -198,7 +229,7 @@ public:
         backward(params, grads, mode, [](std::int64_t, std::int64_t) {});
     }
     /// As backward, and also writes the gradient of the loss w.r.t. the input of the last
-    /// forward into `input_grad` ([n, input_shape...]): what a pipeline stage hands back to the
+    /// forward into `input_grad` ([n, input shape...]): what a pipeline stage hands back to the
     /// stage before it (distribute/pipeline.hpp). The plain backward skips that product.
     template <class Hook>
     void backward(const T* params, T* grads, const Mode& mode, Hook&& on_ready, const TensorView<T, P>& input_grad) {
@@ -210,24 +241,33 @@ public:
         backward_impl<L>(params, grads, mode, on_ready);
     }
 
-    /// Numbers the layers from `first` on (layer index `first` is this network's layer 0): a
-    /// pipeline stage holding layers [first, ...) of a model draws the random numbers (Dropout
-    /// masks) the whole model's network would.
-    void number_layers_from(std::size_t first) {
-        set_streams(std::make_index_sequence<L>{}, std::uint64_t(first));
-    }
-
     Layers& layers() { return layers_; }
 
 private:
+    template <std::size_t I>
+    using layer_input = std::conditional_t<I == 0, input_shape, typename std::tuple_element_t<(I == 0 ? 0 : I - 1), Layers>::output_shape>;
+    // The extents of layer l's input (l = L: the model's output), without the batch.
+    static std::span<const std::int64_t> input_dims(std::size_t l) {
+        return [l]<std::size_t... I>(std::index_sequence<I...>) {
+            std::span<const std::int64_t> out(output_shape::dims);
+            ((l == I ? void(out = std::span<const std::int64_t>(layer_input<I>::dims)) : void()), ...);
+            return out;
+        }(std::make_index_sequence<L>{});
+    }
+    // Whether layer I is one this network runs.
+    template <std::size_t I>
+    bool runs() const {
+        return I >= first_ && I < last_;
+    }
+
     // Layers that draw random numbers (Dropout) get their own stream: layer index × 16, the
     // same stream init() passes, so every replica's copy of the layer draws alike.
     template <std::size_t... I>
-    void set_streams(std::index_sequence<I...>, std::uint64_t first = 0) {
+    void set_streams(std::index_sequence<I...>) {
         auto one = [](auto& layer, std::uint64_t stream) {
             if constexpr (requires { layer.set_stream(stream); }) layer.set_stream(stream);
         };
-        (one(std::get<I>(layers_), (first + std::uint64_t(I)) * 16), ...);
+        (one(std::get<I>(layers_), std::uint64_t(I) * 16), ...);
     }
     // The step profiler (core/profile.hpp) reports each layer under its summary() name.
     template <std::size_t... I>
@@ -255,6 +295,7 @@ private:
     }
     template <std::size_t I>
     void reserve_one(std::int64_t n, bool training) {
+        if (!runs<I>()) return;
         auto touch = [](Tensor<T, P>& t) {
             if constexpr (place::host_accessible_v<P>)
                 if (t.data() && t.size() > 0) std::memset(static_cast<void*>(t.data()), 0, std::size_t(t.size()) * sizeof(T));
@@ -276,17 +317,20 @@ private:
     }
     template <std::size_t I>
     void prepare_one(std::int64_t n) {
+        if (!runs<I>()) return;
         using Layer = std::tuple_element_t<I, Layers>;
         const Shape s = Layer::output_shape::batched(n);
         if constexpr (detail::aliases_input<Layer>() && I > 0) {
-            out_[I] = out_[I - 1].reshape(s);
-            dout_[I] = dout_[I - 1].reshape(s);
-        } else {
-            act_[I].resize(s);
-            grad_[I].resize(s);
-            out_[I] = act_[I].view();
-            dout_[I] = grad_[I].view();
+            if (I > first_) {
+                out_[I] = out_[I - 1].reshape(s);
+                dout_[I] = dout_[I - 1].reshape(s);
+                return;
+            }
         }
+        act_[I].resize(s);
+        grad_[I].resize(s);
+        out_[I] = act_[I].view();
+        dout_[I] = grad_[I].view();
     }
 
     template <std::size_t... I>
@@ -294,7 +338,8 @@ private:
         (forward_one<I>(params, mode), ...);
     }
     // Whether layer I runs layer I+1's forward on each chunk of its output (Conv2D then
-    // MaxPooling2D on the host: the pooling reads the convolution's output from cache).
+    // MaxPooling2D on the host: the pooling reads the convolution's output from cache), when
+    // this network runs both.
     template <std::size_t I>
     static constexpr bool fuses_next() {
         if constexpr (I + 1 < L) {
@@ -324,56 +369,65 @@ private:
     template <std::size_t I>
     STRATA_INLINE void forward_one(const T* params, const Mode& mode) {
         using Layer = std::tuple_element_t<I, Layers>;
+        if (!runs<I>()) return;
         if constexpr (I > 0 && fuses_next<(I > 0 ? I - 1 : 0)>()) {
-            if (ran_next_[I - 1]) return;  // the layer before ran this one's forward
+            if (I > first_ && ran_next_[I - 1]) return;  // the layer before ran this one's forward
         }
-        const TensorView<T, P> in = I == 0 ? input_ : out_[I == 0 ? 0 : I - 1];
-        if constexpr (detail::aliases_input<Layer>() && I == 0) {
-            out_[I] = input_.reshape(Layer::output_shape::batched(input_.dim(0)));
+        const TensorView<T, P> in = I == first_ ? input_ : out_[I == 0 ? 0 : I - 1];
+        if constexpr (detail::aliases_input<Layer>()) {
+            if (I == first_) out_[I] = input_.reshape(Layer::output_shape::batched(input_.dim(0)));
         }
         Mode m = mode;
         m.skip_activation = mode.skip_activation && I == L - 1;
+        const T* p = params + (offsets[I] - base_);
         STRATA_PROFILE_GROUP(&profile_keys_[I], "forward");
         if constexpr (fuses_next<I>()) {
-            Mode next = mode;
-            next.skip_activation = mode.skip_activation && I + 1 == L - 1;
-            ran_next_[I] = !next.skip_activation && std::get<I>(layers_).forward_then(params + offsets[I], in, out_[I],
-                                                                                   std::get<I + 1>(layers_), out_[I + 1], m);
-            if (ran_next_[I]) return;
+            ran_next_[I] = false;
+            if (I + 1 < last_) {
+                Mode next = mode;
+                next.skip_activation = mode.skip_activation && I + 1 == L - 1;
+                ran_next_[I] = !next.skip_activation &&
+                               std::get<I>(layers_).forward_then(p, in, out_[I], std::get<I + 1>(layers_), out_[I + 1], m);
+                if (ran_next_[I]) return;
+            }
         }
-        std::get<I>(layers_).forward(params + offsets[I], in, out_[I], m);
+        std::get<I>(layers_).forward(p, in, out_[I], m);
     }
 
     template <std::size_t K, class Hook>
     STRATA_INLINE void backward_impl(const T* params, T* grads, const Mode& mode, Hook& on_ready) {
         if constexpr (K > 0) {
             constexpr std::size_t I = K - 1;
-            const TensorView<T, P> in = I == 0 ? input_ : out_[I == 0 ? 0 : I - 1];
-            const TensorView<T, P> dx = I == 0 ? input_grad_ : dout_[I == 0 ? 0 : I - 1];
-            Mode m = mode;
-            m.skip_activation = mode.skip_activation && I == L - 1;
-            bool done = false;
-            if constexpr (I > 0 && fuses_backward_next<(I > 0 ? I - 1 : 0)>()) {
-                done = ran_next_[I - 1] && trained_;  // the layer before takes this one's backward into its own
-            }
-            if constexpr (fuses_backward_next<I>()) {
-                if (ran_next_[I] && trained_) {  // (a training forward: the pooling recorded its maxima)
-                    STRATA_PROFILE_GROUP(&profile_keys_[I], "backward");
-                    std::get<I>(layers_).backward_then(params + offsets[I], grads + offsets[I], in, dx, std::get<I + 1>(layers_),
-                                                       out_[I + 1], dout_[I + 1]);
-                    done = true;
+            if (I < first_) return;
+            if (runs<I>()) {
+                const TensorView<T, P> in = I == first_ ? input_ : out_[I == 0 ? 0 : I - 1];
+                const TensorView<T, P> dx = I == first_ ? input_grad_ : dout_[I == 0 ? 0 : I - 1];
+                Mode m = mode;
+                m.skip_activation = mode.skip_activation && I == L - 1;
+                const std::int64_t at = offsets[I] - base_;
+                bool done = false;
+                if constexpr (I > 0 && fuses_backward_next<(I > 0 ? I - 1 : 0)>()) {
+                    done = I > first_ && ran_next_[I - 1] && trained_;  // the layer before takes this one's backward into its own
                 }
+                if constexpr (fuses_backward_next<I>()) {
+                    if (ran_next_[I] && trained_) {  // (a training forward: the pooling recorded its maxima)
+                        STRATA_PROFILE_GROUP(&profile_keys_[I], "backward");
+                        std::get<I>(layers_).backward_then(params + at, grads + at, in, dx, std::get<I + 1>(layers_), out_[I + 1],
+                                                           dout_[I + 1]);
+                        done = true;
+                    }
+                }
+                if (!done) {
+                    STRATA_PROFILE_GROUP(&profile_keys_[I], "backward");
+                    std::get<I>(layers_).backward(params + at, grads + at, in, out_[I], dout_[I], dx, m);
+                }
+                if constexpr (detail::aliases_input<std::tuple_element_t<I, Layers>>()) {
+                    // A first layer that only views its input another way (Flatten) leaves its
+                    // output gradient where its input gradient is wanted.
+                    if (I == first_ && !input_grad_.empty()) copy(dout_[I], input_grad_);
+                }
+                if constexpr (offsets[I + 1] > offsets[I]) on_ready(at, offsets[I + 1] - offsets[I]);
             }
-            if (!done) {
-                STRATA_PROFILE_GROUP(&profile_keys_[I], "backward");
-                std::get<I>(layers_).backward(params + offsets[I], grads + offsets[I], in, out_[I], dout_[I], dx, m);
-            }
-            if constexpr (I == 0 && detail::aliases_input<std::tuple_element_t<0, Layers>>()) {
-                // A first layer that only views its input another way (Flatten) leaves its
-                // output gradient where its input gradient is wanted.
-                if (!input_grad_.empty()) copy(dout_[0], input_grad_);
-            }
-            if constexpr (offsets[I + 1] > offsets[I]) on_ready(offsets[I], offsets[I + 1] - offsets[I]);
             backward_impl<I>(params, grads, mode, on_ready);
         }
     }
@@ -388,6 +442,8 @@ private:
     std::int64_t reserved_[2] = {0, 0};   // the largest batch reserved for inference, for training
     std::array<bool, L> ran_next_{};      // layer I ran layer I+1's forward in this pass
     bool trained_ = false;                // the last forward was in training mode
+    std::size_t first_ = 0, last_ = L;    // the layers this network runs: [first_, last_)
+    std::int64_t base_ = 0;               // offsets[first_]: where the given params and grads start
 };
 
 }  // namespace strata::nn

@@ -16,6 +16,14 @@ STRATA_DECL PipelineRuntime::PipelineRuntime(PipelineOptions options, int stages
     STRATA_CHECK(o.replicas >= 1, ValueError, who, ": replicas must be >= 1, got ", o.replicas);
     STRATA_CHECK(o.cores_per_stage >= 0, ValueError, who, ": cores_per_stage must be >= 0, got ", o.cores_per_stage);
     STRATA_CHECK(o.timeout.count() > 0, ValueError, who, ": the timeout must be > 0 ms, got ", o.timeout.count());
+    if (stages_ == 0) {  // a split chosen at run time
+        STRATA_CHECK(o.stages >= 1, ValueError, who, "<AnyBalanced>: PipelineOptions::stages must name the number of stages (>= 1), got ",
+                     o.stages);
+        stages_ = o.stages;
+    } else {
+        STRATA_CHECK(o.stages == 0 || o.stages == stages_, ValueError, who, ": PipelineOptions::stages is ", o.stages,
+                     " but the type's split has ", stages_, " stages; leave it 0 or use split::AnyBalanced");
+    }
     if (!type_schedule) {
         STRATA_CHECK(o.schedule.has_value(), ValueError, who,
                      "<AnySchedule>: PipelineOptions::schedule must name the schedule (ScheduleKind::GPipe or ScheduleKind::OneFOneB)");
@@ -148,6 +156,30 @@ STRATA_DECL std::string pipeline_stage_failure(PipelineRuntime& strategy, int un
            (units > 1 ? " of replica " + std::to_string(r) : std::string()) + " on " +
            (strategy.across_processes() ? "rank " + std::to_string(strategy.rank()) : strategy.device(r, s).name) +
            " failed: " + e.what();
+}
+
+STRATA_DECL std::string pipeline_split_table(std::span<const std::size_t> bounds, const std::vector<std::string>& layer_names,
+                                             std::span<const double> params, std::span<const double> flops, const char* split_name,
+                                             const char* schedule_name) {
+    const std::size_t S = bounds.size() - 1;
+    std::string out = "Pipeline: " + std::to_string(S) + " stages (" + split_name + " split), " + schedule_name +
+                      " schedule; stage s runs on logical device r*P + s of replica r\n";
+    char line[200];
+    std::snprintf(line, sizeof line, "%-6s %-40s %14s %16s\n", "Stage", "Layers", "Params", "MFLOPs/example");
+    out += line;
+    for (std::size_t s = 0; s < S; ++s) {
+        std::string layers;
+        double p = 0, f = 0;
+        for (std::size_t l = bounds[s]; l < bounds[s + 1]; ++l) {
+            layers += (layers.empty() ? "" : ", ") + layer_names[l];
+            p += params[l];
+            f += flops[l];
+        }
+        if (layers.size() > 40) layers = layers.substr(0, 37) + "...";
+        std::snprintf(line, sizeof line, "%-6zu %-40s %14.0f %16.3f\n", s, layers.c_str(), p, f / 1e6);
+        out += line;
+    }
+    return out;
 }
 
 }  // namespace strata::distribute::detail

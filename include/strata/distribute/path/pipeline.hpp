@@ -3,7 +3,10 @@
 /// The gradient path of `Pipeline<P, Schedule, Split>` (distribute/pipeline.hpp): every stage
 /// of every replica keeps its own slice of the variables (the flat layout's range of its
 /// layers), its gradients and its optimizer state on its own device, and runs its layers on
-/// its own thread. A step cuts each replica's share of the global batch into micro-batches and
+/// its own thread. The stages are run-time ranges of the model's layers, each run by the one
+/// compiled Network<Net, T, P> (its `Network(first, last)` form): the path's code,
+/// detail::PipelinePath<P, Net, T>, is the same for every split and schedule, so a program
+/// with several splits of one model compiles it once. A step cuts each replica's share of the global batch into micro-batches and
 /// runs the schedule on every stage at once; the stages meet only through the copies of
 /// activations (forward) and of their gradients (backward) between neighbours. The loss is
 /// Model's: the last stage calls the unit of work's `loss` on each micro-batch's output.
@@ -25,8 +28,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <tuple>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -38,57 +39,6 @@
 namespace strata::distribute {
 
 namespace detail {
-
-/// An Input spec for a stage that starts inside a model: the shape its first layer takes.
-template <class Shape>
-struct ShapeInput {
-    using shape = Shape;
-};
-
-template <class Net, std::size_t First>
-struct InputOfLayer {
-    using type = typename std::tuple_element_t<First - 1, typename Net::template bound_layers<float, place::Host>>::output_shape;
-};
-template <class Net>
-struct InputOfLayer<Net, 0> {
-    using type = typename Net::input_shape;
-};
-
-/// Layers [First, Last) of a Sequential, as a Sequential of their own.
-template <class Net, std::size_t First, std::size_t Last>
-struct StageOf;
-template <class In, class... Specs, std::size_t First, std::size_t Last>
-struct StageOf<nn::Sequential<In, Specs...>, First, Last> {
-    using input_shape = typename InputOfLayer<nn::Sequential<In, Specs...>, First>::type;
-    template <std::size_t... I>
-    static auto make(std::index_sequence<I...>)
-        -> nn::Sequential<ShapeInput<input_shape>, std::tuple_element_t<First + I, std::tuple<Specs...>>...>;
-    using type = decltype(make(std::make_index_sequence<Last - First>{}));
-};
-
-/// One stage of one replica's pipeline: layers [First, Last) of Net.
-template <class Net, class T, class P, std::size_t First, std::size_t Last>
-struct StageData {
-    using Seq = typename StageOf<Net, First, Last>::type;
-    using Network = nn::Network<Seq, T, P>;
-    static constexpr std::size_t first_layer = First, last_layer = Last;
-    static constexpr std::int64_t param_first = Net::offsets[First];
-    static constexpr std::int64_t num_params = Net::offsets[Last] - Net::offsets[First];
-    static_assert(Seq::num_params == num_params, "strata::distribute::Pipeline: a stage's parameters are not its layers' block");
-
-    Tensor<T, P> params, grads, scratch;  // scratch: micro-batch k > 0's gradient, then added
-    optim::OptimizerState<T, P> opt;
-    std::vector<std::unique_ptr<Network>> slots;  // the activations of micro-batches in flight
-    std::vector<Tensor<T, P>> in, in_grad;        // per slot (stages after the first): copied input, its gradient
-    Tensor<T, P> out, out_grad;                   // last stage, inference: every micro-batch's output
-};
-
-template <class Net, class T, class P, auto Bounds, class Seq>
-struct StageTuple;
-template <class Net, class T, class P, auto Bounds, std::size_t... I>
-struct StageTuple<Net, T, P, Bounds, std::index_sequence<I...>> {
-    using type = std::tuple<StageData<Net, T, P, Bounds[I], Bounds[I + 1]>...>;
-};
 
 /// Progress of one replica's pipeline in the current run: micro-batches each stage has done.
 struct StageFlow {
@@ -162,40 +112,67 @@ private:
 
 }  // namespace detail
 
-template <class P, class Schedule, class Split, class Net, class T>
-class GradientPath<Pipeline<P, Schedule, Split>, Net, T> : public detail::PathBase<GradientPath<Pipeline<P, Schedule, Split>, Net, T>> {
+namespace detail {
+
+/// One stage of one replica's pipeline: layers [first_layer, last_layer) of Net, their block of
+/// the flat layout ([param_first, param_first + num_params)), and the networks that run them.
+template <class Net, class T, class P>
+struct PipelineStage {
+    using Network = nn::Network<Net, T, P>;
+    std::size_t first_layer = 0, last_layer = 0;
+    std::int64_t param_first = 0, num_params = 0;
+    Tensor<T, P> params, grads, scratch;  // scratch: micro-batch k > 0's gradient, then added
+    optim::OptimizerState<T, P> opt;
+    std::vector<std::unique_ptr<Network>> slots;  // the activations of micro-batches in flight
+    std::vector<Tensor<T, P>> in, in_grad;        // per slot (stages after the first): copied input, its gradient
+    Tensor<T, P> out, out_grad;                   // last stage, inference: every micro-batch's output
+};
+
+/// What a Pipeline's gradient path does, for one network and element type, whatever the
+/// split and schedule: they are the strategy's at run time (`bounds`, PipelineRuntime's
+/// one_f_one_b()). GradientPath<Pipeline<P, Schedule, Split>, Net, T> derives from it.
+template <class P, class Net, class T>
+class PipelinePath : public PathBase<PipelinePath<P, Net, T>> {
 public:
-    using Strategy = Pipeline<P, Schedule, Split>;
     using value_type = T;
     using place_type = P;
-    using unit_network = detail::PipelineUnit<GradientPath>;
+    using unit_network = PipelineUnit<PipelinePath>;
     static constexpr bool pipelined = true;
-    static constexpr std::size_t S = std::size_t(Split::stages);
-    static constexpr auto bounds = Split::template bounds<Net>();
-    static_assert(S <= Net::num_layers, "strata::distribute::Pipeline: more stages than layers: every stage needs at least one "
-                                        "layer of the Sequential");
     static constexpr std::int64_t num_params = Net::num_params;
-    using Stages = typename detail::StageTuple<Net, T, P, bounds, std::make_index_sequence<S>>::type;
 
-    template <class Init>
-    GradientPath(Strategy& s, Init&& init) : strategy_(&s) {
+    /// Stage s of every replica holds layers [bounds[s], bounds[s + 1]); `init(all)` writes the
+    /// initial values of every variable, in the flat layout.
+    PipelinePath(PipelineRuntime& s, std::vector<std::size_t> bounds, FunctionRef<void(T*)> init)
+        : strategy_(&s), bounds_(std::move(bounds)), S(bounds_.size() - 1) {
+        STRATA_CHECK(S >= 1 && int(S) == s.num_stages() && bounds_.front() == 0 && bounds_.back() == Net::num_layers,
+                     ValueError, "Pipeline: the split does not cover the model's ", Net::num_layers, " layers in ", s.num_stages(),
+                     " stages");
+        for (std::size_t i = 0; i < S; ++i)
+            STRATA_CHECK(bounds_[i] < bounds_[i + 1], ValueError, "Pipeline: stage ", i, " holds no layer (layers [", bounds_[i],
+                         ", ", bounds_[i + 1], ")); every stage needs at least one");
         // Across processes every rank must build the same model (a ValueError on every rank).
-        if (across()) strategy_->processes().agree(detail::model_settings<Net, T>(), "the model");
+        if (across()) strategy_->processes().agree(model_settings<Net, T>(), "the model");
         reset_pipeline_stats();
         for (int r = 0; r < units(); ++r) {
             replicas_.push_back(std::make_unique<Replica>());
-            replicas_.back()->flow.forwards.assign(S, 0);
-            replicas_.back()->flow.backwards.assign(S, 0);
+            auto& rep = *replicas_.back();
+            rep.flow.forwards.assign(S, 0);
+            rep.flow.backwards.assign(S, 0);
+            rep.stages.resize(S);
+            for (std::size_t st = 0; st < S; ++st) {
+                auto& d = rep.stages[st];
+                d.first_layer = bounds_[st];
+                d.last_layer = bounds_[st + 1];
+                d.param_first = Net::offsets[d.first_layer];
+                d.num_params = Net::offsets[d.last_layer] - d.param_first;
+            }
         }
         run_all([&](int r, int st) {  // on the stage's thread: from its device's memory
-            with_stage(st, [&](auto I) {
-                auto& d = std::get<I>(replicas_[std::size_t(r)]->stages);
-                using D = std::remove_cvref_t<decltype(d)>;
-                d.params.resize(Shape{D::num_params});
-                d.grads.resize(Shape{D::num_params});
-                d.scratch.resize(Shape{D::num_params});
-                fill(d.grads.view(), T(0));
-            });
+            auto& d = stage(r, std::size_t(st));
+            d.params.resize(Shape{d.num_params});
+            d.grads.resize(Shape{d.num_params});
+            d.scratch.resize(Shape{d.num_params});
+            fill(d.grads.view(), T(0));
         });
         Tensor<T, P> all(Shape{num_params});
         init(all.data());
@@ -209,8 +186,14 @@ public:
         stats_.stages.resize(S);
     }
 
-    /// The split, for summaries: stage s holds layers [stage_bounds()[s], stage_bounds()[s+1]).
-    static constexpr auto stage_bounds() { return bounds; }
+    /// The split: stage s holds layers [stage_bounds()[s], stage_bounds()[s+1]).
+    const std::vector<std::size_t>& stage_bounds() const { return bounds_; }
+    /// Which stage holds layer `l`.
+    int stage_of_layer(std::size_t l) const {
+        int s = 0;
+        while (std::size_t(s + 1) < bounds_.size() && bounds_[std::size_t(s + 1)] <= l) ++s;
+        return s;
+    }
 
     int units() const { return strategy_->num_replicas_in_sync(); }
     /// f(replica) for every replica, on the caller's thread (each call runs the replica's stages).
@@ -226,10 +209,8 @@ public:
     void compile(const optim::Optimizer& o) {
         if (across()) strategy_->processes().agree({{"optimizer", optim::describe(o)}}, "the optimizer");
         run_all([&](int r, int st) {
-            with_stage(st, [&](auto I) {
-                auto& d = std::get<I>(replicas_[std::size_t(r)]->stages);
-                d.opt = optim::OptimizerState<T, P>(o, d.num_params);  // slots on the stage's device
-            });
+            auto& d = stage(r, std::size_t(st));
+            d.opt = optim::OptimizerState<T, P>(o, d.num_params);  // slots on the stage's device
         });
         compiled_ = true;
     }
@@ -261,9 +242,12 @@ public:
         }
         const auto t0 = std::chrono::steady_clock::now();
         run_all([&](int r, int st) {
-            with_stage(st, [&](auto I) {
-                train_stage<I>(r, shares[std::size_t(r)], xs[std::size_t(r)], modes[std::size_t(r)], work);
-            });
+            const auto& b = shares[std::size_t(r)];
+            const double denominator = double(b.global_size);
+            train_stage(r, std::size_t(st), b.size, xs[std::size_t(r)], modes[std::size_t(r)],
+                        [&](std::int64_t first, const TensorView<T, P>& out, const TensorView<T, P>& out_grad) {
+                            work.loss(r, b, first, out, out_grad, denominator);
+                        });
         });
         {
             auto& f = replicas_[std::size_t(my_replica())]->flow;
@@ -297,46 +281,15 @@ public:
         if (n <= 0) return;
         const std::int64_t m = micro_count(n), mb = (n + m - 1) / m;
         run_all([&](int rr, int st) {
-            if (rr != r) return;
-            with_stage(st, [&](auto I) { ensure_slots<I>(r, slots_for(I, m), mb, training); });
+            if (rr == r) ensure_slots(r, std::size_t(st), slots_for(std::size_t(st), m), mb, training);
         });
     }
 
     /// Inference on unit r: x ([n, input...]) through the stages, micro-batched; returns the
     /// last stage's outputs ([n, output...], on its device), valid until the next call.
-    TensorView<T, P> infer(int r, const TensorView<T, P>& x, const nn::Mode& mode) {
-        const std::int64_t n = x.dim(0);
-        const std::int64_t m = micro_count(n);
-        reset_flow(r);
-        current_step_ = 0;
-        ++exchange_;
-        run_all([&](int rr, int st) {
-            if (rr != r) return;
-            with_stage(st, [&](auto I) {
-                auto& d = stage<I>(r);
-                ensure_slots<I>(r, slots_for(I, m), (n + m - 1) / m, false);
-                if constexpr (I + 1 == S) {
-                    d.out.resize(Net::output_shape::batched(n));
-                    d.out_grad.resize(Net::output_shape::batched(n));
-                }
-                for (std::int64_t k = 0; k < m; ++k)
-                    forward_micro<I>(r, k, m, n, x, mode, false, [&](std::int64_t first, const TensorView<T, P>& out) {
-                        if constexpr (I + 1 == S) copy(out, d.out.view().slice(first, out.dim(0)));
-                    });
-            });
-        });
-        if (!strategy_->runs(r, int(S - 1))) {
-            // Across processes the outputs are on the last stage's rank; the others compute on a
-            // placeholder, and their figures are left out of the sums (sum_over_workers).
-            placeholder_.resize(Net::output_shape::batched(n));
-            placeholder_grad_.resize(Net::output_shape::batched(n));
-            fill(placeholder_.view(), T(1) / T(Net::output_shape::size));
-            return placeholder_.view();
-        }
-        return stage<S - 1>(r).out.view();
-    }
+    TensorView<T, P> infer(int r, const TensorView<T, P>& x, const nn::Mode& mode);
     TensorView<T, P> inference_output_grad(int r) {
-        return strategy_->runs(r, int(S - 1)) ? stage<S - 1>(r).out_grad.view() : placeholder_grad_.view();
+        return strategy_->runs(r, int(S - 1)) ? stage(r, S - 1).out_grad.view() : placeholder_grad_.view();
     }
 
     // ---- across processes ------------------------------------------------------------------------
@@ -373,149 +326,51 @@ public:
     // ---- variables and optimizer state, in the flat layout of one model ------------------------
 
     // Replica 0's stages (across processes: gathered from their ranks, every rank taking part).
-    std::vector<T> get_weights() const {
-        std::vector<T> w(static_cast<std::size_t>(num_params));
-        for_each_stage([&](auto I) {
-            if (!strategy_->runs(0, int(I))) return;
-            const auto& d = std::get<I>(replicas_[0]->stages);
-            if (d.num_params > 0)
-                copy(d.params.view(), TensorView<T, place::Host>(w.data() + d.param_first, Shape{d.num_params}));
-        });
-        if (across()) strategy_->processes().sum_all(std::span<T>(w));
-        return w;
-    }
+    std::vector<T> get_weights() const;
     // Every stage this process runs takes its part of `w` (across processes: one stage).
-    void set_weights(const std::vector<T>& w) {
-        for_each_local([&](auto& d) {
-            if (d.num_params > 0)
-                copy(TensorView<T, place::Host>(const_cast<T*>(w.data()) + d.param_first, Shape{d.num_params}), d.params.view());
-        });
-    }
-    std::vector<std::pair<std::string, std::vector<T>>> slots() const {
-        std::vector<std::pair<std::string, std::vector<T>>> out;
-        if (!compiled_) return out;
-        for (auto& [name, t] : const_cast<optim::OptimizerState<T, P>&>(local_state()).slots())
-            out.emplace_back(name, std::vector<T>(static_cast<std::size_t>(num_params)));
-        for_each_stage([&](auto I) {
-            if (!strategy_->runs(0, int(I))) return;
-            auto& d = const_cast<std::tuple_element_t<I, Stages>&>(std::get<I>(replicas_[0]->stages));
-            std::size_t i = 0;
-            for (auto& [name, t] : d.opt.slots()) {
-                if (d.num_params > 0)
-                    copy(t.view(), TensorView<T, place::Host>(out[i].second.data() + d.param_first, Shape{d.num_params}));
-                ++i;
-            }
-        });
-        if (across())
-            for (auto& [name, v] : out) strategy_->processes().sum_all(std::span<T>(v));
-        return out;
-    }
-    bool set_slot(const std::string& name, const std::vector<T>& v) {
-        bool found = false;
-        for_each_local([&](auto& d) {
-            for (auto& [n, t] : d.opt.slots())
-                if (n == name) {
-                    found = true;
-                    if (d.num_params > 0)
-                        copy(TensorView<T, place::Host>(const_cast<T*>(v.data()) + d.param_first, Shape{d.num_params}), t.view());
-                }
-        });
-        return found;
-    }
+    void set_weights(const std::vector<T>& w);
+    std::vector<std::pair<std::string, std::vector<T>>> slots() const;
+    bool set_slot(const std::string& name, const std::vector<T>& v);
     std::string optimizer_name() const { return compiled_ ? local_state().name() : std::string(); }
     std::int64_t iterations() const { return compiled_ ? local_state().iterations() : 0; }
     void set_iterations(std::int64_t it) {
-        each_state([&](auto& o) { o.set_iterations(it); });
+        for_each_local([&](Stage& d) { d.opt.set_iterations(it); });
     }
     double learning_rate() const { return compiled_ ? local_state().current_learning_rate() : 0.0; }
     void set_learning_rate(double lr) {
-        each_state([&](auto& o) { o.set_learning_rate(lr); });
-    }
-
-    /// Which stage holds layer `l`.
-    static constexpr int stage_of_layer(std::size_t l) {
-        int s = 0;
-        while (std::size_t(s + 1) < bounds.size() && bounds[std::size_t(s + 1)] <= l) ++s;
-        return s;
+        for_each_local([&](Stage& d) { d.opt.set_learning_rate(lr); });
     }
 
     /// One line per stage (its thread, layers and device) and per variable copy.
     void log_placement() {
         if (!place::get_log_device_placement()) return;
-        detail::log_pipeline_placement(*strategy_, units(), bounds, Net::layer_names(), Net::parameters(), Net::offsets);
-    }
-
-    /// Net's summary, then the split: each stage's layers, parameters and FLOPs per example.
-    template <class N>
-    static std::string model_summary() {
-        std::string out = N::summary();
-        const auto names = N::layer_names();
-        const auto params = split::layer_costs<N, split::ByParams>();
-        const auto flops = split::layer_costs<N, split::ByFlops>();
-        out += "Pipeline: " + std::to_string(S) + " stages (" + std::string(Split::name) + " split), " + Schedule::name +
-               " schedule; stage s runs on logical device r*P + s of replica r\n";
-        char line[200];
-        std::snprintf(line, sizeof line, "%-6s %-40s %14s %16s\n", "Stage", "Layers", "Params", "MFLOPs/example");
-        out += line;
-        for (std::size_t s = 0; s < S; ++s) {
-            std::string layers;
-            double p = 0, f = 0;
-            for (std::size_t l = bounds[s]; l < bounds[s + 1]; ++l) {
-                layers += (layers.empty() ? "" : ", ") + names[l];
-                p += params[l];
-                f += flops[l];
-            }
-            if (layers.size() > 40) layers = layers.substr(0, 37) + "...";
-            std::snprintf(line, sizeof line, "%-6zu %-40s %14.0f %16.3f\n", s, layers.c_str(), p, f / 1e6);
-            out += line;
-        }
-        return out;
+        log_pipeline_placement(*strategy_, units(), bounds_, Net::layer_names(), Net::parameters(), Net::offsets);
     }
 
 private:
+    using Stage = PipelineStage<Net, T, P>;
     struct Replica {
-        Stages stages;
-        detail::StageFlow flow;
+        std::vector<Stage> stages;
+        StageFlow flow;
     };
+    // The loss of the last stage's micro-batch: (its first example, its output, the gradient to fill).
+    using LossFn = FunctionRef<void(std::int64_t, const TensorView<T, P>&, const TensorView<T, P>&)>;
 
-    template <std::size_t I>
-    auto& stage(int r) {
-        return std::get<I>(replicas_[std::size_t(r)]->stages);
-    }
+    Stage& stage(int r, std::size_t s) { return replicas_[std::size_t(r)]->stages[s]; }
+    const Stage& stage(int r, std::size_t s) const { return replicas_[std::size_t(r)]->stages[s]; }
 
     bool across() const { return strategy_->across_processes(); }
     // The replica and stage this process runs across processes (replica 0, stage 0 in one process).
     int my_replica() const { return across() ? strategy_->rank() / int(S) : 0; }
     int my_stage() const { return across() ? strategy_->rank() % int(S) : 0; }
-    // f(stage data) for every stage this process runs.
-    template <class F>
-    void for_each_local(F&& f) {
+    // f(stage) for every stage this process runs.
+    void for_each_local(FunctionRef<void(Stage&)> f) {
         for (int r = 0; r < units(); ++r)
-            for_each_stage([&](auto I) {
-                if (strategy_->runs(r, int(I))) f(std::get<I>(replicas_[std::size_t(r)]->stages));
-            });
+            for (std::size_t s = 0; s < S; ++s)
+                if (strategy_->runs(r, int(s))) f(stage(r, s));
     }
     // The optimizer state of a stage this process runs (they all move in lockstep).
-    const optim::OptimizerState<T, P>& local_state() const {
-        const optim::OptimizerState<T, P>* o = nullptr;
-        with_stage(my_stage(), [&](auto I) { o = &std::get<I>(replicas_[std::size_t(my_replica())]->stages).opt; });
-        return *o;
-    }
-
-    template <class F>
-    static void for_each_stage(F&& f) {
-        [&]<std::size_t... I>(std::index_sequence<I...>) { (f(std::integral_constant<std::size_t, I>{}), ...); }(std::make_index_sequence<S>{});
-    }
-    template <class F>
-    static void with_stage(int s, F&& f) {
-        for_each_stage([&](auto I) {
-            if (std::size_t(s) == I) f(I);
-        });
-    }
-    template <class F>
-    void each_state(F&& f) {
-        for_each_local([&](auto& d) { f(d.opt); });
-    }
+    const optim::OptimizerState<T, P>& local_state() const { return stage(my_replica(), std::size_t(my_stage())).opt; }
 
     // m micro-batches for a share of n examples (uneven sizes, see pipeline.hpp).
     std::int64_t micro_count(std::int64_t n) const { return std::max<std::int64_t>(1, std::min<std::int64_t>(strategy_->micro_batches(), n)); }
@@ -524,227 +379,25 @@ private:
         return std::size_t(m);
     }
 
-    template <std::size_t I>
-    void ensure_slots(int r, std::size_t count, std::int64_t micro, bool training) {
-        auto& d = stage<I>(r);
-        using D = std::remove_cvref_t<decltype(d)>;
-        while (d.slots.size() < count) {
-            d.slots.push_back(std::make_unique<typename D::Network>());
-            d.slots.back()->number_layers_from(D::first_layer);
-            d.in.emplace_back();
-            d.in_grad.emplace_back();
-        }
-        for (std::size_t k = 0; k < d.slots.size(); ++k) {
-            d.slots[k]->reserve(micro, training);
-            if constexpr (I > 0) {
-                const Shape s = D::Seq::input_shape::batched(micro);
-                if (d.in[k].capacity() < std::size_t(s.size())) {
-                    d.in[k].resize(s);
-                    fill(d.in[k].view(), T(0));
-                }
-                if (training && d.in_grad[k].capacity() < std::size_t(s.size())) {
-                    d.in_grad[k].resize(s);
-                    fill(d.in_grad[k].view(), T(0));
-                }
-            }
-        }
-    }
-
-    void reset_flow(int r) {
-        auto& f = replicas_[std::size_t(r)]->flow;
-        std::lock_guard<std::mutex> lock(f.mu);
-        std::fill(f.forwards.begin(), f.forwards.end(), 0);
-        std::fill(f.backwards.begin(), f.backwards.end(), 0);
-        f.aborted = false;
-    }
-
+    void ensure_slots(int r, std::size_t s, std::size_t count, std::int64_t micro, bool training);
+    void reset_flow(int r);
     // Waits (with the strategy's deadline) until `ready()` holds under replica r's flow lock.
-    void wait_for(int r, int s, const char* what, int from, std::int64_t k, FunctionRef<bool(const detail::StageFlow&)> ready) {
-        auto& f = replicas_[std::size_t(r)]->flow;
-        std::unique_lock<std::mutex> lock(f.mu);
-        const auto timeout = strategy_->options().timeout;
-        if (!f.cv.wait_for(lock, timeout, [&] { return f.aborted || ready(f); }))
-            throw_error<DistributedError>("Pipeline: stage ", s, " (", strategy_->device(r, s).name, ") waited more than ",
-                                          timeout.count(), " ms for ", what, " of micro-batch ", k, " from stage ", from, " (",
-                                          strategy_->device(r, from).name, ")");
-        if (f.aborted) throw_error<DistributedError>("Pipeline: stage ", s, " stopped: another stage failed");
-    }
-    void done(int r, std::vector<std::int64_t> detail::StageFlow::*which, std::size_t s, std::int64_t count) {
-        auto& f = replicas_[std::size_t(r)]->flow;
-        {
-            std::lock_guard<std::mutex> lock(f.mu);
-            (f.*which)[s] = count;
-        }
-        f.cv.notify_all();
-    }
-
+    void wait_for(int r, int s, const char* what, int from, std::int64_t k, FunctionRef<bool(const StageFlow&)> ready);
+    void done(int r, std::vector<std::int64_t> StageFlow::*which, std::size_t s, std::int64_t count);
     // Runs fn(replica, stage) on every stage's thread. The first stage to throw wakes the
     // others (its flow and the stage groups abort) and is named in the error.
-    void run_all(FunctionRef<void(int, int)> fn) {
-        if (!failed_across_.empty())
-            throw_error<DistributedError>("Pipeline: the pipeline across processes failed earlier (", failed_across_,
-                                          "); restart the job");
-        for (int r = 0; r < units(); ++r) reset_flow(r);
-        std::mutex mu;
-        std::string first;
-        bool failed = false;
-        auto wrapped = [&](int r, int s) {
-            try {
-                fn(r, s);
-            } catch (const std::exception& e) {
-                bool cause = false;
-                {
-                    std::lock_guard<std::mutex> lock(mu);
-                    if (!failed) {
-                        failed = cause = true;
-                        first = detail::pipeline_stage_failure(*strategy_, units(), r, s, bounds, Net::layer_names(), e);
-                    }
-                }
-                if (cause) abort_all(r, s, first);
-                throw;
-            }
-        };
-        try {
-            strategy_->run_stages(wrapped, [](int, int) {});
-        } catch (...) {
-            if (!across())
-                for (std::size_t s = 0; s < S; ++s) strategy_->stage_group(int(s)).reset();
-            if (failed) throw_error<DistributedError>(first);
-            throw;
-        }
-    }
-    void abort_all(int r, int s, const std::string& why) {
-        if (across()) {
-            // The neighbours may be waiting for this stage: they stop at once, and tell theirs.
-            failed_across_ = why;
-            for (int to : {s - 1, s + 1})
-                if (to >= 0 && to < int(S)) {
-                    const auto text = std::as_bytes(std::span<const char>(why.data(), why.size()));
-                    try {
-                        strategy_->processes().send(Strategy::rank_of(r, to), abort_kind, exchange_, text);
-                    } catch (...) {  // the neighbour is gone: it needs no telling
-                    }
-                }
-            strategy_->processes().fail(why);
-            return;
-        }
-        for (auto& rep : replicas_) {
-            {
-                std::lock_guard<std::mutex> lock(rep->flow.mu);
-                rep->flow.aborted = true;
-            }
-            rep->flow.cv.notify_all();
-        }
-        for (std::size_t q = 0; q < S; ++q) strategy_->stage_group(int(q)).abort(r, "stage " + std::to_string(s) + " threw");
-    }
-
-    // Forward of micro-batch k (of m, over a share of n examples) on stage I of replica r.
-    // `on_output(first, out)` gets the last stage's output (the loss, or the inference copy).
-    template <std::size_t I, class OnOutput>
-    void forward_micro(int r, std::int64_t k, std::int64_t m, std::int64_t n, const TensorView<T, P>& x, const nn::Mode& mode,
-                       bool training, OnOutput&& on_output) {
-        auto& d = stage<I>(r);
-        using D = std::remove_cvref_t<decltype(d)>;
-        const auto sl = replica_slice(n, int(m), int(k));
-        const std::size_t K = d.slots.size(), slot = std::size_t(k) % K;
-        if constexpr (I + 1 < S) {
-            // In inference nothing frees a slot but the next stage's copy of what it held (a
-            // message across processes is a copy already).
-            if (!training && !across() && std::size_t(k) >= K)
-                wait_for(r, int(I), "the copy of its output", int(I + 1), k - std::int64_t(K),
-                         [&](const detail::StageFlow& f) { return f.forwards[I + 1] > k - std::int64_t(K); });
-        }
-        auto& f = replicas_[std::size_t(r)]->flow;
-        TensorView<T, P> in;
-        double ready = 0;  // on the virtual clock: when the input was ready
-        std::chrono::steady_clock::time_point t0;
-        if constexpr (I == 0) {
-            t0 = std::chrono::steady_clock::now();
-            in = x.slice(sl.first, sl.count);
-        } else if (across()) {
-            d.in[slot].resize(D::Seq::input_shape::batched(sl.count));
-            ready = receive_from(r, int(I), int(I - 1), activations_kind, k, d.in[slot].view());
-            t0 = std::chrono::steady_clock::now();
-            in = d.in[slot].view();
-        } else {
-            wait_for(r, int(I), "the activations", int(I - 1), k, [&](const detail::StageFlow& fl) { return fl.forwards[I - 1] > k; });
-            t0 = std::chrono::steady_clock::now();
-            auto& prev = stage<I - 1>(r);
-            const TensorView<T, P> src = prev.slots[std::size_t(k) % prev.slots.size()]->output();
-            d.in[slot].resize(src.shape());
-            copy(src, d.in[slot].view());
-            in = d.in[slot].view();
-            if (training) ready = f.forward_end[I - 1][std::size_t(k)];
-        }
-        nn::Mode mm = mode;
-        mm.first_example = mode.first_example + sl.first;
-        if constexpr (I + 1 < S) mm.skip_activation = false;
-        const TensorView<T, P> out = d.slots[slot]->forward(d.params.data(), in, mm);
-        if constexpr (I + 1 == S) on_output(sl.first, out);
-        P::synchronize();  // the output is complete before the next stage copies it
-        double end = 0;
-        if (training) {
-            end = f.clock[I] = f.forward_end[I][std::size_t(k)] = std::max(f.clock[I], ready) + 1.0;
-            f.in_flight[I] += 1;
-            if (r == my_replica()) {
-                auto& st = stats_.stages[I];
-                st.busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                st.virtual_busy += 1.0;
-                st.max_in_flight = std::max(st.max_in_flight, f.in_flight[I]);
-            }
-        }
-        if constexpr (I + 1 < S)
-            if (across()) send_to(r, int(I + 1), activations_kind, k, end, out);
-        done(r, &detail::StageFlow::forwards, I, k + 1);
-    }
-
-    // Backward of micro-batch k on stage I of replica r: its gradient is added to the stage's
-    // (micro-batch 0's written directly), its input's gradient copied into stage I-1's slot
-    // (across processes: sent to stage I-1's rank).
-    template <std::size_t I>
-    void backward_micro(int r, std::int64_t k, std::int64_t m, std::int64_t n, const nn::Mode& mode) {
-        auto& d = stage<I>(r);
-        const auto sl = replica_slice(n, int(m), int(k));
-        const std::size_t slot = std::size_t(k) % d.slots.size();
-        auto& net = *d.slots[slot];
-        auto& f = replicas_[std::size_t(r)]->flow;
-        double ready = 0;  // on the virtual clock: when the gradient of the output was ready
-        if constexpr (I + 1 < S) {
-            if (across()) {
-                ready = receive_from(r, int(I), int(I + 1), gradient_kind, k, net.output_grad());
-            } else {
-                wait_for(r, int(I), "the gradient of its output", int(I + 1), k,
-                         [&](const detail::StageFlow& fl) { return fl.backwards[I + 1] > k; });
-                ready = f.backward_end[I + 1][std::size_t(k)];
-            }
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        nn::Mode mm = mode;
-        mm.first_example = mode.first_example + sl.first;
-        if constexpr (I + 1 < S) mm.skip_activation = false;
-        T* g = k == 0 ? d.grads.data() : d.scratch.data();
-        if constexpr (I > 0) {
-            d.in_grad[slot].resize(d.in[slot].shape());
-            net.backward(d.params.data(), g, mm, [](std::int64_t, std::int64_t) {}, d.in_grad[slot].view());
-            if (!across()) {
-                auto& prev = stage<I - 1>(r);
-                copy(d.in_grad[slot].view(), prev.slots[std::size_t(k) % prev.slots.size()]->output_grad());
-            }
-        } else {
-            net.backward(d.params.data(), g, mm);
-        }
-        if (k > 0 && d.num_params > 0) axpy(T(1), d.scratch.view(), d.grads.view());
-        P::synchronize();
-        const double end = f.clock[I] = f.backward_end[I][std::size_t(k)] = std::max(f.clock[I], ready) + 2.0;
-        f.in_flight[I] -= 1;
-        if (r == my_replica()) {
-            stats_.stages[I].busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            stats_.stages[I].virtual_busy += 2.0;
-        }
-        if constexpr (I > 0)
-            if (across()) send_to(r, int(I - 1), gradient_kind, k, end, d.in_grad[slot].view());
-        done(r, &detail::StageFlow::backwards, I, k + 1);
-    }
+    void run_all(FunctionRef<void(int, int)> fn);
+    void abort_all(int r, int s, const std::string& why);
+    // Forward of micro-batch k (of m, over a share of n examples) on stage s of replica r.
+    // `loss` (training) or `keep` (inference) gets the last stage's output.
+    void forward_micro(int r, std::size_t s, std::int64_t k, std::int64_t m, std::int64_t n, const TensorView<T, P>& x,
+                       const nn::Mode& mode, bool training, LossFn loss);
+    // Backward of micro-batch k on stage s of replica r: its gradient is added to the stage's
+    // (micro-batch 0's written directly), its input's gradient copied into stage s-1's slot
+    // (across processes: sent to stage s-1's rank).
+    void backward_micro(int r, std::size_t s, std::int64_t k, std::int64_t m, std::int64_t n, const nn::Mode& mode);
+    // Stage s of replica r's part of a training step over a share of n examples.
+    void train_stage(int r, std::size_t s, std::int64_t n, const TensorView<T, P>& x, const nn::Mode& mode, LossFn loss);
 
     // ---- across processes: the messages between neighbouring stages -------------------------------
     // A message is a head (the micro-batch, its end on the virtual clock) and the values; its
@@ -755,85 +408,17 @@ private:
         double clock;
     };
     // Sends micro-batch k's `values` to stage `to` of replica r.
-    void send_to(int r, int to, std::uint32_t kind, std::int64_t k, double clock, const TensorView<T, P>& values) {
-        std::vector<std::byte>& bytes = send_buffer_;
-        bytes.resize(sizeof(MessageHead) + std::size_t(values.size()) * sizeof(T));
-        const MessageHead head{k, clock};
-        std::memcpy(bytes.data(), &head, sizeof head);
-        copy(values, TensorView<T, place::Host>(reinterpret_cast<T*>(bytes.data() + sizeof head), values.shape()));
-        strategy_->processes().send(Strategy::rank_of(r, to), kind, exchange_, bytes);
-    }
+    void send_to(int r, int to, std::uint32_t kind, std::int64_t k, double clock, const TensorView<T, P>& values);
     // Receives micro-batch k's values from stage `from` of replica r into `dst`; returns the
     // virtual clock they carry. A neighbour that failed and said so ends the wait at once. The
     // wait is the timeout times the stages on that side (`from` and those beyond it): a stage
     // that stops far away is named by its own neighbour first, whose word then travels back,
     // so that no stage names a live neighbour that was only waiting too.
-    double receive_from(int r, int s, int from, std::uint32_t kind, std::int64_t k, const TensorView<T, P>& dst) {
-        const int beyond = from < s ? from + 1 : int(S) - from;
-        const auto timeout = strategy_->options().timeout * beyond;
-        const std::string what = "Pipeline: stage " + std::to_string(s) + (units() > 1 ? " of replica " + std::to_string(r) : std::string()) +
-                                 " (rank " + std::to_string(strategy_->rank()) + ") waited for " +
-                                 (kind == activations_kind ? "the activations" : "the gradient of its output") + " of micro-batch " +
-                                 std::to_string(k) + (current_step_ > 0 ? " of step " + std::to_string(current_step_) : std::string(" (inference)"));
-        auto msg = strategy_->processes().receive(Strategy::rank_of(r, from), what, timeout);
-        if (msg.kind == abort_kind)
-            throw_error<DistributedError>("Pipeline: stage ", s, " (rank ", strategy_->rank(), ") stopped because its neighbour ",
-                                          strategy_->processes().name(Strategy::rank_of(r, from)), " failed: ",
-                                          std::string_view(reinterpret_cast<const char*>(msg.payload.data()), msg.payload.size()));
-        MessageHead head{-1, 0};
-        if (msg.payload.size() >= sizeof head) std::memcpy(&head, msg.payload.data(), sizeof head);
-        STRATA_CHECK(msg.kind == kind && msg.step == exchange_ && head.micro == k &&
-                         msg.payload.size() == sizeof head + std::size_t(dst.size()) * sizeof(T),
-                     DistributedError, what, ": ", strategy_->processes().name(Strategy::rank_of(r, from)),
-                     " sent another message (kind ", msg.kind, ", run ", msg.step, ", micro-batch ", head.micro, ", ",
-                     msg.payload.size(), " bytes; expected kind ", kind, ", run ", exchange_, ", micro-batch ", k, ", ",
-                     sizeof head + std::size_t(dst.size()) * sizeof(T), " bytes): is every process the same program?");
-        copy(TensorView<T, place::Host>(reinterpret_cast<T*>(msg.payload.data() + sizeof head), dst.shape()), dst);
-        return head.clock;
-    }
+    double receive_from(int r, int s, int from, std::uint32_t kind, std::int64_t k, const TensorView<T, P>& dst);
 
-    template <std::size_t I, class Y, class Work>
-    void train_stage(int r, const ReplicaBatch<Y>& b, const TensorView<T, P>& x, const nn::Mode& mode, Work& work) {
-        auto& d = stage<I>(r);
-        const std::int64_t n = b.size;
-        if (n == 0) {
-            if (d.num_params > 0) fill(d.grads.view(), T(0));
-        } else {
-            const std::int64_t m = micro_count(n);
-            ensure_slots<I>(r, slots_for(I, m), (n + m - 1) / m, true);
-            const double denominator = double(b.global_size);
-            auto F = [&](std::int64_t k) {
-                forward_micro<I>(r, k, m, n, x, mode, true, [&](std::int64_t first, const TensorView<T, P>& out) {
-                    if constexpr (I + 1 == S) work.loss(r, b, first, out, d.slots[std::size_t(k) % d.slots.size()]->output_grad(), denominator);
-                });
-            };
-            auto B = [&](std::int64_t k) { backward_micro<I>(r, k, m, n, mode); };
-            if (strategy_->one_f_one_b()) {
-                const std::int64_t warm = std::min<std::int64_t>(std::int64_t(S - 1 - I), m);
-                for (std::int64_t k = 0; k < warm; ++k) F(k);
-                for (std::int64_t i = 0; i < m - warm; ++i) {
-                    F(warm + i);
-                    B(i);
-                }
-                for (std::int64_t k = m - warm; k < m; ++k) B(k);
-            } else {
-                for (std::int64_t k = 0; k < m; ++k) F(k);
-                for (std::int64_t k = 0; k < m; ++k) B(k);
-            }
-        }
-        if (units() > 1 && d.num_params > 0) {
-            STRATA_PROFILE_MODEL("all-reduce");
-            if constexpr (place::host_accessible_v<P>) {
-                const std::span<T> grads(d.grads.data(), std::size_t(d.num_params));
-                if (across()) strategy_->processes().sum_copies(grads);  // over the R ranks of stage I
-                else strategy_->stage_group(int(I)).all_reduce(r, grads, ReduceOp::Sum, strategy_->options().all_reduce);
-            } else
-                throw_error<ValueError>("Pipeline: replicas > 1 (the hybrid) needs host memory; on GPUs use replicas = 1");
-        }
-        d.opt.apply(d.params.data(), d.grads.data());
-    }
-
-    Strategy* strategy_;
+    PipelineRuntime* strategy_;
+    std::vector<std::size_t> bounds_;
+    std::size_t S;  // stages
     std::vector<std::unique_ptr<Replica>> replicas_;
     PipelineStats stats_;
     bool compiled_ = false;
@@ -844,6 +429,410 @@ private:
     std::vector<std::byte> send_buffer_;
     Tensor<T, P> placeholder_, placeholder_grad_;
     std::string failed_across_;
+};
+
+template <class P, class Net, class T>
+TensorView<T, P> PipelinePath<P, Net, T>::infer(int r, const TensorView<T, P>& x, const nn::Mode& mode) {
+    const std::int64_t n = x.dim(0);
+    const std::int64_t m = micro_count(n);
+    reset_flow(r);
+    current_step_ = 0;
+    ++exchange_;
+    run_all([&](int rr, int st) {
+        if (rr != r) return;
+        const auto s = std::size_t(st);
+        auto& d = stage(r, s);
+        ensure_slots(r, s, slots_for(s, m), (n + m - 1) / m, false);
+        if (s + 1 == S) {
+            d.out.resize(Net::output_shape::batched(n));
+            d.out_grad.resize(Net::output_shape::batched(n));
+        }
+        for (std::int64_t k = 0; k < m; ++k)
+            forward_micro(r, s, k, m, n, x, mode, false, [&](std::int64_t first, const TensorView<T, P>& out, const TensorView<T, P>&) {
+                copy(out, d.out.view().slice(first, out.dim(0)));
+            });
+    });
+    if (!strategy_->runs(r, int(S - 1))) {
+        // Across processes the outputs are on the last stage's rank; the others compute on a
+        // placeholder, and their figures are left out of the sums (sum_over_workers).
+        placeholder_.resize(Net::output_shape::batched(n));
+        placeholder_grad_.resize(Net::output_shape::batched(n));
+        fill(placeholder_.view(), T(1) / T(Net::output_shape::size));
+        return placeholder_.view();
+    }
+    return stage(r, S - 1).out.view();
+}
+
+template <class P, class Net, class T>
+std::vector<T> PipelinePath<P, Net, T>::get_weights() const {
+    std::vector<T> w(static_cast<std::size_t>(num_params));
+    for (std::size_t s = 0; s < S; ++s) {
+        if (!strategy_->runs(0, int(s))) continue;
+        const auto& d = stage(0, s);
+        if (d.num_params > 0) copy(d.params.view(), TensorView<T, place::Host>(w.data() + d.param_first, Shape{d.num_params}));
+    }
+    if (across()) strategy_->processes().sum_all(std::span<T>(w));
+    return w;
+}
+
+template <class P, class Net, class T>
+void PipelinePath<P, Net, T>::set_weights(const std::vector<T>& w) {
+    for_each_local([&](Stage& d) {
+        if (d.num_params > 0)
+            copy(TensorView<T, place::Host>(const_cast<T*>(w.data()) + d.param_first, Shape{d.num_params}), d.params.view());
+    });
+}
+
+template <class P, class Net, class T>
+std::vector<std::pair<std::string, std::vector<T>>> PipelinePath<P, Net, T>::slots() const {
+    std::vector<std::pair<std::string, std::vector<T>>> out;
+    if (!compiled_) return out;
+    for (auto& [name, t] : const_cast<optim::OptimizerState<T, P>&>(local_state()).slots())
+        out.emplace_back(name, std::vector<T>(static_cast<std::size_t>(num_params)));
+    for (std::size_t s = 0; s < S; ++s) {
+        if (!strategy_->runs(0, int(s))) continue;
+        auto& d = const_cast<Stage&>(stage(0, s));
+        std::size_t i = 0;
+        for (auto& [name, t] : d.opt.slots()) {
+            if (d.num_params > 0)
+                copy(t.view(), TensorView<T, place::Host>(out[i].second.data() + d.param_first, Shape{d.num_params}));
+            ++i;
+        }
+    }
+    if (across())
+        for (auto& [name, v] : out) strategy_->processes().sum_all(std::span<T>(v));
+    return out;
+}
+
+template <class P, class Net, class T>
+bool PipelinePath<P, Net, T>::set_slot(const std::string& name, const std::vector<T>& v) {
+    bool found = false;
+    for_each_local([&](Stage& d) {
+        for (auto& [n, t] : d.opt.slots())
+            if (n == name) {
+                found = true;
+                if (d.num_params > 0)
+                    copy(TensorView<T, place::Host>(const_cast<T*>(v.data()) + d.param_first, Shape{d.num_params}), t.view());
+            }
+    });
+    return found;
+}
+
+template <class P, class Net, class T>
+void PipelinePath<P, Net, T>::ensure_slots(int r, std::size_t s, std::size_t count, std::int64_t micro, bool training) {
+    auto& d = stage(r, s);
+    while (d.slots.size() < count) {
+        d.slots.push_back(std::make_unique<typename Stage::Network>(d.first_layer, d.last_layer));
+        d.in.emplace_back();
+        d.in_grad.emplace_back();
+    }
+    for (std::size_t k = 0; k < d.slots.size(); ++k) {
+        d.slots[k]->reserve(micro, training);
+        if (s > 0) {
+            const Shape sh = Stage::Network::layer_input_shape(d.first_layer, micro);
+            if (d.in[k].capacity() < std::size_t(sh.size())) {
+                d.in[k].resize(sh);
+                fill(d.in[k].view(), T(0));
+            }
+            if (training && d.in_grad[k].capacity() < std::size_t(sh.size())) {
+                d.in_grad[k].resize(sh);
+                fill(d.in_grad[k].view(), T(0));
+            }
+        }
+    }
+}
+
+template <class P, class Net, class T>
+void PipelinePath<P, Net, T>::reset_flow(int r) {
+    auto& f = replicas_[std::size_t(r)]->flow;
+    std::lock_guard<std::mutex> lock(f.mu);
+    std::fill(f.forwards.begin(), f.forwards.end(), 0);
+    std::fill(f.backwards.begin(), f.backwards.end(), 0);
+    f.aborted = false;
+}
+
+template <class P, class Net, class T>
+void PipelinePath<P, Net, T>::wait_for(int r, int s, const char* what, int from, std::int64_t k,
+                                       FunctionRef<bool(const StageFlow&)> ready) {
+    auto& f = replicas_[std::size_t(r)]->flow;
+    std::unique_lock<std::mutex> lock(f.mu);
+    const auto timeout = strategy_->options().timeout;
+    if (!f.cv.wait_for(lock, timeout, [&] { return f.aborted || ready(f); }))
+        throw_error<DistributedError>("Pipeline: stage ", s, " (", strategy_->device(r, s).name, ") waited more than ", timeout.count(),
+                                      " ms for ", what, " of micro-batch ", k, " from stage ", from, " (",
+                                      strategy_->device(r, from).name, ")");
+    if (f.aborted) throw_error<DistributedError>("Pipeline: stage ", s, " stopped: another stage failed");
+}
+
+template <class P, class Net, class T>
+void PipelinePath<P, Net, T>::done(int r, std::vector<std::int64_t> StageFlow::*which, std::size_t s, std::int64_t count) {
+    auto& f = replicas_[std::size_t(r)]->flow;
+    {
+        std::lock_guard<std::mutex> lock(f.mu);
+        (f.*which)[s] = count;
+    }
+    f.cv.notify_all();
+}
+
+template <class P, class Net, class T>
+void PipelinePath<P, Net, T>::run_all(FunctionRef<void(int, int)> fn) {
+    if (!failed_across_.empty())
+        throw_error<DistributedError>("Pipeline: the pipeline across processes failed earlier (", failed_across_, "); restart the job");
+    for (int r = 0; r < units(); ++r) reset_flow(r);
+    std::mutex mu;
+    std::string first;
+    bool failed = false;
+    auto wrapped = [&](int r, int s) {
+        try {
+            fn(r, s);
+        } catch (const std::exception& e) {
+            bool cause = false;
+            {
+                std::lock_guard<std::mutex> lock(mu);
+                if (!failed) {
+                    failed = cause = true;
+                    first = pipeline_stage_failure(*strategy_, units(), r, s, bounds_, Net::layer_names(), e);
+                }
+            }
+            if (cause) abort_all(r, s, first);
+            throw;
+        }
+    };
+    try {
+        strategy_->run_stages(wrapped, [](int, int) {});
+    } catch (...) {
+        if (!across())
+            for (std::size_t s = 0; s < S; ++s) strategy_->stage_group(int(s)).reset();
+        if (failed) throw_error<DistributedError>(first);
+        throw;
+    }
+}
+
+template <class P, class Net, class T>
+void PipelinePath<P, Net, T>::abort_all(int r, int s, const std::string& why) {
+    if (across()) {
+        // The neighbours may be waiting for this stage: they stop at once, and tell theirs.
+        failed_across_ = why;
+        for (int to : {s - 1, s + 1})
+            if (to >= 0 && to < int(S)) {
+                const auto text = std::as_bytes(std::span<const char>(why.data(), why.size()));
+                try {
+                    strategy_->processes().send(strategy_->rank_of(r, to), abort_kind, exchange_, text);
+                } catch (...) {  // the neighbour is gone: it needs no telling
+                }
+            }
+        strategy_->processes().fail(why);
+        return;
+    }
+    for (auto& rep : replicas_) {
+        {
+            std::lock_guard<std::mutex> lock(rep->flow.mu);
+            rep->flow.aborted = true;
+        }
+        rep->flow.cv.notify_all();
+    }
+    for (std::size_t q = 0; q < S; ++q) strategy_->stage_group(int(q)).abort(r, "stage " + std::to_string(s) + " threw");
+}
+
+template <class P, class Net, class T>
+void PipelinePath<P, Net, T>::forward_micro(int r, std::size_t s, std::int64_t k, std::int64_t m, std::int64_t n,
+                                            const TensorView<T, P>& x, const nn::Mode& mode, bool training, LossFn loss) {
+    auto& d = stage(r, s);
+    const bool last = s + 1 == S;
+    const auto sl = replica_slice(n, int(m), int(k));
+    const std::size_t K = d.slots.size(), slot = std::size_t(k) % K;
+    // In inference nothing frees a slot but the next stage's copy of what it held (a message
+    // across processes is a copy already).
+    if (!last && !training && !across() && std::size_t(k) >= K)
+        wait_for(r, int(s), "the copy of its output", int(s + 1), k - std::int64_t(K),
+                 [&](const StageFlow& f) { return f.forwards[s + 1] > k - std::int64_t(K); });
+    auto& f = replicas_[std::size_t(r)]->flow;
+    TensorView<T, P> in;
+    double ready = 0;  // on the virtual clock: when the input was ready
+    std::chrono::steady_clock::time_point t0;
+    if (s == 0) {
+        t0 = std::chrono::steady_clock::now();
+        in = x.slice(sl.first, sl.count);
+    } else if (across()) {
+        d.in[slot].resize(Stage::Network::layer_input_shape(d.first_layer, sl.count));
+        ready = receive_from(r, int(s), int(s - 1), activations_kind, k, d.in[slot].view());
+        t0 = std::chrono::steady_clock::now();
+        in = d.in[slot].view();
+    } else {
+        wait_for(r, int(s), "the activations", int(s - 1), k, [&](const StageFlow& fl) { return fl.forwards[s - 1] > k; });
+        t0 = std::chrono::steady_clock::now();
+        auto& prev = stage(r, s - 1);
+        const TensorView<T, P> src = prev.slots[std::size_t(k) % prev.slots.size()]->output();
+        d.in[slot].resize(src.shape());
+        copy(src, d.in[slot].view());
+        in = d.in[slot].view();
+        if (training) ready = f.forward_end[s - 1][std::size_t(k)];
+    }
+    nn::Mode mm = mode;
+    mm.first_example = mode.first_example + sl.first;
+    if (!last) mm.skip_activation = false;
+    auto& net = *d.slots[slot];
+    const TensorView<T, P> out = net.forward(d.params.data(), in, mm);
+    if (last) loss(sl.first, out, net.output_grad());
+    P::synchronize();  // the output is complete before the next stage copies it
+    double end = 0;
+    if (training) {
+        end = f.clock[s] = f.forward_end[s][std::size_t(k)] = std::max(f.clock[s], ready) + 1.0;
+        f.in_flight[s] += 1;
+        if (r == my_replica()) {
+            auto& st = stats_.stages[s];
+            st.busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            st.virtual_busy += 1.0;
+            st.max_in_flight = std::max(st.max_in_flight, f.in_flight[s]);
+        }
+    }
+    if (!last && across()) send_to(r, int(s + 1), activations_kind, k, end, out);
+    done(r, &StageFlow::forwards, s, k + 1);
+}
+
+template <class P, class Net, class T>
+void PipelinePath<P, Net, T>::backward_micro(int r, std::size_t s, std::int64_t k, std::int64_t m, std::int64_t n,
+                                             const nn::Mode& mode) {
+    auto& d = stage(r, s);
+    const bool last = s + 1 == S;
+    const auto sl = replica_slice(n, int(m), int(k));
+    const std::size_t slot = std::size_t(k) % d.slots.size();
+    auto& net = *d.slots[slot];
+    auto& f = replicas_[std::size_t(r)]->flow;
+    double ready = 0;  // on the virtual clock: when the gradient of the output was ready
+    if (!last) {
+        if (across()) {
+            ready = receive_from(r, int(s), int(s + 1), gradient_kind, k, net.output_grad());
+        } else {
+            wait_for(r, int(s), "the gradient of its output", int(s + 1), k, [&](const StageFlow& fl) { return fl.backwards[s + 1] > k; });
+            ready = f.backward_end[s + 1][std::size_t(k)];
+        }
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    nn::Mode mm = mode;
+    mm.first_example = mode.first_example + sl.first;
+    if (!last) mm.skip_activation = false;
+    T* g = k == 0 ? d.grads.data() : d.scratch.data();
+    if (s > 0) {
+        d.in_grad[slot].resize(d.in[slot].shape());
+        net.backward(d.params.data(), g, mm, [](std::int64_t, std::int64_t) {}, d.in_grad[slot].view());
+        if (!across()) {
+            auto& prev = stage(r, s - 1);
+            copy(d.in_grad[slot].view(), prev.slots[std::size_t(k) % prev.slots.size()]->output_grad());
+        }
+    } else {
+        net.backward(d.params.data(), g, mm);
+    }
+    if (k > 0 && d.num_params > 0) axpy(T(1), d.scratch.view(), d.grads.view());
+    P::synchronize();
+    const double end = f.clock[s] = f.backward_end[s][std::size_t(k)] = std::max(f.clock[s], ready) + 2.0;
+    f.in_flight[s] -= 1;
+    if (r == my_replica()) {
+        stats_.stages[s].busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        stats_.stages[s].virtual_busy += 2.0;
+    }
+    if (s > 0 && across()) send_to(r, int(s - 1), gradient_kind, k, end, d.in_grad[slot].view());
+    done(r, &StageFlow::backwards, s, k + 1);
+}
+
+template <class P, class Net, class T>
+void PipelinePath<P, Net, T>::send_to(int r, int to, std::uint32_t kind, std::int64_t k, double clock, const TensorView<T, P>& values) {
+    std::vector<std::byte>& bytes = send_buffer_;
+    bytes.resize(sizeof(MessageHead) + std::size_t(values.size()) * sizeof(T));
+    const MessageHead head{k, clock};
+    std::memcpy(bytes.data(), &head, sizeof head);
+    copy(values, TensorView<T, place::Host>(reinterpret_cast<T*>(bytes.data() + sizeof head), values.shape()));
+    strategy_->processes().send(strategy_->rank_of(r, to), kind, exchange_, bytes);
+}
+
+template <class P, class Net, class T>
+double PipelinePath<P, Net, T>::receive_from(int r, int s, int from, std::uint32_t kind, std::int64_t k, const TensorView<T, P>& dst) {
+    const int beyond = from < s ? from + 1 : int(S) - from;
+    const auto timeout = strategy_->options().timeout * beyond;
+    const std::string what = "Pipeline: stage " + std::to_string(s) + (units() > 1 ? " of replica " + std::to_string(r) : std::string()) +
+                             " (rank " + std::to_string(strategy_->rank()) + ") waited for " +
+                             (kind == activations_kind ? "the activations" : "the gradient of its output") + " of micro-batch " +
+                             std::to_string(k) + (current_step_ > 0 ? " of step " + std::to_string(current_step_) : std::string(" (inference)"));
+    auto msg = strategy_->processes().receive(strategy_->rank_of(r, from), what, timeout);
+    if (msg.kind == abort_kind)
+        throw_error<DistributedError>("Pipeline: stage ", s, " (rank ", strategy_->rank(), ") stopped because its neighbour ",
+                                      strategy_->processes().name(strategy_->rank_of(r, from)), " failed: ",
+                                      std::string_view(reinterpret_cast<const char*>(msg.payload.data()), msg.payload.size()));
+    MessageHead head{-1, 0};
+    if (msg.payload.size() >= sizeof head) std::memcpy(&head, msg.payload.data(), sizeof head);
+    STRATA_CHECK(msg.kind == kind && msg.step == exchange_ && head.micro == k &&
+                     msg.payload.size() == sizeof head + std::size_t(dst.size()) * sizeof(T),
+                 DistributedError, what, ": ", strategy_->processes().name(strategy_->rank_of(r, from)), " sent another message (kind ",
+                 msg.kind, ", run ", msg.step, ", micro-batch ", head.micro, ", ", msg.payload.size(), " bytes; expected kind ", kind,
+                 ", run ", exchange_, ", micro-batch ", k, ", ", sizeof head + std::size_t(dst.size()) * sizeof(T),
+                 " bytes): is every process the same program?");
+    copy(TensorView<T, place::Host>(reinterpret_cast<T*>(msg.payload.data() + sizeof head), dst.shape()), dst);
+    return head.clock;
+}
+
+template <class P, class Net, class T>
+void PipelinePath<P, Net, T>::train_stage(int r, std::size_t s, std::int64_t n, const TensorView<T, P>& x, const nn::Mode& mode,
+                                          LossFn loss) {
+    auto& d = stage(r, s);
+    if (n == 0) {
+        if (d.num_params > 0) fill(d.grads.view(), T(0));
+    } else {
+        const std::int64_t m = micro_count(n);
+        ensure_slots(r, s, slots_for(s, m), (n + m - 1) / m, true);
+        auto F = [&](std::int64_t k) { forward_micro(r, s, k, m, n, x, mode, true, loss); };
+        auto B = [&](std::int64_t k) { backward_micro(r, s, k, m, n, mode); };
+        if (strategy_->one_f_one_b()) {
+            const std::int64_t warm = std::min<std::int64_t>(std::int64_t(S - 1 - s), m);
+            for (std::int64_t k = 0; k < warm; ++k) F(k);
+            for (std::int64_t i = 0; i < m - warm; ++i) {
+                F(warm + i);
+                B(i);
+            }
+            for (std::int64_t k = m - warm; k < m; ++k) B(k);
+        } else {
+            for (std::int64_t k = 0; k < m; ++k) F(k);
+            for (std::int64_t k = 0; k < m; ++k) B(k);
+        }
+    }
+    if (units() > 1 && d.num_params > 0) {
+        STRATA_PROFILE_MODEL("all-reduce");
+        if constexpr (place::host_accessible_v<P>) {
+            const std::span<T> grads(d.grads.data(), std::size_t(d.num_params));
+            if (across()) strategy_->processes().sum_copies(grads);  // over the R ranks of stage s
+            else strategy_->stage_group(int(s)).all_reduce(r, grads, ReduceOp::Sum, strategy_->options().all_reduce);
+        } else
+            throw_error<ValueError>("Pipeline: replicas > 1 (the hybrid) needs host memory; on GPUs use replicas = 1");
+    }
+    d.opt.apply(d.params.data(), d.grads.data());
+}
+
+}  // namespace detail
+
+/// Pipeline<P, Schedule, Split>'s path: detail::PipelinePath with the split of the strategy.
+template <class P, class Schedule, class Split, class Net, class T>
+class GradientPath<Pipeline<P, Schedule, Split>, Net, T> : public detail::PipelinePath<P, Net, T> {
+public:
+    using Strategy = Pipeline<P, Schedule, Split>;
+    static_assert(Split::stages <= 0 || std::size_t(Split::stages) <= Net::num_layers,
+                  "strata::distribute::Pipeline: more stages than layers: every stage needs at least one layer of the Sequential");
+
+    template <class Init>
+    GradientPath(Strategy& s, Init&& init) : detail::PipelinePath<P, Net, T>(s, s.template split_bounds<Net>(), init) {}
+
+    /// Net's summary, then the split: each stage's layers, parameters and FLOPs per example.
+    /// (A split chosen at run time is not known here: Pipeline::split_summary<Net>() prints it.)
+    template <class N>
+    static std::string model_summary() {
+        if constexpr (Split::stages == 0) {
+            return N::summary() + "Pipeline: " + Split::name + " split by " + Split::cost_name +
+                   ", its stage count chosen at run time (PipelineOptions::stages; Pipeline::split_summary<Net>() prints it), " +
+                   Schedule::name + " schedule\n";
+        } else {
+            constexpr auto b = Split::template bounds<N>();
+            return N::summary() + detail::pipeline_split_table(b, N::layer_names(), split::layer_costs<N, split::ByParams>(),
+                                                               split::layer_costs<N, split::ByFlops>(), Split::name, Schedule::name);
+        }
+    }
 };
 
 }  // namespace strata::distribute
