@@ -75,20 +75,22 @@ Timing time_steps(Strategy& strategy, int steps) {
     return t;
 }
 
-template <class Schedule, int P>
-void bubble_rows(int steps, cli::Json& rows) {
-    using S = dist::Pipeline<Host, Schedule, split::Balanced<P, split::ByFlops>>;
+// The schedule and the stage count are chosen at run time: one pipeline model per network
+// serves every row (the split is Balanced<P, ByFlops>'s).
+using AnyPipeline = dist::Pipeline<Host, dist::AnySchedule, split::AnyBalanced<split::ByFlops>>;
+
+void bubble_rows(dist::ScheduleKind schedule, int P, int steps, cli::Json& rows) {
     for (int m : {1, 2, 4, 8, 16}) {
-        S pipeline({.micro_batches = m, .cores_per_stage = 1});
+        AnyPipeline pipeline({.micro_batches = m, .cores_per_stage = 1, .schedule = schedule, .stages = P});
         const auto t = time_steps<Mlp>(pipeline, steps);
         const double predicted = double(P - 1) / double(m + P - 1);
         double idle = 0, vidle = 0;
         for (int s = 0; s < P; ++s) idle += t.idle[std::size_t(s)] / P, vidle += t.virtual_idle[std::size_t(s)] / P;
         std::string flight;
         for (auto f : t.in_flight) flight += (flight.empty() ? "" : ",") + std::to_string(f);
-        std::printf("%-6s %3d %3d %12.3f %14.3f %12.3f %14s %10.0f\n", Schedule::name, P, m, predicted, vidle, idle, flight.c_str(),
-                    t.images_per_second);
-        rows.push_back({{"schedule", Schedule::name}, {"stages", P}, {"micro_batches", m}, {"bubble_predicted", predicted},
+        std::printf("%-6s %3d %3d %12.3f %14.3f %12.3f %14s %10.0f\n", pipeline.schedule_name(), P, m, predicted, vidle, idle,
+                    flight.c_str(), t.images_per_second);
+        rows.push_back({{"schedule", pipeline.schedule_name()}, {"stages", P}, {"micro_batches", m}, {"bubble_predicted", predicted},
                         {"idle_virtual", t.virtual_idle}, {"idle_real", t.idle}, {"max_in_flight", t.in_flight},
                         {"images_per_second", t.images_per_second}});
     }
@@ -109,11 +111,9 @@ void speed_rows(const char* name, int steps, cli::Json& rows) {
         row("Mirrored x2 (1 core each)", time_steps<Net>(mirrored, steps).images_per_second);
     }
     for (int m : {4, 8}) {
-        using G = dist::Pipeline<Host, dist::GPipe, split::Balanced<2, split::ByFlops>>;
-        using F = dist::Pipeline<Host, dist::OneFOneB, split::Balanced<2, split::ByFlops>>;
-        G g({.micro_batches = m, .cores_per_stage = 1});
+        AnyPipeline g({.micro_batches = m, .cores_per_stage = 1, .schedule = dist::ScheduleKind::GPipe, .stages = 2});
         row("Pipeline GPipe P=2 M=" + std::to_string(m) + " (1 core each)", time_steps<Net>(g, steps).images_per_second);
-        F f({.micro_batches = m, .cores_per_stage = 1});
+        AnyPipeline f({.micro_batches = m, .cores_per_stage = 1, .schedule = dist::ScheduleKind::OneFOneB, .stages = 2});
         row("Pipeline 1F1B P=2 M=" + std::to_string(m) + " (1 core each)", time_steps<Net>(f, steps).images_per_second);
     }
 }
@@ -182,10 +182,8 @@ int main(int argc, char** argv) {
         std::printf("%-6s %3s %3s %12s %14s %12s %14s %10s\n", "sched", "P", "M", "predicted", "virtual idle", "real idle",
                     "max in flight", "images/s");
         cli::Json bubble = cli::Json::array();
-        bubble_rows<dist::GPipe, 2>(steps, bubble);
-        bubble_rows<dist::OneFOneB, 2>(steps, bubble);
-        bubble_rows<dist::GPipe, 4>(steps, bubble);
-        bubble_rows<dist::OneFOneB, 4>(steps, bubble);
+        for (int P : {2, 4})
+            for (auto schedule : {dist::ScheduleKind::GPipe, dist::ScheduleKind::OneFOneB}) bubble_rows(schedule, P, steps, bubble);
         doc["bubble"] = bubble;
         if (!plot.empty()) bubble_plot(bubble, plot);
         if (!bubble_only) {
