@@ -48,6 +48,26 @@
 #define STRATA_DECL inline
 #endif
 
+// The MPI code's compiled part, a second switch beside the first. libstrata is built without
+// MPI, so the non-template code of the MPI headers (collective/process_group.hpp, mailbox.hpp,
+// pipeline_mpi.hpp, parameter_server_mpi.hpp, multi_worker_mirrored.hpp) stays inline in every
+// unit that includes them unless STRATA_SEPARATE_COMPILATION_MPI is defined too (the
+// `strata-mpi-compiled` Meson and pkg-config dependencies define both macros): then
+// libstrata_mpi (src/strata_mpi.cpp) defines it, and ProcessGroup's all_reduce and broadcast for
+// float and double. Such headers end with `#if STRATA_MPI_HEADER_ONLY #include ".../impl/X.ipp"`
+// and mark that code STRATA_MPI_DECL. A program that links libstrata alone keeps the MPI code
+// inline; libstrata_mpi is built on libstrata, so its macro needs STRATA_SEPARATE_COMPILATION.
+#if defined(STRATA_SEPARATE_COMPILATION_MPI)
+#if !defined(STRATA_SEPARATE_COMPILATION)
+#error "STRATA_SEPARATE_COMPILATION_MPI needs STRATA_SEPARATE_COMPILATION too (libstrata_mpi is built on libstrata)"
+#endif
+#define STRATA_MPI_HEADER_ONLY 0
+#define STRATA_MPI_DECL
+#else
+#define STRATA_MPI_HEADER_ONLY 1
+#define STRATA_MPI_DECL inline
+#endif
+
 #define STRATA_VERSION_MAJOR 0
 #define STRATA_VERSION_MINOR 1
 #define STRATA_VERSION_PATCH 0
