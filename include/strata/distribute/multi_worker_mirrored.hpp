@@ -50,6 +50,7 @@
 #include <utility>
 #include <variant>
 
+#include "strata/config.hpp"
 #include "strata/distribute/collective/nccl_process.hpp"
 #include "strata/distribute/collective/process_group.hpp"
 #include "strata/distribute/path/mirrored.hpp"
@@ -86,26 +87,13 @@ struct MultiWorkerOptions {
 
 namespace detail {
 // Host cores per replica: this host's cores shared by every replica of every process on it.
-inline StrategyOptions multi_worker_cores(int local_replicas, StrategyOptions o, int processes_on_host) {
-    if (o.cores_per_replica == 0 && local_replicas >= 1)
-        o.cores_per_replica = std::max(1, hardware_threads() / (local_replicas * processes_on_host));
-    return o;
-}
-inline std::string_view to_string(WorkerInput i) { return i == WorkerInput::PerWorker ? "per_worker" : "replicated"; }
+STRATA_MPI_DECL StrategyOptions multi_worker_cores(int local_replicas, StrategyOptions o, int processes_on_host);
+STRATA_MPI_DECL std::string_view to_string(WorkerInput i);
 // The process group, joined before the replica threads start (a base class listed first):
 // the ranks agree on their settings before anything else happens across processes.
 struct JoinedProcessGroup {
-    JoinedProcessGroup(int local_replicas, const StrategyOptions& o, const MultiWorkerOptions& mw)
-        : pg_(mw.comm, local_replicas, group_options(o, mw)) {}
-    static collective::ProcessGroupOptions group_options(const StrategyOptions& o, const MultiWorkerOptions& mw) {
-        collective::ProcessGroupOptions p{o.timeout, mw.stall_warning, mw.transport, mw.chunk_bytes, {}};
-        p.settings = {{"strategy", "MultiWorkerMirrored"},
-                      {"input", std::string(to_string(mw.input))},
-                      {"all_reduce", std::string(collective::to_string(o.all_reduce))},
-                      {"bucket_bytes", std::to_string(o.bucket_bytes)}};
-        for (const auto& s : mw.settings) p.settings.push_back(s);
-        return p;
-    }
+    STRATA_MPI_DECL JoinedProcessGroup(int local_replicas, const StrategyOptions& o, const MultiWorkerOptions& mw);
+    STRATA_MPI_DECL static collective::ProcessGroupOptions group_options(const StrategyOptions& o, const MultiWorkerOptions& mw);
     collective::ProcessGroup pg_;
 };
 }  // namespace detail
@@ -217,6 +205,10 @@ private:
 };
 
 }  // namespace strata::distribute
+
+#if STRATA_MPI_HEADER_ONLY
+#include "strata/distribute/impl/multi_worker_mirrored.ipp"
+#endif
 
 // Its gradient path: Mirrored's, with the policy for what crosses processes.
 #include "strata/distribute/path/multi_worker_mirrored.hpp"
