@@ -10,27 +10,42 @@
 # Each mode with the suffix _compiled uses the compiled part instead (STRATA_SEPARATE_COMPILATION:
 # dependency('strata-compiled'), strata-compiled.pc, or src/strata.cpp on the command line);
 # the consumer then checks that it runs the library's code ("compiled part" in its output).
+# subproject_mpi_compiled and pkgconfig_mpi_compiled build mpi_consumer/ (a ProcessGroup's
+# all-reduce) against the MPI code's compiled part too (dependency('strata-mpi-compiled'),
+# strata-mpi-compiled.pc) and run it under mpirun -np 2 where mpirun is found: every rank must
+# say that it ran libstrata_mpi's code.
 set -euo pipefail
 mode=$1
-compiled=0
+compiled=0 mpi=0
+case "$mode" in *_mpi_compiled) mpi=1; mode=${mode%_mpi_compiled}_compiled ;; esac
 case "$mode" in *_compiled) compiled=1; mode=${mode%_compiled} ;; esac
 src=$(cd "$2" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp -r "$here/consumer" "$work/consumer"
-if [ "$compiled" = 1 ]; then
+launch=() ranks=1
+if [ "$mpi" = 1 ]; then
+  case "$mode" in subproject|pkgconfig) ;; *) echo "run.sh: no MPI check for $mode"; exit 2 ;; esac
+  cp -r "$here/mpi_consumer" "$work/consumer"
+  if command -v mpirun >/dev/null; then
+    launch=(mpirun -np 2) ranks=2
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  fi
+else
+  cp -r "$here/consumer" "$work/consumer"
+fi
+if [ "$compiled" = 1 ] && [ "$mpi" = 0 ]; then
   sed -i "s|dependency('strata', fallback: \['strata', 'strata_dep'\])|dependency('strata-compiled', fallback: ['strata', 'strata_compiled_dep'])|" \
     "$work/consumer/meson.build"
   grep -q "strata-compiled" "$work/consumer/meson.build" || { echo "consumer/meson.build changed; update run.sh"; exit 1; }
 fi
 expect=header-only
 [ "$compiled" = 1 ] && expect="compiled part"
-check() {  # runs the consumer and checks which mode it was built in
+check() {  # runs the consumer (on every rank) and checks which mode it was built in
   local out
-  out=$("$@") || { echo "$out"; exit 1; }
+  out=$("${launch[@]}" "$@") || { echo "$out"; exit 1; }
   echo "$out"
-  grep -q "($expect)" <<<"$out" || { echo "the consumer was not built $expect"; exit 1; }
+  [ "$(grep -c "($expect)" <<<"$out")" = "$ranks" ] || { echo "the consumer was not built $expect (on each of $ranks ranks)"; exit 1; }
 }
 cccl=/usr/local/cuda/include/cccl
 blas_cflags=$(pkg-config --cflags openblas 2>/dev/null || true)
@@ -98,6 +113,7 @@ case "$mode" in
     export PKG_CONFIG_PATH="$pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
     name=strata
     [ "$compiled" = 1 ] && name=strata-compiled
+    [ "$mpi" = 1 ] && name=strata-mpi-compiled
     echo "$name.pc: $(pkg-config --cflags --libs $name)"
     meson setup "$work/build" "$work/consumer" >"$work/setup2.log" 2>&1 || { cat "$work/setup2.log"; exit 1; }
     meson compile -C "$work/build" >"$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
@@ -118,5 +134,5 @@ case "$mode" in
       "${sources[@]}" -o "$work/consumer-plain" -lopenblas
     check "$work/consumer-plain"
     ;;
-  *) echo "usage: run.sh subproject|wrap|pkgconfig|cmake|plain[_compiled] SRC_ROOT"; exit 2 ;;
+  *) echo "usage: run.sh subproject|wrap|pkgconfig|cmake|plain[_compiled] | subproject|pkgconfig_mpi_compiled SRC_ROOT"; exit 2 ;;
 esac
