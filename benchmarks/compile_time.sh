@@ -14,7 +14,8 @@
 #              specialised on the network's shapes, are compiled in the unit that uses them
 #   mnist_cnn  every host unit of tools/mnist_cnn (every strategy and sync mode it offers;
 #              MultiWorkerMirrored's unit too where MPI is found) as tools/meson.build builds
-#              them: with the compiled part (libstrata built once beforehand, not counted),
+#              them: with the compiled part (libstrata built once beforehand, not counted; where
+#              MPI is found, libstrata_mpi too, and the units define STRATA_SEPARATE_COMPILATION_MPI),
 #              two at a time as `meson compile -j 2` would on this 2-core machine, then linked
 #   mnist_cnn_header_only  the same units header-only, beside
 #   units      each unit alone, both ways (the slowest one bounds the parallel build)
@@ -89,17 +90,25 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 best() { printf '%s\n' "$@" | sort -n | head -n1; }
 
-# The compiled part, once (a library a project builds once and links on every edit).
+# The compiled part, once (a library a project builds once and links on every edit); where MPI
+# is found, the MPI code's compiled part too (libstrata_mpi, as tools/meson.build links it).
 "$cxx" "${flags[@]}" -DSTRATA_SEPARATE_COMPILATION -c src/strata.cpp -o "$out/libstrata.o"
+compiled_lib=("$out/libstrata.o") compiled_flags=(-DSTRATA_SEPARATE_COMPILATION)
+if [ ${#mpi_flags[@]} -gt 0 ]; then
+  "$cxx" "${flags[@]}" "${mpi_flags[@]}" -DSTRATA_SEPARATE_COMPILATION -DSTRATA_SEPARATE_COMPILATION_MPI \
+    -c src/strata_mpi.cpp -o "$out/libstrata_mpi.o"
+  compiled_lib=("$out/libstrata_mpi.o" "$out/libstrata.o")
+  compiled_flags+=(-DSTRATA_SEPARATE_COMPILATION_MPI)
+fi
 
 # Builds tools/mnist_cnn's units two at a time (this machine's cores), then links; appends the
 # wall time to the array named $2 and each unit's time to the map named $3. $1 suffixes the
-# objects; the arguments after $3 are extra flags (with -DSTRATA_SEPARATE_COMPILATION, libstrata
-# is linked in).
+# objects; the arguments after $3 are extra flags (with them, the compiled part: libstrata, and
+# libstrata_mpi where MPI is found, is linked in).
 build_mnist() {
   local tag=$1 extra=("${@:4}") s e u b lib=()
   local -n times=$2 per_unit=$3
-  [ ${#extra[@]} -gt 0 ] && lib=("$out/libstrata.o")
+  [ ${#extra[@]} -gt 0 ] && lib=("${compiled_lib[@]}")
   s=$(now)
   printf '%s\n' "${units[@]}" | xargs -P 2 -I{} sh -c '
     u="$1"; shift; a=$(date +%s.%N)
@@ -131,7 +140,7 @@ for i in $(seq "$reps"); do
   s=$(now); "$cxx" "${flags[@]}" -DSTRATA_SEPARATE_COMPILATION -c benchmarks/compile_parts/network.cpp -o "$out/network.o"; e=$(now)
   network+=("$(elapsed "$s" "$e")")
   build_mnist "" mnist unit_times
-  build_mnist -c mnist_c unit_times_c -DSTRATA_SEPARATE_COMPILATION
+  build_mnist -c mnist_c unit_times_c "${compiled_flags[@]}"
 done
 
 # The unit nvcc compiles for --device gpu (tools/mnist_cnn_gpu.cu), where nvcc is found: once,
@@ -203,7 +212,7 @@ doc = {"benchmark": "compile_time", "compiler": compiler, "flags": "-O2", "cores
        "mnist_cnn_header_only": {"best_seconds": min(mnist), "runs_seconds": mnist,
                      "jobs": 2, "units": {u: {"best_seconds": min(t), "runs_seconds": t} for u, t in units.items()}},
        "mnist_cnn": {"best_seconds": min(mnist_c), "runs_seconds": mnist_c, "jobs": 2, "target_seconds": 15,
-                     "as_built": "with the compiled part (tools/meson.build links libstrata)",
+                     "as_built": "with the compiled part (tools/meson.build links libstrata, and libstrata_mpi where MPI is found)",
                                    "units": {u: {"best_seconds": min(t), "runs_seconds": t} for u, t in units_c.items()}},
        "load_average_before_after": load_average,
        "nvcc_units": nvcc_note}
