@@ -8,11 +8,12 @@
 #                           find_package(strata CONFIG) as the target strata::strata
 #   run.sh plain SRC        a plain compiler line: -I include plus the flags docs/building.md lists
 # Each mode with the suffix _compiled uses the compiled part instead (STRATA_SEPARATE_COMPILATION:
-# dependency('strata-compiled'), strata-compiled.pc, or src/strata.cpp on the command line);
+# dependency('strata-compiled'), strata-compiled.pc, the CMake target strata::compiled, or
+# src/strata.cpp on the command line);
 # the consumer then checks that it runs the library's code ("compiled part" in its output).
-# subproject_mpi_compiled and pkgconfig_mpi_compiled build mpi_consumer/ (a ProcessGroup's
-# all-reduce) against the MPI code's compiled part too (dependency('strata-mpi-compiled'),
-# strata-mpi-compiled.pc) and run it under mpirun -np 2 where mpirun is found: every rank must
+# subproject_mpi_compiled, pkgconfig_mpi_compiled and cmake_mpi_compiled build mpi_consumer/ (a
+# ProcessGroup's all-reduce) against the MPI code's compiled part too
+# (dependency('strata-mpi-compiled'), strata-mpi-compiled.pc, strata::mpi_compiled) and run it under mpirun -np 2 where mpirun is found: every rank must
 # say that it ran libstrata_mpi's code.
 set -euo pipefail
 mode=$1
@@ -25,7 +26,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 launch=() ranks=1
 if [ "$mpi" = 1 ]; then
-  case "$mode" in subproject|pkgconfig) ;; *) echo "run.sh: no MPI check for $mode"; exit 2 ;; esac
+  case "$mode" in subproject|pkgconfig|cmake) ;; *) echo "run.sh: no MPI check for $mode"; exit 2 ;; esac
   cp -r "$here/mpi_consumer" "$work/consumer"
   if command -v mpirun >/dev/null; then
     launch=(mpirun -np 2) ranks=2
@@ -91,9 +92,19 @@ case "$mode" in
     # Moved after installing: the config finds its headers relative to itself.
     mv "$work/prefix" "$work/moved"
     cp -r "$here/cmake_consumer" "$work/cmake_consumer"
+    target=strata::strata
+    [ "$compiled" = 1 ] && target=strata::compiled
+    [ "$mpi" = 1 ] && target=strata::mpi_compiled
     cmake -S "$work/cmake_consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/moved" -DCMAKE_BUILD_TYPE=Release \
-      >"$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; exit 1; }
-    cmake --build "$work/build" >"$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
+      -DSTRATA_TARGET=$target >"$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; exit 1; }
+    cmake --build "$work/build" --verbose >"$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
+    echo "linked $target"
+    if [ "$compiled" = 1 ]; then  # the program links the installed library, not a copy of its code
+      grep -q "moved/.*/libstrata\.a" "$work/compile.log" || { echo "$target did not link libstrata.a"; cat "$work/compile.log"; exit 1; }
+      if [ "$mpi" = 1 ]; then
+        grep -q "moved/.*/libstrata_mpi\.a" "$work/compile.log" || { echo "$target did not link libstrata_mpi.a"; cat "$work/compile.log"; exit 1; }
+      fi
+    fi
     check "$work/build/consumer"
     # A version this installation does not serve must be refused, with CMake's message.
     if cmake -S "$work/cmake_consumer" -B "$work/build-v" -DCMAKE_PREFIX_PATH="$work/moved" \
@@ -134,5 +145,5 @@ case "$mode" in
       "${sources[@]}" -o "$work/consumer-plain" -lopenblas
     check "$work/consumer-plain"
     ;;
-  *) echo "usage: run.sh subproject|wrap|pkgconfig|cmake|plain[_compiled] | subproject|pkgconfig_mpi_compiled SRC_ROOT"; exit 2 ;;
+  *) echo "usage: run.sh subproject|wrap|pkgconfig|cmake|plain[_compiled] | subproject|pkgconfig|cmake_mpi_compiled SRC_ROOT"; exit 2 ;;
 esac
