@@ -51,13 +51,41 @@ check() {  # runs the consumer (on every rank) and checks which mode it was buil
 cccl=/usr/local/cuda/include/cccl
 blas_cflags=$(pkg-config --cflags openblas 2>/dev/null || true)
 
+# strata installed by `meson install` (headers, libstrata and libstrata_mpi, strata*.pc, the CMake
+# files) into $1. The pkgconfig and cmake modes share one installation per state of the sources
+# when STRATA_PACKAGE_CACHE names a folder (the suite sets it to one in its build tree): it is
+# rebuilt whenever a file under include/, src/ or packaging/ or a build file changes, and is used
+# only once its install finished.
+install_strata() {
+  local dest=$1 key cache
+  if [ -z "${STRATA_PACKAGE_CACHE:-}" ]; then
+    meson setup "$work/strata-build" "$src" --prefix="$dest" -Dtests=false -Dexamples=false \
+      -Dbenchmarks=false -Dcuda=disabled >"$work/setup.log" 2>&1 || { cat "$work/setup.log"; exit 1; }
+    meson install -C "$work/strata-build" >"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
+    return
+  fi
+  key=$(cd "$src" && find meson.build meson_options.txt include src packaging -type f -print0 | sort -z |
+        xargs -0 sha256sum | sha256sum | cut -c1-16)
+  cache="$STRATA_PACKAGE_CACHE/$key"
+  if [ ! -f "$cache/complete" ]; then
+    rm -rf "$STRATA_PACKAGE_CACHE"
+    mkdir -p "$cache"
+    meson setup "$cache/build" "$src" --prefix="$cache/prefix" -Dtests=false -Dexamples=false \
+      -Dbenchmarks=false -Dcuda=disabled >"$work/setup.log" 2>&1 || { cat "$work/setup.log"; exit 1; }
+    meson install -C "$cache/build" >"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
+    touch "$cache/complete"
+    echo "installed strata once for the package checks: $cache/prefix"
+  fi
+  cp -a "$cache/prefix" "$dest"
+}
+
 case "$mode" in
   subproject)
     mkdir -p "$work/consumer/subprojects/strata"
     cp -r "$src/meson.build" "$src/meson_options.txt" "$src/include" "$src/src" "$work/consumer/subprojects/strata/"
     meson setup "$work/build" "$work/consumer" --force-fallback-for=strata >"$work/setup.log" 2>&1 ||
       { cat "$work/setup.log"; exit 1; }
-    meson compile -C "$work/build" >"$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
+    meson compile -C "$work/build" consumer >"$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
     check "$work/build/consumer"
     ;;
   wrap)
@@ -77,14 +105,12 @@ case "$mode" in
     meson setup "$work/build" "$work/consumer" --force-fallback-for=strata >"$work/setup.log" 2>&1 ||
       { cat "$work/setup.log"; exit 1; }
     [ -f "$work/consumer/subprojects/strata/meson.build" ] || { echo "the wrap did not fetch strata"; cat "$work/setup.log"; exit 1; }
-    meson compile -C "$work/build" >"$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
+    meson compile -C "$work/build" consumer >"$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
     check "$work/build/consumer"
     ;;
   cmake)
     command -v cmake >/dev/null || { echo "the CMake check needs cmake (scripts/install-deps installs it)"; exit 1; }
-    meson setup "$work/strata-build" "$src" --prefix="$work/prefix" -Dtests=false -Dexamples=false \
-      -Dbenchmarks=false -Dcuda=disabled >"$work/setup.log" 2>&1 || { cat "$work/setup.log"; exit 1; }
-    meson install -C "$work/strata-build" >"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
+    install_strata "$work/prefix"
     config=$(find "$work/prefix" -name strataConfig.cmake | head -n1)
     [ -n "$config" ] || { echo "meson install wrote no strataConfig.cmake"; exit 1; }
     [ -f "$(dirname "$config")/strataConfigVersion.cmake" ] || { echo "meson install wrote no strataConfigVersion.cmake"; exit 1; }
@@ -116,9 +142,7 @@ case "$mode" in
     echo "find_package(strata 0.2) refused, as it should be"
     ;;
   pkgconfig)
-    meson setup "$work/strata-build" "$src" --prefix="$work/prefix" -Dtests=false -Dexamples=false \
-      -Dbenchmarks=false -Dcuda=disabled >"$work/setup.log" 2>&1 || { cat "$work/setup.log"; exit 1; }
-    meson install -C "$work/strata-build" >"$work/install.log" 2>&1 || { cat "$work/install.log"; exit 1; }
+    install_strata "$work/prefix"
     pc=$(dirname "$(find "$work/prefix" -name strata.pc | head -n1)")
     [ -n "$pc" ] || { echo "meson install wrote no strata.pc"; exit 1; }
     export PKG_CONFIG_PATH="$pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
