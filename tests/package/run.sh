@@ -132,6 +132,24 @@ case "$mode" in
       fi
     fi
     check "$work/build/consumer"
+    if [ "$compiled" = 1 ]; then
+      # An installation whose library has gone is refused by find_package, naming what is missing
+      # and where it was looked for; never a program that fails at link time or runs header-only.
+      lib=libstrata.a
+      [ "$mpi" = 1 ] && lib=libstrata_mpi.a
+      gone=$(find "$work/moved" -name "$lib" | head -n1)
+      [ -n "$gone" ] || { echo "no installed $lib"; exit 1; }
+      mv "$gone" "$gone.away"
+      if cmake -S "$work/cmake_consumer" -B "$work/build-gone" -DCMAKE_PREFIX_PATH="$work/moved" \
+           -DSTRATA_TARGET=$target >"$work/cmake-gone.log" 2>&1; then
+        echo "find_package(strata) accepted an installation without $lib"; exit 1
+      fi
+      # CMake wraps the reason over lines: compare with the lines joined.
+      tr -s ' \n' ' ' <"$work/cmake-gone.log" | grep -qF "(${lib%.a}) is not in $(dirname "$gone")," ||
+        { echo "find_package(strata) did not name the missing $lib:"; cat "$work/cmake-gone.log"; exit 1; }
+      echo "an installation without $lib is refused, naming it"
+      mv "$gone.away" "$gone"
+    fi
     # A version this installation does not serve must be refused, with CMake's message.
     if cmake -S "$work/cmake_consumer" -B "$work/build-v" -DCMAKE_PREFIX_PATH="$work/moved" \
          -DSTRATA_VERSION_WANTED=0.2 >"$work/cmake-v.log" 2>&1; then
