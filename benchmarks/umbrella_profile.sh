@@ -28,7 +28,8 @@ trap 'rm -rf "$out"' EXIT
 
 mapfile -t headers < <(sed -n 's/^#include "\(strata\/[^"]*\)"$/\1/p' include/strata/strata.hpp)
 [ ${#headers[@]} -gt 0 ] || { echo "$0: no #include \"strata/...\" line in include/strata/strata.hpp" >&2; exit 1; }
-: > "$out/unit.cpp" : > "$out/rows"
+: > "$out/unit.cpp"
+: > "$out/rows"
 for h in "${headers[@]}"; do
   echo "#include \"$h\"" >> "$out/unit.cpp"
   # g++ 12: " TOTAL : <user> <sys> <wall> <memory>k|M"
