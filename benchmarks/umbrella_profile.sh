@@ -6,6 +6,9 @@
 # is real) and the CPU seconds (user + system; they vary with the machine's load). The "added"
 # columns are what each header brings on top of those before it (a header whose dependencies an
 # earlier one already pulled adds only its own code).
+# Then the same totals for Thrust alone (three units after strata/config.hpp: the execution-policy
+# headers place.hpp includes, the algorithms strata uses with only their system headers, one
+# policy object), and how many of that object's headers are libcu++'s.
 #   benchmarks/umbrella_profile.sh [--compiled] [--json FILE]
 # --compiled defines STRATA_SEPARATE_COMPILATION (the program links libstrata; the headers then
 # declare, and leave the definitions to the compiled part).
@@ -28,40 +31,88 @@ trap 'rm -rf "$out"' EXIT
 
 mapfile -t headers < <(sed -n 's/^#include "\(strata\/[^"]*\)"$/\1/p' include/strata/strata.hpp)
 [ ${#headers[@]} -gt 0 ] || { echo "$0: no #include \"strata/...\" line in include/strata/strata.hpp" >&2; exit 1; }
+# measure NAME UNIT: one line "NAME user sys memory" into $out/rows (g++ 12's -ftime-report line
+# " TOTAL : <user> <sys> <wall> <memory>k|M"); a unit that does not compile stops the script
+# with the compiler's message.
+measure() {
+  if ! "$cxx" "${flags[@]}" -ftime-report -c "$2" -o "$out/unit.o" > "$out/report" 2>&1; then
+    echo "$0: $cxx failed on the unit for $1:" >&2; grep -v '^ ' "$out/report" | head -n 20 >&2; exit 1
+  fi
+  local total
+  total=$(awk '$1 == "TOTAL" {print $3, $4, $6}' "$out/report")
+  [ -n "$total" ] || { echo "$0: no -ftime-report TOTAL line from $cxx for $1" >&2; exit 1; }
+  echo "$1 $total" >> "$out/rows"
+}
 : > "$out/unit.cpp"
 : > "$out/rows"
 for h in "${headers[@]}"; do
   echo "#include \"$h\"" >> "$out/unit.cpp"
-  # g++ 12: " TOTAL : <user> <sys> <wall> <memory>k|M"
-  total=$("$cxx" "${flags[@]}" -ftime-report -c "$out/unit.cpp" -o "$out/unit.o" 2>&1 | awk '$1 == "TOTAL" {print $3, $4, $6}')
-  [ -n "$total" ] || { echo "$0: no -ftime-report TOTAL from $cxx for $h" >&2; exit 1; }
-  echo "$h $total" >> "$out/rows"
+  measure "$h" "$out/unit.cpp"
 done
 
-python3 - "$out/rows" "$json" "$cxx" "${extra[*]:-}" <<'PY'
+# Thrust's part, each unit alone after strata/config.hpp (which chooses Thrust's systems): the
+# two execution-policy headers place.hpp includes; the Thrust algorithms strata's headers include,
+# each with only its cpp and OpenMP system's header; one policy object alone (detail/par.h).
+policies='#include <thrust/system/cpp/execution_policy.h>
+#include <thrust/system/omp/execution_policy.h>'
+algorithms=$(grep -rhoE '#include <thrust/[a-z_]+\.h>' include | sed -E 's/.*<thrust\/([a-z_]+)\.h>/\1/' \
+  | grep -v -x functional | sort -u)
+{ echo '#include <thrust/system/cpp/detail/execution_policy.h>'
+  echo '#include <thrust/system/omp/detail/execution_policy.h>'
+  for a in $algorithms; do
+    echo "#include <thrust/system/cpp/detail/$a.h>"; echo "#include <thrust/system/omp/detail/$a.h>"
+  done; } > "$out/algorithms.h"
+par='#include <thrust/system/cpp/detail/par.h>'
+for unit in policies algorithms par; do
+  case $unit in
+    policies) body=$policies ;; algorithms) body=$(cat "$out/algorithms.h") ;; par) body=$par ;;
+  esac
+  printf '#include "strata/config.hpp"\n%s\n' "$body" > "$out/thrust_$unit.cpp"
+  measure "thrust:$unit" "$out/thrust_$unit.cpp"
+done
+# How many of the headers one policy object brings are libcu++'s (cuda/std/...).
+"$cxx" "${flags[@]}" -H -fsyntax-only "$out/thrust_par.cpp" 2> "$out/par_headers" || true
+par_headers=$(grep -cE '^\.+ ' "$out/par_headers" || true)
+par_libcudacxx=$(grep -E '^\.+ ' "$out/par_headers" | grep -cE '/include/(cccl/)?cuda/' || true)
+echo "thrust_headers $par_headers $par_libcudacxx $(echo $algorithms | tr ' ' ,)" > "$out/thrust"
+
+python3 - "$out/rows" "$json" "$cxx" "${extra[*]:-}" "$out/thrust" <<'PY'
 import json, platform, subprocess, sys
-rows_path, json_path, cxx, extra = sys.argv[1:5]
+rows_path, json_path, cxx, extra, thrust_path = sys.argv[1:6]
 def mb(text):
     unit = text[-1]
     value = float(text[:-1])
     return value / 1024 if unit == "k" else value if unit == "M" else value * 1024
-rows, prev_mem, prev_cpu = [], 0.0, 0.0
+rows, thrust, prev_mem, prev_cpu = [], [], 0.0, 0.0
 for line in open(rows_path):
-    header, user, system, memory = line.split()
+    name, user, system, memory = line.split()
     cpu, mem = float(user) + float(system), mb(memory)
-    rows.append({"header": header, "cumulative_mb": round(mem, 1), "added_mb": round(mem - prev_mem, 1),
+    if name.startswith("thrust:"):
+        thrust.append({"unit": name[len("thrust:"):], "mb": round(mem, 1), "cpu_s": round(cpu, 2)})
+        continue
+    rows.append({"header": name, "cumulative_mb": round(mem, 1), "added_mb": round(mem - prev_mem, 1),
                  "cumulative_cpu_s": round(cpu, 2), "added_cpu_s": round(cpu - prev_cpu, 2)})
     prev_mem, prev_cpu = mem, cpu
+_, par_headers, par_libcudacxx, algorithms = open(thrust_path).read().split()
 mode = "compiled part (-DSTRATA_SEPARATE_COMPILATION)" if extra else "header-only"
 print(f"strata/strata.hpp's headers included one after another, {mode}; g++ -O2 -ftime-report")
 print(f"{'header':46} {'total MB':>9} {'added MB':>9} {'total cpu s':>12} {'added cpu s':>12}")
 for r in rows:
     print(f"{r['header']:46} {r['cumulative_mb']:9.1f} {r['added_mb']:9.1f} {r['cumulative_cpu_s']:12.2f} {r['added_cpu_s']:12.2f}")
+what = {"policies": "cpp and omp execution_policy.h (as place.hpp)",
+        "algorithms": "strata's Thrust algorithms, cpp and omp headers only",
+        "par": "one policy object: cpp/detail/par.h"}
+print(f"\nThrust alone, after strata/config.hpp (algorithms: {algorithms})")
+print(f"{'unit':56} {'MB':>7} {'cpu s':>7}")
+for t in thrust:
+    print(f"{what[t['unit']]:56} {t['mb']:7.1f} {t['cpu_s']:7.2f}")
+print(f"cpp/detail/par.h includes {par_headers} headers, {par_libcudacxx} of them libcu++'s (cuda/...)")
 if json_path:
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     cpu_name = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
     with open(json_path, "w") as f:
         json.dump({"benchmark": "umbrella_profile", "mode": mode, "compiler": version, "cpu": cpu_name,
-                   "flags": "-O2", "rows": rows}, f, indent=1)
+                   "flags": "-O2", "rows": rows, "thrust_units": thrust, "thrust_algorithms": algorithms.split(","),
+                   "par_headers": int(par_headers), "par_libcudacxx_headers": int(par_libcudacxx)}, f, indent=1)
     print(f"wrote {json_path}")
 PY
