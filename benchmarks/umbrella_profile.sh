@@ -6,9 +6,11 @@
 # is real) and the CPU seconds (user + system; they vary with the machine's load). The "added"
 # columns are what each header brings on top of those before it (a header whose dependencies an
 # earlier one already pulled adds only its own code).
-# Then the same totals for Thrust alone (three units after strata/config.hpp: the execution-policy
-# headers place.hpp includes, the algorithms strata uses with only their system headers, one
-# policy object), and how many of that object's headers are libcu++'s.
+# Then the same totals for Thrust's host systems alone (three units after strata/config.hpp: the
+# execution-policy headers place.hpp included until the host got its own loops in
+# place/algorithm.hpp, the algorithms strata uses with only their host systems' headers, one
+# policy object), and how many of that object's headers are libcu++'s: what a host unit would
+# parse if the host place ran on Thrust.
 #   benchmarks/umbrella_profile.sh [--compiled] [--json FILE]
 # --compiled defines STRATA_SEPARATE_COMPILATION (the program links libstrata; the headers then
 # declare, and leave the definitions to the compiled part).
@@ -50,8 +52,9 @@ for h in "${headers[@]}"; do
   measure "$h" "$out/unit.cpp"
 done
 
-# Thrust's part, each unit alone after strata/config.hpp (which chooses Thrust's systems): the
-# two execution-policy headers place.hpp includes; the Thrust algorithms strata's headers include,
+# Thrust's part, each unit alone after strata/config.hpp, with the serial system standing in for
+# the device system (the CUDA one compiles only in nvcc): the two execution-policy headers
+# place.hpp included; the Thrust algorithms strata's headers include for the CUDA place,
 # each with only its cpp and OpenMP system's header; one policy object alone (detail/par.h).
 policies='#include <thrust/system/cpp/execution_policy.h>
 #include <thrust/system/omp/execution_policy.h>'
@@ -67,7 +70,8 @@ for unit in policies algorithms par; do
   case $unit in
     policies) body=$policies ;; algorithms) body=$(cat "$out/algorithms.h") ;; par) body=$par ;;
   esac
-  printf '#include "strata/config.hpp"\n%s\n' "$body" > "$out/thrust_$unit.cpp"
+  printf '#define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CPP\n#include "strata/config.hpp"\n%s\n' "$body" \
+    > "$out/thrust_$unit.cpp"
   measure "thrust:$unit" "$out/thrust_$unit.cpp"
 done
 # How many of the headers one policy object brings are libcu++'s (cuda/std/...).
@@ -102,7 +106,7 @@ for r in rows:
 what = {"policies": "cpp and omp execution_policy.h (as place.hpp)",
         "algorithms": "strata's Thrust algorithms, cpp and omp headers only",
         "par": "one policy object: cpp/detail/par.h"}
-print(f"\nThrust alone, after strata/config.hpp (algorithms: {algorithms})")
+print(f"\nThrust's host systems alone, after strata/config.hpp (algorithms: {algorithms})")
 print(f"{'unit':56} {'MB':>7} {'cpu s':>7}")
 for t in thrust:
     print(f"{what[t['unit']]:56} {t['mb']:7.1f} {t['cpu_s']:7.2f}")

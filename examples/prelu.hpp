@@ -17,8 +17,8 @@ namespace example {
 template <class In, class T, class P>
 class PReLUImpl {
     // This layer loops over plain pointers, so it runs where the host can read the data. (A
-    // layer for every place writes its loops as Thrust algorithms with P::policy(), like the
-    // built-in ones.)
+    // layer for every place writes its loops with strata::place::for_each_n<P> and its siblings,
+    // strata/place/algorithm.hpp, like the built-in ones.)
     static_assert(strata::place::host_accessible_v<P>,
                   "example::PReLU runs on host places only (its loops read tensors from the host)");
 

@@ -121,6 +121,74 @@ TEST_CASE_TEMPLATE("whole-tensor reductions match float64", P, STRATA_TEST_PLACE
     CHECK_THROWS_AS(strata::max(empty.view()), strata::ValueError);
 }
 
+namespace {
+// Functors for the place algorithms' test (STRATA_HD: they run on the GPU in test_tensor.cu).
+struct CountVisit {
+    int* hits;
+    template <class I>
+    STRATA_HD void operator()(I i) const { hits[i] += 1; }
+};
+struct Affine {
+    STRATA_HD double operator()(std::int64_t i) const { return double(i % 7) * 3.0 - double(i % 5); }
+};
+struct AsInt {
+    STRATA_HD std::int64_t operator()(double v) const { return std::int64_t(v); }
+};
+struct AddInt {
+    STRATA_HD std::int64_t operator()(std::int64_t a, std::int64_t b) const { return a + b; }
+};
+}  // namespace
+
+// place/algorithm.hpp: the loops every op is written with. Each index is visited once for any
+// thread count; reductions give the same result for any thread count, ties and NaNs included
+// (the host folds one block per thread, so an answer that depended on the blocks would differ
+// between 1 and 5 threads; the sizes put ties and NaNs at block edges and inside blocks).
+TEST_CASE_TEMPLATE("place algorithms: every index once, the same result for any thread count", P, STRATA_TEST_PLACES) {
+    const int threads_before = strata::num_threads();
+    for (int threads : {1, 2, 3, 5}) {
+        strata::set_num_threads(threads);
+        CAPTURE(threads);
+        for (auto n : sizes) {
+            CAPTURE(n);
+            Tensor<int, P> hits(Shape{n});
+            strata::fill(hits.view(), 0);
+            strata::place::for_each_n<P>(n, CountVisit{hits.data()});
+            strata::place::for_each_n<P>(std::int32_t(n), CountVisit{hits.data()});
+            strata::place::for_each_n<P>(std::int64_t(0), CountVisit{hits.data()});   // nothing
+            strata::place::for_each_n<P>(std::int64_t(-3), CountVisit{hits.data()});  // nothing
+            for (int h : strata::to_vector(hits.view())) REQUIRE(h == 2);
+
+            Tensor<double, P> t(Shape{n});
+            strata::place::tabulate<P>(t.data(), n, Affine{});
+            const auto tv = strata::to_vector(t.view());
+            std::int64_t ref_sum = 0;
+            for (std::int64_t i = 0; i < n; ++i) {
+                REQUIRE(tv[std::size_t(i)] == Affine{}(i));
+                ref_sum += std::int64_t(Affine{}(i));
+            }
+            CHECK(strata::place::transform_reduce<P>(t.data(), n, AsInt{}, std::int64_t(11), AddInt{}) == ref_sum + 11);
+
+            // Equal maxima in the first, a middle and the last position: the first wins.
+            std::vector<float> v(std::size_t(n), 1.0f);
+            for (std::int64_t k : {n - 1, n / 2, n / 3}) v[std::size_t(k)] = 4.0f;
+            const std::int64_t first_max = std::min({n - 1, n / 2, n / 3});
+            auto x = strata::copy_to<P>(strata::from_vector(v, Shape{n}).view());
+            CHECK(strata::argmax(x.view()) == first_max);
+            CHECK(strata::max(x.view()) == 4.0f);
+            CHECK(strata::min(x.view()) == *std::min_element(v.begin(), v.end()));
+
+            // NaNs (the last element, and one at a third): max and min are NaN, argmax the first NaN.
+            v[std::size_t(n - 1)] = std::nanf("");
+            v[std::size_t(n / 3)] = std::nanf("");
+            auto y = strata::copy_to<P>(strata::from_vector(v, Shape{n}).view());
+            CHECK(std::isnan(strata::max(y.view())));
+            CHECK(std::isnan(strata::min(y.view())));
+            CHECK(strata::argmax(y.view()) == n / 3);
+        }
+    }
+    strata::set_num_threads(threads_before);
+}
+
 TEST_CASE_TEMPLATE("the float sum is accurate", P, STRATA_TEST_PLACES) {
     // 2^24 * 1.5 is exactly representable, but a float accumulator stalls at 2^24 + ...
     Tensor<float, P> ones(Shape{std::int64_t(1) << 24});

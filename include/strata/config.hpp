@@ -1,10 +1,11 @@
 #pragma once
 /// \file strata/config.hpp
-/// The one place where the backends are chosen (Thrust systems, OpenMP, BLAS, CUDA).
+/// The one place where the backends are chosen (OpenMP, BLAS, CUDA and its Thrust).
 ///
-/// - Host work runs on Thrust's OpenMP system when the translation unit is compiled with
-///   OpenMP (`-fopenmp`), otherwise on Thrust's serial C++ system.
-/// - CUDA (`place::Cuda`) exists only in translation units that nvcc compiles (`__CUDACC__`).
+/// - Host work runs as OpenMP loops when the translation unit is compiled with OpenMP
+///   (`-fopenmp`), otherwise as serial loops (place/algorithm.hpp); it includes no Thrust.
+/// - CUDA (`place::Cuda`) exists only in translation units that nvcc compiles (`__CUDACC__`);
+///   its ops run on Thrust's CUDA system.
 /// - The host BLAS is reached through CBLAS. `STRATA_BLAS_OPENBLAS` (set by the Meson build when
 ///   the BLAS is OpenBLAS) lets strata set OpenBLAS's thread count; any CBLAS works without it.
 
@@ -14,12 +15,6 @@
 #else
 #define STRATA_HD
 #define STRATA_HAS_CUDA 0
-// Thrust needs a device system even when only its host systems are used; outside nvcc the
-// CUDA system cannot compile, so the serial C++ system stands in (strata never uses it as a
-// device: every op names its system explicitly through the place's execution policy).
-#if !defined(THRUST_DEVICE_SYSTEM)
-#define THRUST_DEVICE_SYSTEM THRUST_DEVICE_SYSTEM_CPP
-#endif
 #endif
 
 #if defined(_OPENMP)

@@ -48,7 +48,6 @@ check() {  # runs the consumer (on every rank) and checks which mode it was buil
   echo "$out"
   [ "$(grep -c "($expect)" <<<"$out")" = "$ranks" ] || { echo "the consumer was not built $expect (on each of $ranks ranks)"; exit 1; }
 }
-cccl=/usr/local/cuda/include/cccl
 blas_cflags=$(pkg-config --cflags openblas 2>/dev/null || true)
 
 # strata installed by `meson install` (headers, libstrata and libstrata_mpi, strata*.pc, the CMake
@@ -176,8 +175,13 @@ case "$mode" in
     check "$work/consumer-direct"
     ;;
   plain)
+    # The README's flags: no Thrust folder, since a host unit includes no Thrust (only the CUDA
+    # place runs on it). g++ -H lists every header the unit opens: none may be Thrust's.
     extra=()
-    [ -f "$cccl/thrust/version.h" ] && extra=(-isystem "$cccl")
+    if ${CXX:-c++} -std=c++20 -fopenmp -I "$src/include" $blas_cflags -DSTRATA_BLAS_OPENBLAS -H -fsyntax-only \
+         "$work/consumer/consumer.cpp" 2>&1 >/dev/null | grep -E '^\.+ .*/thrust/'; then
+      echo "FAIL: a host unit of the consumer includes Thrust headers (above)"; exit 1
+    fi
     sources=("$work/consumer/consumer.cpp")
     if [ "$compiled" = 1 ]; then
       extra+=(-DSTRATA_SEPARATE_COMPILATION)

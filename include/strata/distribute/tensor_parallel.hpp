@@ -30,9 +30,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <thrust/for_each.h>
-#include <thrust/iterator/counting_iterator.h>
-
 #include "strata/distribute/replica_pool.hpp"
 #include "strata/nn/dense.hpp"
 #include "strata/place/devices.hpp"
@@ -71,7 +68,7 @@ struct ScatterColumns {
 };
 template <class P, class F>
 void each_index(std::int64_t count, F f) {
-    if (count > 0) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), count, f);
+    if (count > 0) place::for_each_n<P>(count, f);
 }
 }  // namespace detail
 

@@ -287,20 +287,19 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
     const std::int64_t cols = pred.size() / n;
     T* rows = strata::detail::scratch<T, P, detail::LossScratchTag>(n);
     const T inv = T(1.0 / denominator);
-    auto range = thrust::counting_iterator<std::int64_t>(0);
     std::visit(
         [&](const auto& l) {
             using L = std::decay_t<decltype(l)>;
             if constexpr (std::is_same_v<L, SparseCategoricalCrossentropy>) {
                 STRATA_CHECK(target.size() == n, ShapeError, "SparseCategoricalCrossentropy: ", n,
                              " predictions need ", n, " class ids, got targets of shape ", target.shape());
-                thrust::for_each_n(P::policy(), range, n,
+                place::for_each_n<P>(n,
                                    detail::SparseCeRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv,
                                                           input == Input::Logits});
             } else if constexpr (std::is_same_v<L, CategoricalCrossentropy>) {
                 STRATA_CHECK(target.size() == pred.size(), ShapeError, "CategoricalCrossentropy: predictions ",
                              pred.shape(), " and targets ", target.shape(), " differ");
-                thrust::for_each_n(P::policy(), range, n,
+                place::for_each_n<P>(n,
                                    detail::CategoricalCeRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv,
                                                                input == Input::Logits});
             } else if constexpr (std::is_same_v<L, Custom>) {
@@ -317,11 +316,11 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
             } else {
                 STRATA_CHECK(target.size() == pred.size(), ShapeError, "MeanSquaredError: predictions ", pred.shape(),
                              " and targets ", target.shape(), " differ");
-                thrust::for_each_n(P::policy(), range, n, detail::MseRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv});
+                place::for_each_n<P>(n, detail::MseRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv});
             }
         },
         loss);
-    if (weights) thrust::for_each_n(P::policy(), range, n, detail::WeightRow<T>{weights, grad.data(), rows, cols});
+    if (weights) place::for_each_n<P>(n, detail::WeightRow<T>{weights, grad.data(), rows, cols});
     return rows;
 }
 

@@ -50,7 +50,7 @@ std::int64_t count_correct(const TensorView<T, P>& pred, const TensorView<T, P>&
     const std::int64_t n = pred.dim(0);
     if (n == 0) return 0;
     T* flags = strata::detail::scratch<T, P, detail::MetricScratchTag>(n);
-    thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), n,
+    place::for_each_n<P>(n,
                        detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind});
     if constexpr (place::host_accessible_v<P>) {
         std::int64_t s = 0;
@@ -71,8 +71,7 @@ void count_correct_to_device(const TensorView<T, place::Cuda>& pred, const Tenso
     const std::int64_t n = pred.dim(0);
     T* flags = n > 0 ? strata::detail::scratch<T, place::Cuda, detail::MetricScratchTag>(n) : nullptr;
     if (n > 0)
-        thrust::for_each_n(place::Cuda::policy(), thrust::counting_iterator<std::int64_t>(0), n,
-                           detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind});
+        place::for_each_n<place::Cuda>(n, detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind});
     strata::detail::cuda_reduce::sum_to_device(flags, n, out);
 }
 #endif

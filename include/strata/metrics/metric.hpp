@@ -113,7 +113,7 @@ std::int64_t count_in_top_k(const TensorView<T, P>& pred, const TensorView<T, P>
     const std::int64_t n = pred.dim(0);
     if (n == 0) return 0;
     T* flags = strata::detail::scratch<T, P, detail::CountsScratchTag>(n);
-    thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), n,
+    place::for_each_n<P>(n,
                        detail::RowTopK<T>{pred.data(), target.data(), flags, pred.size() / n, k});
     return detail::sum_flags<T, P>(flags, n, 1, 0);
 }
@@ -126,7 +126,7 @@ Counts count_binary(const TensorView<T, P>& pred, const TensorView<T, P>& target
     Counts c;
     if (n == 0) return c;
     T* flags = strata::detail::scratch<T, P, detail::CountsScratchTag>(3 * n);
-    thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), n,
+    place::for_each_n<P>(n,
                        detail::RowBinary<T>{pred.data(), target.data(), flags});
     c.true_positives = detail::sum_flags<T, P>(flags, n, 3, 0);
     c.false_positives = detail::sum_flags<T, P>(flags, n, 3, 1);

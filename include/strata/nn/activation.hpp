@@ -100,15 +100,15 @@ template <class Act, class T, class P>
 void bias_activation(const TensorView<T, P>& y, const T* bias, std::int64_t channels, bool skip_activation) {
     if (y.size() == 0) return;
     if constexpr (Act::rowwise) {
-        if (bias) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), y.size(),
+        if (bias) place::for_each_n<P>(y.size(),
                                      detail::BiasActivate<T, Linear>{y.data(), bias, channels});
         if (!skip_activation) softmax(y, y);
     } else {
         if (skip_activation || std::is_same_v<Act, Linear>) {
-            if (bias) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), y.size(),
+            if (bias) place::for_each_n<P>(y.size(),
                                          detail::BiasActivate<T, Linear>{y.data(), bias, channels});
         } else {
-            thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), y.size(),
+            place::for_each_n<P>(y.size(),
                                detail::BiasActivate<T, Act>{y.data(), bias, channels});
         }
     }
@@ -120,10 +120,10 @@ void activation_backward(const TensorView<T, P>& y, const TensorView<T, P>& dy, 
     if (skip_activation || std::is_same_v<Act, Linear> || y.size() == 0) return;
     if constexpr (Act::rowwise) {
         const std::int64_t cols = y.dim(-1);
-        thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), y.size() / cols,
+        place::for_each_n<P>(y.size() / cols,
                            detail::SoftmaxGrad<T>{y.data(), dy.data(), cols});
     } else {
-        thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), y.size(),
+        place::for_each_n<P>(y.size(),
                            detail::ActivationGrad<T, Act>{y.data(), dy.data()});
     }
 }

@@ -250,11 +250,11 @@ void for_each_index(std::int64_t count, Functor f, std::int64_t reach = 0) {
     if (count <= 0) return;
     if constexpr (elementwise_place<P>) {
         if ((count > reach ? count : reach) <= std::int64_t(INT32_MAX)) {
-            thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int32_t>(0), std::int32_t(count), f);
+            place::for_each_n<P>(std::int32_t(count), f);
             return;
         }
     }
-    thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), count, f);
+    place::for_each_n<P>(count, f);
 }
 
 /// Writes the im2col matrix of `x` ([n, h, w, c]) into `col` ([n·oh·ow, kh·kw·c]).

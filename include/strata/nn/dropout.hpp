@@ -121,7 +121,7 @@ private:
         const std::uint64_t base = (std::uint64_t(1) << 63) | ((stream_ & ((std::uint64_t(1) << 23) - 1)) << 40);
         const auto offset = std::uint64_t(mode.first_example) * std::uint64_t(In::size);
         if (in.size() > 0)
-            thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), in.size(),
+            place::for_each_n<P>(in.size(),
                                DropoutElements<T>{in.data(), out.data(), offset, mode.seed, mode.step, base, threshold,
                                                   T(double(Denominator) / double(Denominator - Numerator))});
     }

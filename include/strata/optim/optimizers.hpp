@@ -467,7 +467,6 @@ void OptimizerState<T, P>::apply_range(T* params, const T* grads, std::int64_t f
     const double lr = std::visit([&](const auto& o) { return o.learning_rate(iterations_); }, config_);
     STRATA_CHECK(std::isfinite(lr) && lr >= 0, ValueError, "optimizer: the learning rate at step ", iterations_,
                  " is ", lr, "; it must be finite and >= 0");
-    auto range = thrust::counting_iterator<std::int64_t>(0);
     T* w = params + first;
     const T* g = grads + first;
     auto at = [&](const char* name) { T* p = slot(name); return p ? p + first : nullptr; };
@@ -479,19 +478,19 @@ void OptimizerState<T, P>::apply_range(T* params, const T* grads, std::int64_t f
             if constexpr (std::is_same_v<O, SGD>) {
                 const detail::SgdStep<T> f{w, g, at("momentum"), T(lr), T(o.momentum), o.nesterov};
                 if constexpr (host) detail::sgd_host(f, count);
-                else thrust::for_each_n(P::policy(), range, count, f);
+                else place::for_each_n<P>(count, f);
             } else if constexpr (std::is_same_v<O, RMSprop>) {
                 const detail::RmsStep<T> f{w, g, at("velocity"), at("average_gradient"), at("momentum"),
                                            T(lr), T(o.rho), T(o.momentum), T(o.epsilon)};
                 if constexpr (host) detail::rms_host(f, count);
-                else thrust::for_each_n(P::policy(), range, count, f);
+                else place::for_each_n<P>(count, f);
             } else {
                 const double t = double(iterations_ + 1);
                 const double alpha = lr * std::sqrt(1 - std::pow(o.beta_2, t)) / (1 - std::pow(o.beta_1, t));
                 const detail::AdamStep<T> f{w, g, at("momentum"), at("velocity"), T(alpha), T(o.beta_1), T(o.beta_2),
                                             T(o.epsilon)};
                 if constexpr (host) detail::adam_host(f, count);
-                else thrust::for_each_n(P::policy(), range, count, f);
+                else place::for_each_n<P>(count, f);
             }
         },
         config_);

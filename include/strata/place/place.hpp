@@ -1,9 +1,9 @@
 #pragma once
 /// \file strata/place/place.hpp
-/// Device placement policies. A place says where a tensor's memory lives and which Thrust
-/// system runs the ops on it: `Host` (Thrust's OpenMP system, or its serial C++ system when the
-/// translation unit has no OpenMP) and `Cuda` (Thrust's CUDA system on the current stream; only
-/// in translation units that nvcc compiles).
+/// Device placement policies. A place says where a tensor's memory lives and what runs the ops
+/// on it (place/algorithm.hpp): `Host` (OpenMP loops, serial when the translation unit has no
+/// OpenMP; no Thrust, so a host-only unit does not parse it) and `Cuda` (Thrust's CUDA system on
+/// the current stream; only in translation units that nvcc compiles).
 
 #include <atomic>
 #include <cstddef>
@@ -17,11 +17,6 @@
 #include "strata/detail/dependent_false.hpp"
 #include "strata/place/memory.hpp"
 
-#include <thrust/system/cpp/execution_policy.h>
-#if STRATA_HAS_OPENMP
-#include <omp.h>
-#include <thrust/system/omp/execution_policy.h>
-#endif
 #if STRATA_HAS_CUDA
 #include <cuda_runtime.h>
 #include <thrust/system/cuda/execution_policy.h>
@@ -29,21 +24,13 @@
 
 namespace strata::place {
 
-/// Host memory; ops run on Thrust's OpenMP system (all threads of the calling thread's OpenMP
-/// team size, see strata::set_num_threads), or serially without OpenMP.
+/// Host memory; ops run as OpenMP loops (all threads of the calling thread's OpenMP team size,
+/// see strata::set_num_threads), or serially without OpenMP: place/algorithm.hpp.
 struct Host {
     using place_tag = Host;
     static constexpr const char* name = "Host";
     static constexpr bool host_accessible = true;
 
-    /// The Thrust execution policy every op on this place runs with.
-    static auto policy() {
-#if STRATA_HAS_OPENMP
-        return thrust::omp::par;
-#else
-        return thrust::cpp::par;
-#endif
-    }
     static void* allocate(std::size_t bytes) {
         if (bytes == 0) return nullptr;
         // Inside a DeviceScope on a host logical device, its memory policy serves the block.
@@ -106,7 +93,8 @@ inline std::atomic<std::uint64_t>& cuda_allocation_count() {
 }  // namespace detail
 #endif
 
-/// GPU memory; ops run on Thrust's CUDA system on this thread's current stream.
+/// GPU memory; ops run on Thrust's CUDA system on this thread's current stream (its policy(),
+/// which place/algorithm.hpp passes to every algorithm).
 /// Only usable in translation units compiled by nvcc.
 struct Cuda {
     using place_tag = Cuda;

@@ -1,6 +1,7 @@
 #pragma once
 /// \file strata/tensor/ops.hpp
-/// Element-wise ops, written once over Thrust algorithms with the place's execution policy:
+/// Element-wise ops, written once over the place's algorithms (place/algorithm.hpp: OpenMP loops
+/// on the host, Thrust on the GPU):
 /// fill, maps, arithmetic, bias broadcasting and random initialisation. Every op checks its
 /// operands' sizes and throws ShapeError naming the op and both shapes.
 
@@ -9,12 +10,6 @@
 
 #include "strata/core/random.hpp"
 #include "strata/tensor/tensor.hpp"
-
-#include <thrust/fill.h>
-#include <thrust/for_each.h>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/tabulate.h>
-#include <thrust/transform.h>
 
 namespace strata {
 
@@ -35,7 +30,7 @@ constexpr void check_same_place() {
 /// Sets every element of `x` to `value`.
 template <class T, class P>
 void fill(const TensorView<T, P>& x, T value) {
-    if (x.size()) thrust::fill_n(P::policy(), x.data(), x.size(), value);
+    place::fill_n<P>(x.data(), x.size(), value);
 }
 
 /// `out[i] = f(x[i])`; `out` may be `x`. `f` must be callable on the place (STRATA_HD in CUDA code).
@@ -43,7 +38,7 @@ template <class T, class U, class P, class P2, class F>
 void map(const TensorView<T, P>& x, const TensorView<U, P2>& out, F f) {
     detail::check_same_place<P, P2>();
     detail::check_same_size("map", x, out);
-    if (x.size()) thrust::transform(P::policy(), x.data(), x.data() + x.size(), out.data(), f);
+    place::transform<P>(x.data(), x.size(), out.data(), f);
 }
 
 /// `out[i] = f(a[i], b[i])`; `out` may alias `a` or `b`.
@@ -53,7 +48,7 @@ void zip_map(const TensorView<T, P>& a, const TensorView<T, P2>& b, const Tensor
     detail::check_same_place<P, P3>();
     detail::check_same_size("zip_map", a, b);
     detail::check_same_size("zip_map", a, out);
-    if (a.size()) thrust::transform(P::policy(), a.data(), a.data() + a.size(), b.data(), out.data(), f);
+    place::transform<P>(a.data(), b.data(), a.size(), out.data(), f);
 }
 
 namespace detail {
@@ -126,7 +121,7 @@ void add_bias(const TensorView<T, P>& x, const TensorView<T, P>& bias) {
     STRATA_CHECK(x.rank() >= 1 && bias.size() == x.dim(-1), ShapeError, "add_bias: a bias of shape ", bias.shape(),
                  " cannot broadcast over the last axis of ", x.shape());
     if (x.size())
-        thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), x.size(),
+        place::for_each_n<P>(x.size(),
                            detail::AddBias<T>{x.data(), bias.data(), bias.size()});
 }
 
@@ -135,14 +130,14 @@ void add_bias(const TensorView<T, P>& x, const TensorView<T, P>& bias) {
 template <class T, class P>
 void random_uniform(const TensorView<T, P>& x, T lo, T hi, std::uint64_t seed, std::uint64_t stream = 0) {
     static_assert(std::is_floating_point_v<T>, "strata::random_uniform: T must be float or double");
-    if (x.size()) thrust::tabulate(P::policy(), x.data(), x.data() + x.size(), detail::UniformAt<T>{seed, stream, lo, hi});
+    place::tabulate<P>(x.data(), x.size(), detail::UniformAt<T>{seed, stream, lo, hi});
 }
 
 /// Fills `x` with normal numbers (Box-Muller over Philox), reproducible like random_uniform.
 template <class T, class P>
 void random_normal(const TensorView<T, P>& x, T mean, T stddev, std::uint64_t seed, std::uint64_t stream = 0) {
     static_assert(std::is_floating_point_v<T>, "strata::random_normal: T must be float or double");
-    if (x.size()) thrust::tabulate(P::policy(), x.data(), x.data() + x.size(), detail::NormalAt<T>{seed, stream, mean, stddev});
+    place::tabulate<P>(x.data(), x.size(), detail::NormalAt<T>{seed, stream, mean, stddev});
 }
 
 }  // namespace strata

@@ -19,7 +19,7 @@
 /// | sum/mean along an axis, column sums | 64 row blocks + combine, or one index each | `detail::cuda_reduce`: tiles × row chunks, tree |
 /// | max/min along an axis               | one index each, serial over the axis       | `detail::cuda_reduce` (same kernel)            |
 /// | whole-tensor sum                    | 16384-element blocks, 8 accumulators       | thrust::transform_reduce (CUB device reduce)   |
-/// | whole-tensor max/min/argmax         | thrust::reduce / max_element               | the same (CUB device reduce)                   |
+/// | whole-tensor max/min/argmax         | place::transform_reduce / max_element      | the same, Thrust's (CUB device reduce)         |
 /// | softmax / argmax of rows            | one row per index                          | one row per index (rows = batch; not reshaped) |
 ///
 /// The host decompositions run through `detail::host_shaped_for_each`, which does not compile
@@ -36,10 +36,6 @@
 
 #include "strata/detail/dependent_false.hpp"
 #include "strata/tensor/ops.hpp"
-
-#include <thrust/extrema.h>
-#include <thrust/functional.h>
-#include <thrust/transform_reduce.h>
 
 #if STRATA_HAS_CUDA
 #include <cuda_runtime.h>
@@ -64,10 +60,21 @@ T* scratch(std::int64_t n) {
 
 template <class T>
 struct Widen { STRATA_HD accumulate_t<T> operator()(T x) const { return accumulate_t<T>(x); } };
+struct Identity { template <class T> STRATA_HD T operator()(T x) const { return x; } };
+/// The larger / smaller of two, NaN when either is (so associative and commutative with NaNs
+/// too: a whole-tensor max or min is the same for any grouping, and NaN when any element is).
+struct MaxOf {
+    template <class T>
+    STRATA_HD T operator()(T a, T b) const { return a != a ? a : b != b ? b : a < b ? b : a; }
+};
+struct MinOf {
+    template <class T>
+    STRATA_HD T operator()(T a, T b) const { return a != a ? a : b != b ? b : b < a ? b : a; }
+};
 
 enum class Reduction { Sum, Mean, Max, Min };
 
-/// Runs `f(i)` for i in [0, n) on the place's Thrust system: the host's decompositions, whose
+/// Runs `f(i)` for i in [0, n) on the place's loop (place::for_each_n): the host's decompositions, whose
 /// functors loop serially inside each index. Only for host-accessible places (see the file's
 /// comment): a GPU needs the work shaped for thousands of threads.
 template <class P, class F>
@@ -75,7 +82,7 @@ void host_shaped_for_each(std::int64_t n, const F& f) {
     static_assert(place::host_accessible_v<P>,
                   "strata: a host-shaped reduction (a serial loop per index) used on a GPU place; give the op a "
                   "GPU form in its per-place dispatch (tensor/reduce.hpp describes it)");
-    thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), n, f);
+    place::for_each_n<P>(n, f);
 }
 
 /// The launch shape of the Cuda axis reduction of x seen as [outer, len, inner] (reduce `len`).
@@ -428,15 +435,15 @@ accumulate_t<T> sum(const TensorView<T, P>& x) {
         if (blocks == 1) {
             detail::BlockSum<T>{x.data(), partial, x.size()}(0);
         } else {
-            thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), blocks,
+            place::for_each_n<P>(blocks,
                                detail::BlockSum<T>{x.data(), partial, x.size()});
         }
         accumulate_t<T> total = 0;
         for (std::int64_t b = 0; b < blocks; ++b) total += partial[b];
         return total;
     } else {
-        return thrust::transform_reduce(P::policy(), x.data(), x.data() + x.size(), detail::Widen<T>{},
-                                        accumulate_t<T>(0), thrust::plus<accumulate_t<T>>());
+        return place::transform_reduce<P>(x.data(), x.size(), detail::Widen<T>{}, accumulate_t<T>(0),
+                                          detail::Plus{});
     }
 }
 
@@ -447,25 +454,28 @@ double mean(const TensorView<T, P>& x) {
     return double(sum(x)) / double(x.size());
 }
 
-/// Largest element; ValueError for an empty tensor.
+/// Largest element (NaN when any element is NaN, as NumPy's max); ValueError for an empty tensor.
 template <class T, class P>
 T max(const TensorView<T, P>& x) {
     STRATA_CHECK(x.size() > 0, ValueError, "max: the tensor of shape ", x.shape(), " is empty");
-    return thrust::reduce(P::policy(), x.data(), x.data() + x.size(), std::numeric_limits<T>::lowest(), thrust::maximum<T>());
+    return place::transform_reduce<P>(x.data(), x.size(), detail::Identity{}, std::numeric_limits<T>::lowest(),
+                                      detail::MaxOf{});
 }
 
-/// Smallest element; ValueError for an empty tensor.
+/// Smallest element (NaN when any element is NaN); ValueError for an empty tensor.
 template <class T, class P>
 T min(const TensorView<T, P>& x) {
     STRATA_CHECK(x.size() > 0, ValueError, "min: the tensor of shape ", x.shape(), " is empty");
-    return thrust::reduce(P::policy(), x.data(), x.data() + x.size(), std::numeric_limits<T>::max(), thrust::minimum<T>());
+    return place::transform_reduce<P>(x.data(), x.size(), detail::Identity{}, std::numeric_limits<T>::max(),
+                                      detail::MinOf{});
 }
 
-/// Flat index of the first largest element; ValueError for an empty tensor.
+/// Flat index of the first largest element, or of the first NaN where there is one (NumPy's
+/// argmax); ValueError for an empty tensor.
 template <class T, class P>
 std::int64_t argmax(const TensorView<T, P>& x) {
     STRATA_CHECK(x.size() > 0, ValueError, "argmax: the tensor of shape ", x.shape(), " is empty");
-    return thrust::max_element(P::policy(), x.data(), x.data() + x.size()) - x.data();
+    return place::max_element<P>(x.data(), x.size());
 }
 
 /// Sums along `axis` (negative counts from the end); `out` holds the remaining extents in order.
@@ -488,7 +498,7 @@ void argmax_rows(const TensorView<T, P>& x, const TensorView<std::int32_t, P>& o
     const std::int64_t cols = x.dim(-1), rows = x.size() / cols;
     STRATA_CHECK(out.size() == rows, ShapeError, "argmax_rows: ", rows, " rows of ", x.shape(), " need ", rows,
                  " outputs, but the output has shape ", out.shape());
-    if (rows) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), rows, detail::RowArgmax<T>{x.data(), out.data(), cols});
+    if (rows) place::for_each_n<P>(rows, detail::RowArgmax<T>{x.data(), out.data(), cols});
 }
 
 /// Softmax along the last axis, numerically stable (the row maximum is subtracted first).
@@ -499,7 +509,7 @@ void softmax(const TensorView<T, P>& x, const TensorView<T, P>& out) {
     detail::check_same_size("softmax", x, out);
     STRATA_CHECK(x.rank() >= 1 && x.dim(-1) > 0, ShapeError, "softmax: cannot normalise the last axis of ", x.shape());
     const std::int64_t cols = x.dim(-1), rows = x.size() / cols;
-    if (rows) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), rows, detail::RowSoftmax<T>{x.data(), out.data(), cols});
+    if (rows) place::for_each_n<P>(rows, detail::RowSoftmax<T>{x.data(), out.data(), cols});
 }
 
 #if !STRATA_HEADER_ONLY

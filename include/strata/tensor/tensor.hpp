@@ -13,9 +13,8 @@
 
 #include "strata/core/error.hpp"
 #include "strata/core/shape.hpp"
+#include "strata/place/algorithm.hpp"
 #include "strata/place/place.hpp"
-
-#include <thrust/copy.h>
 
 namespace strata {
 
@@ -135,7 +134,7 @@ public:
     /// A deep copy on the same place.
     Tensor clone() const {
         Tensor out(this->shape_);
-        if (this->size()) thrust::copy(P::policy(), this->data_, this->data_ + this->size(), out.data());
+        place::copy_n<P>(this->data_, this->size(), out.data());
         return out;
     }
 

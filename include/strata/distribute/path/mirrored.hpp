@@ -336,14 +336,14 @@ private:
             detail::DeviceSliceReduce<T> f{{}, n, r, sl.first};
             detail::DeviceSliceCopy<T> g{{}, n, r, sl.first};
             for (int q = 0; q < n; ++q) f.grads[q] = g.grads[q] = this->grads(q);
-            if (sl.count > 0) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), sl.count, f);
+            if (sl.count > 0) place::for_each_n<P>(sl.count, f);
             P::synchronize();
             this->strategy_->device_stage().all_reduce(r, this->grads(r) + sl.first, std::size_t(sl.count));
-            if (sl.count > 0 && n > 1) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), sl.count, g);
+            if (sl.count > 0 && n > 1) place::for_each_n<P>(sl.count, g);
         } else {
             detail::DeviceSliceSum<T> f{{}, n, sl.first};
             for (int q = 0; q < n; ++q) f.grads[q] = this->grads(q);
-            if (sl.count > 0) thrust::for_each_n(P::policy(), thrust::counting_iterator<std::int64_t>(0), sl.count, f);
+            if (sl.count > 0) place::for_each_n<P>(sl.count, f);
         }
         P::synchronize();
         this->strategy_->group().barrier(r);  // every slice summed: all buffers hold the total
