@@ -16,7 +16,7 @@
 /// Host loops are plain OpenMP (all threads of the calling thread's OpenMP team size, see
 /// strata::set_num_threads; serial in a unit without OpenMP): what Thrust's OpenMP system runs
 /// for these algorithms, without its headers. A host-only unit includes no Thrust at all, which
-/// is a third of the umbrella header's compile time (docs/benchmarks.md, "Compile time"). On
+/// took a quarter off the umbrella header's compile time (docs/benchmarks.md, "Compile time"). On
 /// Cuda every algorithm is Thrust's, with `Cuda::policy()` (this thread's stream, no
 /// synchronisation after the launch).
 ///
