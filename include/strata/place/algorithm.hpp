@@ -29,10 +29,8 @@
 #include "strata/config.hpp"
 #include "strata/detail/dependent_false.hpp"
 #include "strata/place/place.hpp"
+#include "strata/place/threads.hpp"
 
-#if STRATA_HAS_OPENMP
-#include <omp.h>
-#endif
 #if STRATA_HAS_CUDA
 #include <thrust/copy.h>
 #include <thrust/extrema.h>
@@ -75,15 +73,12 @@ struct RanksBelow {
         return !(a != a) && ((b != b) || a < b);
     }
 };
-/// How many blocks a host reduction over n items uses: one per thread, at most one per item.
+/// How many blocks a host reduction over n > 0 items uses: one per thread (strata::num_threads),
+/// at most one per item, at most 256 (the reductions' partials live on the stack).
 inline std::int64_t host_parts(std::int64_t n) {
-#if STRATA_HAS_OPENMP
-    const std::int64_t threads = omp_get_max_threads();
-    return n < threads ? (n > 0 ? n : 1) : threads;
-#else
-    (void)n;
-    return 1;
-#endif
+    const std::int64_t threads = num_threads();
+    const std::int64_t parts = n < threads ? n : threads;
+    return parts < 256 ? parts : 256;
 }
 }  // namespace detail
 
@@ -196,13 +191,8 @@ template <class P, class T, class Acc, class F, class Op>
 Acc transform_reduce(const T* x, std::int64_t n, F f, Acc init, Op op) {
     if (n <= 0) return init;
     if constexpr (detail::is_host_v<P>) {
-        const std::int64_t parts = detail::host_parts(n);
-        if (parts == 1) {
-            for (std::int64_t i = 0; i < n; ++i) init = op(init, Acc(f(x[i])));
-            return init;
-        }
+        const std::int64_t used = detail::host_parts(n);
         Acc partial[256];
-        const std::int64_t used = parts < 256 ? parts : 256;
         STRATA_OMP_PARALLEL_FOR
         for (std::int64_t b = 0; b < used; ++b) {
             const detail::Block blk = detail::block_of(n, used, b);
@@ -228,9 +218,8 @@ template <class P, class T>
 std::int64_t max_element(const T* x, std::int64_t n) {
     if (n <= 0) return 0;
     if constexpr (detail::is_host_v<P>) {
-        const std::int64_t parts = detail::host_parts(n);
+        const std::int64_t used = detail::host_parts(n);
         std::int64_t partial[256];
-        const std::int64_t used = parts < 256 ? parts : 256;
         STRATA_OMP_PARALLEL_FOR
         for (std::int64_t b = 0; b < used; ++b) {
             const detail::Block blk = detail::block_of(n, used, b);
