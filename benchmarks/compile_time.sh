@@ -4,6 +4,9 @@
 #              from README.md so that it is always the program users copy; compile + link
 #   compiled   the README program with the compiled part (STRATA_SEPARATE_COMPILATION: libstrata
 #              built once beforehand, not counted, then linked)
+#   readme_pch, compiled_pch  the same two with the umbrella as a precompiled header
+#              (docs/building.md, "A precompiled header"; built once beforehand per mode, its
+#              time reported, not counted, and checked to be used: g++ -H marks it with "!")
 #   umbrella   a translation unit that includes <strata/strata.hpp> and nothing else
 #              (benchmarks/compile_parts/umbrella.cpp)
 #   floor      what no change to strata's own code can go below: a unit with only the system
@@ -101,6 +104,21 @@ if [ ${#mpi_flags[@]} -gt 0 ]; then
   compiled_flags+=(-DSTRATA_SEPARATE_COMPILATION_MPI)
 fi
 
+# The umbrella as a precompiled header, once per mode (header-only, compiled part), the way
+# docs/building.md shows: g++ -x c++-header on a one-line header, then -include. A .gch the
+# compiler refuses (flags that differ) is silently skipped, so check it is used.
+pch_build=()
+for m in header_only compiled; do
+  d="$out/pch-$m" mf=()
+  [ "$m" = compiled ] && mf=(-DSTRATA_SEPARATE_COMPILATION)
+  mkdir -p "$d"
+  echo '#include <strata/strata.hpp>' > "$d/strata_pch.hpp"
+  s=$(now); "$cxx" "${flags[@]}" "${mf[@]}" -x c++-header "$d/strata_pch.hpp" -o "$d/strata_pch.hpp.gch"
+  pch_build+=("$(elapsed "$s" "$(now)")")
+  "$cxx" "${flags[@]}" "${mf[@]}" -include "$d/strata_pch.hpp" -Winvalid-pch -H -fsyntax-only "$out/readme.cpp" 2>&1 |
+    grep -q "^! .*strata_pch\.hpp\.gch$" || { echo "$0: g++ did not use the precompiled header in $d" >&2; exit 1; }
+done
+
 # Builds tools/mnist_cnn's units two at a time (this machine's cores), then links; appends the
 # wall time to the array named $2 and each unit's time to the map named $3. $1 suffixes the
 # objects; the arguments after $3 are extra flags (with them, the compiled part: libstrata, and
@@ -126,13 +144,18 @@ build_mnist() {
   done
 }
 
-readme=() compiled=() umbrella=() mnist=() mnist_c=() system=() network=()
+readme=() compiled=() readme_pch=() compiled_pch=() umbrella=() mnist=() mnist_c=() system=() network=()
 declare -A unit_times unit_times_c
 for i in $(seq "$reps"); do
   s=$(now); "$cxx" "${flags[@]}" "$out/readme.cpp" -o "$out/readme" "${libs[@]}"; e=$(now)
   readme+=("$(elapsed "$s" "$e")")
   s=$(now); "$cxx" "${flags[@]}" -DSTRATA_SEPARATE_COMPILATION "$out/readme.cpp" "$out/libstrata.o" -o "$out/readme-c" "${libs[@]}"; e=$(now)
   compiled+=("$(elapsed "$s" "$e")")
+  s=$(now); "$cxx" "${flags[@]}" -include "$out/pch-header_only/strata_pch.hpp" "$out/readme.cpp" -o "$out/readme-p" "${libs[@]}"; e=$(now)
+  readme_pch+=("$(elapsed "$s" "$e")")
+  s=$(now); "$cxx" "${flags[@]}" -DSTRATA_SEPARATE_COMPILATION -include "$out/pch-compiled/strata_pch.hpp" "$out/readme.cpp" \
+    "$out/libstrata.o" -o "$out/readme-cp" "${libs[@]}"; e=$(now)
+  compiled_pch+=("$(elapsed "$s" "$e")")
   s=$(now); "$cxx" "${flags[@]}" -c benchmarks/compile_parts/umbrella.cpp -o "$out/umbrella.o"; e=$(now)
   umbrella+=("$(elapsed "$s" "$e")")
   s=$(now); "$cxx" "${flags[@]}" -c "$out/system.cpp" -o "$out/system.o"; e=$(now)
@@ -161,6 +184,9 @@ fi
 printf '%-58s %-9s %-8s %s\n' "target" "best (s)" "target" "runs (s)"
 printf '%-58s %-9.2f %-8s %s\n' "README program, header-only (compile + link)" "$(best "${readme[@]}")" "<= 8" "${readme[*]}"
 printf '%-58s %-9.2f %-8s %s\n' "README program, with the compiled part (compile + link)" "$(best "${compiled[@]}")" "<= 5" "${compiled[*]}"
+printf '%-58s %-9.2f %-8s %s\n' "README program, header-only, precompiled umbrella" "$(best "${readme_pch[@]}")" "" "${readme_pch[*]}"
+printf '%-58s %-9.2f %-8s %s\n' "README program, compiled part + precompiled umbrella" "$(best "${compiled_pch[@]}")" "" "${compiled_pch[*]}"
+printf '%-58s %s\n' "  (the precompiled umbrella, built once: header-only, compiled part)" "${pch_build[*]} s"
 printf '%-58s %-9.2f %-8s %s\n' "#include <strata/strata.hpp> alone" "$(best "${umbrella[@]}")" "<= 2.5" "${umbrella[*]}"
 printf '%-58s %-9.2f %-8s %s\n' "  floor: the system headers strata includes, alone" "$(best "${system[@]}")" "" "${system[*]}"
 printf '%-58s %-9.2f %-8s %s\n' "  floor: the seed CNN's network alone (compiled part)" "$(best "${network[@]}")" "" "${network[*]}"
@@ -182,7 +208,7 @@ printf '%-58s %s -> %s\n' "load average (1, 5, 15 min) before -> after" "$load_b
 if [ -n "$json" ]; then
   unit_json=$(for u in "${units[@]}"; do b=$(basename "$u" .cpp); echo "$u=${unit_times[$b]}"; done)
   unit_json_c=$(for u in "${units[@]}"; do b=$(basename "$u" .cpp); echo "$u=${unit_times_c[$b]}"; done)
-  python3 - "$json" "$($cxx --version | head -n1)" "$(nproc)" "${readme[*]}" "${compiled[*]}" "${umbrella[*]}" "${mnist[*]}" "$nvcc_note" "$unit_json" "${mnist_c[*]}" "$unit_json_c" "$load_before -> $(cut -d' ' -f1-3 /proc/loadavg)" "${system[*]}" "${network[*]}" <<'PY'
+  python3 - "$json" "$($cxx --version | head -n1)" "$(nproc)" "${readme[*]}" "${compiled[*]}" "${umbrella[*]}" "${mnist[*]}" "$nvcc_note" "$unit_json" "${mnist_c[*]}" "$unit_json_c" "$load_before -> $(cut -d' ' -f1-3 /proc/loadavg)" "${system[*]}" "${network[*]}" "${readme_pch[*]}" "${compiled_pch[*]}" "${pch_build[*]}" <<'PY'
 import json, os, platform, sys
 path, compiler, cores = sys.argv[1], sys.argv[2], int(sys.argv[3])
 readme, compiled, umbrella, mnist = ([float(t) for t in a.split()] for a in sys.argv[4:8])
@@ -197,7 +223,7 @@ units = unit_table(sys.argv[9])
 mnist_c = [float(t) for t in sys.argv[10].split()]
 units_c = unit_table(sys.argv[11])
 load_average = sys.argv[12]
-system, network = ([float(t) for t in a.split()] for a in sys.argv[13:15])
+system, network, readme_pch, compiled_pch, pch_build = ([float(t) for t in a.split()] for a in sys.argv[13:18])
 cpu = ""
 try:
     cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
@@ -206,6 +232,10 @@ except (OSError, StopIteration):
 doc = {"benchmark": "compile_time", "compiler": compiler, "flags": "-O2", "cores": cores, "cpu": cpu,
        "readme_program": {"best_seconds": min(readme), "runs_seconds": readme, "target_seconds": 8},
        "readme_program_compiled_part": {"best_seconds": min(compiled), "runs_seconds": compiled, "target_seconds": 5},
+       "readme_program_pch": {"best_seconds": min(readme_pch), "runs_seconds": readme_pch,
+                              "precompiled_header_build_seconds": pch_build[0]},
+       "readme_program_compiled_part_pch": {"best_seconds": min(compiled_pch), "runs_seconds": compiled_pch,
+                                            "precompiled_header_build_seconds": pch_build[1]},
        "umbrella_header": {"best_seconds": min(umbrella), "runs_seconds": umbrella, "target_seconds": 2.5},
        "floor_system_headers": {"best_seconds": min(system), "runs_seconds": system},
        "floor_seed_cnn_network_compiled_part": {"best_seconds": min(network), "runs_seconds": network},

@@ -11,13 +11,19 @@
 # dependency('strata-compiled'), strata-compiled.pc, the CMake target strata::compiled, or
 # src/strata.cpp on the command line);
 # the consumer then checks that it runs the library's code ("compiled part" in its output).
+# Each of subproject, cmake and plain (header-only or _compiled) with the further suffix _pch
+# builds the consumer with strata's umbrella as a precompiled header, the way docs/building.md
+# ("A precompiled header") shows: Meson's cpp_pch, CMake's target_precompile_headers, or g++
+# -x c++-header and -include. g++ -H must show the .gch in use (its line starts with "!"), and
+# -Winvalid-pch must say nothing: a header the compiler found but refused fails the check.
 # subproject_mpi_compiled, pkgconfig_mpi_compiled and cmake_mpi_compiled build mpi_consumer/ (a
 # ProcessGroup's all-reduce) against the MPI code's compiled part too
 # (dependency('strata-mpi-compiled'), strata-mpi-compiled.pc, strata::mpi_compiled) and run it under mpirun -np 2 where mpirun is found: every rank must
 # say that it ran libstrata_mpi's code.
 set -euo pipefail
 mode=$1
-compiled=0 mpi=0
+compiled=0 mpi=0 pch=0
+case "$mode" in *_pch) pch=1; mode=${mode%_pch} ;; esac
 case "$mode" in *_mpi_compiled) mpi=1; mode=${mode%_mpi_compiled}_compiled ;; esac
 case "$mode" in *_compiled) compiled=1; mode=${mode%_compiled} ;; esac
 src=$(cd "$2" && pwd)
@@ -49,6 +55,19 @@ check() {  # runs the consumer (on every rank) and checks which mode it was buil
   [ "$(grep -c "($expect)" <<<"$out")" = "$ranks" ] || { echo "the consumer was not built $expect (on each of $ranks ranks)"; exit 1; }
 }
 blas_cflags=$(pkg-config --cflags openblas 2>/dev/null || true)
+if [ "$pch" = 1 ]; then
+  case "$mode" in subproject|cmake|plain) ;; *) echo "run.sh: no precompiled-header check for $mode"; exit 2 ;; esac
+  [ "$mpi" = 0 ] || { echo "run.sh: no precompiled-header check for the MPI consumer"; exit 2; }
+fi
+# check_pch LOG GCH_PATTERN: the compiler's -H output in LOG shows a precompiled header matching
+# GCH_PATTERN in use ("! path.gch"), and no -Winvalid-pch warning (a .gch found but not used).
+check_pch() {
+  if grep -qF "[-Winvalid-pch]" "$1"; then
+    echo "FAIL: the compiler refused the precompiled header:"; grep -F "[-Winvalid-pch]" "$1"; exit 1
+  fi
+  grep -qE "^! .*$2\$" "$1" || { echo "FAIL: no unit used the precompiled header $2:"; tail -n 40 "$1"; exit 1; }
+  echo "precompiled header used: $(grep -E "^! .*$2\$" "$1" | head -n1 | cut -c3-)"
+}
 
 # strata installed by `meson install` (headers, libstrata and libstrata_mpi, strata*.pc, the CMake
 # files) into $1. The pkgconfig and cmake modes share one installation per state of the sources
@@ -82,9 +101,18 @@ case "$mode" in
   subproject)
     mkdir -p "$work/consumer/subprojects/strata"
     cp -r "$src/meson.build" "$src/meson_options.txt" "$src/include" "$src/src" "$work/consumer/subprojects/strata/"
+    setup_args=()
+    if [ "$pch" = 1 ]; then  # the umbrella as the target's precompiled header; -H shows it used
+      mkdir -p "$work/consumer/pch"
+      echo '#include <strata/strata.hpp>' > "$work/consumer/pch/consumer_pch.hpp"
+      sed -i "s|^executable('consumer', 'consumer.cpp', dependencies: strata_dep)|executable('consumer', 'consumer.cpp', dependencies: strata_dep, cpp_pch: 'pch/consumer_pch.hpp', cpp_args: ['-H'])|" \
+        "$work/consumer/meson.build"
+      grep -q "cpp_pch" "$work/consumer/meson.build" || { echo "consumer/meson.build changed; update run.sh"; exit 1; }
+    fi
     meson setup "$work/build" "$work/consumer" --force-fallback-for=strata >"$work/setup.log" 2>&1 ||
       { cat "$work/setup.log"; exit 1; }
     meson compile -C "$work/build" consumer >"$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
+    [ "$pch" = 1 ] && check_pch "$work/compile.log" "consumer_pch\.hpp\.gch"
     check "$work/build/consumer"
     ;;
   wrap)
@@ -120,10 +148,13 @@ case "$mode" in
     target=strata::strata
     [ "$compiled" = 1 ] && target=strata::compiled
     [ "$mpi" = 1 ] && target=strata::mpi_compiled
+    pch_args=()
+    [ "$pch" = 1 ] && pch_args=(-DSTRATA_PCH=ON -DCMAKE_CXX_FLAGS=-H)
     cmake -S "$work/cmake_consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/moved" -DCMAKE_BUILD_TYPE=Release \
-      -DSTRATA_TARGET=$target >"$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; exit 1; }
+      -DSTRATA_TARGET=$target "${pch_args[@]}" >"$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; exit 1; }
     cmake --build "$work/build" --verbose >"$work/compile.log" 2>&1 || { cat "$work/compile.log"; exit 1; }
     echo "linked $target"
+    [ "$pch" = 1 ] && check_pch "$work/compile.log" "cmake_pch\.hxx\.gch"
     if [ "$compiled" = 1 ]; then  # the program links the installed library, not a copy of its code
       grep -q "moved/.*/libstrata\.a" "$work/compile.log" || { echo "$target did not link libstrata.a"; cat "$work/compile.log"; exit 1; }
       if [ "$mpi" = 1 ]; then
@@ -187,9 +218,23 @@ case "$mode" in
       extra+=(-DSTRATA_SEPARATE_COMPILATION)
       sources+=("$src/src/strata.cpp")
     fi
-    ${CXX:-c++} -std=c++20 -O2 -fopenmp -I "$src/include" "${extra[@]}" $blas_cflags -DSTRATA_BLAS_OPENBLAS \
-      "${sources[@]}" -o "$work/consumer-plain" -lopenblas
+    plain_flags=(-std=c++20 -O2 -fopenmp -I "$src/include" "${extra[@]}" $blas_cflags -DSTRATA_BLAS_OPENBLAS)
+    if [ "$pch" = 1 ]; then
+      # docs/building.md's lines: the umbrella precompiled with the program's flags, then
+      # -include'd (g++ takes the .gch beside the named header).
+      mkdir -p "$work/pch"
+      echo '#include <strata/strata.hpp>' > "$work/pch/strata_pch.hpp"
+      ${CXX:-c++} "${plain_flags[@]}" -x c++-header "$work/pch/strata_pch.hpp" -o "$work/pch/strata_pch.hpp.gch"
+      ${CXX:-c++} "${plain_flags[@]}" -include "$work/pch/strata_pch.hpp" -Winvalid-pch -H -c "$work/consumer/consumer.cpp" \
+        -o "$work/consumer.o" 2>"$work/compile.log" || { cat "$work/compile.log"; exit 1; }
+      check_pch "$work/compile.log" "strata_pch\.hpp\.gch"
+      objs=("$work/consumer.o")
+      [ "$compiled" = 1 ] && objs+=("$src/src/strata.cpp")
+      ${CXX:-c++} "${plain_flags[@]}" "${objs[@]}" -o "$work/consumer-plain" -lopenblas
+    else
+      ${CXX:-c++} "${plain_flags[@]}" "${sources[@]}" -o "$work/consumer-plain" -lopenblas
+    fi
     check "$work/consumer-plain"
     ;;
-  *) echo "usage: run.sh subproject|wrap|pkgconfig|cmake|plain[_compiled] | subproject|pkgconfig|cmake_mpi_compiled SRC_ROOT"; exit 2 ;;
+  *) echo "usage: run.sh subproject|wrap|pkgconfig|cmake|plain[_compiled] | subproject|cmake|plain[_compiled]_pch | subproject|pkgconfig|cmake_mpi_compiled SRC_ROOT"; exit 2 ;;
 esac
