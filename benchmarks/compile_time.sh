@@ -23,7 +23,9 @@
 #   mnist_cnn_header_only  the same units header-only, beside
 #   units      each unit alone, both ways (the slowest one bounds the parallel build)
 #   nvcc       tools/mnist_cnn_gpu.cu (--device gpu), where nvcc is found, once, with its own
-#              target (no slower than the ~50 s one CUDA model unit took)
+#              target (no slower than the ~50 s one CUDA model unit took): as built (with the
+#              CUDA place's compiled part, libstrata_cuda, built once beforehand, its time
+#              reported) and without it
 # Prints a table; --json FILE writes the same figures (and the machine, compiler and flags).
 #   benchmarks/compile_time.sh [--reps 3] [--json FILE]
 set -euo pipefail
@@ -166,19 +168,27 @@ for i in $(seq "$reps"); do
   build_mnist -c mnist_c unit_times_c "${compiled_flags[@]}"
 done
 
-# The unit nvcc compiles for --device gpu (tools/mnist_cnn_gpu.cu), where nvcc is found: once,
-# with the flags tools/meson.build gives it (sm_90 as the GPU builds use), with the compiled part.
-nvcc_note="nvcc not found"
+# The unit nvcc compiles for --device gpu (tools/mnist_cnn_gpu.cu), where nvcc is found: with
+# the flags tools/meson.build gives it (sm_90 as the GPU builds use), as built (with the compiled
+# parts: libstrata's and the CUDA place's, libstrata_cuda, which is compiled once beforehand, its
+# time reported and not counted), then with libstrata's alone, as before libstrata_cuda; once each.
+nvcc_note="nvcc not found" nvcc_json="{}"
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 if [ -x "$nvcc" ]; then
-  s=$(now)
-  if "$nvcc" -std=c++20 -O2 -gencode arch=compute_90,code=sm_90 --extended-lambda -Xcompiler -fopenmp -Iinclude \
-       $(pkg-config --cflags openblas) -DSTRATA_BLAS_OPENBLAS -DSTRATA_SEPARATE_COMPILATION \
-       -c tools/mnist_cnn_gpu.cu -o "$out/mnist_cnn_gpu.o" 2>"$out/nvcc.log"; then
-    nvcc_note="tools/mnist_cnn_gpu.cu: $(elapsed "$s" "$(now)") s (once; target: no slower than ~50 s)"
-  else
-    nvcc_note="tools/mnist_cnn_gpu.cu did not compile: $(head -c 300 "$out/nvcc.log")"
-  fi
+  nvcc_flags=(-std=c++20 -O2 -gencode arch=compute_90,code=sm_90 --extended-lambda -Xcompiler -fopenmp -Iinclude
+              $(pkg-config --cflags openblas) -DSTRATA_BLAS_OPENBLAS -DSTRATA_SEPARATE_COMPILATION)
+  nvcc_time() {  # nvcc_time OUT_VAR EXTRA_FLAGS... SOURCE: seconds, or "failed" with nvcc's message
+    local -n t=$1; local s
+    s=$(now)
+    if "$nvcc" "${nvcc_flags[@]}" "${@:2}" -o "$out/nvcc.o" 2>"$out/nvcc.log"; then t=$(elapsed "$s" "$(now)")
+    else t="failed: $(head -c 300 "$out/nvcc.log" | tr -d '"\\\n\t')"; fi
+  }
+  nvcc_time cuda_part -c src/strata_cuda.cu
+  nvcc_time gpu_unit -DSTRATA_SEPARATE_COMPILATION_CUDA -c tools/mnist_cnn_gpu.cu
+  nvcc_time gpu_unit_host_part -c tools/mnist_cnn_gpu.cu
+  nvcc_note="tools/mnist_cnn_gpu.cu: $gpu_unit s as built (target: no slower than ~50 s); $gpu_unit_host_part s without libstrata_cuda; libstrata_cuda once: $cuda_part s"
+  nvcc_json=$(printf '{"mnist_cnn_gpu_seconds": "%s", "mnist_cnn_gpu_without_cuda_part_seconds": "%s", "libstrata_cuda_once_seconds": "%s", "target_seconds": 50}' \
+    "$gpu_unit" "$gpu_unit_host_part" "$cuda_part")
 fi
 
 printf '%-58s %-9s %-8s %s\n' "target" "best (s)" "target" "runs (s)"
@@ -208,7 +218,7 @@ printf '%-58s %s -> %s\n' "load average (1, 5, 15 min) before -> after" "$load_b
 if [ -n "$json" ]; then
   unit_json=$(for u in "${units[@]}"; do b=$(basename "$u" .cpp); echo "$u=${unit_times[$b]}"; done)
   unit_json_c=$(for u in "${units[@]}"; do b=$(basename "$u" .cpp); echo "$u=${unit_times_c[$b]}"; done)
-  python3 - "$json" "$($cxx --version | head -n1)" "$(nproc)" "${readme[*]}" "${compiled[*]}" "${umbrella[*]}" "${mnist[*]}" "$nvcc_note" "$unit_json" "${mnist_c[*]}" "$unit_json_c" "$load_before -> $(cut -d' ' -f1-3 /proc/loadavg)" "${system[*]}" "${network[*]}" "${readme_pch[*]}" "${compiled_pch[*]}" "${pch_build[*]}" <<'PY'
+  python3 - "$json" "$($cxx --version | head -n1)" "$(nproc)" "${readme[*]}" "${compiled[*]}" "${umbrella[*]}" "${mnist[*]}" "$nvcc_note" "$unit_json" "${mnist_c[*]}" "$unit_json_c" "$load_before -> $(cut -d' ' -f1-3 /proc/loadavg)" "${system[*]}" "${network[*]}" "${readme_pch[*]}" "${compiled_pch[*]}" "${pch_build[*]}" "$nvcc_json" <<'PY'
 import json, os, platform, sys
 path, compiler, cores = sys.argv[1], sys.argv[2], int(sys.argv[3])
 readme, compiled, umbrella, mnist = ([float(t) for t in a.split()] for a in sys.argv[4:8])
@@ -224,6 +234,8 @@ mnist_c = [float(t) for t in sys.argv[10].split()]
 units_c = unit_table(sys.argv[11])
 load_average = sys.argv[12]
 system, network, readme_pch, compiled_pch, pch_build = ([float(t) for t in a.split()] for a in sys.argv[13:18])
+nvcc = {k: (float(v) if isinstance(v, str) and v.replace(".", "", 1).isdigit() else v)
+        for k, v in json.loads(sys.argv[18]).items()}
 cpu = ""
 try:
     cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
@@ -245,7 +257,7 @@ doc = {"benchmark": "compile_time", "compiler": compiler, "flags": "-O2", "cores
                      "as_built": "with the compiled part (tools/meson.build links libstrata, and libstrata_mpi where MPI is found)",
                                    "units": {u: {"best_seconds": min(t), "runs_seconds": t} for u, t in units_c.items()}},
        "load_average_before_after": load_average,
-       "nvcc_units": nvcc_note}
+       "nvcc_units": nvcc_note, "nvcc": nvcc}
 with open(path + ".tmp", "w") as f:
     json.dump(doc, f, indent=1)
     f.write("\n")

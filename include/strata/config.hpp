@@ -63,6 +63,34 @@
 #define STRATA_MPI_DECL inline
 #endif
 
+// The CUDA place's compiled part, a third switch. An nvcc unit otherwise compiles the kernels of
+// every op it uses on place::Cuda, including those that do not depend on the network (the
+// losses, metrics, initializers, activations, reductions, softmax, optimizer states, Tensor's
+// storage), for float and double: most of a CUDA model unit's kernels. With
+// STRATA_SEPARATE_COMPILATION_CUDA defined too (the `strata-cuda-compiled` Meson dependency
+// defines it with STRATA_SEPARATE_COMPILATION, which it needs), the headers declare those
+// instantiations `extern template` in nvcc units and libstrata_cuda
+// (src/strata_cuda.cu, compiled once by nvcc with the build's CUDA flags) defines them. Units
+// g++ compiles never instantiate CUDA code, so the macro changes nothing in them.
+#if defined(STRATA_SEPARATE_COMPILATION_CUDA) && !defined(STRATA_SEPARATE_COMPILATION)
+#error "STRATA_SEPARATE_COMPILATION_CUDA needs STRATA_SEPARATE_COMPILATION too (libstrata_cuda is built on libstrata)"
+#endif
+// Each such header ends with a block `#if STRATA_CUDA_INSTANCES ... STRATA_CUDA_TEMPLATE ...`
+// listing them once: `extern template` in those units, and `template` (the definitions) in
+// src/strata_cuda.cu, which defines STRATA_BUILDING_CUDA_PART before including the headers.
+#if defined(STRATA_BUILDING_CUDA_PART)
+#if !defined(__CUDACC__) || !defined(STRATA_SEPARATE_COMPILATION)
+#error "STRATA_BUILDING_CUDA_PART: src/strata_cuda.cu is compiled by nvcc with STRATA_SEPARATE_COMPILATION"
+#endif
+#define STRATA_CUDA_INSTANCES 1
+#define STRATA_CUDA_TEMPLATE template
+#elif defined(STRATA_SEPARATE_COMPILATION_CUDA) && defined(__CUDACC__)
+#define STRATA_CUDA_INSTANCES 1
+#define STRATA_CUDA_TEMPLATE extern template
+#else
+#define STRATA_CUDA_INSTANCES 0
+#endif
+
 #define STRATA_VERSION_MAJOR 0
 #define STRATA_VERSION_MINOR 1
 #define STRATA_VERSION_PATCH 0

@@ -163,6 +163,11 @@ bool OptimizerCopies<T, P>::set_slot(const std::string& name, const std::vector<
 extern template struct OptimizerCopies<float, place::Host>;
 extern template struct OptimizerCopies<double, place::Host>;
 #endif
+#if STRATA_CUDA_INSTANCES
+// The CUDA place's, in libstrata_cuda (strata/config.hpp).
+STRATA_CUDA_TEMPLATE struct OptimizerCopies<float, place::Cuda>;
+STRATA_CUDA_TEMPLATE struct OptimizerCopies<double, place::Cuda>;
+#endif
 
 /// The base of every gradient path: the optional parts of the interface, with their defaults
 /// (one process, no gradient buckets, one update per batch). A path overrides what it does

@@ -334,6 +334,17 @@ extern template double loss_and_grad<double, place::Host>(const Loss&, const Ten
                                                           const TensorView<double, place::Host>&,
                                                           const TensorView<double, place::Host>&, double, Input, const double*);
 #endif
+#if STRATA_CUDA_INSTANCES
+// The CUDA place's, in libstrata_cuda (strata/config.hpp).
+STRATA_CUDA_TEMPLATE double loss_and_grad<float, place::Cuda>(const Loss&, const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, double, Input,
+                                                       const float*);
+STRATA_CUDA_TEMPLATE double loss_and_grad<double, place::Cuda>(const Loss&, const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, double,
+                                                        Input, const double*);
+STRATA_CUDA_TEMPLATE const float* loss_rows_and_grad<float, place::Cuda>(const Loss&, const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&,
+                                                                 double, Input, const float*);
+STRATA_CUDA_TEMPLATE const double* loss_rows_and_grad<double, place::Cuda>(const Loss&, const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&,
+                                                                   const TensorView<double, place::Cuda>&, double, Input, const double*);
+#endif
 
 /// Whether the loss wants its input as logits when the last activation is `LastIsSoftmax`.
 inline Input input_kind(const Loss& loss, bool last_is_softmax) {

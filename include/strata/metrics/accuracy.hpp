@@ -83,5 +83,14 @@ extern template std::int64_t count_correct<float, place::Host>(const TensorView<
 extern template std::int64_t count_correct<double, place::Host>(const TensorView<double, place::Host>&,
                                                                 const TensorView<double, place::Host>&, AccuracyKind);
 #endif
+#if STRATA_CUDA_INSTANCES
+// The CUDA place's, in libstrata_cuda (strata/config.hpp).
+STRATA_CUDA_TEMPLATE std::int64_t count_correct<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, AccuracyKind);
+STRATA_CUDA_TEMPLATE std::int64_t count_correct<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, AccuracyKind);
+STRATA_CUDA_TEMPLATE void count_correct_to_device<float>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&,
+                                                        AccuracyKind, double*);
+STRATA_CUDA_TEMPLATE void count_correct_to_device<double>(const TensorView<double, place::Cuda>&,
+                                                         const TensorView<double, place::Cuda>&, AccuracyKind, double*);
+#endif
 
 }  // namespace strata::metrics

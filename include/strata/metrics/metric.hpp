@@ -143,5 +143,12 @@ extern template std::int64_t count_in_top_k<double, place::Host>(const TensorVie
 extern template Counts count_binary<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&);
 extern template Counts count_binary<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&);
 #endif
+#if STRATA_CUDA_INSTANCES
+// The CUDA place's, in libstrata_cuda (strata/config.hpp).
+STRATA_CUDA_TEMPLATE std::int64_t count_in_top_k<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, int);
+STRATA_CUDA_TEMPLATE std::int64_t count_in_top_k<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, int);
+STRATA_CUDA_TEMPLATE Counts count_binary<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&);
+STRATA_CUDA_TEMPLATE Counts count_binary<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&);
+#endif
 
 }  // namespace strata::metrics

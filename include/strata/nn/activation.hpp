@@ -191,5 +191,38 @@ extern template void activation_backward<Sigmoid, double, place::Host>(const Ten
 extern template void activation_backward<Tanh, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
 extern template void activation_backward<Softmax, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
 #endif
+#if STRATA_CUDA_INSTANCES
+// The CUDA place's, in libstrata_cuda (strata/config.hpp).
+STRATA_CUDA_TEMPLATE void bias_activation<Linear, float, place::Cuda>(const TensorView<float, place::Cuda>&, const float*, std::int64_t, bool);
+STRATA_CUDA_TEMPLATE void bias_activation<ReLU, float, place::Cuda>(const TensorView<float, place::Cuda>&, const float*, std::int64_t, bool);
+STRATA_CUDA_TEMPLATE void bias_activation<Sigmoid, float, place::Cuda>(const TensorView<float, place::Cuda>&, const float*, std::int64_t, bool);
+STRATA_CUDA_TEMPLATE void bias_activation<Tanh, float, place::Cuda>(const TensorView<float, place::Cuda>&, const float*, std::int64_t, bool);
+STRATA_CUDA_TEMPLATE void bias_activation<Softmax, float, place::Cuda>(const TensorView<float, place::Cuda>&, const float*, std::int64_t, bool);
+STRATA_CUDA_TEMPLATE void bias_activation<Linear, double, place::Cuda>(const TensorView<double, place::Cuda>&, const double*, std::int64_t, bool);
+STRATA_CUDA_TEMPLATE void bias_activation<ReLU, double, place::Cuda>(const TensorView<double, place::Cuda>&, const double*, std::int64_t, bool);
+STRATA_CUDA_TEMPLATE void bias_activation<Sigmoid, double, place::Cuda>(const TensorView<double, place::Cuda>&, const double*, std::int64_t, bool);
+STRATA_CUDA_TEMPLATE void bias_activation<Tanh, double, place::Cuda>(const TensorView<double, place::Cuda>&, const double*, std::int64_t, bool);
+STRATA_CUDA_TEMPLATE void bias_activation<Softmax, double, place::Cuda>(const TensorView<double, place::Cuda>&, const double*, std::int64_t, bool);
+STRATA_CUDA_TEMPLATE void activation_backward<Linear, float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, bool);
+STRATA_CUDA_TEMPLATE void activation_backward<ReLU, float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, bool);
+STRATA_CUDA_TEMPLATE void activation_backward<Sigmoid, float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, bool);
+STRATA_CUDA_TEMPLATE void activation_backward<Tanh, float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, bool);
+STRATA_CUDA_TEMPLATE void activation_backward<Softmax, float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, bool);
+STRATA_CUDA_TEMPLATE void activation_backward<Linear, double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, bool);
+STRATA_CUDA_TEMPLATE void activation_backward<ReLU, double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, bool);
+STRATA_CUDA_TEMPLATE void activation_backward<Sigmoid, double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, bool);
+STRATA_CUDA_TEMPLATE void activation_backward<Tanh, double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, bool);
+STRATA_CUDA_TEMPLATE void activation_backward<Softmax, double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, bool);
+STRATA_CUDA_TEMPLATE void activation_backward_and_bias_grad<Linear, float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, bool, float*);
+STRATA_CUDA_TEMPLATE void activation_backward_and_bias_grad<ReLU, float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, bool, float*);
+STRATA_CUDA_TEMPLATE void activation_backward_and_bias_grad<Sigmoid, float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, bool, float*);
+STRATA_CUDA_TEMPLATE void activation_backward_and_bias_grad<Tanh, float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, bool, float*);
+STRATA_CUDA_TEMPLATE void activation_backward_and_bias_grad<Softmax, float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, bool, float*);
+STRATA_CUDA_TEMPLATE void activation_backward_and_bias_grad<Linear, double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, bool, double*);
+STRATA_CUDA_TEMPLATE void activation_backward_and_bias_grad<ReLU, double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, bool, double*);
+STRATA_CUDA_TEMPLATE void activation_backward_and_bias_grad<Sigmoid, double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, bool, double*);
+STRATA_CUDA_TEMPLATE void activation_backward_and_bias_grad<Tanh, double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, bool, double*);
+STRATA_CUDA_TEMPLATE void activation_backward_and_bias_grad<Softmax, double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, bool, double*);
+#endif
 
 }  // namespace strata::nn

@@ -32,5 +32,12 @@ extern template void glorot_uniform<double, place::Host>(double*, std::int64_t, 
 extern template void zeros<float, place::Host>(float*, std::int64_t);
 extern template void zeros<double, place::Host>(double*, std::int64_t);
 #endif
+#if STRATA_CUDA_INSTANCES
+// The CUDA place's, in libstrata_cuda (strata/config.hpp).
+STRATA_CUDA_TEMPLATE void glorot_uniform<float, place::Cuda>(float*, std::int64_t, std::int64_t, std::int64_t, std::uint64_t, std::uint64_t);
+STRATA_CUDA_TEMPLATE void glorot_uniform<double, place::Cuda>(double*, std::int64_t, std::int64_t, std::int64_t, std::uint64_t, std::uint64_t);
+STRATA_CUDA_TEMPLATE void zeros<float, place::Cuda>(float*, std::int64_t);
+STRATA_CUDA_TEMPLATE void zeros<double, place::Cuda>(double*, std::int64_t);
+#endif
 
 }  // namespace strata::nn

@@ -514,5 +514,10 @@ void OptimizerState<T, P>::add_slot(const char* name) {
 extern template class OptimizerState<float, place::Host>;
 extern template class OptimizerState<double, place::Host>;
 #endif
+#if STRATA_CUDA_INSTANCES
+// The CUDA place's, in libstrata_cuda (strata/config.hpp).
+STRATA_CUDA_TEMPLATE class OptimizerState<float, place::Cuda>;
+STRATA_CUDA_TEMPLATE class OptimizerState<double, place::Cuda>;
+#endif
 
 }  // namespace strata::optim

@@ -159,6 +159,11 @@ extern template void gemm<float, place::Host>(Trans, Trans, float, const TensorV
 extern template void gemm<double, place::Host>(Trans, Trans, double, const TensorView<double, place::Host>&,
                                                const TensorView<double, place::Host>&, double, const TensorView<double, place::Host>&);
 #endif
+#if STRATA_CUDA_INSTANCES
+// The CUDA place's, in libstrata_cuda (strata/config.hpp).
+STRATA_CUDA_TEMPLATE void gemm<float, place::Cuda>(Trans, Trans, float, const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, float, const TensorView<float, place::Cuda>&);
+STRATA_CUDA_TEMPLATE void gemm<double, place::Cuda>(Trans, Trans, double, const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, double, const TensorView<double, place::Cuda>&);
+#endif
 
 }  // namespace strata
 

@@ -140,4 +140,12 @@ void random_normal(const TensorView<T, P>& x, T mean, T stddev, std::uint64_t se
     place::tabulate<P>(x.data(), x.size(), detail::NormalAt<T>{seed, stream, mean, stddev});
 }
 
+#if STRATA_CUDA_INSTANCES
+// The CUDA place's, in libstrata_cuda (strata/config.hpp): the optimizers' and paths' scalings.
+STRATA_CUDA_TEMPLATE void scale<float, place::Cuda>(const TensorView<float, place::Cuda>&, float, const TensorView<float, place::Cuda>&);
+STRATA_CUDA_TEMPLATE void scale<double, place::Cuda>(const TensorView<double, place::Cuda>&, double, const TensorView<double, place::Cuda>&);
+STRATA_CUDA_TEMPLATE void axpy<float, place::Cuda>(float, const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&);
+STRATA_CUDA_TEMPLATE void axpy<double, place::Cuda>(double, const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&);
+#endif
+
 }  // namespace strata

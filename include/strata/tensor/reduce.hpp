@@ -350,6 +350,11 @@ void sum_to_device(const T* x, std::int64_t n, double* out) {
     }
     axis_with<double>(Plain<T, double>{x}, out, 1, n, 1, Reduction::Sum);
 }
+#if STRATA_CUDA_INSTANCES
+// In libstrata_cuda (strata/config.hpp): the losses' and metrics' sums a step queues.
+STRATA_CUDA_TEMPLATE void sum_to_device<float>(const float*, std::int64_t, double*);
+STRATA_CUDA_TEMPLATE void sum_to_device<double>(const double*, std::int64_t, double*);
+#endif
 }  // namespace cuda_reduce
 #endif
 
@@ -394,6 +399,11 @@ extern template void reduce_axis_impl<float, place::Host>(const TensorView<float
                                                           const TensorView<float, place::Host>&, Reduction, const char*);
 extern template void reduce_axis_impl<double, place::Host>(const TensorView<double, place::Host>&, int,
                                                            const TensorView<double, place::Host>&, Reduction, const char*);
+#endif
+#if STRATA_CUDA_INSTANCES
+// The CUDA place's, in libstrata_cuda (strata/config.hpp).
+STRATA_CUDA_TEMPLATE void reduce_axis_impl<float, place::Cuda>(const TensorView<float, place::Cuda>&, int, const TensorView<float, place::Cuda>&, Reduction, const char*);
+STRATA_CUDA_TEMPLATE void reduce_axis_impl<double, place::Cuda>(const TensorView<double, place::Cuda>&, int, const TensorView<double, place::Cuda>&, Reduction, const char*);
 #endif
 }  // namespace detail
 
@@ -518,6 +528,13 @@ extern template double sum<float, place::Host>(const TensorView<float, place::Ho
 extern template double sum<double, place::Host>(const TensorView<double, place::Host>&);
 extern template void softmax<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&);
 extern template void softmax<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&);
+#endif
+#if STRATA_CUDA_INSTANCES
+// The CUDA place's, in libstrata_cuda (strata/config.hpp).
+STRATA_CUDA_TEMPLATE double sum<float, place::Cuda>(const TensorView<float, place::Cuda>&);
+STRATA_CUDA_TEMPLATE double sum<double, place::Cuda>(const TensorView<double, place::Cuda>&);
+STRATA_CUDA_TEMPLATE void softmax<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&);
+STRATA_CUDA_TEMPLATE void softmax<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&);
 #endif
 
 }  // namespace strata

@@ -179,6 +179,15 @@ extern template void Tensor<double, place::Host>::release() noexcept;
 extern template void Tensor<std::int32_t, place::Host>::resize(const Shape&);
 extern template void Tensor<std::int32_t, place::Host>::release() noexcept;
 #endif
+#if STRATA_CUDA_INSTANCES
+// The CUDA place's, in libstrata_cuda (strata/config.hpp).
+STRATA_CUDA_TEMPLATE void Tensor<float, place::Cuda>::resize(const Shape&);
+STRATA_CUDA_TEMPLATE void Tensor<float, place::Cuda>::release() noexcept;
+STRATA_CUDA_TEMPLATE void Tensor<double, place::Cuda>::resize(const Shape&);
+STRATA_CUDA_TEMPLATE void Tensor<double, place::Cuda>::release() noexcept;
+STRATA_CUDA_TEMPLATE void Tensor<std::int32_t, place::Cuda>::resize(const Shape&);
+STRATA_CUDA_TEMPLATE void Tensor<std::int32_t, place::Cuda>::release() noexcept;
+#endif
 
 namespace detail {
 template <class T, class From, class To>
