@@ -25,7 +25,7 @@
 #   nvcc       tools/mnist_cnn_gpu.cu (--device gpu), where nvcc is found, once, with its own
 #              target (no slower than the ~50 s one CUDA model unit took): as built (with the
 #              CUDA place's compiled part, libstrata_cuda, built once beforehand, its time
-#              reported) and without it
+#              reported) and without it, with the kernels each compiles (benchmarks/nvcc_units.sh)
 # Prints a table; --json FILE writes the same figures (and the machine, compiler and flags).
 #   benchmarks/compile_time.sh [--reps 3] [--json FILE]
 set -euo pipefail
@@ -168,27 +168,18 @@ for i in $(seq "$reps"); do
   build_mnist -c mnist_c unit_times_c "${compiled_flags[@]}"
 done
 
-# The unit nvcc compiles for --device gpu (tools/mnist_cnn_gpu.cu), where nvcc is found: with
-# the flags tools/meson.build gives it (sm_90 as the GPU builds use), as built (with the compiled
-# parts: libstrata's and the CUDA place's, libstrata_cuda, which is compiled once beforehand, its
-# time reported and not counted), then with libstrata's alone, as before libstrata_cuda; once each.
+# The unit nvcc compiles for --device gpu, where nvcc is found: benchmarks/nvcc_units.sh (as
+# built, with libstrata_cuda compiled once beforehand and not counted, and without it; once each,
+# with the kernels each object compiles).
 nvcc_note="nvcc not found" nvcc_json="{}"
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 if [ -x "$nvcc" ]; then
-  nvcc_flags=(-std=c++20 -O2 -gencode arch=compute_90,code=sm_90 --extended-lambda -Xcompiler -fopenmp -Iinclude
-              $(pkg-config --cflags openblas) -DSTRATA_BLAS_OPENBLAS -DSTRATA_SEPARATE_COMPILATION)
-  nvcc_time() {  # nvcc_time OUT_VAR EXTRA_FLAGS... SOURCE: seconds, or "failed" with nvcc's message
-    local -n t=$1; local s
-    s=$(now)
-    if "$nvcc" "${nvcc_flags[@]}" "${@:2}" -o "$out/nvcc.o" 2>"$out/nvcc.log"; then t=$(elapsed "$s" "$(now)")
-    else t="failed: $(head -c 300 "$out/nvcc.log" | tr -d '"\\\n\t')"; fi
-  }
-  nvcc_time cuda_part -c src/strata_cuda.cu
-  nvcc_time gpu_unit -DSTRATA_SEPARATE_COMPILATION_CUDA -c tools/mnist_cnn_gpu.cu
-  nvcc_time gpu_unit_host_part -c tools/mnist_cnn_gpu.cu
-  nvcc_note="tools/mnist_cnn_gpu.cu: $gpu_unit s as built (target: no slower than ~50 s); $gpu_unit_host_part s without libstrata_cuda; libstrata_cuda once: $cuda_part s"
-  nvcc_json=$(printf '{"mnist_cnn_gpu_seconds": "%s", "mnist_cnn_gpu_without_cuda_part_seconds": "%s", "libstrata_cuda_once_seconds": "%s", "target_seconds": 50}' \
-    "$gpu_unit" "$gpu_unit_host_part" "$cuda_part")
+  if NVCC="$nvcc" benchmarks/nvcc_units.sh --json "$out/nvcc.json" >"$out/nvcc.txt" 2>&1; then
+    nvcc_json=$(cat "$out/nvcc.json")
+    nvcc_note=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); a, w, l = d["mnist_cnn_gpu"], d["mnist_cnn_gpu_without_cuda_part"], d["libstrata_cuda_once"]; print("tools/mnist_cnn_gpu.cu: {} s, {} kernels as built (target: no slower than ~50 s); {} s, {} kernels without libstrata_cuda; libstrata_cuda once: {} s".format(a["seconds"], a["kernels"], w["seconds"], w["kernels"], l["seconds"]))' "$out/nvcc.json")
+  else
+    nvcc_note="benchmarks/nvcc_units.sh failed: $(head -c 300 "$out/nvcc.txt" | tr -d '"\\\n\t')"
+  fi
 fi
 
 printf '%-58s %-9s %-8s %s\n' "target" "best (s)" "target" "runs (s)"
@@ -234,8 +225,7 @@ mnist_c = [float(t) for t in sys.argv[10].split()]
 units_c = unit_table(sys.argv[11])
 load_average = sys.argv[12]
 system, network, readme_pch, compiled_pch, pch_build = ([float(t) for t in a.split()] for a in sys.argv[13:18])
-nvcc = {k: (float(v) if isinstance(v, str) and v.replace(".", "", 1).isdigit() else v)
-        for k, v in json.loads(sys.argv[18]).items()}
+nvcc = json.loads(sys.argv[18])
 cpu = ""
 try:
     cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
