@@ -33,8 +33,14 @@
 // in every translation unit of a program (the `strata-compiled` Meson and pkg-config
 // dependencies define it), the headers declare strata's non-template code and the library
 // (src/strata.cpp, libstrata) defines it, compiled once: the way fmt and Asio offer one. A header
-// with such code ends with `#if STRATA_HEADER_ONLY #include ".../impl/X.ipp"`; its declarations
-// and the .ipp's definitions carry STRATA_DECL (`inline` when header-only).
+// with such code declares it STRATA_DECL (`inline` when header-only) and ends with
+// `#if STRATA_DEFINITIONS #include ".../impl/X.ipp"`: the definitions are compiled in every unit
+// when header-only, and only in src/strata.cpp, which defines STRATA_BUILDING_COMPILED_PART,
+// with the compiled part. The compiled part also holds the common instantiations of templates
+// (float and double, the host place): each header lists its own once, in a block
+// `#if STRATA_INSTANCES ... STRATA_TEMPLATE ...`, which is their `extern template` declarations
+// in a program's units and their definitions (`template`) in src/strata.cpp, so that a
+// declaration without its definition cannot be written.
 #if defined(STRATA_SEPARATE_COMPILATION)
 #define STRATA_HEADER_ONLY 0
 #define STRATA_DECL
@@ -42,16 +48,33 @@
 #define STRATA_HEADER_ONLY 1
 #define STRATA_DECL inline
 #endif
+#if defined(STRATA_BUILDING_COMPILED_PART)
+#if !defined(STRATA_SEPARATE_COMPILATION)
+#error "STRATA_BUILDING_COMPILED_PART: src/strata.cpp is compiled with STRATA_SEPARATE_COMPILATION"
+#endif
+#define STRATA_DEFINITIONS 1
+#define STRATA_INSTANCES 1
+#define STRATA_TEMPLATE template
+#elif STRATA_HEADER_ONLY
+#define STRATA_DEFINITIONS 1
+#define STRATA_INSTANCES 0
+#else
+#define STRATA_DEFINITIONS 0
+#define STRATA_INSTANCES 1
+#define STRATA_TEMPLATE extern template
+#endif
 
 // The MPI code's compiled part, a second switch beside the first. libstrata is built without
 // MPI, so the non-template code of the MPI headers (collective/process_group.hpp, mailbox.hpp,
 // pipeline_mpi.hpp, parameter_server_mpi.hpp, multi_worker_mirrored.hpp) stays inline in every
 // unit that includes them unless STRATA_SEPARATE_COMPILATION_MPI is defined too (the
 // `strata-mpi-compiled` Meson and pkg-config dependencies define both macros): then
-// libstrata_mpi (src/strata_mpi.cpp) defines it, and ProcessGroup's all_reduce and broadcast for
-// float and double. Such headers end with `#if STRATA_MPI_HEADER_ONLY #include ".../impl/X.ipp"`
-// and mark that code STRATA_MPI_DECL. A program that links libstrata alone keeps the MPI code
-// inline; libstrata_mpi is built on libstrata, so its macro needs STRATA_SEPARATE_COMPILATION.
+// libstrata_mpi (src/strata_mpi.cpp, which defines STRATA_BUILDING_MPI_PART) defines it, and
+// ProcessGroup's all_reduce and broadcast for float and double. The same scheme as the first,
+// with its own names: STRATA_MPI_DECL, `#if STRATA_MPI_DEFINITIONS #include ".../impl/X.ipp"`,
+// and a block `#if STRATA_MPI_INSTANCES ... STRATA_MPI_TEMPLATE ...`. A program that links
+// libstrata alone keeps the MPI code inline; libstrata_mpi is built on libstrata, so its macro
+// needs STRATA_SEPARATE_COMPILATION.
 #if defined(STRATA_SEPARATE_COMPILATION_MPI)
 #if !defined(STRATA_SEPARATE_COMPILATION)
 #error "STRATA_SEPARATE_COMPILATION_MPI needs STRATA_SEPARATE_COMPILATION too (libstrata_mpi is built on libstrata)"
@@ -61,6 +84,21 @@
 #else
 #define STRATA_MPI_HEADER_ONLY 1
 #define STRATA_MPI_DECL inline
+#endif
+#if defined(STRATA_BUILDING_MPI_PART)
+#if !defined(STRATA_SEPARATE_COMPILATION_MPI) || defined(STRATA_BUILDING_COMPILED_PART)
+#error "STRATA_BUILDING_MPI_PART: src/strata_mpi.cpp is compiled with STRATA_SEPARATE_COMPILATION and STRATA_SEPARATE_COMPILATION_MPI, apart from src/strata.cpp"
+#endif
+#define STRATA_MPI_DEFINITIONS 1
+#define STRATA_MPI_INSTANCES 1
+#define STRATA_MPI_TEMPLATE template
+#elif STRATA_MPI_HEADER_ONLY
+#define STRATA_MPI_DEFINITIONS 1
+#define STRATA_MPI_INSTANCES 0
+#else
+#define STRATA_MPI_DEFINITIONS 0
+#define STRATA_MPI_INSTANCES 1
+#define STRATA_MPI_TEMPLATE extern template
 #endif
 
 // The CUDA place's compiled part, a third switch. An nvcc unit otherwise compiles the kernels of

@@ -130,23 +130,23 @@ template <class E = Error, class... Args>
     detail::throw_joined<E>({detail::MessagePiece(detail::message_source(args))...});
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // Every exception type's throw, compiled once in the compiled part.
 namespace detail {
-extern template void throw_joined<Error>(std::initializer_list<MessagePiece>);
-extern template void throw_joined<ShapeError>(std::initializer_list<MessagePiece>);
-extern template void throw_joined<ValueError>(std::initializer_list<MessagePiece>);
-extern template void throw_joined<IoError>(std::initializer_list<MessagePiece>);
-extern template void throw_joined<DeviceError>(std::initializer_list<MessagePiece>);
-extern template void throw_joined<DistributedError>(std::initializer_list<MessagePiece>);
-extern template void throw_joined<CheckpointError>(std::initializer_list<MessagePiece>);
-extern template void throw_joined<NumericError>(std::initializer_list<MessagePiece>);
+STRATA_TEMPLATE void throw_joined<Error>(std::initializer_list<MessagePiece>);
+STRATA_TEMPLATE void throw_joined<ShapeError>(std::initializer_list<MessagePiece>);
+STRATA_TEMPLATE void throw_joined<ValueError>(std::initializer_list<MessagePiece>);
+STRATA_TEMPLATE void throw_joined<IoError>(std::initializer_list<MessagePiece>);
+STRATA_TEMPLATE void throw_joined<DeviceError>(std::initializer_list<MessagePiece>);
+STRATA_TEMPLATE void throw_joined<DistributedError>(std::initializer_list<MessagePiece>);
+STRATA_TEMPLATE void throw_joined<CheckpointError>(std::initializer_list<MessagePiece>);
+STRATA_TEMPLATE void throw_joined<NumericError>(std::initializer_list<MessagePiece>);
 }  // namespace detail
 #endif
 
 }  // namespace strata
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/core/impl/error.ipp"
 #endif
 

@@ -95,10 +95,10 @@ private:
     int rank_ = 0;
 };
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // A shape's text in error messages, compiled once in the compiled part.
 namespace detail {
-extern template std::string stream_text<Shape>(const Shape&);
+STRATA_TEMPLATE std::string stream_text<Shape>(const Shape&);
 }  // namespace detail
 #endif
 

@@ -1084,25 +1084,25 @@ Dataset<Y> from_arrays(std::vector<float> x, std::vector<std::size_t> example_sh
     return Dataset<Y>::from_arrays(std::move(x), std::move(example_shape), std::move(y), 1, std::move(sample_weight));
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The pipeline of class-id labels (Dataset<>), compiled once in the compiled part.
-extern template class Dataset<std::int32_t>;
-extern template class detail::ds::SourceStage<std::int32_t>;
-extern template class detail::ds::SourceNode<std::int32_t>;
-extern template class detail::ds::ShuffleStage<std::int32_t>;
-extern template class detail::ds::ShuffleNode<std::int32_t>;
-extern template class detail::ds::BatchStage<std::int32_t>;
-extern template class detail::ds::BatchNode<std::int32_t>;
-extern template class detail::ds::RepeatStage<std::int32_t>;
-extern template class detail::ds::RepeatNode<std::int32_t>;
-extern template class detail::ds::MapStage<std::int32_t>;
-extern template class detail::ds::MapNode<std::int32_t>;
-extern template class detail::ds::CacheStage<std::int32_t>;
-extern template class detail::ds::CacheNode<std::int32_t>;
-extern template class detail::ds::TakeStage<std::int32_t>;
-extern template class detail::ds::TakeNode<std::int32_t>;
-extern template class detail::ds::PrefetchStage<std::int32_t>;
-extern template class detail::ds::PrefetchNode<std::int32_t>;
+STRATA_TEMPLATE class Dataset<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::SourceStage<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::SourceNode<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::ShuffleStage<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::ShuffleNode<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::BatchStage<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::BatchNode<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::RepeatStage<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::RepeatNode<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::MapStage<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::MapNode<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::CacheStage<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::CacheNode<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::TakeStage<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::TakeNode<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::PrefetchStage<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::PrefetchNode<std::int32_t>;
 #endif
 
 }  // namespace strata::data

@@ -92,6 +92,6 @@ STRATA_DECL Mnist load_mnist(const std::filesystem::path& dir, const MnistFormat
 
 }  // namespace strata::data
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/data/impl/mnist.ipp"
 #endif

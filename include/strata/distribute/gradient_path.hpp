@@ -158,10 +158,10 @@ bool OptimizerCopies<T, P>::set_slot(const std::string& name, const std::vector<
     return found;
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The host's optimizer bookkeeping, compiled once in the compiled part.
-extern template struct OptimizerCopies<float, place::Host>;
-extern template struct OptimizerCopies<double, place::Host>;
+STRATA_TEMPLATE struct OptimizerCopies<float, place::Host>;
+STRATA_TEMPLATE struct OptimizerCopies<double, place::Host>;
 #endif
 #if STRATA_CUDA_INSTANCES
 // The CUDA place's, in libstrata_cuda (strata/config.hpp).
@@ -378,6 +378,6 @@ STRATA_DECL void log_variable_copies(std::vector<nn::ParamInfo> (*parameters)(),
 }  // namespace detail
 }  // namespace strata::distribute
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/distribute/impl/gradient_path.ipp"
 #endif

@@ -206,7 +206,7 @@ private:
 
 }  // namespace strata::distribute
 
-#if STRATA_MPI_HEADER_ONLY
+#if STRATA_MPI_DEFINITIONS
 #include "strata/distribute/impl/multi_worker_mirrored.ipp"
 #endif
 

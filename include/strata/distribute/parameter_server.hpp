@@ -219,7 +219,7 @@ public:
 
 }  // namespace strata::distribute
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/distribute/impl/parameter_server.ipp"
 #endif
 

@@ -38,6 +38,6 @@ STRATA_MPI_DECL std::shared_ptr<ParameterServerProcesses> parameter_server_proce
 
 }  // namespace strata::distribute
 
-#if STRATA_MPI_HEADER_ONLY
+#if STRATA_MPI_DEFINITIONS
 #include "strata/distribute/impl/parameter_server_mpi.ipp"
 #endif

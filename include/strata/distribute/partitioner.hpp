@@ -149,6 +149,6 @@ STRATA_DECL std::vector<ShardRange> plan_shards(const Partitioner& p, const std:
 
 }  // namespace strata::distribute
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/distribute/impl/partitioner.ipp"
 #endif

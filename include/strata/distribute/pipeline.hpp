@@ -456,7 +456,7 @@ private:
 
 }  // namespace strata::distribute
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/distribute/impl/pipeline.ipp"
 #endif
 

@@ -35,6 +35,6 @@ STRATA_MPI_DECL std::shared_ptr<PipelineProcesses> pipeline_processes(MPI_Comm c
 
 }  // namespace strata::distribute
 
-#if STRATA_MPI_HEADER_ONLY
+#if STRATA_MPI_DEFINITIONS
 #include "strata/distribute/impl/pipeline_mpi.ipp"
 #endif

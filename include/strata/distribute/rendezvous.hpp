@@ -257,6 +257,6 @@ private:
 
 }  // namespace strata::distribute
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/distribute/impl/rendezvous.ipp"
 #endif

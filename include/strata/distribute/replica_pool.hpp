@@ -90,6 +90,6 @@ private:
 
 }  // namespace strata::distribute
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/distribute/impl/replica_pool.ipp"
 #endif

@@ -329,9 +329,9 @@ private:
     bool pinned_ = false;
 };
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The host's runtime (its replicas' devices and threads) is compiled once in the compiled part.
-extern template class ReplicaRuntime<place::Host>;
+STRATA_TEMPLATE class ReplicaRuntime<place::Host>;
 #endif
 
 }  // namespace detail
@@ -433,17 +433,17 @@ concept Strategy = requires {
 #include "strata/distribute/path/mirrored.hpp"
 #include "strata/distribute/path/one_device.hpp"
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 namespace strata::distribute::detail {
 // The gradient buffers and optimizer states of the host strategies' lockstep paths are compiled
 // once in the compiled part.
-extern template class LockstepBuffers<Default, float>;
-extern template class LockstepBuffers<Default, double>;
-extern template class LockstepBuffers<OneDevice<place::Host>, float>;
-extern template class LockstepBuffers<OneDevice<place::Host>, double>;
-extern template class LockstepBuffers<Mirrored<place::Host, sync::Synchronous>, float>;
-extern template class LockstepBuffers<Mirrored<place::Host, sync::Synchronous>, double>;
-extern template class LockstepBuffers<CentralStorage<place::Host, sync::Synchronous>, float>;
-extern template class LockstepBuffers<CentralStorage<place::Host, sync::Synchronous>, double>;
+STRATA_TEMPLATE class LockstepBuffers<Default, float>;
+STRATA_TEMPLATE class LockstepBuffers<Default, double>;
+STRATA_TEMPLATE class LockstepBuffers<OneDevice<place::Host>, float>;
+STRATA_TEMPLATE class LockstepBuffers<OneDevice<place::Host>, double>;
+STRATA_TEMPLATE class LockstepBuffers<Mirrored<place::Host, sync::Synchronous>, float>;
+STRATA_TEMPLATE class LockstepBuffers<Mirrored<place::Host, sync::Synchronous>, double>;
+STRATA_TEMPLATE class LockstepBuffers<CentralStorage<place::Host, sync::Synchronous>, float>;
+STRATA_TEMPLATE class LockstepBuffers<CentralStorage<place::Host, sync::Synchronous>, double>;
 }  // namespace strata::distribute::detail
 #endif

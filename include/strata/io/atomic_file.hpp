@@ -80,6 +80,6 @@ private:
 
 }  // namespace strata::io
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/io/impl/atomic_file.ipp"
 #endif

@@ -259,11 +259,11 @@ IdxArray<T> read_idx(const std::filesystem::path& path) {
     return a;
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The element types the MNIST loaders read, compiled once in the compiled part.
-extern template IdxArray<float> read_idx<float>(const std::filesystem::path&);
-extern template IdxArray<std::int32_t> read_idx<std::int32_t>(const std::filesystem::path&);
-extern template IdxArray<std::uint8_t> read_idx<std::uint8_t>(const std::filesystem::path&);
+STRATA_TEMPLATE IdxArray<float> read_idx<float>(const std::filesystem::path&);
+STRATA_TEMPLATE IdxArray<std::int32_t> read_idx<std::int32_t>(const std::filesystem::path&);
+STRATA_TEMPLATE IdxArray<std::uint8_t> read_idx<std::uint8_t>(const std::filesystem::path&);
 #endif
 
 /// Writes `data` with dimensions `dims` as an IDX file of T's type (big-endian), replacing `path`.
@@ -340,6 +340,6 @@ void write_idx(const std::filesystem::path& path, const IdxArray<T>& a) {
 
 }  // namespace strata::io
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/io/impl/idx.ipp"
 #endif

@@ -121,6 +121,6 @@ STRATA_DECL void append_string(std::string& out, std::string_view s);
 
 }  // namespace strata::io::json
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/io/impl/json.ipp"
 #endif

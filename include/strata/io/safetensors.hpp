@@ -367,6 +367,6 @@ private:
 
 }  // namespace strata::io
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/io/impl/safetensors.ipp"
 #endif

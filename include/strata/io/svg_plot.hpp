@@ -99,6 +99,6 @@ struct Figure {
 
 }  // namespace strata::io
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/io/impl/svg_plot.ipp"
 #endif

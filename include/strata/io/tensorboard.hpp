@@ -110,6 +110,6 @@ private:
 
 }  // namespace strata::io::tensorboard
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/io/impl/tensorboard.ipp"
 #endif

@@ -44,6 +44,6 @@ STRATA_DECL bool valid_utf8(std::string_view s) noexcept;
 
 }  // namespace strata::io
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/io/impl/text.ipp"
 #endif

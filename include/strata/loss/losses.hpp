@@ -324,13 +324,13 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
     return rows;
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The host's losses (every built-in one's row kernels and the Custom rows) are compiled once in
 // the compiled part.
-extern template double loss_and_grad<float, place::Host>(const Loss&, const TensorView<float, place::Host>&,
+STRATA_TEMPLATE double loss_and_grad<float, place::Host>(const Loss&, const TensorView<float, place::Host>&,
                                                          const TensorView<float, place::Host>&,
                                                          const TensorView<float, place::Host>&, double, Input, const float*);
-extern template double loss_and_grad<double, place::Host>(const Loss&, const TensorView<double, place::Host>&,
+STRATA_TEMPLATE double loss_and_grad<double, place::Host>(const Loss&, const TensorView<double, place::Host>&,
                                                           const TensorView<double, place::Host>&,
                                                           const TensorView<double, place::Host>&, double, Input, const double*);
 #endif

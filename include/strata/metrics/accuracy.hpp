@@ -76,11 +76,11 @@ void count_correct_to_device(const TensorView<T, place::Cuda>& pred, const Tenso
 }
 #endif
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The host's accuracy counts, compiled once in the compiled part.
-extern template std::int64_t count_correct<float, place::Host>(const TensorView<float, place::Host>&,
+STRATA_TEMPLATE std::int64_t count_correct<float, place::Host>(const TensorView<float, place::Host>&,
                                                                const TensorView<float, place::Host>&, AccuracyKind);
-extern template std::int64_t count_correct<double, place::Host>(const TensorView<double, place::Host>&,
+STRATA_TEMPLATE std::int64_t count_correct<double, place::Host>(const TensorView<double, place::Host>&,
                                                                 const TensorView<double, place::Host>&, AccuracyKind);
 #endif
 #if STRATA_CUDA_INSTANCES

@@ -134,14 +134,14 @@ Counts count_binary(const TensorView<T, P>& pred, const TensorView<T, P>& target
     return c;
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The host's metric counts, compiled once in the compiled part.
-extern template std::int64_t count_in_top_k<float, place::Host>(const TensorView<float, place::Host>&,
+STRATA_TEMPLATE std::int64_t count_in_top_k<float, place::Host>(const TensorView<float, place::Host>&,
                                                                 const TensorView<float, place::Host>&, int);
-extern template std::int64_t count_in_top_k<double, place::Host>(const TensorView<double, place::Host>&,
+STRATA_TEMPLATE std::int64_t count_in_top_k<double, place::Host>(const TensorView<double, place::Host>&,
                                                                  const TensorView<double, place::Host>&, int);
-extern template Counts count_binary<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&);
-extern template Counts count_binary<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&);
+STRATA_TEMPLATE Counts count_binary<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&);
+STRATA_TEMPLATE Counts count_binary<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&);
 #endif
 #if STRATA_CUDA_INSTANCES
 // The CUDA place's, in libstrata_cuda (strata/config.hpp).

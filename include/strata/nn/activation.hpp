@@ -168,28 +168,28 @@ void activation_backward_and_bias_grad(const TensorView<T, P>& y, const TensorVi
     if (bias_grad) sum(dy, 0, TensorView<T, P>(bias_grad, Shape{cols}));
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The host's activations, compiled once in the compiled part.
-extern template void bias_activation<Linear, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
-extern template void bias_activation<ReLU, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
-extern template void bias_activation<Sigmoid, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
-extern template void bias_activation<Tanh, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
-extern template void bias_activation<Softmax, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
-extern template void bias_activation<Linear, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
-extern template void bias_activation<ReLU, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
-extern template void bias_activation<Sigmoid, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
-extern template void bias_activation<Tanh, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
-extern template void bias_activation<Softmax, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
-extern template void activation_backward<Linear, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
-extern template void activation_backward<ReLU, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
-extern template void activation_backward<Sigmoid, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
-extern template void activation_backward<Tanh, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
-extern template void activation_backward<Softmax, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
-extern template void activation_backward<Linear, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
-extern template void activation_backward<ReLU, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
-extern template void activation_backward<Sigmoid, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
-extern template void activation_backward<Tanh, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
-extern template void activation_backward<Softmax, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
+STRATA_TEMPLATE void bias_activation<Linear, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
+STRATA_TEMPLATE void bias_activation<ReLU, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
+STRATA_TEMPLATE void bias_activation<Sigmoid, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
+STRATA_TEMPLATE void bias_activation<Tanh, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
+STRATA_TEMPLATE void bias_activation<Softmax, float, place::Host>(const TensorView<float, place::Host>&, const float*, std::int64_t, bool);
+STRATA_TEMPLATE void bias_activation<Linear, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
+STRATA_TEMPLATE void bias_activation<ReLU, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
+STRATA_TEMPLATE void bias_activation<Sigmoid, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
+STRATA_TEMPLATE void bias_activation<Tanh, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
+STRATA_TEMPLATE void bias_activation<Softmax, double, place::Host>(const TensorView<double, place::Host>&, const double*, std::int64_t, bool);
+STRATA_TEMPLATE void activation_backward<Linear, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
+STRATA_TEMPLATE void activation_backward<ReLU, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
+STRATA_TEMPLATE void activation_backward<Sigmoid, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
+STRATA_TEMPLATE void activation_backward<Tanh, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
+STRATA_TEMPLATE void activation_backward<Softmax, float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&, bool);
+STRATA_TEMPLATE void activation_backward<Linear, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
+STRATA_TEMPLATE void activation_backward<ReLU, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
+STRATA_TEMPLATE void activation_backward<Sigmoid, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
+STRATA_TEMPLATE void activation_backward<Tanh, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
+STRATA_TEMPLATE void activation_backward<Softmax, double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&, bool);
 #endif
 #if STRATA_CUDA_INSTANCES
 // The CUDA place's, in libstrata_cuda (strata/config.hpp).

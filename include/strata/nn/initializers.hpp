@@ -25,12 +25,12 @@ void zeros(T* b, std::int64_t n) {
     fill(TensorView<T, P>(b, Shape{n}), T(0));
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The host's initializers, compiled once in the compiled part.
-extern template void glorot_uniform<float, place::Host>(float*, std::int64_t, std::int64_t, std::int64_t, std::uint64_t, std::uint64_t);
-extern template void glorot_uniform<double, place::Host>(double*, std::int64_t, std::int64_t, std::int64_t, std::uint64_t, std::uint64_t);
-extern template void zeros<float, place::Host>(float*, std::int64_t);
-extern template void zeros<double, place::Host>(double*, std::int64_t);
+STRATA_TEMPLATE void glorot_uniform<float, place::Host>(float*, std::int64_t, std::int64_t, std::int64_t, std::uint64_t, std::uint64_t);
+STRATA_TEMPLATE void glorot_uniform<double, place::Host>(double*, std::int64_t, std::int64_t, std::int64_t, std::uint64_t, std::uint64_t);
+STRATA_TEMPLATE void zeros<float, place::Host>(float*, std::int64_t);
+STRATA_TEMPLATE void zeros<double, place::Host>(double*, std::int64_t);
 #endif
 #if STRATA_CUDA_INSTANCES
 // The CUDA place's, in libstrata_cuda (strata/config.hpp).

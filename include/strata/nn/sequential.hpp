@@ -448,6 +448,6 @@ private:
 
 }  // namespace strata::nn
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/nn/impl/sequential.ipp"
 #endif

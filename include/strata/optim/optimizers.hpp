@@ -508,11 +508,11 @@ void OptimizerState<T, P>::add_slot(const char* name) {
     slots_.emplace_back(name, std::move(t));
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The host's optimizer states (their configuration checks, slots and update loops) are compiled
 // once in the compiled part.
-extern template class OptimizerState<float, place::Host>;
-extern template class OptimizerState<double, place::Host>;
+STRATA_TEMPLATE class OptimizerState<float, place::Host>;
+STRATA_TEMPLATE class OptimizerState<double, place::Host>;
 #endif
 #if STRATA_CUDA_INSTANCES
 // The CUDA place's, in libstrata_cuda (strata/config.hpp).

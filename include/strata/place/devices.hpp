@@ -462,6 +462,6 @@ inline const bool cuda_hooks_registered = (register_cuda_hooks(CudaHooks{
 
 }  // namespace strata::place
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/place/impl/devices.ipp"
 #endif

@@ -436,6 +436,6 @@ private:
 
 }  // namespace strata::place
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/place/impl/memory.ipp"
 #endif

@@ -145,18 +145,18 @@ void gemm(Trans ta, Trans tb, T alpha, const TensorView<T, P>& a, const TensorVi
     }
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The host GEMMs depend on nothing of the user's network: compiled once in the compiled part.
 // (nvcc's units keep instantiating the Cuda ones.)
 namespace detail {
-extern template void host_gemm<float>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, float, const float*, int,
+STRATA_TEMPLATE void host_gemm<float>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, float, const float*, int,
                                       const float*, int, float, float*, int);
-extern template void host_gemm<double>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, double, const double*, int,
+STRATA_TEMPLATE void host_gemm<double>(Trans, Trans, std::int64_t, std::int64_t, std::int64_t, double, const double*, int,
                                        const double*, int, double, double*, int);
 }  // namespace detail
-extern template void gemm<float, place::Host>(Trans, Trans, float, const TensorView<float, place::Host>&,
+STRATA_TEMPLATE void gemm<float, place::Host>(Trans, Trans, float, const TensorView<float, place::Host>&,
                                               const TensorView<float, place::Host>&, float, const TensorView<float, place::Host>&);
-extern template void gemm<double, place::Host>(Trans, Trans, double, const TensorView<double, place::Host>&,
+STRATA_TEMPLATE void gemm<double, place::Host>(Trans, Trans, double, const TensorView<double, place::Host>&,
                                                const TensorView<double, place::Host>&, double, const TensorView<double, place::Host>&);
 #endif
 #if STRATA_CUDA_INSTANCES
@@ -167,6 +167,6 @@ STRATA_CUDA_TEMPLATE void gemm<double, place::Cuda>(Trans, Trans, double, const 
 
 }  // namespace strata
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/tensor/impl/gemm.ipp"
 #endif

@@ -393,11 +393,11 @@ void reduce_axis_impl(const TensorView<T, P>& x, int axis, const TensorView<T, P
     }
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The host's axis reductions (bias gradients, metrics), compiled once in the compiled part.
-extern template void reduce_axis_impl<float, place::Host>(const TensorView<float, place::Host>&, int,
+STRATA_TEMPLATE void reduce_axis_impl<float, place::Host>(const TensorView<float, place::Host>&, int,
                                                           const TensorView<float, place::Host>&, Reduction, const char*);
-extern template void reduce_axis_impl<double, place::Host>(const TensorView<double, place::Host>&, int,
+STRATA_TEMPLATE void reduce_axis_impl<double, place::Host>(const TensorView<double, place::Host>&, int,
                                                            const TensorView<double, place::Host>&, Reduction, const char*);
 #endif
 #if STRATA_CUDA_INSTANCES
@@ -522,12 +522,12 @@ void softmax(const TensorView<T, P>& x, const TensorView<T, P>& out) {
     if (rows) place::for_each_n<P>(rows, detail::RowSoftmax<T>{x.data(), out.data(), cols});
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The host's whole-tensor sums and softmax, compiled once in the compiled part.
-extern template double sum<float, place::Host>(const TensorView<float, place::Host>&);
-extern template double sum<double, place::Host>(const TensorView<double, place::Host>&);
-extern template void softmax<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&);
-extern template void softmax<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&);
+STRATA_TEMPLATE double sum<float, place::Host>(const TensorView<float, place::Host>&);
+STRATA_TEMPLATE double sum<double, place::Host>(const TensorView<double, place::Host>&);
+STRATA_TEMPLATE void softmax<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&);
+STRATA_TEMPLATE void softmax<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&);
 #endif
 #if STRATA_CUDA_INSTANCES
 // The CUDA place's, in libstrata_cuda (strata/config.hpp).

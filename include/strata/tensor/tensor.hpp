@@ -169,15 +169,15 @@ void Tensor<T, P>::release() noexcept {
     capacity_ = 0;
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The host tensors of the element types strata trains on and labels with, compiled once in the
 // compiled part.
-extern template void Tensor<float, place::Host>::resize(const Shape&);
-extern template void Tensor<float, place::Host>::release() noexcept;
-extern template void Tensor<double, place::Host>::resize(const Shape&);
-extern template void Tensor<double, place::Host>::release() noexcept;
-extern template void Tensor<std::int32_t, place::Host>::resize(const Shape&);
-extern template void Tensor<std::int32_t, place::Host>::release() noexcept;
+STRATA_TEMPLATE void Tensor<float, place::Host>::resize(const Shape&);
+STRATA_TEMPLATE void Tensor<float, place::Host>::release() noexcept;
+STRATA_TEMPLATE void Tensor<double, place::Host>::resize(const Shape&);
+STRATA_TEMPLATE void Tensor<double, place::Host>::release() noexcept;
+STRATA_TEMPLATE void Tensor<std::int32_t, place::Host>::resize(const Shape&);
+STRATA_TEMPLATE void Tensor<std::int32_t, place::Host>::release() noexcept;
 #endif
 #if STRATA_CUDA_INSTANCES
 // The CUDA place's, in libstrata_cuda (strata/config.hpp).

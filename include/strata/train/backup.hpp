@@ -180,6 +180,6 @@ private:
 
 }  // namespace strata::train
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/train/impl/backup.ipp"
 #endif

@@ -77,7 +77,6 @@ struct CheckpointData {
     std::optional<double> learning_rate;                        ///< metadata `learning_rate` if present
 };
 
-
 /// Parses metadata `key`'s value `text` as a strict decimal integer in [min, max]: digits only,
 /// with a leading '-' only where min < 0; no '+', whitespace, exponent, fraction or trailing
 /// characters; no overflow.
@@ -139,14 +138,17 @@ STRATA_DECL void write_checkpoint(const std::filesystem::path& path, const Model
 /// applied, unless the whole file is valid.
 STRATA_DECL ModelState read_model_state(const std::filesystem::path& path, const ModelState& layout, bool strict = true);
 
-#if !STRATA_HEADER_ONLY
-// Compiled once in the library: the model's two element types.
-extern template CheckpointData<float> read_checkpoint<float>(const std::filesystem::path&, const CheckpointSpec&);
-extern template CheckpointData<double> read_checkpoint<double>(const std::filesystem::path&, const CheckpointSpec&);
-#endif
-
 }  // namespace strata::train
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/train/impl/checkpoint.ipp"
+#endif
+
+// After the definitions, which src/strata.cpp instantiates (strata/config.hpp).
+#if STRATA_INSTANCES
+namespace strata::train {
+// Compiled once in the library: the model's two element types.
+STRATA_TEMPLATE CheckpointData<float> read_checkpoint<float>(const std::filesystem::path&, const CheckpointSpec&);
+STRATA_TEMPLATE CheckpointData<double> read_checkpoint<double>(const std::filesystem::path&, const CheckpointSpec&);
+}  // namespace strata::train
 #endif

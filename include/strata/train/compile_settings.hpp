@@ -38,6 +38,6 @@ STRATA_DECL CompileSettings compile_settings(const loss::Loss& loss, const optim
 
 }  // namespace strata::train
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/train/impl/compile_settings.ipp"
 #endif

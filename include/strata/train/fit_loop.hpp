@@ -96,6 +96,6 @@ STRATA_DECL History run_fit(TrainingContext& ctx, FitDriver& driver, const Callb
 
 }  // namespace strata::train
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/train/impl/fit_loop.ipp"
 #endif

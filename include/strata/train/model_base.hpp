@@ -154,13 +154,16 @@ protected:
     std::int64_t last_epoch_examples_ = 0;
 };
 
-#if !STRATA_HEADER_ONLY
-extern template class ModelBase<float>;
-extern template class ModelBase<double>;
-#endif
-
 }  // namespace strata::train
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/train/impl/model_base.ipp"
+#endif
+
+// After the definitions, which src/strata.cpp instantiates (strata/config.hpp).
+#if STRATA_INSTANCES
+namespace strata::train {
+STRATA_TEMPLATE class ModelBase<float>;
+STRATA_TEMPLATE class ModelBase<double>;
+}  // namespace strata::train
 #endif

@@ -31,6 +31,6 @@ STRATA_DECL void plot_history(const History& history, const std::filesystem::pat
 
 }  // namespace strata::train
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/train/impl/plot.ipp"
 #endif

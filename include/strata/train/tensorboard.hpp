@@ -67,6 +67,6 @@ private:
 
 }  // namespace strata::train
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/train/impl/tensorboard.ipp"
 #endif

@@ -272,17 +272,17 @@ void ReplicaGroup::hierarchical_all_reduce(int rank, std::span<T> data, ReduceOp
     ex.step(2, 2);
 }
 
-#if !STRATA_HEADER_ONLY
-extern template void ReplicaGroup::broadcast<float>(int, std::span<float>, int);
-extern template void ReplicaGroup::broadcast<double>(int, std::span<double>, int);
-extern template void ReplicaGroup::all_reduce_impl<float>(int, std::span<float>, ReduceOp, Algorithm, std::int64_t);
-extern template void ReplicaGroup::all_reduce_impl<double>(int, std::span<double>, ReduceOp, Algorithm, std::int64_t);
-extern template void ReplicaGroup::hierarchical_all_reduce<float>(int, std::span<float>, ReduceOp, std::int64_t);
-extern template void ReplicaGroup::hierarchical_all_reduce<double>(int, std::span<double>, ReduceOp, std::int64_t);
+#if STRATA_INSTANCES
+STRATA_TEMPLATE void ReplicaGroup::broadcast<float>(int, std::span<float>, int);
+STRATA_TEMPLATE void ReplicaGroup::broadcast<double>(int, std::span<double>, int);
+STRATA_TEMPLATE void ReplicaGroup::all_reduce_impl<float>(int, std::span<float>, ReduceOp, Algorithm, std::int64_t);
+STRATA_TEMPLATE void ReplicaGroup::all_reduce_impl<double>(int, std::span<double>, ReduceOp, Algorithm, std::int64_t);
+STRATA_TEMPLATE void ReplicaGroup::hierarchical_all_reduce<float>(int, std::span<float>, ReduceOp, std::int64_t);
+STRATA_TEMPLATE void ReplicaGroup::hierarchical_all_reduce<double>(int, std::span<double>, ReduceOp, std::int64_t);
 #endif
 
 }  // namespace strata::distribute::collective
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/distribute/collective/impl/all_reduce.ipp"
 #endif

@@ -175,6 +175,6 @@ private:
 
 }  // namespace strata::distribute::collective
 
-#if STRATA_HEADER_ONLY
+#if STRATA_DEFINITIONS
 #include "strata/distribute/collective/impl/async.ipp"
 #endif

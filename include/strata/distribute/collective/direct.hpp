@@ -86,12 +86,12 @@ void direct_all_reduce(const Exchange<T>& ex, ReduceOp op) {
     ex.step(1, 1);
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // Compiled once in the compiled part (src/strata.cpp), for the two element types there are.
-extern template void direct_all_reduce<float>(const Exchange<float>&, ReduceOp);
-extern template void direct_all_reduce<double>(const Exchange<double>&, ReduceOp);
-extern template void direct_gather_slices<float>(const Exchange<float>&);
-extern template void direct_gather_slices<double>(const Exchange<double>&);
+STRATA_TEMPLATE void direct_all_reduce<float>(const Exchange<float>&, ReduceOp);
+STRATA_TEMPLATE void direct_all_reduce<double>(const Exchange<double>&, ReduceOp);
+STRATA_TEMPLATE void direct_gather_slices<float>(const Exchange<float>&);
+STRATA_TEMPLATE void direct_gather_slices<double>(const Exchange<double>&);
 #endif
 
 }  // namespace strata::distribute::collective

@@ -132,6 +132,6 @@ private:
 
 }  // namespace strata::distribute::collective
 
-#if STRATA_MPI_HEADER_ONLY
+#if STRATA_MPI_DEFINITIONS
 #include "strata/distribute/collective/impl/mailbox.ipp"
 #endif

@@ -601,29 +601,29 @@ void ProcessGroup::mpi_broadcast(int lane, std::span<T> data, int root, const Sy
     wait_request(req, d, at, lane, "some rank (the transfer stopped part-way)");
 }
 
-#if !STRATA_MPI_HEADER_ONLY
-extern template void ProcessGroup::all_reduce<float>(int, std::span<float>, ReduceOp, SyncPoint);
-extern template void ProcessGroup::all_reduce<double>(int, std::span<double>, ReduceOp, SyncPoint);
-extern template void ProcessGroup::broadcast<float>(int, std::span<float>, int, SyncPoint);
-extern template void ProcessGroup::broadcast<double>(int, std::span<double>, int, SyncPoint);
-extern template void ProcessGroup::hier_all_reduce<float>(int, std::span<float>, ReduceOp, const SyncPoint&);
-extern template void ProcessGroup::hier_all_reduce<double>(int, std::span<double>, ReduceOp, const SyncPoint&);
-extern template void ProcessGroup::hier_broadcast<float>(int, std::span<float>, int, const SyncPoint&);
-extern template void ProcessGroup::hier_broadcast<double>(int, std::span<double>, int, const SyncPoint&);
-extern template void ProcessGroup::leader_broadcast<float>(int, std::span<float>, const SyncPoint&);
-extern template void ProcessGroup::leader_broadcast<double>(int, std::span<double>, const SyncPoint&);
-extern template void ProcessGroup::shm_all_reduce<float>(int, std::span<float>, ReduceOp, const SyncPoint&);
-extern template void ProcessGroup::shm_all_reduce<double>(int, std::span<double>, ReduceOp, const SyncPoint&);
-extern template void ProcessGroup::shm_broadcast<float>(int, std::span<float>, int, const SyncPoint&, std::chrono::milliseconds);
-extern template void ProcessGroup::shm_broadcast<double>(int, std::span<double>, int, const SyncPoint&, std::chrono::milliseconds);
-extern template void ProcessGroup::mpi_all_reduce<float>(int, std::span<float>, ReduceOp, const SyncPoint&);
-extern template void ProcessGroup::mpi_all_reduce<double>(int, std::span<double>, ReduceOp, const SyncPoint&);
-extern template void ProcessGroup::mpi_broadcast<float>(int, std::span<float>, int, const SyncPoint&);
-extern template void ProcessGroup::mpi_broadcast<double>(int, std::span<double>, int, const SyncPoint&);
+#if STRATA_MPI_INSTANCES
+STRATA_MPI_TEMPLATE void ProcessGroup::all_reduce<float>(int, std::span<float>, ReduceOp, SyncPoint);
+STRATA_MPI_TEMPLATE void ProcessGroup::all_reduce<double>(int, std::span<double>, ReduceOp, SyncPoint);
+STRATA_MPI_TEMPLATE void ProcessGroup::broadcast<float>(int, std::span<float>, int, SyncPoint);
+STRATA_MPI_TEMPLATE void ProcessGroup::broadcast<double>(int, std::span<double>, int, SyncPoint);
+STRATA_MPI_TEMPLATE void ProcessGroup::hier_all_reduce<float>(int, std::span<float>, ReduceOp, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::hier_all_reduce<double>(int, std::span<double>, ReduceOp, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::hier_broadcast<float>(int, std::span<float>, int, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::hier_broadcast<double>(int, std::span<double>, int, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::leader_broadcast<float>(int, std::span<float>, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::leader_broadcast<double>(int, std::span<double>, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::shm_all_reduce<float>(int, std::span<float>, ReduceOp, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::shm_all_reduce<double>(int, std::span<double>, ReduceOp, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::shm_broadcast<float>(int, std::span<float>, int, const SyncPoint&, std::chrono::milliseconds);
+STRATA_MPI_TEMPLATE void ProcessGroup::shm_broadcast<double>(int, std::span<double>, int, const SyncPoint&, std::chrono::milliseconds);
+STRATA_MPI_TEMPLATE void ProcessGroup::mpi_all_reduce<float>(int, std::span<float>, ReduceOp, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::mpi_all_reduce<double>(int, std::span<double>, ReduceOp, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::mpi_broadcast<float>(int, std::span<float>, int, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::mpi_broadcast<double>(int, std::span<double>, int, const SyncPoint&);
 #endif
 
 }  // namespace strata::distribute::collective
 
-#if STRATA_MPI_HEADER_ONLY
+#if STRATA_MPI_DEFINITIONS
 #include "strata/distribute/collective/impl/process_group.ipp"
 #endif

@@ -87,10 +87,10 @@ void ring_all_reduce(const Exchange<T>& ex, ReduceOp op) {
     }
 }
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // Compiled once in the compiled part (src/strata.cpp), for the two element types there are.
-extern template void ring_all_reduce<float>(const Exchange<float>&, ReduceOp);
-extern template void ring_all_reduce<double>(const Exchange<double>&, ReduceOp);
+STRATA_TEMPLATE void ring_all_reduce<float>(const Exchange<float>&, ReduceOp);
+STRATA_TEMPLATE void ring_all_reduce<double>(const Exchange<double>&, ReduceOp);
 #endif
 
 }  // namespace strata::distribute::collective

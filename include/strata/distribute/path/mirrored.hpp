@@ -355,10 +355,10 @@ private:
 
 }  // namespace detail
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // Mirrored's copies on the host are compiled once in the compiled part.
-extern template class detail::MirroredCopies<Mirrored<place::Host, sync::Synchronous>, float>;
-extern template class detail::MirroredCopies<Mirrored<place::Host, sync::Synchronous>, double>;
+STRATA_TEMPLATE class detail::MirroredCopies<Mirrored<place::Host, sync::Synchronous>, float>;
+STRATA_TEMPLATE class detail::MirroredCopies<Mirrored<place::Host, sync::Synchronous>, double>;
 #endif
 
 template <class P, class Net, class T>

@@ -1155,11 +1155,11 @@ void ParameterServerCore<P, T>::plan() {
 
 }  // namespace detail
 
-#if !STRATA_HEADER_ONLY
+#if STRATA_INSTANCES
 // The host's parameter-server path is compiled once in the compiled part, for every sync mode.
-extern template class detail::ParameterServerCore<place::Host, float>;
-extern template class detail::ParameterServerCore<place::Host, double>;
-extern template void detail::ParameterServerCore<place::Host, float>::epoch_run<std::int32_t>(
+STRATA_TEMPLATE class detail::ParameterServerCore<place::Host, float>;
+STRATA_TEMPLATE class detail::ParameterServerCore<place::Host, double>;
+STRATA_TEMPLATE void detail::ParameterServerCore<place::Host, float>::epoch_run<std::int32_t>(
     detail::ParameterServerCore<place::Host, float>::Next<std::int32_t>, std::uint64_t&,
     detail::ParameterServerCore<place::Host, float>::Work<std::int32_t>, detail::ParameterServerCore<place::Host, float>::OnStep);
 #endif
