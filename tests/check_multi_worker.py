@@ -191,7 +191,10 @@ def backup_resume(mpirun, exe, data, d):
 def suspended_job(mpirun, exe, data):
     """The whole job stopped (SIGSTOP to every rank, as Ctrl-Z does) for longer than
     --timeout-ms, then resumed (SIGCONT), three times: no rank was late, so training completes."""
-    cmd = [mpirun, "-np", "2", exe, "--data", data, "--strategy", "multi_worker_mirrored", "--epochs", "100",
+    # 250 epochs of the tiny set: about 10 s of training on an idle 2-core machine, so that the
+    # job is still training through the three stops below (1.5 s + 3 x 0.7 s of running) on a
+    # fast machine, and ends well within the 180 s allowed on a slow, loaded one.
+    cmd = [mpirun, "-np", "2", exe, "--data", data, "--strategy", "multi_worker_mirrored", "--epochs", "250",
            "--batch-size", "12", "--verbose", "0", "--threads", "1", "--timeout-ms", "1000"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
     ranks = {}
@@ -205,12 +208,21 @@ def suspended_job(mpirun, exe, data):
         time.sleep(1.5)  # well into training
         if not check(p.poll() is None, "suspended job: training ended before the stop (make it longer)"):
             return
-        for _ in range(3):  # each time, a rank is likely to be waiting for the other
-            for pid in ranks.values():
-                os.kill(pid, signal.SIGSTOP)
-            time.sleep(3)  # 3 times the timeout
-            for pid in ranks.values():
-                os.kill(pid, signal.SIGCONT)
+        for n in range(3):  # each time, a rank is likely to be waiting for the other
+            try:
+                for pid in ranks.values():
+                    os.kill(pid, signal.SIGSTOP)
+                time.sleep(3)  # 3 times the timeout
+                for pid in ranks.values():
+                    os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                # A rank has exited: either training ended before the stops did (the job is
+                # too short for this machine), or the job failed; its output says which.
+                out, err = p.communicate(timeout=60)
+                check(False, f"suspended job: a rank was gone at stop {n + 1} of 3 (exit {p.returncode}; "
+                             f"{'training ended first: make it longer' if 'test accuracy' in out else 'the job failed'}): "
+                             f"{err[-1000:]!r}")
+                return
             time.sleep(0.7)
         try:
             out, err = p.communicate(timeout=180)
