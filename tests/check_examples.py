@@ -192,7 +192,9 @@ def mnist_cnn_backup(exe, data):
     import signal
     import time
     with tempfile.TemporaryDirectory() as d:
-        common = ["--data", data, "--epochs", "3", "--steps-per-epoch", "24", "--batch-size", "8", "--threads", "1",
+        # 12 epochs of 24 steps: the kill below lands about 0.05 s after the first backup, and the
+        # run must still be training then, on a fast machine too (3 epochs left only ~0.07 s here).
+        common = ["--data", data, "--epochs", "12", "--steps-per-epoch", "24", "--batch-size", "8", "--threads", "1",
                   "--verbose", "0"]
         straight = os.path.join(d, "straight.safetensors")
         r = run([exe] + common + ["--save", straight])

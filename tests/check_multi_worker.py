@@ -150,7 +150,9 @@ def fault(mpirun, exe, data, how, timeout_ms=3000, np=3, victim_rank=2, strategy
 
 def backup_resume(mpirun, exe, data, d):
     """2 processes: killed after a backup, relaunched, resumed bitwise."""
-    common = [mpirun, "-np", "2", exe, "--data", data, "--strategy", "multi_worker_mirrored", "--epochs", "3",
+    # 12 epochs of 24 steps: the ranks are killed about 0.05 s after the first backup and must
+    # still be training then, on a fast machine too (3 epochs left only ~0.1 s here).
+    common = [mpirun, "-np", "2", exe, "--data", data, "--strategy", "multi_worker_mirrored", "--epochs", "12",
               "--steps-per-epoch", "24", "--batch-size", "8", "--threads", "1", "--verbose", "0"]
     straight = os.path.join(d, "straight.safetensors")
     r = subprocess.run(common + ["--save", straight], capture_output=True, text=True, env=env(), timeout=300)
