@@ -11,7 +11,7 @@ use it, so this checks the structure instead:
   - every such source defines its building macro before its first include;
   - no header writes `extern template` itself (it would have no definition), and every
     STRATA_TEMPLATE / STRATA_MPI_TEMPLATE / STRATA_CUDA_TEMPLATE line is inside its own block.
-Exits 1 with one line per problem.
+Exits 1 with one line per problem, 2 when --root is not a strata checkout.
     tests/check_compiled_parts.py [--root DIR]
 """
 import argparse
@@ -32,6 +32,10 @@ def main() -> int:
     ap.add_argument("--root", default=str(pathlib.Path(__file__).resolve().parent.parent))
     root = pathlib.Path(ap.parse_args().root)
     include = root / "include"
+    missing = [str(p) for p in [include / "strata" / "config.hpp"] + [root / v[1] for v in PARTS.values()] if not p.is_file()]
+    if missing:
+        print(f"check_compiled_parts: --root {root} is not a strata checkout: missing {', '.join(missing)}")
+        return 2
     headers = sorted(include.rglob("*.hpp"))
     problems = []
     for name, (blocks, source, building, template) in PARTS.items():
