@@ -219,8 +219,18 @@ def suspended_job(mpirun, exe, data):
                     os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:
                 # A rank has exited: either training ended before the stops did (the job is
-                # too short for this machine), or the job failed; its output says which.
-                out, err = p.communicate(timeout=60)
+                # too short for this machine), or the job failed; its output says which. A rank
+                # stopped just before is resumed first, so that the job can end.
+                for pid in ranks.values():
+                    try:
+                        os.kill(pid, signal.SIGCONT)
+                    except OSError:
+                        pass
+                try:
+                    out, err = p.communicate(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    out, err = p.communicate()
                 check(False, f"suspended job: a rank was gone at stop {n + 1} of 3 (exit {p.returncode}; "
                              f"{'training ended first: make it longer' if 'test accuracy' in out else 'the job failed'}): "
                              f"{err[-1000:]!r}")
