@@ -40,21 +40,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$reps" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "$0: --reps expects an integer in [1, 999], got '$reps'" >&2; exit 2; }
-cxx=${CXX:-g++}
-flags=(-std=c++20 -O2 -fopenmp -Iinclude $(pkg-config --cflags openblas) -DSTRATA_BLAS_OPENBLAS)
-[ -f /usr/local/cuda/include/cccl/thrust/version.h ] && flags+=(-isystem /usr/local/cuda/include/cccl)
-libs=(-fopenmp -lopenblas)
+source benchmarks/compile_common.sh
+compile_flags include
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 # The README's first C++ listing.
-python3 - README.md "$out/readme.cpp" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-m = re.search(r"```cpp\n(.*?)```", text, re.S)
-if not m: sys.exit("compile_time.sh: README.md has no C++ listing")
-open(sys.argv[2], "w").write(m.group(1))
-PY
+readme_program README.md "$out/readme.cpp"
 # The floor: the system headers the umbrella's strata headers include directly (g++ -H prints
 # the include tree, one dot per level), and the seed CNN's network alone.
 "$cxx" "${flags[@]}" -H -fsyntax-only benchmarks/compile_parts/umbrella.cpp 2>&1 >/dev/null | python3 -c '
@@ -91,9 +83,6 @@ if command -v mpicxx >/dev/null 2>&1; then
 fi
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)  # the machine may be shared: say how busy it was
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-best() { printf '%s\n' "$@" | sort -n | head -n1; }
 
 # The compiled part, once (a library a project builds once and links on every edit); where MPI
 # is found, the MPI code's compiled part too (libstrata_mpi, as tools/meson.build links it).

@@ -25,30 +25,21 @@ while [ $# -gt 0 ]; do
 done
 [[ "$reps" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "$0: --reps expects an integer in [1, 999], got '$reps'" >&2; exit 2; }
 git rev-parse --verify --quiet "$rev^{commit}" >/dev/null || { echo "$0: no commit '$rev' in this repository" >&2; exit 2; }
-cxx=${CXX:-g++}
+source benchmarks/compile_common.sh
 out=$(mktemp -d)
 tree="$out/tree"
 cleanup() { git worktree remove --force "$tree" >/dev/null 2>&1 || true; rm -rf "$out"; }
 trap cleanup EXIT
 git worktree add --detach "$tree" "$rev" >/dev/null 2>&1
-flags=(-std=c++20 -O2 -fopenmp -I"$tree/include" $(pkg-config --cflags openblas) -DSTRATA_BLAS_OPENBLAS)
-[ -f /usr/local/cuda/include/cccl/thrust/version.h ] && flags+=(-isystem /usr/local/cuda/include/cccl)
-libs=(-fopenmp -lopenblas)
-
-python3 - "$tree/README.md" "$out/readme.cpp" <<'PY'
-import re, sys
-m = re.search(r"```cpp\n(.*?)```", open(sys.argv[1]).read(), re.S)
-if not m: sys.exit("compile_time_baseline.sh: the revision's README.md has no C++ listing")
-open(sys.argv[2], "w").write(m.group(1))
-PY
+compile_flags "$tree/include"
+readme_program "$tree/README.md" "$out/readme.cpp"
 echo '#include <strata/strata.hpp>' > "$out/umbrella.cpp"
 if grep -rqs 'CLI/CLI.hpp' "$tree/examples" "$tree/tools" && ! { [ -f /usr/include/CLI/CLI.hpp ] && [ -f /usr/include/nlohmann/json.hpp ]; }; then
   echo "$0: $rev's examples need CLI11 and nlohmann-json (Debian's libcli11-dev, nlohmann-json3-dev): run scripts/install-deps --bench" >&2
   exit 1
 fi
 
-seconds() { local a b; a=$(date +%s.%N); "$@" >/dev/null; b=$(date +%s.%N); awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", b - a }'; }
-best() { printf '%s\n' "$@" | sort -n | head -n1; }
+seconds() { local a; a=$(now); "$@" >/dev/null; elapsed "$a" "$(now)"; }
 readme=() umbrella=()
 for i in $(seq "$reps"); do
   readme+=("$(seconds "$cxx" "${flags[@]}" "$out/readme.cpp" -o "$out/readme" "${libs[@]}")")
