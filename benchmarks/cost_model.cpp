@@ -31,7 +31,7 @@
 #include <strata/strata.hpp>
 #include <strata/io/svg_plot.hpp>
 
-#include "../tools/mnist_cnn.hpp"
+#include "../tools/mnist_cnn_net.hpp"
 #include "bench_common.hpp"
 #include "step_timing.hpp"
 

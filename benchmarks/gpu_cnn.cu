@@ -3,7 +3,7 @@
 //   build/benchmarks/gpu_cnn [--batch-size 128 --batch-size 1024] [--warmup 20] [--steps 100]
 //                            [--reps 3] [--seed 42] [--cuda-graphs on|off] [--json FILE]
 //
-// The network is tools/mnist_cnn.hpp's Net (Conv2D<32,3,ReLU>, MaxPooling2D<2>,
+// The network is tools/mnist_cnn_net.hpp's Net (Conv2D<32,3,ReLU>, MaxPooling2D<2>,
 // Conv2D<64,3,ReLU>, MaxPooling2D<2>, Flatten, Dense<64,ReLU>, Dense<10,Softmax>), float,
 // sparse categorical cross-entropy, RMSprop 1e-3, trained with Model::train_step on one fixed
 // batch of synthetic MNIST-shaped images (uniform [0, 1) pixels, labels 0..9 from an LCG) per
@@ -46,12 +46,12 @@
 
 namespace {
 
-// tools/mnist_cnn.hpp's Net, spelled out so that nvcc need not compile the example's header
+// tools/mnist_cnn_net.hpp's Net, spelled out so that nvcc need not compile the example's header
 // (its report, TensorBoard and parameter-server code); the parameter count pins it to that one.
 using namespace strata::nn;
 using Net = Sequential<Input<28, 28, 1>, Conv2D<32, 3, ReLU>, MaxPooling2D<2>, Conv2D<64, 3, ReLU>, MaxPooling2D<2>,
                        Flatten, Dense<64, ReLU>, Dense<10, Softmax>>;
-static_assert(Net::num_params == 121930, "the seed CNN of tools/mnist_cnn.hpp");
+static_assert(Net::num_params == 121930, "the seed CNN of tools/mnist_cnn_net.hpp");
 using Gpu = strata::distribute::OneDevice<strata::place::Cuda>;
 using Layers = Net::bound_layers<float, strata::place::Cuda>;
 

@@ -10,7 +10,7 @@
 #include <strata/strata.hpp>
 #include <strata/distribute/multi_worker_mirrored.hpp>
 
-#include "../tools/mnist_cnn.hpp"
+#include "../tools/mnist_cnn_net.hpp"
 #include "bench_common.hpp"
 #include "step_timing.hpp"
 

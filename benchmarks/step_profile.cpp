@@ -21,7 +21,7 @@
 
 #include "bench_common.hpp"
 #include "step_timing.hpp"
-#include "../tools/mnist_cnn.hpp"
+#include "../tools/mnist_cnn_net.hpp"
 
 #include <cstdio>
 #include <filesystem>
@@ -194,7 +194,7 @@ int run(const Options& o) {
     const std::string blas_core = "not OpenBLAS";
 #endif
     machine.extra.push_back({"openblas_core", blas_core});
-    std::printf("step profile: the seed CNN (tools/mnist_cnn.hpp), RMSprop, sparse cross-entropy; %s\n",
+    std::printf("step profile: the seed CNN (tools/mnist_cnn_net.hpp), RMSprop, sparse cross-entropy; %s\n",
                 real ? "MNIST" : "synthetic images (no MNIST files in --data)");
     std::printf("cpu: %s, %d hardware threads; threads: %d; load average before: %s\n", machine.cpu.c_str(),
                 int(machine.hardware_threads), threads, machine.load_before.c_str());

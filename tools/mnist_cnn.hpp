@@ -10,6 +10,8 @@
 #include <strata/distribute/settings.hpp>
 #include <strata/train/tensorboard.hpp>  // opt-in: not part of strata.hpp
 
+#include "mnist_cnn_net.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -23,14 +25,12 @@
 
 #include <csignal>
 
-namespace mnist_example {
+// The network's passes (its layers' kernels, specialised on the seed CNN's shapes) are compiled
+// once for the tool, in mnist_cnn_train.cpp; the other units that train it on the host declare
+// them here (docs/building.md, "Compile a network once").
+extern template class strata::nn::Network<mnist_example::Net, float, strata::place::Host>;
 
-using namespace strata::nn;
-using Net = Sequential<Input<28, 28, 1>,
-                       Conv2D<32, 3, ReLU>, MaxPooling2D<2>,
-                       Conv2D<64, 3, ReLU>, MaxPooling2D<2>,
-                       Flatten, Dense<64, ReLU>, Dense<10, Softmax>>;
-static_assert(Net::num_params == 121930);
+namespace mnist_example {
 
 /// Every flag of the program, with its default.
 struct Flags {

@@ -3,6 +3,10 @@
 // mnist_cnn.hpp).
 #include "mnist_cnn.hpp"
 
+// The network's passes for every host strategy of the tool, compiled here once (mnist_cnn.hpp
+// declares them in the other units).
+template class strata::nn::Network<mnist_example::Net, float, strata::place::Host>;
+
 namespace mnist_example {
 
 Report train_in_process(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync) {

@@ -2,8 +2,10 @@
 /// \file strata/nn/sequential.hpp
 /// `Sequential<Input<...>, Layers...>`: a stack of layers whose shapes are worked out at compile
 /// time, and `Network<Seq, T, Place>`: one replica's compute for it (bound layers, activation
-/// and gradient buffers), whose forward and backward passes are one inlined call chain over the
-/// layer list — no virtual dispatch, no allocation once the buffers have grown to the batch.
+/// and gradient buffers), whose forward and backward passes are each one inlined call chain over
+/// the layer list — no virtual dispatch, no allocation once the buffers have grown to the batch.
+/// The passes are defined out of the class, so that a program can compile them once for all its
+/// units (`extern template`; docs/building.md, "Compile a network once").
 
 #include <array>
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/core/function_ref.hpp"
 #include "strata/nn/layer.hpp"
 
 namespace strata::nn {
@@ -176,25 +179,11 @@ public:
     static Shape layer_output_shape(std::size_t l, std::int64_t n) { return layer_input_shape(l + 1, n); }
 
     /// Initialises every layer's parameters in `params` (Keras's defaults), reproducibly.
-    void init(T* params, std::uint64_t seed) {
-        init_impl(params, seed, std::make_index_sequence<L>{});
-    }
+    void init(T* params, std::uint64_t seed);
 
     /// Runs the layers on `x` ([n, input_shape...]) and returns the output view
     /// ([n, output_shape...]), valid until the next call.
-    TensorView<T, P> forward(const T* params, const TensorView<T, P>& x, const Mode& mode) {
-        if (first_ == 0) {
-            STRATA_CHECK(x.shape() == input_shape::batched(x.dim(0)), ShapeError, "Sequential: the input batch has shape ",
-                         x.shape(), ", the model takes ", detail::shape_text<input_shape>());
-        } else {
-            STRATA_CHECK(x.rank() >= 1 && x.shape() == layer_input_shape(first_, x.dim(0)), ShapeError, "Sequential: the input batch of layer ",
-                         first_, " has shape ", x.shape(), ", the layer takes ", detail::shape_text(-1, input_dims(first_)));
-        }
-        prepare(x);
-        trained_ = mode.training;
-        forward_impl(params, mode, std::make_index_sequence<L>{});
-        return out_[last_ - 1];
-    }
+    TensorView<T, P> forward(const T* params, const TensorView<T, P>& x, const Mode& mode);
 
     /// Allocates every buffer a batch of `n` examples needs (the activations; with `training`
     /// also their gradients and the layers' training workspaces) and touches it, so that the
@@ -204,42 +193,24 @@ public:
     /// activation at batch 128). A layer with a `reserve(n, training)` member sizes its own
     /// workspaces. Call it on the thread that will run the network.
     /// Batches no larger than one already reserved for cost nothing more.
-    void reserve(std::int64_t n, bool training) {
-        std::int64_t& done = reserved_[training ? 1 : 0];
-        if (n <= done) return;
-        prepare_shapes(n);
-        reserve_impl(n, training, std::make_index_sequence<L>{});
-        done = n;
-    }
+    void reserve(std::int64_t n, bool training);
 
     /// The gradient of the loss w.r.t. the output: the loss writes it here before `backward`.
     TensorView<T, P> output_grad() const { return dout_[last_ - 1]; }
     TensorView<T, P> output() const { return out_[last_ - 1]; }
 
+    /// Called by backward after each layer with the range of `grads` that is final.
+    using ReadyHook = FunctionRef<void(std::int64_t first, std::int64_t count)>;
     /// Back-propagates `output_grad()` through the layers, writing every parameter gradient into
-    /// `grads`. After each layer, `on_ready(first, count)` is told which range of `grads` is
-    /// final (ranges arrive from the end of the buffer to its start), so gradient all-reduce
-    /// can start while earlier layers are still being differentiated.
+    /// `grads`. After each layer, `on_ready(first, count)` (when given) is told which range of
+    /// `grads` is final (ranges arrive from the end of the buffer to its start), so gradient
+    /// all-reduce can start while earlier layers are still being differentiated. With a non-empty
+    /// `input_grad` ([n, input shape...]) it also writes the gradient of the loss w.r.t. the input
+    /// of the last forward there: what a pipeline stage hands back to the stage before it
+    /// (distribute/pipeline.hpp); without one it skips that product.
     /// Requires a forward without `mode.no_backward` before it.
-    template <class Hook>
-    void backward(const T* params, T* grads, const Mode& mode, Hook&& on_ready) {
-        backward_impl<L>(params, grads, mode, on_ready);
-    }
-    void backward(const T* params, T* grads, const Mode& mode) {
-        backward(params, grads, mode, [](std::int64_t, std::int64_t) {});
-    }
-    /// As backward, and also writes the gradient of the loss w.r.t. the input of the last
-    /// forward into `input_grad` ([n, input shape...]): what a pipeline stage hands back to the
-    /// stage before it (distribute/pipeline.hpp). The plain backward skips that product.
-    template <class Hook>
-    void backward(const T* params, T* grads, const Mode& mode, Hook&& on_ready, const TensorView<T, P>& input_grad) {
-        input_grad_ = input_grad;
-        struct Clear {
-            TensorView<T, P>& v;
-            ~Clear() { v = {}; }
-        } clear{input_grad_};
-        backward_impl<L>(params, grads, mode, on_ready);
-    }
+    void backward(const T* params, T* grads, const Mode& mode, ReadyHook on_ready = nullptr,
+                  const TensorView<T, P>& input_grad = {});
 
     Layers& layers() { return layers_; }
 
@@ -394,8 +365,8 @@ private:
         std::get<I>(layers_).forward(p, in, out_[I], m);
     }
 
-    template <std::size_t K, class Hook>
-    STRATA_INLINE void backward_impl(const T* params, T* grads, const Mode& mode, Hook& on_ready) {
+    template <std::size_t K>
+    STRATA_INLINE void backward_impl(const T* params, T* grads, const Mode& mode, ReadyHook on_ready) {
         if constexpr (K > 0) {
             constexpr std::size_t I = K - 1;
             if (I < first_) return;
@@ -426,7 +397,8 @@ private:
                     // output gradient where its input gradient is wanted.
                     if (I == first_ && !input_grad_.empty()) copy(dout_[I], input_grad_);
                 }
-                if constexpr (offsets[I + 1] > offsets[I]) on_ready(at, offsets[I + 1] - offsets[I]);
+                if constexpr (offsets[I + 1] > offsets[I])
+                    if (on_ready) on_ready(at, offsets[I + 1] - offsets[I]);
             }
             backward_impl<I>(params, grads, mode, on_ready);
         }
@@ -445,6 +417,50 @@ private:
     std::size_t first_ = 0, last_ = L;    // the layers this network runs: [first_, last_)
     std::int64_t base_ = 0;               // offsets[first_]: where the given params and grads start
 };
+
+// The passes are defined out of the class, so that they are not inline: a program whose units
+// share a network compiles its layers' kernels once, in the unit that instantiates it
+// (`template class strata::nn::Network<Net, float, strata::place::Host>;`), the others declaring
+// it `extern template` (docs/building.md, "Compile a network once").
+template <class Seq, class T, class P>
+void Network<Seq, T, P>::init(T* params, std::uint64_t seed) {
+    init_impl(params, seed, std::make_index_sequence<L>{});
+}
+
+template <class Seq, class T, class P>
+TensorView<T, P> Network<Seq, T, P>::forward(const T* params, const TensorView<T, P>& x, const Mode& mode) {
+    if (first_ == 0) {
+        STRATA_CHECK(x.shape() == input_shape::batched(x.dim(0)), ShapeError, "Sequential: the input batch has shape ",
+                     x.shape(), ", the model takes ", detail::shape_text<input_shape>());
+    } else {
+        STRATA_CHECK(x.rank() >= 1 && x.shape() == layer_input_shape(first_, x.dim(0)), ShapeError, "Sequential: the input batch of layer ",
+                     first_, " has shape ", x.shape(), ", the layer takes ", detail::shape_text(-1, input_dims(first_)));
+    }
+    prepare(x);
+    trained_ = mode.training;
+    forward_impl(params, mode, std::make_index_sequence<L>{});
+    return out_[last_ - 1];
+}
+
+template <class Seq, class T, class P>
+void Network<Seq, T, P>::reserve(std::int64_t n, bool training) {
+    std::int64_t& done = reserved_[training ? 1 : 0];
+    if (n <= done) return;
+    prepare_shapes(n);
+    reserve_impl(n, training, std::make_index_sequence<L>{});
+    done = n;
+}
+
+template <class Seq, class T, class P>
+void Network<Seq, T, P>::backward(const T* params, T* grads, const Mode& mode, ReadyHook on_ready,
+                                  const TensorView<T, P>& input_grad) {
+    input_grad_ = input_grad;
+    struct Clear {  // the input gradient is written by this pass only
+        TensorView<T, P>& v;
+        ~Clear() { v = {}; }
+    } clear{input_grad_};
+    backward_impl<L>(params, grads, mode, on_ready);
+}
 
 }  // namespace strata::nn
 
