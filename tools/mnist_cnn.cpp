@@ -17,7 +17,8 @@
 //   build/tools/mnist_cnn --help             every flag, its default and its range
 #include "mnist_cnn.hpp"
 
-#include <strata/train/plot.hpp>  // opt-in: not part of strata.hpp
+#include <strata/train/plot.hpp>         // opt-in: not part of strata.hpp
+#include <strata/train/tensorboard.hpp>  // opt-in too; only this unit makes the callback
 
 #include "cli.hpp"
 

@@ -8,7 +8,6 @@
 #include <strata/strata.hpp>
 #include <strata/distribute/parameter_server_stats.hpp>
 #include <strata/distribute/settings.hpp>
-#include <strata/train/tensorboard.hpp>  // opt-in: not part of strata.hpp
 
 #include "mnist_cnn_net.hpp"
 
