@@ -17,15 +17,69 @@ import sys
 # The network of tests/extern_network.hpp, as nm -C spells its first layer.
 NETWORK = "strata::nn::Network<strata::nn::Sequential<strata::nn::Input<6l, 6l, 2l>"
 PASSES = ("forward", "backward", "init", "reserve")
-# The layers' code that a pass instantiates: their implementations' members (the convolution's
-# blocked GEMMs, the pooling, the dense products) and the network's per-layer steps. A layer's
-# param_info() (the names and shapes Sequential::parameters() lists) is not a pass's: any unit
-# that asks a model for its parameters compiles it.
-KERNEL_PATTERN = re.compile(r"strata::nn::detail::\w+Impl<|::forward_one<|::backward_impl<|::forward_impl<")
+# The layers' code that a pass instantiates: the members of their implementations (the
+# convolution's blocked GEMMs, the pooling, the dense products), and the network's per-layer
+# steps. Not counted: a layer's param_info() (the names and shapes Sequential::parameters() lists;
+# any unit that asks a model for its parameters compiles it), its constructors and destructor (a
+# unit that holds a network destroys it; without inlining, at -O1 under the sanitizers, they are
+# functions of their own), and functions that only name the layers in their template arguments.
+NETWORK_STEPS = {"forward_impl", "forward_one", "backward_impl", "init_impl", "reserve_impl", "reserve_one"}
+
+
+def qualified_parts(name):
+    """The components of a demangled function's qualified name, outermost first: the text before
+    its parameter list, without a return type, split at the '::' outside template arguments."""
+    depth = 0
+    for i, ch in enumerate(name):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            name = name[:i]
+            break
+    else:
+        return []
+    depth, start = 0, 0
+    for i, ch in enumerate(name):  # a return type ends at the last space outside template arguments
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == " " and depth == 0:
+            start = i + 1
+    name = name[start:]
+    parts, depth, cur, i = [], 0, "", 0
+    while i < len(name):
+        ch = name[i]
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        if depth == 0 and name.startswith("::", i):
+            parts.append(cur)
+            cur, i = "", i + 2
+            continue
+        cur += ch
+        i += 1
+    parts.append(cur)
+    return parts
+
+
+def base(component):
+    return component.split("<", 1)[0]
 
 
 def is_kernel(name):
-    return KERNEL_PATTERN.search(name) is not None and ">::param_info()" not in name
+    parts = qualified_parts(name)
+    if len(parts) < 2:
+        return False
+    owner, member = base(parts[-2]), base(parts[-1])
+    if owner == "Network" and parts[:2] == ["strata", "nn"]:
+        return member in NETWORK_STEPS
+    if parts[:3] == ["strata", "nn", "detail"] and owner.endswith("Impl"):
+        return member not in ("param_info", owner, "~" + owner)
+    return False
 
 
 def defined(path):

@@ -715,7 +715,7 @@ void PipelinePath<P, Net, T>::backward_micro(int r, std::size_t s, std::int64_t 
     T* g = k == 0 ? d.grads.data() : d.scratch.data();
     if (s > 0) {
         d.in_grad[slot].resize(d.in[slot].shape());
-        net.backward(d.params.data(), g, mm, [](std::int64_t, std::int64_t) {}, d.in_grad[slot].view());
+        net.backward(d.params.data(), g, mm, nullptr, d.in_grad[slot].view());  // no gradient hook; the input gradient
         if (!across()) {
             auto& prev = stage(r, s - 1);
             copy(d.in_grad[slot].view(), prev.slots[std::size_t(k) % prev.slots.size()]->output_grad());
