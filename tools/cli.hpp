@@ -116,6 +116,17 @@ struct Validator {
     std::string text;
 };
 
+/// "[lo, hi]", appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on
+/// `"[" + std::to_string(lo) + ...`, whose first + inserts at the front of a temporary.
+inline std::string range_text(const std::string& lo, const std::string& hi) {
+    std::string t = "[";
+    t += lo;
+    t += ", ";
+    t += hi;
+    t += ']';
+    return t;
+}
+
 /// The option's text must be a decimal integer in [lo, hi] (see parse_integer); it is rewritten
 /// to its canonical form.
 ///   app.add_option("--epochs", epochs)->transform(cli::integer(1, 1'000'000));
@@ -127,7 +138,7 @@ Validator integer(Int lo, Int hi) {
                 if (why.empty()) text = std::to_string(v);
                 return why;
             },
-            "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]"};
+            range_text(std::to_string(lo), std::to_string(hi))};
 }
 
 /// The text must be a finite number in [lo, hi] (see parse_number).
@@ -136,7 +147,7 @@ inline Validator number(double lo, double hi) {
                 double v = 0;
                 return parse_number(text, lo, hi, v);
             },
-            "[" + detail::number_text(lo) + ", " + detail::number_text(hi) + "]"};
+            range_text(detail::number_text(lo), detail::number_text(hi))};
 }
 
 /// The text must be one of `choices` (spelled exactly).
