@@ -9,7 +9,7 @@ layers' kernels), and that the unit instantiating them holds all of it, for floa
 Exit 0 when both hold, 1 with a line per finding otherwise, 2 on bad arguments or no nm.
 """
 import argparse
-import re
+import os
 import shutil
 import subprocess
 import sys
@@ -112,6 +112,10 @@ def main():
     if shutil.which("nm") is None:
         print("check_extern_network.py: no nm on PATH (binutils)", file=sys.stderr)
         return 2
+    for path in (a.user, a.instance):
+        if not os.path.isfile(path):
+            print(f"check_extern_network.py: no file {path} (the build's libextern_network_*.a)", file=sys.stderr)
+            return 2
     user, inst = defined(a.user), defined(a.instance)
     problems = []
     for element in ("float", "double"):
