@@ -3,6 +3,11 @@
 #   compile_flags INCLUDE_DIR   sets cxx, flags (g++ -O2, OpenMP, OpenBLAS, CCCL where found), libs
 #   readme_program README OUT   writes README's first C++ listing (the program users copy) to OUT
 #   now; elapsed A B; best T...  a timestamp; B - A in seconds (2 decimals); the least of the times
+#   start_readme_benchmark USAGE ARG...  what compile_time.sh and compile_opt_levels.sh start
+#                               with: reps (3) and json ("") from their only flags, --reps N and
+#                               --json FILE (anything else prints USAGE and exits 2); compile_flags
+#                               for the working tree; out, a scratch folder removed on exit, with
+#                               the README's program in $out/readme.cpp
 compile_flags() {
   cxx=${CXX:-g++}
   flags=(-std=c++20 -O2 -fopenmp -I"$1" $(pkg-config --cflags openblas) -DSTRATA_BLAS_OPENBLAS)
@@ -20,3 +25,20 @@ PY
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 best() { printf '%s\n' "$@" | sort -n | head -n1; }
+start_readme_benchmark() {
+  local usage=$1
+  shift
+  reps=3 json=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --reps) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; reps=$2; shift 2 ;;
+      --json) [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }; json=$2; shift 2 ;;
+      *) echo "$usage" >&2; exit 2 ;;
+    esac
+  done
+  [[ "$reps" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "$0: --reps expects an integer in [1, 999], got '$reps'" >&2; exit 2; }
+  compile_flags include
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+  readme_program README.md "$out/readme.cpp"
+}

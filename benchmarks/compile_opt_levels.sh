@@ -10,21 +10,8 @@
 #   benchmarks/compile_opt_levels.sh [--reps 3] [--json FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-reps=3 json=""
-usage() { echo "usage: $0 [--reps N] [--json FILE]" >&2; exit 2; }
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --reps) [ $# -ge 2 ] || usage; reps=$2; shift 2 ;;
-    --json) [ $# -ge 2 ] || usage; json=$2; shift 2 ;;
-    *) usage ;;
-  esac
-done
-[[ "$reps" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "$0: --reps expects an integer in [1, 999], got '$reps'" >&2; exit 2; }
 source benchmarks/compile_common.sh
-compile_flags include
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-readme_program README.md "$out/readme.cpp"
+start_readme_benchmark "usage: $0 [--reps N] [--json FILE]" "$@"
 
 levels=(-O0 -Og -O1 -Os -O2)
 declare -A runs text
