@@ -122,10 +122,10 @@ class Model : public train::ModelBase<T> {
                   "strata::Model<Net, Strategy, T>: Strategy must be a strategy (strata::distribute::Default, OneDevice<P>, "
                   "Mirrored<P>, CentralStorage<P>, ParameterServer<P, Sync>, MultiWorkerMirrored<P>)");
     static_assert(std::is_floating_point_v<T>, "strata::Model<Net, Strategy, T>: T must be float or double");
+    using P = typename Strategy::place_type;  // the class's own shorthand; users name place_type
 
 public:
     using place_type = typename Strategy::place_type;
-    using P = place_type;
     using path_type = distribute::GradientPath<Strategy, Net, T>;
     /// What each compute unit runs: the whole network (a Pipeline's unit runs its stages).
     using network_type = typename distribute::detail::UnitNetwork<path_type, nn::Network<Net, T, P>>::type;
