@@ -34,6 +34,7 @@
 // Without a usable GPU it prints why and exits 77 (nothing is measured); --help works anywhere.
 #include <strata/strata.hpp>
 
+#include "../tools/mnist_cnn_net.hpp"  // the seed CNN alone: the network, no tool code
 #include "bench_common.hpp"
 
 #include <cuda_runtime.h>
@@ -46,12 +47,7 @@
 
 namespace {
 
-// tools/mnist_cnn_net.hpp's Net, spelled out so that nvcc need not compile the example's header
-// (its report, TensorBoard and parameter-server code); the parameter count pins it to that one.
-using namespace strata::nn;
-using Net = Sequential<Input<28, 28, 1>, Conv2D<32, 3, ReLU>, MaxPooling2D<2>, Conv2D<64, 3, ReLU>, MaxPooling2D<2>,
-                       Flatten, Dense<64, ReLU>, Dense<10, Softmax>>;
-static_assert(Net::num_params == 121930, "the seed CNN of tools/mnist_cnn_net.hpp");
+using mnist_example::Net;  // the network tools/mnist_cnn trains
 using Gpu = strata::distribute::OneDevice<strata::place::Cuda>;
 using Layers = Net::bound_layers<float, strata::place::Cuda>;
 
