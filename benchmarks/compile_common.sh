@@ -3,6 +3,9 @@
 #   compile_flags INCLUDE_DIR   sets cxx, flags (g++ -O2, OpenMP, OpenBLAS, CCCL where found), libs
 #   readme_program README OUT   writes README's first C++ listing (the program users copy) to OUT
 #   now; elapsed A B; best T...  a timestamp; B - A in seconds (2 decimals); the least of the times
+#   two_core_bound T...        the least time two workers can build units of times T... in, each
+#                               unit whole on one of them (the best split into two queues): what
+#                               no build order beats, before the link
 #   start_readme_benchmark USAGE ARG...  what compile_time.sh and compile_opt_levels.sh start
 #                               with: reps (3) and json ("") from their only flags, --reps N and
 #                               --json FILE (anything else prints USAGE and exits 2); compile_flags
@@ -25,6 +28,12 @@ PY
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 best() { printf '%s\n' "$@" | sort -n | head -n1; }
+two_core_bound() {
+  python3 -c '
+import itertools, sys
+t = [float(a) for a in sys.argv[1:]]
+print("%.2f" % min(max(sum(s), sum(t) - sum(s)) for r in range(len(t) + 1) for s in itertools.combinations(t, r)))' "$@"
+}
 start_readme_benchmark() {
   local usage=$1
   shift
