@@ -29,7 +29,9 @@ def main():
     a = ap.parse_args()
     try:
         events = [e for e in json.load(open(a.trace))["traceEvents"] if e.get("ph") == "X"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        for e in events:  # the fields read below
+            float(e["ts"]), float(e["dur"]), str(e["name"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         sys.exit(f"time_trace_summary.py: {a.trace} is not a clang -ftime-trace file: {e}")
     totals = {e["name"]: e["dur"] / 1e6 for e in events if e["name"].startswith("Total ")}
     # Each header's own parsing time: its Source event less the Source events nested in it.
@@ -38,17 +40,17 @@ def main():
     for e in sources:
         while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"]:
             stack.pop()
-        name = header_name(e["args"]["detail"])
+        name = header_name(e.get("args", {}).get("detail", "?"))
         own[name] += e["dur"] / 1e6
         if stack:
-            own[header_name(stack[-1]["args"]["detail"])] -= e["dur"] / 1e6
+            own[header_name(stack[-1].get("args", {}).get("detail", "?"))] -= e["dur"] / 1e6
         stack.append(e)
     strata = sum(v for k, v in own.items() if k.startswith("strata/"))
     system = sum(own.values()) - strata
     optimise = collections.Counter()
     for e in events:
         if e["name"] == "OptFunction":
-            optimise[e["args"]["detail"]] += e["dur"] / 1e6
+            optimise[e.get("args", {}).get("detail", "?")] += e["dur"] / 1e6
     print(f"{'front end':<40} {totals.get('Total Frontend', 0):7.2f} s")
     print(f"{'back end':<40} {totals.get('Total Backend', 0):7.2f} s")
     print(f"{'parsing (Source)':<40} {sum(own.values()):7.2f} s: strata's headers {strata:.2f} s, others {system:.2f} s")
