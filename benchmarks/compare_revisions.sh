@@ -33,7 +33,7 @@ cleanup() {
 trap cleanup EXIT
 git worktree add --detach --quiet "$out/before" "$rev"
 build() {  # $1: source tree, $2: build dir
-  meson setup "$2" "$1" --buildtype=release -Dtests=false -Dbenchmarks=false -Dcuda=disabled >/dev/null
+  meson setup "$2" "$1" --buildtype=release -Dtests=false -Dexamples=true -Dbenchmarks=false -Dcuda=disabled >/dev/null
   meson compile -C "$2" mnist_cnn >/dev/null
 }
 echo "building tools/mnist_cnn at $rev and at the working tree ..."
