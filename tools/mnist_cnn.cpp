@@ -26,10 +26,12 @@
 #include <strata/distribute/straggler.hpp>  // --straggler is checked with the flags
 
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <string>
 #include <vector>
@@ -217,15 +219,21 @@ void declare_flags(CLI::App& app, Flags& f) {
                                                    "...) instead of refusing it");
 }
 
-/// Checks what a single flag's range cannot (combinations), before any data is loaded.
 // An output file must be writable before hours of training are spent: its directory exists and
-// takes new files, and the path is not a directory.
+// takes new files, and the path is a regular file, a link or a new name that fits the file
+// system (strata::io::check_output_target: never a device, FIFO or socket, never a name past
+// NAME_MAX or PATH_MAX, each of which once failed only after training, or replaced the node).
 void check_writable(const std::string& flag, const std::string& path) {
     namespace fs = std::filesystem;
     if (path.empty()) return;
     const fs::path p(path);
     std::error_code ec;
     if (fs::is_directory(p, ec)) throw cli::usage_error(flag + " " + path + ": is a directory; expected a file name");
+    try {
+        strata::io::check_output_target(p);
+    } catch (const strata::Error& e) {
+        throw cli::usage_error(flag + " " + path + ": " + e.what());
+    }
     const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
     if (!fs::is_directory(dir, ec)) {
         // A regular file on the way ("model.safetensors/out.json") is named as such.
@@ -237,6 +245,51 @@ void check_writable(const std::string& flag, const std::string& path) {
     }
     if (::access(dir.c_str(), W_OK) != 0)
         throw cli::usage_error(flag + " " + path + ": cannot write into " + dir.string() + " (" + std::strerror(errno) + ")");
+}
+
+// A directory the run writes into (--tensorboard, --backup-dir): an existing directory, or a new
+// name whose every missing component fits the file system and whose nearest existing ancestor
+// takes new entries. (Its files are new names of their own: the event file is created
+// exclusively, the backup goes through AtomicFileWriter.)
+void check_output_dir(const std::string& flag, const std::string& path) {
+    namespace fs = std::filesystem;
+    if (path.empty()) return;
+    const fs::path d(path);
+    std::error_code ec;
+    struct stat st {};
+    if (::lstat(d.c_str(), &st) == 0) {
+        if (fs::is_directory(d, ec)) {
+            if (::access(d.c_str(), W_OK) != 0) throw cli::usage_error(flag + " " + path + ": cannot write into it (" + std::strerror(errno) + ")");
+            return;
+        }
+        throw cli::usage_error(flag + " " + path + ": expected a directory or a new name, found " +
+                               (S_ISREG(st.st_mode) ? "a regular file" : S_ISLNK(st.st_mode) ? "a link to no directory"
+                                : S_ISCHR(st.st_mode) ? "a character device" : S_ISBLK(st.st_mode) ? "a block device"
+                                : S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a special file"));
+    }
+    fs::path up = d;
+    while (!up.empty() && up != up.parent_path() && ::lstat(up.c_str(), &st) != 0) {
+        // Each missing component becomes a directory: its name must fit where it is created.
+        if (up.has_filename()) {
+            const fs::path parent = up.has_parent_path() ? up.parent_path() : fs::path(".");
+            fs::path existing = parent;
+            while (!existing.empty() && existing != existing.parent_path() && !fs::exists(existing, ec)) existing = existing.parent_path();
+            if (existing.empty()) existing = ".";
+            const long name_max = ::pathconf(existing.c_str(), _PC_NAME_MAX);
+            if (name_max > 0 && up.filename().native().size() > std::size_t(name_max))
+                throw cli::usage_error(flag + " " + path + ": expected names of at most " + std::to_string(name_max) +
+                                       " bytes (NAME_MAX), found " + up.filename().string().substr(0, 40) + "... of " +
+                                       std::to_string(up.filename().native().size()) + " bytes");
+        }
+        up = up.has_parent_path() ? up.parent_path() : fs::path();
+    }
+    if (path.size() + 64 >= std::size_t(PATH_MAX))
+        throw cli::usage_error(flag + " " + path.substr(0, 40) + "...: expected a path shorter than " + std::to_string(PATH_MAX - 64) +
+                               " bytes (PATH_MAX, with room for the files in it), found " + std::to_string(path.size()));
+    if (up.empty()) up = ".";
+    if (!fs::is_directory(up, ec)) throw cli::usage_error(flag + " " + path + ": " + up.string() + " is not a directory");
+    if (::access(up.c_str(), W_OK) != 0)
+        throw cli::usage_error(flag + " " + path + ": cannot create it in " + up.string() + " (" + std::strerror(errno) + ")");
 }
 
 // A strategy that lives in one process, started N times by mpirun or srun, would train N
@@ -272,6 +325,7 @@ void check_launcher(const Flags& f) {
                            "--strategy multi_worker_mirrored or parameter_server for one job across the processes");
 }
 
+/// Checks what a single flag's range cannot (combinations), before any data is loaded.
 void check_flags(const CLI::App& app, Flags& f) {
     f.replicas_given = app.count("--replicas") > 0;
     if (f.epochs == 0 && f.load.empty())
@@ -284,13 +338,7 @@ void check_flags(const CLI::App& app, Flags& f) {
     check_writable("--save", f.save);
     check_writable("--json", f.json);
     check_writable("--plot", f.plot);
-    if (!f.tensorboard.empty()) {
-        std::error_code ec;
-        const std::filesystem::path d(f.tensorboard);
-        const auto parent = d.has_parent_path() ? d.parent_path() : std::filesystem::path(".");
-        if (std::filesystem::exists(d, ec) ? ::access(d.c_str(), W_OK) != 0 : ::access(parent.c_str(), W_OK) != 0)
-            throw cli::usage_error("--tensorboard " + f.tensorboard + ": cannot write there");
-    }
+    check_output_dir("--tensorboard", f.tensorboard);
     if (f.threads > strata::hardware_threads())
         std::fprintf(stderr, "mnist_cnn: warning: --threads %d is more than the %d hardware threads here; the extra threads "
                              "only wait for each other (expect it to be much slower)\n", f.threads, strata::hardware_threads());
@@ -334,6 +382,7 @@ void check_flags(const CLI::App& app, Flags& f) {
         std::error_code ec;
         if (std::filesystem::exists(f.backup_dir, ec) && !std::filesystem::is_directory(f.backup_dir, ec))
             throw cli::usage_error("--backup-dir " + f.backup_dir + ": is a file; expected a directory");
+        check_output_dir("--backup-dir", f.backup_dir);
     }
     if (f.steps_per_epoch == 0)
         throw cli::usage_error("--steps-per-epoch: expected -1 (the whole training set) or a count >= 1, found 0");
