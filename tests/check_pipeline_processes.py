@@ -9,7 +9,12 @@ run it:
   * 3 stages, stage 1 stopped (SIGSTOP): the job ends non-zero after 2 timeouts, its neighbours
     naming stage 1 (rank 1) and the micro-batch (or, stopped at a sum over the stages, the sum
     naming rank 1 alone after 3); killed (SIGKILL): the job ends within seconds;
-  * 3 processes for 2 stages are refused on every rank, naming the count needed.
+  * 3 processes for 2 stages are refused on every rank, naming the count needed;
+  * ranks started with other flags (mpirun's `A : B` form): another --seed, --batch-size,
+    --stages, --micro-batches, --schedule, training-set size, or --json / --plot /
+    --tensorboard on a rank that is not rank 0 (which writes every file): refused on every
+    rank within seconds, naming the setting and which rank has what (issue 41: they once
+    trained to garbage, or dropped the file, with exit status 0).
 
   check_pipeline_processes.py --mpirun PATH --mnist-cnn PATH
 
@@ -21,7 +26,39 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_examples import check, strict_json  # noqa: E402 - beside this file
-from check_multi_worker import env, fault, mpi_job, verdict  # noqa: E402
+from check_examples import fake_mnist  # noqa: E402
+from check_multi_worker import env, fault, mpi_job, refused_on_every_rank, verdict  # noqa: E402
+
+
+def disagreeing_ranks(mpirun, exe, data, d):
+    """Pipeline (2 processes) and hybrid (4) whose last rank has other flags: refused on every
+    rank, naming the setting and who has what, before training."""
+    small = os.path.join(d, "mnist_small")
+    os.mkdir(small)
+    fake_mnist(small, train=128)
+    common = [exe, "--epochs", "1", "--steps-per-epoch", "3", "--batch-size", "24", "--verbose", "0", "--threads", "1",
+              "--timeout-ms", "20000"]
+    pipe = ["--data", data, "--strategy", "pipeline", "--stages", "2", "--micro-batches", "2"]
+    out = os.path.join(d, "rank1")
+    cases = [
+        ("--seed", pipe, pipe + ["--seed", "7"], "--seed: rank 0 has 42, rank 1 has 7"),
+        ("--batch-size", pipe, pipe + ["--batch-size", "12"], "--batch-size: rank 0 has 24, rank 1 has 12"),
+        ("--stages", pipe, pipe + ["--stages", "3"], "stages: rank 0 has 2, rank 1 has 3"),
+        ("--micro-batches", pipe, pipe + ["--micro-batches", "3"], "micro_batches: rank 0 has 2, rank 1 has 3"),
+        ("--schedule", pipe, pipe + ["--schedule", "1f1b"], "schedule: rank 0 has GPipe, rank 1 has 1F1B"),
+        ("training images", pipe, ["--data", small] + pipe[2:], "training images: rank 0 has 256, rank 1 has 128"),
+        ("--json on rank 1 only", pipe, pipe + ["--json", out + ".json"], "--json: rank 0 has (none), rank 1 has " + out + ".json"),
+        ("--plot on rank 1 only", pipe, pipe + ["--plot", out + ".svg"], "--plot: rank 0 has (none), rank 1 has " + out + ".svg"),
+        ("--tensorboard on rank 1 only", pipe, pipe + ["--tensorboard", out], "--tensorboard: rank 0 has (none), rank 1 has " + out),
+    ]
+    for name, a, b, expected in cases:
+        refused_on_every_rank(mpirun, common, 1, 1, f"pipeline {name}", a, b, expected)
+    check(not [f for f in os.listdir(d) if f.startswith("rank1")], f"pipeline: a refused rank wrote {os.listdir(d)}")
+    hybrid = ["--data", data, "--strategy", "hybrid", "--replicas", "2", "--stages", "2", "--micro-batches", "2"]
+    for name, b, expected in (("--seed", hybrid + ["--seed", "7"], "--seed: ranks 0, 1, 2 have 42, rank 3 has 7"),
+                              ("training images", ["--data", small] + hybrid[2:],
+                               "training images: ranks 0, 1, 2 have 256, rank 3 has 128")):
+        refused_on_every_rank(mpirun, common, 3, 1, f"hybrid {name}", hybrid, b, expected)
 
 
 def main():
@@ -78,6 +115,8 @@ def main():
         rc, seconds, err = fault(args.mpirun, exe, data, "kill", np=3, victim_rank=1, strategy=stages)
         if rc is not None:
             check(rc != 0 and seconds < 30, f"pipeline kill: exit {rc} after {seconds:.1f} s")
+
+        disagreeing_ranks(args.mpirun, exe, data, d)
 
         r = subprocess.run([args.mpirun, "-np", "3", exe] + common + ["--strategy", "pipeline", "--stages", "2"],
                            capture_output=True, text=True, env=env(), timeout=120)

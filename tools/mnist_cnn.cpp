@@ -456,6 +456,8 @@ int main(int argc, char** argv) {
                              strata::distribute::launch_info().size > 1);
         const bool chief = !across || multi_worker_rank() == 0;
         const auto mnist = strata::data::load_mnist(flags.data);
+        // Compared by every strategy's process group when the ranks join (mnist_cnn.hpp).
+        if (across) strata::distribute::set_job_settings(shared_settings(flags, mnist));
         if (chief) {
             std::printf("%s", Net::summary().c_str());
             std::printf("MNIST: %zu training and %zu test images from %s\n", mnist.train.size(), mnist.test.size(),

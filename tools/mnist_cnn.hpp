@@ -85,17 +85,23 @@ struct Report {
     int epochs_done = 0;
 };
 
-// Across processes (multi_worker_mirrored, parameter_server): the flags that change the result
-// or the files written, which every process must have alike (compared when the processes join,
-// before anything else crosses processes). The strategy compares its own settings itself
+// Across processes (every strategy: multi_worker_mirrored, parameter_server, pipeline, hybrid):
+// the flags that change the result or the files written, which every process must have alike.
+// main() hands them to strata::distribute::set_job_settings before any strategy is built, and
+// every process group compares them when its ranks join, before anything else crosses
+// processes: one place for every strategy, so that a new one cannot forget them (issue 41:
+// pipeline and hybrid once compared none, and a rank with another --seed trained to garbage
+// with exit status 0). The strategies compare their own settings themselves, each named once
 // (--replicas, --transport, --timeout-ms; --workers, --servers, --sync, --k, --staleness,
-// --straggler, --clock, --shards); --threads and --verbose may differ.
+// --straggler, --clock, --shards; --stages, --micro-batches, --schedule); --threads, --verbose
+// and --data (a path per host; the data's size is compared) may differ.
 inline strata::distribute::collective::Settings shared_settings(const Flags& f, const strata::data::Mnist& mnist) {
     return {{"--batch-size", std::to_string(f.batch_size)},
             {"--seed", std::to_string(f.seed)},
             {"--epochs", std::to_string(f.epochs)},
             {"--steps-per-epoch", std::to_string(f.steps_per_epoch)},
             {"--load", f.load},
+            // Rank 0 writes every file: a file named on another rank only would not be written.
             {"--save", f.save},
             {"--json", f.json},
             {"--plot", f.plot},

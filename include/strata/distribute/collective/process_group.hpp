@@ -166,7 +166,8 @@ public:
 
     /// Joins the ranks of `comm`. First the ranks exchange their settings, point to point and
     /// polled against the timeout (nothing blocks before every rank is known to be here): the
-    /// lanes, the transport asked for, the timeout, chunk_bytes and options.settings. A rank
+    /// lanes, the transport asked for, the timeout, chunk_bytes, options.settings and the
+    /// program's settings (distribute::set_job_settings, strata/distribute/settings.hpp). A rank
     /// that does not come is named (DistributedError `rank 1 of 2 did not arrive within 60000
     /// ms`); settings that differ are a ValueError on every rank naming each one and which rank
     /// has what (`transport: rank 0 has mpi, rank 1 has shared_memory`). Only then are the

@@ -403,6 +403,9 @@ STRATA_MPI_DECL void ProcessGroup::join(MPI_Comm comm) {
                   {"chunk_bytes", std::to_string(options_.chunk_bytes)},
                   {"fake_hosts (STRATA_FAKE_HOSTS)", fake_hosts_ > 0 ? std::to_string(fake_hosts_) : std::string()}};
     for (const auto& s : options_.settings) mine.push_back(s);
+    // The program's (set_job_settings): compared by every group, so that no strategy across
+    // processes can join without them.
+    for (const auto& s : job_settings()) mine.push_back(s);
     local_rank_ = 0;
     local_size_ = 1;
     host_of_.assign(std::size_t(size_), 0);
