@@ -445,6 +445,70 @@ def mnist_cnn_output_targets(exe, data):
         check(not [f for f in os.listdir(d) if ".tmp" in f], f"mnist_cnn output targets: temporary files left: {os.listdir(d)}")
 
 
+def backup_position(path):
+    """(epoch, batches) a backup was taken at, from its safetensors metadata."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        meta = json.loads(f.read(n)).get("__metadata__", {})
+    return int(meta["backup_epoch"]), int(meta["backup_batches"])
+
+
+def killed_after_first_backup(cmd, backup):
+    """Runs `cmd` until `backup` exists, then SIGKILL: the position it holds."""
+    import signal
+    import time
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(backup) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    return backup_position(backup) if os.path.exists(backup) else None
+
+
+def mnist_cnn_backup_issue41(exe, data):
+    """--backup-dir (issue 41): a backup resumed with --backup-force under fewer --steps-per-epoch
+    than it had done in its epoch is the ValueError docs/fault_tolerance.md promises (it once
+    resumed at "30/20"); a pipeline backup is refused under another --stages, --micro-batches or
+    --schedule, naming it (it once resumed without a word, then not bit for bit)."""
+    with tempfile.TemporaryDirectory() as d:
+        backup_dir = os.path.join(d, "backup")
+        backup = os.path.join(backup_dir, "backup.safetensors")
+        base = ["--data", data, "--epochs", "3", "--batch-size", "8", "--threads", "1", "--verbose", "0",
+                "--backup-dir", backup_dir, "--backup-every-steps", "6"]
+        at = killed_after_first_backup([exe] + base + ["--steps-per-epoch", "30"], backup)
+        if check(at is not None, "mnist_cnn --backup-dir: no backup before the kill"):
+            r = run([exe] + base + ["--steps-per-epoch", "5", "--backup-force"], timeout=300)
+            if at[1] > 5:
+                check(r.returncode == 1 and f"expected at most steps_per_epoch = 5 batches done in an epoch, found {at[1]}" in r.stderr
+                      and "ValueError" not in r.stdout and "test accuracy" not in r.stdout,
+                      f"mnist_cnn --backup-force with fewer steps per epoch than the backup's {at}: exit {r.returncode}, "
+                      f"stdout {r.stdout.strip()[-200:]!r}, stderr {r.stderr.strip()[-300:]!r}")
+                check(os.path.exists(backup), "mnist_cnn --backup-force refused: the backup was removed")
+            else:
+                print(f"note: the backup was taken at {at}, within 5 steps: the refusal could not be checked this time")
+        for f in os.listdir(backup_dir) if os.path.isdir(backup_dir) else []:
+            os.remove(os.path.join(backup_dir, f))
+        pipe = base + ["--steps-per-epoch", "30", "--strategy", "pipeline", "--stages", "2", "--micro-batches", "2",
+                       "--schedule", "gpipe"]
+        at = killed_after_first_backup([exe] + pipe, backup)
+        if check(at is not None, "mnist_cnn pipeline --backup-dir: no backup before the kill"):
+            def changed(flag, value):
+                args = list(pipe)
+                args[args.index(flag) + 1] = value
+                return args
+            for flag, value, says in (("--stages", "3", "stages: the backup has 2, this run 3"),
+                                      ("--micro-batches", "3", "micro-batches: the backup has 2, this run 3"),
+                                      ("--schedule", "1f1b", "schedule: the backup has gpipe, this run 1f1b")):
+                r = run([exe] + changed(flag, value), timeout=300)
+                check(r.returncode == 1 and says in r.stderr and "test accuracy" not in r.stdout,
+                      f"mnist_cnn pipeline backup resumed with {flag} {value}: exit {r.returncode}, stderr {r.stderr.strip()[-400:]!r}")
+            # The negative control: the same flags resume it.
+            r = run([exe] + pipe, timeout=300)
+            check(r.returncode == 0 and "resumed from the backup" in r.stdout,
+                  f"mnist_cnn pipeline backup with the same flags: exit {r.returncode}, stdout {r.stdout.strip()[-200:]!r}")
+
+
 def mnist_cnn_backup_guards(exe, data):
     """--backup-dir keyed to its run: a backup made with other flags is refused naming each
     (--backup-force resumes it), a second live run on the directory is refused naming the
@@ -751,6 +815,7 @@ def main():
             mnist_cnn_hardening(exe, data, missing)
             mnist_cnn_output_targets(exe, data)
             mnist_cnn_backup_guards(exe, data)
+            mnist_cnn_backup_issue41(exe, data)
             mnist_cnn_inputs(exe, data)
             mnist_cnn_launcher(exe, data)
 

@@ -8,7 +8,9 @@ promises when a process stalls or dies.
     both runs agrees to 1e-5), only rank 0 prints the report and writes --json and --save, and
     the saved weights load into a one-device run;
   * 4 processes declared to be 2 hosts x 2 (STRATA_FAKE_HOSTS=2): the hierarchical transport
-    trains like one device and the report has the cross-host stage;
+    trains like one device and the report has the cross-host stage; STRATA_FAKE_HOSTS " 2" and
+    "2 " are refused alike on every rank, and any value under the parameter server (no host
+    layout there) is refused rather than ignored;
   * 3 processes, one stopped with SIGSTOP mid-training: the job ends non-zero within the
     timeout plus a margin, every surviving rank names "rank 2 of 3 ... did not arrive", and a
     stall warning named it before the deadline;
@@ -522,6 +524,36 @@ def verdict(name):
     return 0
 
 
+def fake_hosts_parser(mpirun, exe, data):
+    """STRATA_FAKE_HOSTS (issue 41) has one parser: " 2" and "2 " are both refused on every rank,
+    naming the value (" 2" was once taken, "2 " refused); "2" is taken (the negative control);
+    under the parameter server, which has no host layout, a value is refused instead of ignored."""
+    common = ["--data", data, "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "12", "--verbose", "0",
+              "--threads", "1", "--timeout-ms", "20000"]
+    for value, np, strategy, says in (
+            (" 2", 2, ["--strategy", "multi_worker_mirrored"], "STRATA_FAKE_HOSTS=' 2': expected a number of hosts in decimal digits alone"),
+            ("2 ", 2, ["--strategy", "multi_worker_mirrored"], "STRATA_FAKE_HOSTS='2 ': expected a number of hosts in decimal digits alone"),
+            ("2", 4, ["--strategy", "parameter_server", "--workers", "2", "--servers", "1"],
+             "STRATA_FAKE_HOSTS=2 declares a host layout, which the parameter server does not use")):
+        e = env()
+        e["STRATA_FAKE_HOSTS"] = value
+        try:
+            r = subprocess.run([mpirun, "-np", str(np), "-x", "STRATA_FAKE_HOSTS", exe] + common + strategy,
+                               capture_output=True, text=True, env=e, timeout=120)
+        except subprocess.TimeoutExpired:
+            check(False, f"STRATA_FAKE_HOSTS={value!r} {strategy[1]}: still running after 120 s (a hang)")
+            continue
+        check(r.returncode != 0 and r.stderr.count(says) == np and "test accuracy" not in r.stdout,
+              f"STRATA_FAKE_HOSTS={value!r} {strategy[1]}: exit {r.returncode}, expected all {np} ranks to say {says!r}: "
+              f"{r.stderr[-800:]!r}")
+    e = env()
+    e["STRATA_FAKE_HOSTS"] = "2"
+    r = subprocess.run([mpirun, "-np", "2", "-x", "STRATA_FAKE_HOSTS", exe] + common + ["--strategy", "multi_worker_mirrored"],
+                       capture_output=True, text=True, env=e, timeout=300)
+    check(r.returncode == 0 and r.stdout.count("test accuracy") == 1,
+          f"STRATA_FAKE_HOSTS=2 multi_worker_mirrored -np 2: exit {r.returncode}: {r.stderr[-600:]!r}")
+
+
 def main():
     with mpi_job() as (args, d, data):
         exe = args.mnist_cnn
@@ -548,6 +580,8 @@ def main():
                                capture_output=True, text=True, env=env(), timeout=300)
             check(r.returncode == 0 and abs(strict_json(one_json)["test_loss"] - mw["test_loss"]) <= 1e-6 * abs(mw["test_loss"]),
                   f"the weights saved by rank 0 do not reproduce its test loss on one device: {r.stderr[-300:]!r}")
+
+        fake_hosts_parser(args.mpirun, exe, data)
 
         # 4 processes declared to be 2 hosts of 2 (STRATA_FAKE_HOSTS=2): the hierarchical
         # transport (shared memory inside a host, MPI between the leaders) trains like one device.

@@ -237,6 +237,11 @@ public:
     /// other ranks' waits end at once with DistributedError naming this rank. Never throws.
     STRATA_MPI_DECL void abort(std::string_view message) noexcept;
 
+    /// STRATA_FAKE_HOSTS=H, the one parser of it (every strategy reads it through this): H
+    /// written in decimal digits alone, 1 <= H <= 2^20, or 0 when unset or empty. Anything else
+    /// (" 2", "2 ", "+2", "2x", "0") is a ValueError naming the value.
+    STRATA_MPI_DECL static int fake_hosts_from_environment();
+
 private:
     void mark_failed() noexcept {
         failed_ = true;
@@ -252,8 +257,6 @@ private:
     // local_rank_ and local_size_ from the host names.
     STRATA_MPI_DECL void join(MPI_Comm comm);
 
-    // STRATA_FAKE_HOSTS=H (a count >= 1), or 0 when unset or empty.
-    STRATA_MPI_DECL static int fake_hosts_from_environment();
     // Every rank runs this with the same values (they agreed on them): the same error everywhere.
     STRATA_MPI_DECL void check_fake_hosts() const;
     STRATA_MPI_DECL int host_count() const;

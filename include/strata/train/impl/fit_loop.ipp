@@ -63,6 +63,13 @@ STRATA_DECL History run_fit(TrainingContext& ctx, FitDriver& driver, const Callb
         // batch to resume at, only an epoch.
         STRATA_CHECK(driver.resumes_mid_epoch() || from->batches == 0, ValueError, "fit: cannot resume part-way through epoch ",
                      from->epoch, " (after ", from->batches, " updates) under ParameterServer; back up at epoch ends only");
+        // A backup taken after more steps of its epoch than this run's epochs have (another
+        // steps_per_epoch, BackupAndRestore's allow_config_change) has no batch to resume at: once
+        // that epoch was silently counted done ("30/20"), and the run went on from a position no
+        // uninterrupted run of either configuration passes through.
+        STRATA_CHECK(s.steps_per_epoch <= 0 || from->batches <= s.steps_per_epoch, ValueError, "fit: cannot resume epoch ",
+                     from->epoch, " after batch ", from->batches, ": expected at most steps_per_epoch = ", s.steps_per_epoch,
+                     " batches done in an epoch, found ", from->batches, " in the backup (it was made with more steps per epoch)");
     }
     Logs logs;
     FitEpoch e(ctx, callbacks, bar, logs, s.accuracy, s.steps_per_epoch);

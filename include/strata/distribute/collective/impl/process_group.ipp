@@ -461,10 +461,14 @@ STRATA_MPI_DECL void ProcessGroup::join(MPI_Comm comm) {
 STRATA_MPI_DECL int ProcessGroup::fake_hosts_from_environment() {
     const char* v = std::getenv("STRATA_FAKE_HOSTS");
     if (v == nullptr || *v == '\0') return 0;
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || n < 1 || n > 1 << 20)
-        throw_error<ValueError>("ProcessGroup: STRATA_FAKE_HOSTS=", v, ": expected a number of hosts >= 1 (or unset)");
+    // Digits only: strtol took leading blanks and a sign (" 2" was 2) but refused trailing ones
+    // ("2 "); a value a script quoted carelessly is refused either way, never half-read.
+    long n = 0;
+    const char* p = v;
+    for (; *p >= '0' && *p <= '9' && n <= (1 << 20); ++p) n = n * 10 + (*p - '0');
+    if (*p != '\0' || n < 1 || n > (1 << 20))
+        throw_error<ValueError>("ProcessGroup: STRATA_FAKE_HOSTS='", v, "': expected a number of hosts in decimal digits alone, "
+                                "from 1 to ", 1 << 20, " (or unset)");
     return int(n);
 }
 
