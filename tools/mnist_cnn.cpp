@@ -111,6 +111,9 @@ bool Session::trained(const strata::train::History& history, double seconds, int
 
 bool Session::release_signals() {
     stop_->release();
+    // Across processes a signal that reached one rank between fit's last agreement and here
+    // must send every rank down the same branch: the evaluation that follows is collective.
+    strata::distribute::agree_stop({stop_->interrupted(), stop_->signal_number()});
     if (!stop_->interrupted()) return false;
     rep_.interrupted_by = stop_->signal_number();
     return true;

@@ -52,6 +52,7 @@
 #include <strata/distribute/collective/common.hpp>
 #include <strata/distribute/rendezvous.hpp>
 #include <strata/distribute/settings.hpp>
+#include <strata/distribute/stop_agreement.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -426,6 +427,15 @@ private:
     std::vector<int> names_;                         // a stage's ranks as ranks of the whole job
     int named_size_ = 0;
     std::string stage_;                              // where(): which stage of a hierarchical group
+    // The job's stop channel (distribute/stop_agreement.hpp) when this is the first group that
+    // spans every rank of the job: fit agrees on its stops through it, on lane 0, from the
+    // thread that runs fit, between steps (when no replica thread uses the lane).
+    struct JobStop final : StopChannel {
+        ProcessGroup* group = nullptr;
+        void sum_over_job(std::span<double> values) override {
+            group->all_reduce(0, values, ReduceOp::Sum, SyncPoint{"all_reduce", "the stop request (fit)"});
+        }
+    } job_stop_;
 };
 
 // ---- the member templates, for float and double compiled once in the MPI compiled part ----

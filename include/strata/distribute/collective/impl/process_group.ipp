@@ -305,9 +305,15 @@ STRATA_MPI_DECL ProcessGroup::ProcessGroup(MPI_Comm comm, int lanes, ProcessGrou
         seq_.assign(std::size_t(lanes_), 0);
         control_ = std::make_unique<ControlBuffers[]>(std::size_t(lanes_));
     }
+    // Every strategy across processes joins through a ProcessGroup: the first one over the
+    // whole job carries the job's stop agreement, so none can forget it (a group of part of the
+    // job, a hybrid's copies or a host's ranks, cannot: not every rank is in it).
+    job_stop_.group = this;
+    if (size_ > 1 && size_ == mpi::world_size()) register_stop_channel(&job_stop_);
 }
 
 STRATA_MPI_DECL ProcessGroup::~ProcessGroup() {
+    unregister_stop_channel(&job_stop_);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (failed_ || mpi::job_failed()) {
