@@ -113,7 +113,9 @@ bool Session::release_signals() {
     stop_->release();
     // Across processes a signal that reached one rank between fit's last agreement and here
     // must send every rank down the same branch: the evaluation that follows is collective.
-    strata::distribute::agree_stop({stop_->interrupted(), stop_->signal_number()});
+    // (Not the parameter server's: its ranks evaluate on their own, and a sum over every rank
+    // would wait for a lost worker.)
+    if (flags_.strategy != "parameter_server") strata::distribute::agree_stop({stop_->interrupted(), stop_->signal_number()});
     if (!stop_->interrupted()) return false;
     rep_.interrupted_by = stop_->signal_number();
     return true;

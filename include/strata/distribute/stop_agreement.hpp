@@ -13,10 +13,13 @@
 /// and the program's save-and-exit branch (collective under a pipeline) is taken on every rank.
 ///
 /// The channel is the job's first `collective::ProcessGroup` that spans every rank of the job:
-/// every strategy across processes (MultiWorkerMirrored, ParameterServer, Pipeline, the hybrid,
-/// and any later one) joins through a ProcessGroup, which registers itself here, so no strategy
-/// has to remember to. In one process there is no channel and the request is this process's
-/// own. No MPI here.
+/// every strategy across processes (MultiWorkerMirrored, Pipeline, the hybrid, and any later
+/// one) joins through a ProcessGroup, which registers itself here, so no strategy has to
+/// remember to. The parameter server's group registers too, but Model does not agree over it:
+/// its workers never step in lockstep and a lost worker, which it trains on without, would
+/// make every sum over the job wait for it (its stop is the coordinator's, see
+/// docs/fault_tolerance.md). In one process there is no channel and the request is this
+/// process's own. No MPI here.
 #include <atomic>
 #include <cstddef>
 #include <span>

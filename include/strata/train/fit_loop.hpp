@@ -84,9 +84,9 @@ public:
     virtual void epoch_done(int epoch) = 0;
     /// Across processes: `mine` combined with every rank's (distribute::agree_stop: any rank's
     /// stop, the highest signal, written into strata::stop_signal()), the same on every rank.
-    /// fit calls it after each step (`at_step`; a strategy whose ranks do not all step together,
-    /// the parameter server, answers `mine` there), after each epoch's training, and before it
-    /// returns. One process: `mine`.
+    /// fit calls it after each step (`at_step`), after each epoch's training and validation,
+    /// and before it returns. One process, and the parameter server (whose ranks never all
+    /// meet: its workers do not step, and a lost one is trained on without): `mine`.
     virtual distribute::StopRequest agree_stop(distribute::StopRequest mine, bool at_step) {
         (void)at_step;
         return mine;

@@ -587,12 +587,13 @@ private:
         FitHooks(Model& model, const data::Dataset<Y>& t, const FitOptions<Y>& o) : m(model), train(t), options(o) {}
 
         std::int64_t expected_steps() override { return m.expected_steps(train); }
-        // One mechanism for every strategy across processes: the job's stop channel (the
-        // ProcessGroup every such strategy joins through). After a step only where every rank
-        // steps together; a parameter server's workers and servers do not step.
-        distribute::StopRequest agree_stop(distribute::StopRequest mine, bool at_step) override {
-            if (at_step && !lockstep) return mine;
-            return distribute::agree_stop(mine);
+        // One mechanism for every lockstep strategy across processes: the job's stop channel
+        // (the ProcessGroup every such strategy joins through). Not the parameter server's: its
+        // workers and servers do not step, and a lost worker (which that strategy trains on
+        // without) would make any sum over every rank wait for it.
+        distribute::StopRequest agree_stop(distribute::StopRequest mine, bool) override {
+            if constexpr (!lockstep) return mine;
+            else return distribute::agree_stop(mine);
         }
         bool resumes_mid_epoch() const override { return lockstep; }
         void epoch_done(int epochs) override { m.epoch_ = epochs; }
