@@ -444,6 +444,11 @@ def parameter_server_faults(mpirun, exe, data, d):
               "training goes on with 1 of 2 workers" in err, f"async, worker {how}: not named: {err[-1200:]!r}")
         check("test accuracy" in out and doc is not None and doc["updates"] > 0,
               f"async, worker {how}: training did not go on: exit {rc}: {out[-400:]!r} {err[-600:]!r}")
+        # Issue 41: the report and the JSON name the lost worker (they once said `workers: 2`).
+        check("lost workers                 1 of 2: worker 1 (rank 3); training went on with 1" in out and
+              doc is not None and doc.get("lost_workers") == [1] and doc.get("lost_worker_ranks") == [3],
+              f"async, worker {how}: the lost worker is not in the report and JSON: {out[-500:]!r} "
+              f"{(doc or {}).get('lost_workers')!r}")
     # (Under --enable-recovery Open MPI's mpirun exits 0 even when a process failed: the
     # messages and the missing report are what is checked.)
     rc, out, err, doc = ps_fault(mpirun, exe, data, d, "sync", 2)

@@ -534,6 +534,15 @@ int main(int argc, char** argv) {
             std::printf("%-28s %lld\n", "dropped gradients", (long long)rep.ps->dropped);
             std::printf("%-28s max %lld, mean %.3f\n", "staleness", (long long)rep.ps->staleness_max, rep.ps->staleness_mean());
             std::printf("%-28s %.3f\n", (flags.clock + " clock seconds").c_str(), rep.ps->seconds);
+            // A job that trained on without a worker says so here, not only in a warning.
+            if (!rep.ps->lost_workers.empty()) {
+                std::string lost;
+                for (std::size_t i = 0; i < rep.ps->lost_workers.size(); ++i)
+                    lost += (i ? ", worker " : "worker ") + std::to_string(rep.ps->lost_workers[i]) + " (rank " +
+                            std::to_string(rep.ps->lost_ranks[i]) + ")";
+                std::printf("%-28s %zu of %d: %s; training went on with %zu\n", "lost workers", rep.ps->lost_workers.size(),
+                            flags.workers, lost.c_str(), std::size_t(flags.workers) - rep.ps->lost_workers.size());
+            }
         }
 
         if (!flags.plot.empty()) {
@@ -574,6 +583,8 @@ int main(int argc, char** argv) {
                 j["staleness_max"] = rep.ps->staleness_max;
                 j["staleness_mean"] = rep.ps->staleness_mean();
                 j["staleness_histogram"] = rep.ps->histogram;
+                j["lost_workers"] = std::vector<std::int64_t>(rep.ps->lost_workers.begin(), rep.ps->lost_workers.end());
+                j["lost_worker_ranks"] = std::vector<std::int64_t>(rep.ps->lost_ranks.begin(), rep.ps->lost_ranks.end());
             }
             j["epoch_loss"] = rep.epoch_loss;
             j["epoch_accuracy"] = rep.epoch_accuracy;

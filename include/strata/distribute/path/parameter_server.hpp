@@ -619,6 +619,8 @@ void ParameterServerCore<P, T>::epoch_run(Next<Y> next, std::uint64_t& step, Wor
             fail(w, r.error + " (Synchronous needs every worker; the asynchronous and K modes go on without a lost one)");
         state[std::size_t(w)] = State::Lost;
         lost_.push_back(w);
+        epoch_.lost_workers.push_back(w);  // into the report and the JSON (stats())
+        epoch_.lost_ranks.push_back(remote_->worker_rank(w));
         ++epoch_.dropped;
         int left = 0;
         for (auto st : state) left += st != State::Lost;
