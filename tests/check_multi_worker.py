@@ -11,6 +11,9 @@ promises when a process stalls or dies.
     trains like one device and the report has the cross-host stage; STRATA_FAKE_HOSTS " 2" and
     "2 " are refused alike on every rank, and any value under the parameter server (no host
     layout there) is refused rather than ignored;
+  * a rank that starts late (MNIST_CNN_STOP_BEFORE_JOIN: it stops itself before it joins, and
+    is resumed once rank 0 says it has waited longer than --timeout-ms for it), under MultiWorkerMirrored (2 processes) and the parameter server (4):
+    the set-up waits the start-up deadline, and the job trains and exits 0;
   * 3 processes, one stopped with SIGSTOP mid-training: the job ends non-zero within the
     timeout plus a margin, every surviving rank names "rank 2 of 3 ... did not arrive", and a
     stall warning named it before the deadline;
@@ -166,6 +169,66 @@ def fault(mpirun, exe, data, how, timeout_ms=3000, np=3, victim_rank=2, strategy
                 pass
         if p.poll() is None:
             p.kill()
+
+
+def slow_start(mpirun, exe, data):
+    """A rank that starts late (issue 41: on a loaded machine the parameter server's fault checks
+    failed in their set-up, "set-up (process group): rank 3 of 4 did not arrive within 2000 ms",
+    before any fault): the set-up waits the start-up deadline (max(--timeout-ms, 30 s)), not the
+    step deadline. MNIST_CNN_STOP_BEFORE_JOIN=R makes rank R stop itself (SIGSTOP) after MPI_Init
+    and its data, just before its strategy joins the others; it is resumed only once rank 0 says
+    that it has waited longer than --timeout-ms and goes on waiting (an event, not a time). The
+    job must then train and exit 0 (before the fix: "did not arrive within 1000 ms")."""
+    import threading
+    for np, victim_rank, strategy in ((2, 1, ["--strategy", "multi_worker_mirrored"]),
+                                      (4, 3, ["--strategy", "parameter_server", "--workers", "2", "--servers", "1"])):
+        name = f"slow start ({strategy[1]}, rank {victim_rank} of {np})"
+        e = env()
+        e["MNIST_CNN_STOP_BEFORE_JOIN"] = str(victim_rank)
+        cmd = [mpirun, "-np", str(np), "-x", "MNIST_CNN_STOP_BEFORE_JOIN", exe, "--data", data, *strategy,
+               "--epochs", "1", "--steps-per-epoch", "3", "--batch-size", "12", "--verbose", "0", "--threads", "1",
+               "--timeout-ms", "1000"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+        lines, waiting = [], threading.Event()
+        says = "longer than the timeout of 1000 ms: still starting"
+
+        def read_stderr():
+            for line in p.stderr:
+                lines.append(line)
+                if says in line or "did not arrive" in line:
+                    waiting.set()
+            waiting.set()  # the job ended
+
+        reader = threading.Thread(target=read_stderr, daemon=True)
+        reader.start()
+        victim = None
+        try:
+            if not check(waiting.wait(120), f"{name}: rank 0 said nothing within 120 s"):
+                continue
+            victim = ranks_of(p.pid, os.path.basename(exe)).get(victim_rank)
+            if victim is not None:
+                os.kill(victim, signal.SIGCONT)
+            try:
+                out = p.stdout.read()
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                check(False, f"{name}: still running 120 s after the late rank was resumed (a hang)")
+                continue
+            reader.join(10)
+            err = "".join(lines)
+            check(says in err, f"{name}: rank 0 did not say it waits beyond the timeout for the late rank: {err[-1200:]!r}")
+            check(p.returncode == 0 and "did not arrive" not in err and "test accuracy" in out,
+                  f"{name}: a rank that was only late was taken for a lost one: exit {p.returncode}: {err[-1200:]!r}")
+        finally:
+            for pid in ranks_of(p.pid, os.path.basename(exe)).values():
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.kill(pid, sig)
+                    except OSError:
+                        pass
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def backup_resume(mpirun, exe, data, d):
@@ -372,7 +435,7 @@ def ps_fault(mpirun, exe, data, d, sync, victim_rank, how="kill"):
     j = os.path.join(d, f"ps_fault_{sync}_{victim_rank}_{how}.json")
     cmd = [mpirun, "--enable-recovery", "-np", "4", exe, "--data", data, "--strategy", "parameter_server", "--workers", "2",
            "--servers", "1", "--sync", sync, "--epochs", "40", "--batch-size", "8", "--verbose", "0", "--threads", "1",
-           "--timeout-ms", "2000", "--json", j]
+           "--timeout-ms", "2000", "--json", j, "--tensorboard", os.path.join(d, f"ps_fault_{sync}_{victim_rank}_{how}_tb")]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
     victim = None
     try:
@@ -387,6 +450,13 @@ def ps_fault(mpirun, exe, data, d, sync, victim_rank, how="kill"):
             p.communicate()
             return None, "", "", None
         ranks = ranks_of(p.pid, os.path.basename(exe))
+        # The fault is injected once training runs, never into the set-up (which a loaded
+        # machine can make last seconds): rank 0's TensorBoard event file exists once fit has
+        # begun, and every rank has then passed the set-up's agreements (the optimizer's last).
+        tb = os.path.join(d, f"ps_fault_{sync}_{victim_rank}_{how}_tb")
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None and not (os.path.isdir(tb) and os.listdir(tb)):
+            time.sleep(0.05)
         time.sleep(2.0)  # into training
         os.kill(victim, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
         if how == "stop":  # a stopped process never exits: once the coordinator is done, end it
@@ -587,6 +657,7 @@ def main():
                   f"the weights saved by rank 0 do not reproduce its test loss on one device: {r.stderr[-300:]!r}")
 
         fake_hosts_parser(args.mpirun, exe, data)
+        slow_start(args.mpirun, exe, data)
 
         # 4 processes declared to be 2 hosts of 2 (STRATA_FAKE_HOSTS=2): the hierarchical
         # transport (shared memory inside a host, MPI between the leaders) trains like one device.

@@ -414,6 +414,21 @@ void check_flags(const CLI::App& app, Flags& f) {
         if (app.count(name) && f.device == "cpu") throw cli::usage_error(std::string(name) + " is a GPU flag; it means nothing with --device cpu");
 }
 
+// A test hook (tests/check_multi_worker.py's slow start): MNIST_CNN_STOP_BEFORE_JOIN=R makes
+// rank R stop itself (SIGSTOP) after MPI_Init and its data, just before its strategy joins the
+// others, so that a test can hold a rank back at the one place a slow start delays (MPI_Init
+// itself waits for every rank) and resume it once the others have waited past the step
+// deadline. Unset in any real run; a value that is not a rank is refused, never half-read.
+void stop_before_join_for_tests() {
+    const char* v = std::getenv("MNIST_CNN_STOP_BEFORE_JOIN");
+    if (v == nullptr || *v == '\0') return;
+    long r = 0;
+    const char* p = v;
+    for (; *p >= '0' && *p <= '9' && r < 1'000'000; ++p) r = r * 10 + (*p - '0');
+    if (*p != '\0') throw cli::usage_error(std::string("MNIST_CNN_STOP_BEFORE_JOIN='") + v + "': expected a rank in decimal digits");
+    if (multi_worker_rank() == r) ::raise(SIGSTOP);
+}
+
 bool trains_on_gpu(const std::string& strategy) {
     // parameter_server across processes (under a launcher) runs on the host only.
     if (strategy == "parameter_server") return strata::distribute::launch_info().size <= 1;
@@ -470,6 +485,7 @@ int main(int argc, char** argv) {
         const auto mnist = strata::data::load_mnist(flags.data);
         // Compared by every strategy's process group when the ranks join (mnist_cnn.hpp).
         if (across) strata::distribute::set_job_settings(shared_settings(flags, mnist));
+        if (across) stop_before_join_for_tests();
         if (chief) {
             std::printf("%s", Net::summary().c_str());
             std::printf("MNIST: %zu training and %zu test images from %s\n", mnist.train.size(), mnist.test.size(),

@@ -31,9 +31,11 @@
 /// Joining: the constructor first exchanges every rank's settings (lanes, transport, timeout,
 /// chunk size, and whatever ProcessGroupOptions::settings adds) point to point on the caller's
 /// communicator, tags 0x5374 and 0x5375 (a program must not use them on it), polled against
-/// the timeout; ranks that are not there are named, settings that differ are refused on every
-/// rank, and only then are the collective MPI calls of the set-up made. agree() checks more
-/// settings later (MultiWorkerMirrored's model and optimizer).
+/// the start-up deadline (ProcessGroupOptions::startup_timeout, by default max(timeout, 30 s):
+/// a rank still starting on a loaded machine is late, not lost); ranks that are not there are
+/// named, settings that differ are refused on every rank, and only then are the collective MPI
+/// calls of the set-up made. agree() checks more settings later (MultiWorkerMirrored's model
+/// and optimizer), under the same start-up deadline.
 ///
 /// Faults: a wait that exceeds the timeout throws DistributedError
 /// `all_reduce (lane 0): rank 2 of 3 did not arrive within 10000 ms` on every rank that waits,
@@ -106,6 +108,14 @@ struct ProcessGroupOptions {
     /// ranks run on H hosts of size/H consecutive ranks each (testing the hierarchical transport
     /// on one machine); -1 = read STRATA_FAKE_HOSTS (unset or empty: the real hosts).
     int fake_hosts = -1;
+    /// (Last, so that positional initialisers written before it keep their meaning.) How long a rank waits for the others while the group is set up: the join (the settings'
+    /// exchange and the set-up's MPI calls) and agree(). Ranks are then still starting (MPI
+    /// lets each one leave MPI_Init on its own; it loads its data and builds its model first),
+    /// and on a loaded machine a slow start is not a lost rank: the step deadline `timeout`
+    /// would name one that is only late (issue 41: "set-up (process group): rank 3 of 4 did
+    /// not arrive within 2000 ms" before any fault). 0: max(timeout, 30 s). Collectives keep
+    /// `timeout`: a rank that dies once training runs is named within it.
+    std::chrono::milliseconds startup_timeout{0};
 };
 
 /// What the cross-host stage of the hierarchical transport did on this rank (a host leader;
@@ -190,6 +200,8 @@ public:
     [[nodiscard]] int lanes() const noexcept { return lanes_; }
     [[nodiscard]] Transport transport() const noexcept { return transport_; }
     [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return options_.timeout; }
+    /// The set-up's deadline (ProcessGroupOptions::startup_timeout, resolved).
+    [[nodiscard]] std::chrono::milliseconds startup_timeout() const noexcept { return options_.startup_timeout; }
     [[nodiscard]] MPI_Comm communicator() const noexcept { return comm_; }
     /// True once a collective of this group timed out or a rank called abort().
     [[nodiscard]] bool failed() const noexcept { return failed_; }
@@ -209,7 +221,8 @@ public:
 
     /// Checks that every rank passes the same `settings` (what = what they are, for the
     /// message), e.g. once at set-up: the ranks exchange them point to point, polled against
-    /// the timeout. Throws, on every rank alike, ValueError `ProcessGroup: the ranks disagree on
+    /// the start-up deadline (ProcessGroupOptions::startup_timeout: a set-up step, where ranks
+    /// may still be building their model). Throws, on every rank alike, ValueError `ProcessGroup: the ranks disagree on
     /// the optimizer: optimizer: rank 0 has Adam(...), rank 1 has SGD(...)` naming every
     /// setting that differs; DistributedError naming a rank that does not come (the group is
     /// then failed). Requires: every rank calls it at the same point, from one thread, never
@@ -297,12 +310,14 @@ private:
 
     // Every rank's `mine`, on every rank, in rank order. Each rank sends it to rank 0 (tag
     // `tag`), which answers (tag + 1) with all of them once every rank came, or with the ranks
-    // missing at its deadline; a rank waits for the answer until rank 0's deadline plus the
-    // timeout. Point to point and polled: nothing blocks. On failure `failed` runs, the
+    // missing at its deadline (`wait`: the start-up deadline); a rank waits for the answer
+    // until rank 0's deadline plus `wait`. Rank 0 warns at the stall warning and again once
+    // the wait outlasts the step deadline (`timeout`), saying that it goes on waiting. Point to point and polled: nothing blocks. On failure `failed` runs, the
     // message naming the missing ranks is thrown, and the buffers of requests still in flight
     // are leaked (a send or receive may still touch them).
     template <class OnFailure>
-    std::vector<std::string> exchange(MPI_Comm c, int tag, const std::string& mine, const SyncPoint& at, OnFailure failed);
+    std::vector<std::string> exchange(MPI_Comm c, int tag, const std::string& mine, const SyncPoint& at,
+                                      std::chrono::milliseconds wait, OnFailure failed);
 
     // ---- shared-memory transport --------------------------------------------------------------
 
@@ -383,7 +398,9 @@ private:
 
     // Polls `req` until it completes or the deadline passes (time the process was suspended
     // is not counted: RunningDeadline).
-    STRATA_MPI_DECL void wait_request(MPI_Request& req, RunningDeadline& deadline, const SyncPoint& at, int lane, const std::string& who);
+    // `shown`: the deadline's length for the message (0: the timeout).
+    STRATA_MPI_DECL void wait_request(MPI_Request& req, RunningDeadline& deadline, const SyncPoint& at, int lane, const std::string& who,
+                                      std::chrono::milliseconds shown = {});
 
     // Every rank reports to rank 0; rank 0 answers "go" when all arrived, or names the missing
     // ranks to those that did. Gives the MPI transport the same error messages as shared memory.
