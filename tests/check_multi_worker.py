@@ -473,9 +473,26 @@ def ps_fault(mpirun, exe, data, d, sync, victim_rank, how="kill"):
             still = sorted(rk for rk, pid in ranks.items() if pid != victim and running(pid))
             check(not still, f"parameter_server {sync}, rank {victim_rank} stopped: rank(s) {still} still running 30 s "
                              "after the coordinator exited (waiting for the lost worker)")
-            os.kill(victim, signal.SIGKILL)
+            # Issue 41: mpirun --enable-recovery waited for the stopped worker for ever; the
+            # coordinator now ends the job (MPI_Abort) once it is done. The worker is not killed
+            # here: mpirun must return by itself, non-zero (a rank was lost).
+            try:
+                done = p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                check(False, f"parameter_server {sync}, rank {victim_rank} stopped: mpirun had not returned 30 s after the "
+                             "other ranks exited (waiting for the stopped worker)")
+            else:
+                # (mpirun --enable-recovery exits 0 even after MPI_Abort: the message is what says so.)
+                check("training is done, but the job lost worker 1 (rank 3): ending the job (MPI_Abort, exit status 3)"
+                      in done[1], f"parameter_server {sync}, rank {victim_rank} stopped: the job's end does not name the "
+                                  f"lost worker: {done[1][-600:]!r}")
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except OSError:
+                pass
+        done = locals().get("done")
         try:
-            out, err = p.communicate(timeout=120 if how == "kill" else 30)
+            out, err = done if done else p.communicate(timeout=120 if how == "kill" else 30)
         except subprocess.TimeoutExpired:
             if how == "kill":
                 p.kill()

@@ -145,6 +145,7 @@ int multi_worker_rank() {
     throw cli::usage_error("--strategy multi_worker_mirrored: this build has no MPI (install libopenmpi-dev and reconfigure)");
 }
 Report train_multi_worker(const Flags&, const strata::data::Mnist&, int&) { return multi_worker_rank(), Report{}; }
+int end_job_with_lost_ranks(const std::string&, int status) { return status; }
 }  // namespace mnist_example
 #endif
 
@@ -607,6 +608,16 @@ int main(int argc, char** argv) {
             j["epoch_val_accuracy"] = rep.epoch_val_accuracy;
             j["epoch_train_seconds"] = rep.epoch_seconds;
             cli::write_json(flags.json, j);
+        }
+        // A job that lost a worker is done here (saved, reported), but the lost process may
+        // never exit (stopped: SIGSTOP), and mpirun --enable-recovery waits for every process:
+        // end the job, and say by its status that a rank was lost (3: trained on without it).
+        if (rep.ps && !rep.ps->lost_workers.empty() && strata::distribute::launch_info().size > 1) {
+            std::string lost;
+            for (std::size_t i = 0; i < rep.ps->lost_workers.size(); ++i)
+                lost += (i ? ", worker " : "worker ") + std::to_string(rep.ps->lost_workers[i]) + " (rank " +
+                        std::to_string(rep.ps->lost_ranks[i]) + ")";
+            return end_job_with_lost_ranks("training is done, but the job lost " + lost, 3);
         }
         return 0;
     });

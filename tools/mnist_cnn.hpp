@@ -193,6 +193,11 @@ Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int&
 /// This process's rank in the MPI job (MPI is initialized by the call), for
 /// --strategy multi_worker_mirrored: only rank 0 prints and writes files.
 int multi_worker_rank();
+/// Ends an MPI job whose rank 0 finished (report and files written) but that lost a rank:
+/// prints `why` and calls MPI_Abort(MPI_COMM_WORLD, status), so that the launcher ends every
+/// process, a stopped one too (mpirun --enable-recovery otherwise waits for it for ever), and
+/// the job's status is non-zero. Returns `status` where the build has no MPI.
+int end_job_with_lost_ranks(const std::string& why, int status);
 
 /// --device gpu (mnist_cnn_gpu.cu, compiled by nvcc): --strategy one_device, mirrored or
 /// central_storage with CUDA tensors. Where nvcc was not found, mnist_cnn.cpp's fallback throws an

@@ -36,4 +36,13 @@ Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int&
     return rep;
 }
 
+int end_job_with_lost_ranks(const std::string& why, int status) {
+    std::fprintf(stderr, "mnist_cnn: %s: ending the job (MPI_Abort, exit status %d) so that no process waits for it\n", why.c_str(),
+                 status);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, status);
+    return status;
+}
+
 }  // namespace mnist_example
