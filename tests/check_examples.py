@@ -388,6 +388,127 @@ def mnist_cnn_hardening(exe, data, missing):
                   f"once with SIGTERM ({out.strip()[-200:]!r} {err.strip()[-300:]!r})")
             check(os.path.exists(ckpt) and not [f for f in os.listdir(d) if ".tmp" in f],
                   f"mnist_cnn, SIGTERM during the final evaluate: --save missing or temporary files ({os.listdir(d)})")
+def mnist_cnn_output_targets(exe, data):
+    """Output targets (issue 41): a --save, --json or --plot that is a FIFO, a socket or (as root)
+    a device node of our own, and names longer than the file system allows, are refused before
+    the data is read (exit 2, the flag and what was found named), and the node is left as it was.
+    Once a FIFO or device was replaced by a regular file after training (as root, `--json
+    /dev/null` would have replaced /dev/null), and a name too long failed only after training."""
+    import socket
+    import stat
+    with tempfile.TemporaryDirectory() as d:
+        missing = os.path.join(d, "no-such-data")  # refused before the data would be read
+        nodes = []
+        fifo = os.path.join(d, "fifo")
+        os.mkfifo(fifo)
+        nodes.append((fifo, "found a FIFO"))
+        sock_path = os.path.join(d, "sock")
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(sock_path)
+        nodes.append((sock_path, "found a socket"))
+        if os.geteuid() == 0:
+            dev = os.path.join(d, "null")
+            os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # a /dev/null of our own
+            nodes.append((dev, "found a character device"))
+        for node, found in nodes:
+            before = os.lstat(node)
+            for flag in ("--save", "--json", "--plot"):
+                r = run([exe, "--data", missing, "--epochs", "1", flag, node], timeout=60)
+                check(r.returncode == 2 and f"{flag} {node}" in r.stderr and found in r.stderr,
+                      f"mnist_cnn {flag} {node}: exit {r.returncode}, expected 2 naming it and {found!r}: {r.stderr.strip()!r}")
+                after = os.lstat(node)
+                check((after.st_ino, after.st_mode) == (before.st_ino, before.st_mode), f"mnist_cnn {flag} {node}: the node was replaced")
+            for flag in ("--tensorboard", "--backup-dir"):
+                r = run([exe, "--data", missing, "--epochs", "1", flag, node], timeout=60)
+                check(r.returncode == 2 and flag in r.stderr, f"mnist_cnn {flag} {node}: exit {r.returncode}: {r.stderr.strip()!r}")
+        sock.close()
+        name_max = os.pathconf(d, "PC_NAME_MAX")
+        long_name = os.path.join(d, "n" * (name_max + 1))
+        for flag in ("--save", "--json", "--plot"):
+            r = run([exe, "--data", missing, "--epochs", "1", flag, long_name], timeout=60)
+            check(r.returncode == 2 and flag in r.stderr and f"at most {name_max} bytes" in r.stderr,
+                  f"mnist_cnn {flag} NAME_MAX+1 bytes: exit {r.returncode}, expected 2 naming NAME_MAX: {r.stderr.strip()[-300:]!r}")
+        for flag in ("--tensorboard", "--backup-dir"):
+            r = run([exe, "--data", missing, "--epochs", "1", flag, os.path.join(long_name, "logs")], timeout=60)
+            check(r.returncode == 2 and flag in r.stderr and "NAME_MAX" in r.stderr,
+                  f"mnist_cnn {flag} with a component of NAME_MAX+1 bytes: exit {r.returncode}: {r.stderr.strip()[-300:]!r}")
+        deep = d
+        while len(deep) < 4096:
+            deep = os.path.join(deep, "d" * 100)
+        r = run([exe, "--data", missing, "--epochs", "1", "--json", os.path.join(deep, "x.json")], timeout=60)
+        check(r.returncode == 2 and "--json" in r.stderr, f"mnist_cnn --json past PATH_MAX: exit {r.returncode}: {r.stderr.strip()[-300:]!r}")
+        # The negative control: a name of exactly NAME_MAX bytes is taken, trained and written.
+        ok_name = os.path.join(d, "j" * name_max)
+        r = run([exe, "--data", data, "--epochs", "1", "--steps-per-epoch", "1", "--batch-size", "8", "--threads", "1",
+                 "--verbose", "0", "--json", ok_name], timeout=300)
+        check(r.returncode == 0 and os.path.isfile(ok_name), f"mnist_cnn --json of NAME_MAX bytes: exit {r.returncode}: {r.stderr[-300:]!r}")
+        check(not [f for f in os.listdir(d) if ".tmp" in f], f"mnist_cnn output targets: temporary files left: {os.listdir(d)}")
+
+
+def backup_position(path):
+    """(epoch, batches) a backup was taken at, from its safetensors metadata."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        meta = json.loads(f.read(n)).get("__metadata__", {})
+    return int(meta["backup_epoch"]), int(meta["backup_batches"])
+
+
+def killed_after_first_backup(cmd, backup):
+    """Runs `cmd` until `backup` exists, then SIGKILL: the position it holds."""
+    import signal
+    import time
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(backup) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    return backup_position(backup) if os.path.exists(backup) else None
+
+
+def mnist_cnn_backup_issue41(exe, data):
+    """--backup-dir (issue 41): a backup resumed with --backup-force under fewer --steps-per-epoch
+    than it had done in its epoch is the ValueError docs/fault_tolerance.md promises (it once
+    resumed at "30/20"); a pipeline backup is refused under another --stages, --micro-batches or
+    --schedule, naming it (it once resumed without a word, then not bit for bit)."""
+    with tempfile.TemporaryDirectory() as d:
+        backup_dir = os.path.join(d, "backup")
+        backup = os.path.join(backup_dir, "backup.safetensors")
+        base = ["--data", data, "--epochs", "3", "--batch-size", "8", "--threads", "1", "--verbose", "0",
+                "--backup-dir", backup_dir, "--backup-every-steps", "6"]
+        at = killed_after_first_backup([exe] + base + ["--steps-per-epoch", "30"], backup)
+        if check(at is not None, "mnist_cnn --backup-dir: no backup before the kill"):
+            r = run([exe] + base + ["--steps-per-epoch", "5", "--backup-force"], timeout=300)
+            if at[1] > 5:
+                check(r.returncode == 1 and f"expected at most steps_per_epoch = 5 batches done in an epoch, found {at[1]}" in r.stderr
+                      and "ValueError" not in r.stdout and "test accuracy" not in r.stdout,
+                      f"mnist_cnn --backup-force with fewer steps per epoch than the backup's {at}: exit {r.returncode}, "
+                      f"stdout {r.stdout.strip()[-200:]!r}, stderr {r.stderr.strip()[-300:]!r}")
+                check(os.path.exists(backup), "mnist_cnn --backup-force refused: the backup was removed")
+            else:
+                print(f"note: the backup was taken at {at}, within 5 steps: the refusal could not be checked this time")
+        for f in os.listdir(backup_dir) if os.path.isdir(backup_dir) else []:
+            os.remove(os.path.join(backup_dir, f))
+        pipe = base + ["--steps-per-epoch", "30", "--strategy", "pipeline", "--stages", "2", "--micro-batches", "2",
+                       "--schedule", "gpipe"]
+        at = killed_after_first_backup([exe] + pipe, backup)
+        if check(at is not None, "mnist_cnn pipeline --backup-dir: no backup before the kill"):
+            def changed(flag, value):
+                args = list(pipe)
+                args[args.index(flag) + 1] = value
+                return args
+            for flag, value, says in (("--stages", "3", "stages: the backup has 2, this run 3"),
+                                      ("--micro-batches", "3", "micro-batches: the backup has 2, this run 3"),
+                                      ("--schedule", "1f1b", "schedule: the backup has gpipe, this run 1f1b")):
+                r = run([exe] + changed(flag, value), timeout=300)
+                check(r.returncode == 1 and says in r.stderr and "test accuracy" not in r.stdout,
+                      f"mnist_cnn pipeline backup resumed with {flag} {value}: exit {r.returncode}, stderr {r.stderr.strip()[-400:]!r}")
+            # The negative control: the same flags resume it.
+            r = run([exe] + pipe, timeout=300)
+            check(r.returncode == 0 and "resumed from the backup" in r.stdout,
+                  f"mnist_cnn pipeline backup with the same flags: exit {r.returncode}, stdout {r.stdout.strip()[-200:]!r}")
+
+
 def mnist_cnn_backup_guards(exe, data):
     """--backup-dir keyed to its run: a backup made with other flags is refused naming each
     (--backup-force resumes it), a second live run on the directory is refused naming the
@@ -633,6 +754,7 @@ def main():
         with tempfile.TemporaryDirectory() as data:
             fake_mnist(data)
             mnist_cnn_hardening(bins["mnist_cnn"], data, os.path.join(data, "no-such-dir"))
+            mnist_cnn_output_targets(bins["mnist_cnn"], data)
             mnist_cnn_inputs(bins["mnist_cnn"], data)
         print(f"{len(failures)} failure(s)" if failures else "all checks passed")
         return 1 if failures else 0
@@ -691,7 +813,9 @@ def main():
             mnist_cnn_device(exe, data, missing)
             mnist_cnn_backup(exe, data)
             mnist_cnn_hardening(exe, data, missing)
+            mnist_cnn_output_targets(exe, data)
             mnist_cnn_backup_guards(exe, data)
+            mnist_cnn_backup_issue41(exe, data)
             mnist_cnn_inputs(exe, data)
             mnist_cnn_launcher(exe, data)
 

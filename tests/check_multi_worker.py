@@ -8,7 +8,12 @@ promises when a process stalls or dies.
     both runs agrees to 1e-5), only rank 0 prints the report and writes --json and --save, and
     the saved weights load into a one-device run;
   * 4 processes declared to be 2 hosts x 2 (STRATA_FAKE_HOSTS=2): the hierarchical transport
-    trains like one device and the report has the cross-host stage;
+    trains like one device and the report has the cross-host stage; STRATA_FAKE_HOSTS " 2" and
+    "2 " are refused alike on every rank, and any value under the parameter server (no host
+    layout there) is refused rather than ignored;
+  * a rank that starts late (MNIST_CNN_STOP_BEFORE_JOIN: it stops itself before it joins, and
+    is resumed once rank 0 says it has waited longer than --timeout-ms for it), under MultiWorkerMirrored (2 processes) and the parameter server (4):
+    the set-up waits the start-up deadline, and the job trains and exits 0;
   * 3 processes, one stopped with SIGSTOP mid-training: the job ends non-zero within the
     timeout plus a margin, every surviving rank names "rank 2 of 3 ... did not arrive", and a
     stall warning named it before the deadline;
@@ -28,6 +33,8 @@ promises when a process stalls or dies.
     with --backup-dir a relaunch resumes and saves the bytes of an uninterrupted run; with a
     worker stopped, every other rank exits on its own once training is done, while it is still
     stopped, and no process is left 30 s after it is killed (either fails the check);
+  * parameter_server across 4 processes, SIGTERM to one worker or to the coordinator alone:
+    every rank stops at the next update, --save is written, every rank exits 143;
   * 2 processes with --backup-dir, one killed with SIGKILL after a backup exists, relaunched
     with the same flags: the job resumes from the backup and rank 0 saves weights bitwise
     equal to those of an uninterrupted 2-process run.
@@ -164,6 +171,66 @@ def fault(mpirun, exe, data, how, timeout_ms=3000, np=3, victim_rank=2, strategy
                 pass
         if p.poll() is None:
             p.kill()
+
+
+def slow_start(mpirun, exe, data):
+    """A rank that starts late (issue 41: on a loaded machine the parameter server's fault checks
+    failed in their set-up, "set-up (process group): rank 3 of 4 did not arrive within 2000 ms",
+    before any fault): the set-up waits the start-up deadline (max(--timeout-ms, 30 s)), not the
+    step deadline. MNIST_CNN_STOP_BEFORE_JOIN=R makes rank R stop itself (SIGSTOP) after MPI_Init
+    and its data, just before its strategy joins the others; it is resumed only once rank 0 says
+    that it has waited longer than --timeout-ms and goes on waiting (an event, not a time). The
+    job must then train and exit 0 (before the fix: "did not arrive within 1000 ms")."""
+    import threading
+    for np, victim_rank, strategy in ((2, 1, ["--strategy", "multi_worker_mirrored"]),
+                                      (4, 3, ["--strategy", "parameter_server", "--workers", "2", "--servers", "1"])):
+        name = f"slow start ({strategy[1]}, rank {victim_rank} of {np})"
+        e = env()
+        e["MNIST_CNN_STOP_BEFORE_JOIN"] = str(victim_rank)
+        cmd = [mpirun, "-np", str(np), "-x", "MNIST_CNN_STOP_BEFORE_JOIN", exe, "--data", data, *strategy,
+               "--epochs", "1", "--steps-per-epoch", "3", "--batch-size", "12", "--verbose", "0", "--threads", "1",
+               "--timeout-ms", "1000"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+        lines, waiting = [], threading.Event()
+        says = "longer than the timeout of 1000 ms: still starting"
+
+        def read_stderr():
+            for line in p.stderr:
+                lines.append(line)
+                if says in line or "did not arrive" in line:
+                    waiting.set()
+            waiting.set()  # the job ended
+
+        reader = threading.Thread(target=read_stderr, daemon=True)
+        reader.start()
+        victim = None
+        try:
+            if not check(waiting.wait(120), f"{name}: rank 0 said nothing within 120 s"):
+                continue
+            victim = ranks_of(p.pid, os.path.basename(exe)).get(victim_rank)
+            if victim is not None:
+                os.kill(victim, signal.SIGCONT)
+            try:
+                out = p.stdout.read()
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                check(False, f"{name}: still running 120 s after the late rank was resumed (a hang)")
+                continue
+            reader.join(10)
+            err = "".join(lines)
+            check(says in err, f"{name}: rank 0 did not say it waits beyond the timeout for the late rank: {err[-1200:]!r}")
+            check(p.returncode == 0 and "did not arrive" not in err and "test accuracy" in out,
+                  f"{name}: a rank that was only late was taken for a lost one: exit {p.returncode}: {err[-1200:]!r}")
+        finally:
+            for pid in ranks_of(p.pid, os.path.basename(exe)).values():
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.kill(pid, sig)
+                    except OSError:
+                        pass
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def backup_resume(mpirun, exe, data, d):
@@ -370,7 +437,7 @@ def ps_fault(mpirun, exe, data, d, sync, victim_rank, how="kill"):
     j = os.path.join(d, f"ps_fault_{sync}_{victim_rank}_{how}.json")
     cmd = [mpirun, "--enable-recovery", "-np", "4", exe, "--data", data, "--strategy", "parameter_server", "--workers", "2",
            "--servers", "1", "--sync", sync, "--epochs", "40", "--batch-size", "8", "--verbose", "0", "--threads", "1",
-           "--timeout-ms", "2000", "--json", j]
+           "--timeout-ms", "2000", "--json", j, "--tensorboard", os.path.join(d, f"ps_fault_{sync}_{victim_rank}_{how}_tb")]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
     victim = None
     try:
@@ -385,6 +452,13 @@ def ps_fault(mpirun, exe, data, d, sync, victim_rank, how="kill"):
             p.communicate()
             return None, "", "", None
         ranks = ranks_of(p.pid, os.path.basename(exe))
+        # The fault is injected once training runs, never into the set-up (which a loaded
+        # machine can make last seconds): rank 0's TensorBoard event file exists once fit has
+        # begun, and every rank has then passed the set-up's agreements (the optimizer's last).
+        tb = os.path.join(d, f"ps_fault_{sync}_{victim_rank}_{how}_tb")
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None and not (os.path.isdir(tb) and os.listdir(tb)):
+            time.sleep(0.05)
         time.sleep(2.0)  # into training
         os.kill(victim, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
         if how == "stop":  # a stopped process never exits: once the coordinator is done, end it
@@ -399,9 +473,26 @@ def ps_fault(mpirun, exe, data, d, sync, victim_rank, how="kill"):
             still = sorted(rk for rk, pid in ranks.items() if pid != victim and running(pid))
             check(not still, f"parameter_server {sync}, rank {victim_rank} stopped: rank(s) {still} still running 30 s "
                              "after the coordinator exited (waiting for the lost worker)")
-            os.kill(victim, signal.SIGKILL)
+            # Issue 41: mpirun --enable-recovery waited for the stopped worker for ever; the
+            # coordinator now ends the job (MPI_Abort) once it is done. The worker is not killed
+            # here: mpirun must return by itself, non-zero (a rank was lost).
+            try:
+                done = p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                check(False, f"parameter_server {sync}, rank {victim_rank} stopped: mpirun had not returned 30 s after the "
+                             "other ranks exited (waiting for the stopped worker)")
+            else:
+                # (mpirun --enable-recovery exits 0 even after MPI_Abort: the message is what says so.)
+                check("training is done, but the job lost worker 1 (rank 3): ending the job (MPI_Abort, exit status 3)"
+                      in done[1], f"parameter_server {sync}, rank {victim_rank} stopped: the job's end does not name the "
+                                  f"lost worker: {done[1][-600:]!r}")
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except OSError:
+                pass
+        done = locals().get("done")
         try:
-            out, err = p.communicate(timeout=120 if how == "kill" else 30)
+            out, err = done if done else p.communicate(timeout=120 if how == "kill" else 30)
         except subprocess.TimeoutExpired:
             if how == "kill":
                 p.kill()
@@ -442,6 +533,11 @@ def parameter_server_faults(mpirun, exe, data, d):
               "training goes on with 1 of 2 workers" in err, f"async, worker {how}: not named: {err[-1200:]!r}")
         check("test accuracy" in out and doc is not None and doc["updates"] > 0,
               f"async, worker {how}: training did not go on: exit {rc}: {out[-400:]!r} {err[-600:]!r}")
+        # Issue 41: the report and the JSON name the lost worker (they once said `workers: 2`).
+        check("lost workers                 1 of 2: worker 1 (rank 3); training went on with 1" in out and
+              doc is not None and doc.get("lost_workers") == [1] and doc.get("lost_worker_ranks") == [3],
+              f"async, worker {how}: the lost worker is not in the report and JSON: {out[-500:]!r} "
+              f"{(doc or {}).get('lost_workers')!r}")
     # (Under --enable-recovery Open MPI's mpirun exits 0 even when a process failed: the
     # messages and the missing report are what is checked.)
     rc, out, err, doc = ps_fault(mpirun, exe, data, d, "sync", 2)
@@ -458,6 +554,54 @@ def parameter_server_faults(mpirun, exe, data, d):
                 "server 0 (rank 1) stopped part-way through a message" in err
         check(named and "test accuracy" not in out,
               f"server killed: expected the job to end naming it: exit {rc}: {err[-1200:]!r}")
+
+
+VICTIMS = (3, 0)
+
+
+def parameter_server_signal(mpirun, exe, data, d):
+    """SIGTERM to one rank of a parameter server across 4 processes (a worker, rank 3; or the
+    coordinator, rank 0, alone): the whole job stops at the next update (issue 41: a worker's
+    signal was acted on only at the end, and the coordinator's left the others waiting until
+    their idle deadline, 10 x --timeout-ms = 200 s here), --save is written, and every rank
+    exits 143, so mpirun exits 143. The job runs for far longer than the 120 s allowed."""
+    for victim_rank in VICTIMS:
+        name = f"parameter_server, SIGTERM to rank {victim_rank} alone"
+        save = os.path.join(d, f"ps_sigterm_{victim_rank}.safetensors")
+        tb = os.path.join(d, f"ps_sigterm_{victim_rank}_tb")
+        # The coordinator's case under --enable-recovery: otherwise mpirun ends the others as
+        # soon as rank 0 exits, and whether they were told to stop is not seen.
+        recovery = ["--enable-recovery"] if victim_rank == 0 else []
+        cmd = [mpirun, *recovery, "-np", "4", exe, "--data", data, "--strategy", "parameter_server", "--workers", "2", "--servers", "1",
+               "--sync", "async", "--epochs", "100000", "--batch-size", "8", "--verbose", "0", "--threads", "1",
+               "--timeout-ms", "20000", "--save", save, "--tensorboard", tb]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+        try:
+            deadline = time.time() + 120
+            while time.time() < deadline and p.poll() is None and not (os.path.isdir(tb) and os.listdir(tb)):
+                time.sleep(0.05)  # fit has begun on every rank
+            ranks = ranks_of(p.pid, os.path.basename(exe))
+            if not check(len(ranks) == 4 and p.poll() is None, f"{name}: the job did not start"):
+                continue
+            os.kill(ranks[victim_rank], signal.SIGTERM)
+            try:
+                out, err = p.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                signal_ranks(ranks_of(p.pid, os.path.basename(exe)).values(), signal.SIGKILL)
+                out, err = finish(p, 30)
+                check(False, f"{name}: the job was still running 120 s after the signal: {err[-800:]!r}")
+                continue
+            check(os.path.exists(save) and "interrupted by SIGTERM" in out,
+                  f"{name}: --save not written or no stop reported: exit {p.returncode}: {out[-300:]!r} {err[-800:]!r}")
+            # (Under --enable-recovery mpirun's own status says nothing: that every rank ended
+            # by itself, within the 120 s, and none with an error is what is checked.)
+            check((recovery or p.returncode == 143) and "Exit code:    1\n" not in err and "did not" not in err,
+                  f"{name}: exit {p.returncode}, expected 143 from every rank: {err[-800:]!r}")
+        finally:
+            signal_ranks(ranks_of(p.pid, os.path.basename(exe)).values(), signal.SIGKILL)
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
 
 
 def parameter_server_server_killed_resumes(mpirun, exe, data, d):
@@ -522,6 +666,36 @@ def verdict(name):
     return 0
 
 
+def fake_hosts_parser(mpirun, exe, data):
+    """STRATA_FAKE_HOSTS (issue 41) has one parser: " 2" and "2 " are both refused on every rank,
+    naming the value (" 2" was once taken, "2 " refused); "2" is taken (the negative control);
+    under the parameter server, which has no host layout, a value is refused instead of ignored."""
+    common = ["--data", data, "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "12", "--verbose", "0",
+              "--threads", "1", "--timeout-ms", "20000"]
+    for value, np, strategy, says in (
+            (" 2", 2, ["--strategy", "multi_worker_mirrored"], "STRATA_FAKE_HOSTS=' 2': expected a number of hosts in decimal digits alone"),
+            ("2 ", 2, ["--strategy", "multi_worker_mirrored"], "STRATA_FAKE_HOSTS='2 ': expected a number of hosts in decimal digits alone"),
+            ("2", 4, ["--strategy", "parameter_server", "--workers", "2", "--servers", "1"],
+             "STRATA_FAKE_HOSTS=2 declares a host layout, which the parameter server does not use")):
+        e = env()
+        e["STRATA_FAKE_HOSTS"] = value
+        try:
+            r = subprocess.run([mpirun, "-np", str(np), "-x", "STRATA_FAKE_HOSTS", exe] + common + strategy,
+                               capture_output=True, text=True, env=e, timeout=120)
+        except subprocess.TimeoutExpired:
+            check(False, f"STRATA_FAKE_HOSTS={value!r} {strategy[1]}: still running after 120 s (a hang)")
+            continue
+        check(r.returncode != 0 and r.stderr.count(says) == np and "test accuracy" not in r.stdout,
+              f"STRATA_FAKE_HOSTS={value!r} {strategy[1]}: exit {r.returncode}, expected all {np} ranks to say {says!r}: "
+              f"{r.stderr[-800:]!r}")
+    e = env()
+    e["STRATA_FAKE_HOSTS"] = "2"
+    r = subprocess.run([mpirun, "-np", "2", "-x", "STRATA_FAKE_HOSTS", exe] + common + ["--strategy", "multi_worker_mirrored"],
+                       capture_output=True, text=True, env=e, timeout=300)
+    check(r.returncode == 0 and r.stdout.count("test accuracy") == 1,
+          f"STRATA_FAKE_HOSTS=2 multi_worker_mirrored -np 2: exit {r.returncode}: {r.stderr[-600:]!r}")
+
+
 def main():
     with mpi_job() as (args, d, data):
         exe = args.mnist_cnn
@@ -548,6 +722,9 @@ def main():
                                capture_output=True, text=True, env=env(), timeout=300)
             check(r.returncode == 0 and abs(strict_json(one_json)["test_loss"] - mw["test_loss"]) <= 1e-6 * abs(mw["test_loss"]),
                   f"the weights saved by rank 0 do not reproduce its test loss on one device: {r.stderr[-300:]!r}")
+
+        fake_hosts_parser(args.mpirun, exe, data)
+        slow_start(args.mpirun, exe, data)
 
         # 4 processes declared to be 2 hosts of 2 (STRATA_FAKE_HOSTS=2): the hierarchical
         # transport (shared memory inside a host, MPI between the leaders) trains like one device.
@@ -581,6 +758,7 @@ def main():
         one_process_strategies(args.mpirun, exe, data)
         parameter_server_processes(args.mpirun, exe, data, d)
         parameter_server_faults(args.mpirun, exe, data, d)
+        parameter_server_signal(args.mpirun, exe, data, d)
         parameter_server_server_killed_resumes(args.mpirun, exe, data, d)
         backup_resume(args.mpirun, exe, data, d)
         disagreeing_ranks(args.mpirun, exe, data, d)

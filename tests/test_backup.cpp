@@ -422,6 +422,39 @@ TEST_CASE("BackupAndRestore: a backup of another configuration is refused naming
     CHECK(same->restored());
 }
 
+// Issue 41: a backup taken at batch 7 of an epoch, resumed (allow_config_change) by a run of 5
+// steps per epoch, was counted as a finished epoch ("7/5") instead of the ValueError
+// docs/fault_tolerance.md promises.
+TEST_CASE("BackupAndRestore: a backup with more batches done than this run's steps_per_epoch is a ValueError") {
+    TempDir dir("strata_backup");
+    const std::map<std::string, std::string> seven{{"steps per epoch", "7"}}, five{{"steps per epoch", "5"}};
+    {
+        Run<strata::distribute::Default> first;
+        auto backup = std::make_shared<tr::BackupAndRestore>(dir.path, tr::BackupOptions{.save_every_steps = 7, .config = seven});
+        auto stop = std::make_shared<Interrupt>(Interrupt::Stop, 7);
+        first.model.fit(blobs(), {.epochs = 3, .steps_per_epoch = 8, .callbacks = {backup, stop}, .verbose = 0});
+        REQUIRE(tr::BackupAndRestore::read_position(backup->file()).batches == 7);
+    }
+    SUBCASE("fewer steps per epoch: refused, naming both counts") {
+        Run<strata::distribute::Default> second;
+        auto backup = std::make_shared<tr::BackupAndRestore>(
+            dir.path, tr::BackupOptions{.save_every_steps = 5, .config = five, .allow_config_change = true});
+        auto count = std::make_shared<Interrupt>(Interrupt::None, 0);
+        const auto msg = strata_test::error_of<strata::ValueError>(
+            [&] { second.model.fit(blobs(), {.epochs = 3, .steps_per_epoch = 5, .callbacks = {backup, count}, .verbose = 0}); });
+        CHECK(strata_test::has(msg, "expected at most steps_per_epoch = 5 batches done in an epoch, found 7"));
+        CHECK(count->batches == 0);
+    }
+    SUBCASE("the negative control: as many steps per epoch as were done resumes") {
+        Run<strata::distribute::Default> second;
+        auto backup = std::make_shared<tr::BackupAndRestore>(
+            dir.path, tr::BackupOptions{.save_every_steps = 7, .config = seven, .allow_config_change = true});
+        auto count = std::make_shared<Interrupt>(Interrupt::None, 0);
+        second.model.fit(blobs(), {.epochs = 3, .steps_per_epoch = 7, .callbacks = {backup, count}, .verbose = 0});
+        CHECK(count->batches == 2 * 7);  // epoch 0 was done at the backup; epochs 1 and 2 remain
+    }
+}
+
 TEST_CASE("BackupAndRestore: a second live run on one backup directory is refused, naming the process that holds it") {
     TempDir dir("strata_backup");
     auto first = std::make_shared<tr::BackupAndRestore>(dir.path);

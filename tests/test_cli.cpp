@@ -2,6 +2,9 @@
 // integers and numbers, flags and --help, and JSON that stays valid whatever the figures are.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
 #include "../tools/cli.hpp"
 
 #include <strata/io/json.hpp>
@@ -213,7 +216,46 @@ TEST_CASE("cli::write_json writes valid JSON: non-finite numbers become null, th
     }
     CHECK(keys == std::vector<std::string>{"finite", "nan", "inf", "list", "explicit", "text"});  // insertion order kept
     CHECK(text.find("[\n    1.0,\n    null,\n    2.0\n  ]") != std::string::npos);
-    CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
+    CHECK(dir.entries() == std::vector<std::string>{"report.json"});  // no temporary file left
     CHECK_THROWS_WITH_AS(cli::write_json((dir.path / "no" / "such" / "dir.json").string(), j),
                          doctest::Contains("cannot write the JSON report"), std::runtime_error);
+}
+
+// Issue 41: write_json renamed over anything but a directory; `--json /dev/null` as root would
+// have replaced /dev/null. A FIFO stands in for it (and as root a character device of our own).
+TEST_CASE("cli::write_json refuses a FIFO or device at the path and leaves it as it was") {
+    strata_test::TempDir dir;
+    cli::Json j;
+    j["x"] = 1;
+    std::vector<std::pair<std::string, std::string>> nodes;
+    const std::string fifo = (dir.path / "fifo.json").string();
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    nodes.push_back({fifo, "found a FIFO"});
+    const std::string dev = (dir.path / "null.json").string();
+    if (::geteuid() == 0 && ::mknod(dev.c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0) nodes.push_back({dev, "found a character device"});
+    for (const auto& [node, found] : nodes) {
+        CAPTURE(node);
+        struct stat before {};
+        REQUIRE(::lstat(node.c_str(), &before) == 0);
+        std::string msg;
+        try {
+            cli::write_json(node, j);
+        } catch (const std::runtime_error& e) {
+            msg = e.what();
+        }
+        CHECK(msg.find("expected a regular file or a new name, " + found) != std::string::npos);
+        struct stat after {};
+        REQUIRE(::lstat(node.c_str(), &after) == 0);
+        CHECK(after.st_ino == before.st_ino);
+        CHECK(after.st_mode == before.st_mode);
+    }
+    for (const auto& e : dir.entries()) CHECK(e.find(".tmp") == std::string::npos);
+    // The negative control: a regular file is replaced.
+    const std::string plain = (dir.path / "plain.json").string();
+    std::ofstream(plain) << "old";
+    cli::write_json(plain, j);
+    std::ifstream in(plain);
+    std::string first;
+    in >> first;
+    CHECK(first == "{");
 }

@@ -13,7 +13,14 @@
 #include <string>
 #include <vector>
 
+#include <climits>
+#include <utility>
+
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -314,7 +321,7 @@ TEST_CASE("safetensors: saving is atomic") {
     SUBCASE("a target that cannot be replaced (a directory)") {
         fs::create_directory(dir / "sub");
         const auto msg = error_of<strata::IoError>([&] { sample_writer().save(dir / "sub"); });
-        CHECK(has(msg, "cannot rename"));
+        CHECK(has(msg, "expected a regular file or a new name, found a directory"));
         CHECK(fs::is_directory(dir / "sub"));
         CHECK(dir.entries() == std::vector<std::string>{"ckpt.safetensors", "sub"});
     }
@@ -334,6 +341,89 @@ TEST_CASE("safetensors: saving is atomic") {
         CHECK(has(msg, "Permission denied"));
         CHECK(read_text(target) == "old checkpoint");
     }
+}
+
+// Issue 41: the writer renamed over any non-directory, so `--json /dev/null` as root would have
+// replaced the machine's /dev/null. Nodes made here stand in for it (a FIFO, a socket, and as
+// root a character device of our own): each is refused, named, and left as it was.
+TEST_CASE("atomic file: a device, FIFO or socket at the target is refused and left alone") {
+    TempDir dir;
+    std::vector<std::pair<fs::path, std::string>> nodes;
+    REQUIRE(::mkfifo((dir / "fifo").c_str(), 0600) == 0);
+    nodes.push_back({dir / "fifo", "found a FIFO"});
+    {
+        const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+        REQUIRE(fd >= 0);
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        const std::string sp = (dir / "sock").string();
+        REQUIRE(sp.size() < sizeof addr.sun_path);
+        std::memcpy(addr.sun_path, sp.c_str(), sp.size() + 1);
+        REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+        ::close(fd);
+        nodes.push_back({dir / "sock", "found a socket"});
+    }
+    if (::geteuid() == 0 && ::mknod((dir / "null").c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0)
+        nodes.push_back({dir / "null", "found a character device"});
+    for (const auto& [node, found] : nodes) {
+        CAPTURE(node);
+        struct stat before {};
+        REQUIRE(::lstat(node.c_str(), &before) == 0);
+        const auto msg = error_of<strata::IoError>([&] { sample_writer().save(node); });
+        CHECK(has(msg, node.string()));
+        CHECK(has(msg, "expected a regular file or a new name, " + found));
+        struct stat after {};
+        REQUIRE(::lstat(node.c_str(), &after) == 0);
+        CHECK(after.st_ino == before.st_ino);  // the same node, not a new file renamed over it
+        CHECK(after.st_mode == before.st_mode);
+        CHECK_THROWS_AS(check_output_target(node), strata::IoError);
+    }
+    // Nothing written beside them either.
+    for (const auto& e : dir.entries()) CHECK(e.find(".tmp.") == std::string::npos);
+}
+
+TEST_CASE("atomic file: a node put at the target while writing is refused at the rename") {
+    TempDir dir;
+    const auto target = dir / "out.json";
+    AtomicFileWriter out(target);  // a new name: accepted
+    out.write("{}", 2);
+    REQUIRE(::mkfifo(target.c_str(), 0600) == 0);
+    const auto msg = error_of<strata::IoError>([&] { out.commit(); });
+    CHECK(has(msg, "found a FIFO; it is left as it is (found just before the rename)"));
+    struct stat st {};
+    REQUIRE(::lstat(target.c_str(), &st) == 0);
+    CHECK(S_ISFIFO(st.st_mode));
+    CHECK(dir.entries() == std::vector<std::string>{"out.json"});  // the temporary file removed
+}
+
+TEST_CASE("atomic file: regular files and links are still replaced (the negative control)") {
+    TempDir dir;
+    write_text(dir / "old", "old");
+    sample_writer().save(dir / "old");
+    CHECK(SafetensorsFile::load(dir / "old").size() == 5);
+    write_text(dir / "elsewhere", "kept");
+    fs::create_symlink(dir / "elsewhere", dir / "link");
+    sample_writer().save(dir / "link");
+    CHECK(!fs::is_symlink(dir / "link"));  // the link replaced, not followed
+    CHECK(read_text(dir / "elsewhere") == "kept");
+    CHECK_NOTHROW(check_output_target(dir / "new-name"));
+}
+
+TEST_CASE("atomic file: a name or path longer than the file system allows is refused before writing") {
+    TempDir dir;
+    const long name_max = ::pathconf(dir.path.c_str(), _PC_NAME_MAX);
+    REQUIRE(name_max > 0);
+    const auto too_long = dir / std::string(std::size_t(name_max) + 1, 'n');
+    auto msg = error_of<strata::IoError>([&] { AtomicFileWriter out(too_long); });
+    CHECK(has(msg, "expected a file name of at most " + std::to_string(name_max) + " bytes"));
+    CHECK(has(msg, "found one of " + std::to_string(name_max + 1) + " bytes"));
+    CHECK(dir.entries().empty());
+    CHECK_NOTHROW(check_output_target(dir / std::string(std::size_t(name_max), 'n')));  // the longest allowed
+    // A path of PATH_MAX bytes, of names that each fit.
+    fs::path deep = dir.path;
+    while (deep.native().size() < PATH_MAX) deep /= std::string(100, 'd');
+    msg = error_of<strata::IoError>([&] { check_output_target(deep); });
+    CHECK(has(msg, "(PATH_MAX)"));
 }
 
 TEST_CASE("safetensors: a save removes its target's temporary files left by dead processes, and no others") {

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace cli {
@@ -804,20 +805,37 @@ private:
 
 /// Writes `doc` to `path`, indented, replacing any previous file atomically (a temporary
 /// file beside it, then a rename), so a reader never sees half a report. NaN and infinities
-/// become null; invalid UTF-8 in strings is replaced. Throws std::runtime_error naming the file
-/// when it cannot be written.
+/// become null; invalid UTF-8 in strings is replaced. Only a regular file, a symbolic link
+/// (replaced, not followed) or a new name is replaced: a directory, device, FIFO or socket at
+/// `path` is refused before anything is written and again just before the rename (as root,
+/// `--json /dev/null` would otherwise replace the machine's /dev/null). Throws
+/// std::runtime_error naming the file when it cannot be written.
 inline void write_json(const std::string& path, const Json& doc) {
     const std::string text = doc.dump(2) + "\n";
-    const std::string tmp = path + ".tmp";
+    // Its own name (pid) and created exclusively: a name left by a killed writer, or put there
+    // by anyone, is never opened (a FIFO there would block the open, a link would be followed).
+    // At most 200 bytes of the name: a name of NAME_MAX bytes must still get a temporary file.
+    const std::filesystem::path target(path);
+    const std::string tmp = (target.parent_path() / ("." + target.filename().string().substr(0, 200) + ".tmp." +
+                                                      std::to_string(::getpid()))).string();
+    const auto refuse_non_regular = [&](const char* when) {
+        struct stat st {};
+        if (::lstat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) return;
+        const char* found = S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a character device"
+                            : S_ISBLK(st.st_mode) ? "a block device" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                            : S_ISSOCK(st.st_mode) ? "a socket" : "a file that is not a regular file";
+        throw std::runtime_error("cannot write the JSON report " + detail::quoted(path) +
+                                 ": expected a regular file or a new name, found " + found + "; it is left as it is" + when);
+    };
+    refuse_non_regular("");
     // POSIX calls, so that every failure says the system's reason (a full disk is ENOSPC from a
     // write or from close; a path under a regular file is ENOTDIR).
     const auto fail = [&](const std::string& what, int err) {
-        std::error_code ignore;
-        std::filesystem::remove(tmp, ignore);
+        ::unlink(tmp.c_str());
         throw std::runtime_error("cannot write the JSON report " + detail::quoted(path) + ": " + what + ": " +
                                  std::generic_category().message(err));
     };
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         const int err = errno;
         throw std::runtime_error("cannot write the JSON report " + detail::quoted(path) + ": cannot create " + detail::quoted(tmp) +
@@ -836,6 +854,12 @@ inline void write_json(const std::string& path, const Json& doc) {
     if (::close(fd) != 0) {
         const int err = errno;
         fail("closing " + detail::quoted(tmp) + " failed", err);
+    }
+    try {
+        refuse_non_regular(" (found just before the rename)");
+    } catch (...) {
+        ::unlink(tmp.c_str());
+        throw;
     }
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
         const int err = errno;

@@ -26,10 +26,12 @@
 #include <strata/distribute/straggler.hpp>  // --straggler is checked with the flags
 
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <string>
 #include <vector>
@@ -72,6 +74,13 @@ Session::Session(const Flags& flags, const strata::data::Mnist& mnist, int repli
                      {"shards", std::to_string(flags.shards)}, {"sync", flags.sync}, {"k", std::to_string(flags.k)},
                      {"staleness", std::to_string(flags.staleness)}, {"straggler", flags.straggler}, {"clock", flags.clock}})
                 config[k] = v;
+        // The cut and the schedule change the arithmetic's order (the micro-batches' sums): a
+        // backup resumed under others would not go on bit for bit, and once did without a word.
+        if (flags.strategy == "pipeline" || flags.strategy == "hybrid") {
+            config["stages"] = std::to_string(flags.stages);
+            config["micro-batches"] = std::to_string(flags.micro_batches);
+            config["schedule"] = flags.schedule;
+        }
         backup_ = std::make_shared<strata::train::BackupAndRestore>(
             flags.backup_dir, strata::train::BackupOptions{.save_every_steps = flags.backup_every_steps,
                                                            .config = config,
@@ -102,6 +111,11 @@ bool Session::trained(const strata::train::History& history, double seconds, int
 
 bool Session::release_signals() {
     stop_->release();
+    // Across processes a signal that reached one rank between fit's last agreement and here
+    // must send every rank down the same branch: the evaluation that follows is collective.
+    // (Not the parameter server's: its ranks evaluate on their own, and a sum over every rank
+    // would wait for a lost worker.)
+    if (flags_.strategy != "parameter_server") strata::distribute::agree_stop({stop_->interrupted(), stop_->signal_number()});
     if (!stop_->interrupted()) return false;
     rep_.interrupted_by = stop_->signal_number();
     return true;
@@ -131,6 +145,7 @@ int multi_worker_rank() {
     throw cli::usage_error("--strategy multi_worker_mirrored: this build has no MPI (install libopenmpi-dev and reconfigure)");
 }
 Report train_multi_worker(const Flags&, const strata::data::Mnist&, int&) { return multi_worker_rank(), Report{}; }
+int end_job_with_lost_ranks(const std::string&, int status) { return status; }
 }  // namespace mnist_example
 #endif
 
@@ -217,15 +232,21 @@ void declare_flags(CLI::App& app, Flags& f) {
                                                    "...) instead of refusing it");
 }
 
-/// Checks what a single flag's range cannot (combinations), before any data is loaded.
 // An output file must be writable before hours of training are spent: its directory exists and
-// takes new files, and the path is not a directory.
+// takes new files, and the path is a regular file, a link or a new name that fits the file
+// system (strata::io::check_output_target: never a device, FIFO or socket, never a name past
+// NAME_MAX or PATH_MAX, each of which once failed only after training, or replaced the node).
 void check_writable(const std::string& flag, const std::string& path) {
     namespace fs = std::filesystem;
     if (path.empty()) return;
     const fs::path p(path);
     std::error_code ec;
     if (fs::is_directory(p, ec)) throw cli::usage_error(flag + " " + path + ": is a directory; expected a file name");
+    try {
+        strata::io::check_output_target(p);
+    } catch (const strata::Error& e) {
+        throw cli::usage_error(flag + " " + path + ": " + e.what());
+    }
     const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
     if (!fs::is_directory(dir, ec)) {
         // A regular file on the way ("model.safetensors/out.json") is named as such.
@@ -237,6 +258,51 @@ void check_writable(const std::string& flag, const std::string& path) {
     }
     if (::access(dir.c_str(), W_OK) != 0)
         throw cli::usage_error(flag + " " + path + ": cannot write into " + dir.string() + " (" + std::strerror(errno) + ")");
+}
+
+// A directory the run writes into (--tensorboard, --backup-dir): an existing directory, or a new
+// name whose every missing component fits the file system and whose nearest existing ancestor
+// takes new entries. (Its files are new names of their own: the event file is created
+// exclusively, the backup goes through AtomicFileWriter.)
+void check_output_dir(const std::string& flag, const std::string& path) {
+    namespace fs = std::filesystem;
+    if (path.empty()) return;
+    const fs::path d(path);
+    std::error_code ec;
+    struct stat st {};
+    if (::lstat(d.c_str(), &st) == 0) {
+        if (fs::is_directory(d, ec)) {
+            if (::access(d.c_str(), W_OK) != 0) throw cli::usage_error(flag + " " + path + ": cannot write into it (" + std::strerror(errno) + ")");
+            return;
+        }
+        throw cli::usage_error(flag + " " + path + ": expected a directory or a new name, found " +
+                               (S_ISREG(st.st_mode) ? "a regular file" : S_ISLNK(st.st_mode) ? "a link to no directory"
+                                : S_ISCHR(st.st_mode) ? "a character device" : S_ISBLK(st.st_mode) ? "a block device"
+                                : S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISSOCK(st.st_mode) ? "a socket" : "a special file"));
+    }
+    fs::path up = d;
+    while (!up.empty() && up != up.parent_path() && ::lstat(up.c_str(), &st) != 0) {
+        // Each missing component becomes a directory: its name must fit where it is created.
+        if (up.has_filename()) {
+            const fs::path parent = up.has_parent_path() ? up.parent_path() : fs::path(".");
+            fs::path existing = parent;
+            while (!existing.empty() && existing != existing.parent_path() && !fs::exists(existing, ec)) existing = existing.parent_path();
+            if (existing.empty()) existing = ".";
+            const long name_max = ::pathconf(existing.c_str(), _PC_NAME_MAX);
+            if (name_max > 0 && up.filename().native().size() > std::size_t(name_max))
+                throw cli::usage_error(flag + " " + path + ": expected names of at most " + std::to_string(name_max) +
+                                       " bytes (NAME_MAX), found " + up.filename().string().substr(0, 40) + "... of " +
+                                       std::to_string(up.filename().native().size()) + " bytes");
+        }
+        up = up.has_parent_path() ? up.parent_path() : fs::path();
+    }
+    if (path.size() + 64 >= std::size_t(PATH_MAX))
+        throw cli::usage_error(flag + " " + path.substr(0, 40) + "...: expected a path shorter than " + std::to_string(PATH_MAX - 64) +
+                               " bytes (PATH_MAX, with room for the files in it), found " + std::to_string(path.size()));
+    if (up.empty()) up = ".";
+    if (!fs::is_directory(up, ec)) throw cli::usage_error(flag + " " + path + ": " + up.string() + " is not a directory");
+    if (::access(up.c_str(), W_OK) != 0)
+        throw cli::usage_error(flag + " " + path + ": cannot create it in " + up.string() + " (" + std::strerror(errno) + ")");
 }
 
 // A strategy that lives in one process, started N times by mpirun or srun, would train N
@@ -272,6 +338,7 @@ void check_launcher(const Flags& f) {
                            "--strategy multi_worker_mirrored or parameter_server for one job across the processes");
 }
 
+/// Checks what a single flag's range cannot (combinations), before any data is loaded.
 void check_flags(const CLI::App& app, Flags& f) {
     f.replicas_given = app.count("--replicas") > 0;
     if (f.epochs == 0 && f.load.empty())
@@ -284,13 +351,7 @@ void check_flags(const CLI::App& app, Flags& f) {
     check_writable("--save", f.save);
     check_writable("--json", f.json);
     check_writable("--plot", f.plot);
-    if (!f.tensorboard.empty()) {
-        std::error_code ec;
-        const std::filesystem::path d(f.tensorboard);
-        const auto parent = d.has_parent_path() ? d.parent_path() : std::filesystem::path(".");
-        if (std::filesystem::exists(d, ec) ? ::access(d.c_str(), W_OK) != 0 : ::access(parent.c_str(), W_OK) != 0)
-            throw cli::usage_error("--tensorboard " + f.tensorboard + ": cannot write there");
-    }
+    check_output_dir("--tensorboard", f.tensorboard);
     if (f.threads > strata::hardware_threads())
         std::fprintf(stderr, "mnist_cnn: warning: --threads %d is more than the %d hardware threads here; the extra threads "
                              "only wait for each other (expect it to be much slower)\n", f.threads, strata::hardware_threads());
@@ -334,6 +395,7 @@ void check_flags(const CLI::App& app, Flags& f) {
         std::error_code ec;
         if (std::filesystem::exists(f.backup_dir, ec) && !std::filesystem::is_directory(f.backup_dir, ec))
             throw cli::usage_error("--backup-dir " + f.backup_dir + ": is a file; expected a directory");
+        check_output_dir("--backup-dir", f.backup_dir);
     }
     if (f.steps_per_epoch == 0)
         throw cli::usage_error("--steps-per-epoch: expected -1 (the whole training set) or a count >= 1, found 0");
@@ -351,6 +413,21 @@ void check_flags(const CLI::App& app, Flags& f) {
     check_launcher(f);
     for (const char* name : {"--logical-gpus", "--gpu-memory-mb"})
         if (app.count(name) && f.device == "cpu") throw cli::usage_error(std::string(name) + " is a GPU flag; it means nothing with --device cpu");
+}
+
+// A test hook (tests/check_multi_worker.py's slow start): MNIST_CNN_STOP_BEFORE_JOIN=R makes
+// rank R stop itself (SIGSTOP) after MPI_Init and its data, just before its strategy joins the
+// others, so that a test can hold a rank back at the one place a slow start delays (MPI_Init
+// itself waits for every rank) and resume it once the others have waited past the step
+// deadline. Unset in any real run; a value that is not a rank is refused, never half-read.
+void stop_before_join_for_tests() {
+    const char* v = std::getenv("MNIST_CNN_STOP_BEFORE_JOIN");
+    if (v == nullptr || *v == '\0') return;
+    long r = 0;
+    const char* p = v;
+    for (; *p >= '0' && *p <= '9' && r < 1'000'000; ++p) r = r * 10 + (*p - '0');
+    if (*p != '\0') throw cli::usage_error(std::string("MNIST_CNN_STOP_BEFORE_JOIN='") + v + "': expected a rank in decimal digits");
+    if (multi_worker_rank() == r) ::raise(SIGSTOP);
 }
 
 bool trains_on_gpu(const std::string& strategy) {
@@ -407,6 +484,9 @@ int main(int argc, char** argv) {
                              strata::distribute::launch_info().size > 1);
         const bool chief = !across || multi_worker_rank() == 0;
         const auto mnist = strata::data::load_mnist(flags.data);
+        // Compared by every strategy's process group when the ranks join (mnist_cnn.hpp).
+        if (across) strata::distribute::set_job_settings(shared_settings(flags, mnist));
+        if (across) stop_before_join_for_tests();
         if (chief) {
             std::printf("%s", Net::summary().c_str());
             std::printf("MNIST: %zu training and %zu test images from %s\n", mnist.train.size(), mnist.test.size(),
@@ -471,6 +551,15 @@ int main(int argc, char** argv) {
             std::printf("%-28s %lld\n", "dropped gradients", (long long)rep.ps->dropped);
             std::printf("%-28s max %lld, mean %.3f\n", "staleness", (long long)rep.ps->staleness_max, rep.ps->staleness_mean());
             std::printf("%-28s %.3f\n", (flags.clock + " clock seconds").c_str(), rep.ps->seconds);
+            // A job that trained on without a worker says so here, not only in a warning.
+            if (!rep.ps->lost_workers.empty()) {
+                std::string lost;
+                for (std::size_t i = 0; i < rep.ps->lost_workers.size(); ++i)
+                    lost += (i ? ", worker " : "worker ") + std::to_string(rep.ps->lost_workers[i]) + " (rank " +
+                            std::to_string(rep.ps->lost_ranks[i]) + ")";
+                std::printf("%-28s %zu of %d: %s; training went on with %zu\n", "lost workers", rep.ps->lost_workers.size(),
+                            flags.workers, lost.c_str(), std::size_t(flags.workers) - rep.ps->lost_workers.size());
+            }
         }
 
         if (!flags.plot.empty()) {
@@ -511,12 +600,24 @@ int main(int argc, char** argv) {
                 j["staleness_max"] = rep.ps->staleness_max;
                 j["staleness_mean"] = rep.ps->staleness_mean();
                 j["staleness_histogram"] = rep.ps->histogram;
+                j["lost_workers"] = std::vector<std::int64_t>(rep.ps->lost_workers.begin(), rep.ps->lost_workers.end());
+                j["lost_worker_ranks"] = std::vector<std::int64_t>(rep.ps->lost_ranks.begin(), rep.ps->lost_ranks.end());
             }
             j["epoch_loss"] = rep.epoch_loss;
             j["epoch_accuracy"] = rep.epoch_accuracy;
             j["epoch_val_accuracy"] = rep.epoch_val_accuracy;
             j["epoch_train_seconds"] = rep.epoch_seconds;
             cli::write_json(flags.json, j);
+        }
+        // A job that lost a worker is done here (saved, reported), but the lost process may
+        // never exit (stopped: SIGSTOP), and mpirun --enable-recovery waits for every process:
+        // end the job, and say by its status that a rank was lost (3: trained on without it).
+        if (rep.ps && !rep.ps->lost_workers.empty() && strata::distribute::launch_info().size > 1) {
+            std::string lost;
+            for (std::size_t i = 0; i < rep.ps->lost_workers.size(); ++i)
+                lost += (i ? ", worker " : "worker ") + std::to_string(rep.ps->lost_workers[i]) + " (rank " +
+                        std::to_string(rep.ps->lost_ranks[i]) + ")";
+            return end_job_with_lost_ranks("training is done, but the job lost " + lost, 3);
         }
         return 0;
     });

@@ -85,17 +85,23 @@ struct Report {
     int epochs_done = 0;
 };
 
-// Across processes (multi_worker_mirrored, parameter_server): the flags that change the result
-// or the files written, which every process must have alike (compared when the processes join,
-// before anything else crosses processes). The strategy compares its own settings itself
+// Across processes (every strategy: multi_worker_mirrored, parameter_server, pipeline, hybrid):
+// the flags that change the result or the files written, which every process must have alike.
+// main() hands them to strata::distribute::set_job_settings before any strategy is built, and
+// every process group compares them when its ranks join, before anything else crosses
+// processes: one place for every strategy, so that a new one cannot forget them (issue 41:
+// pipeline and hybrid once compared none, and a rank with another --seed trained to garbage
+// with exit status 0). The strategies compare their own settings themselves, each named once
 // (--replicas, --transport, --timeout-ms; --workers, --servers, --sync, --k, --staleness,
-// --straggler, --clock, --shards); --threads and --verbose may differ.
+// --straggler, --clock, --shards; --stages, --micro-batches, --schedule); --threads, --verbose
+// and --data (a path per host; the data's size is compared) may differ.
 inline strata::distribute::collective::Settings shared_settings(const Flags& f, const strata::data::Mnist& mnist) {
     return {{"--batch-size", std::to_string(f.batch_size)},
             {"--seed", std::to_string(f.seed)},
             {"--epochs", std::to_string(f.epochs)},
             {"--steps-per-epoch", std::to_string(f.steps_per_epoch)},
             {"--load", f.load},
+            // Rank 0 writes every file: a file named on another rank only would not be written.
             {"--save", f.save},
             {"--json", f.json},
             {"--plot", f.plot},
@@ -187,6 +193,11 @@ Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int&
 /// This process's rank in the MPI job (MPI is initialized by the call), for
 /// --strategy multi_worker_mirrored: only rank 0 prints and writes files.
 int multi_worker_rank();
+/// Ends an MPI job whose rank 0 finished (report and files written) but that lost a rank:
+/// prints `why` and calls MPI_Abort(MPI_COMM_WORLD, status), so that the launcher ends every
+/// process, a stopped one too (mpirun --enable-recovery otherwise waits for it for ever), and
+/// the job's status is non-zero. Returns `status` where the build has no MPI.
+int end_job_with_lost_ranks(const std::string& why, int status);
 
 /// --device gpu (mnist_cnn_gpu.cu, compiled by nvcc): --strategy one_device, mirrored or
 /// central_storage with CUDA tensors. Where nvcc was not found, mnist_cnn.cpp's fallback throws an

@@ -20,9 +20,9 @@ Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int&
                                     : f.transport == "shared_memory" ? sc::Transport::SharedMemory
                                     : f.transport == "hierarchical"  ? sc::Transport::Hierarchical
                                                                      : sc::Transport::Auto;
-    // The flags that change the result or the files written: every process must have the same.
+    // (The flags every process must share are compared when the processes join: main() gave
+    // them to set_job_settings.)
     sd::MultiWorkerOptions mw{.transport = transport};
-    mw.settings = shared_settings(f, mnist);
     sd::MultiWorkerMirrored<> s(f.replicas, {.cores_per_replica = f.threads, .timeout = std::chrono::milliseconds(f.timeout_ms)}, mw);
     replicas_in_sync = s.num_replicas_in_sync();
     Report rep = train(s, f, mnist);
@@ -34,6 +34,15 @@ Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int&
                     c.calls > 0 ? c.seconds / double(c.calls) * 1e3 : 0.0);
     }
     return rep;
+}
+
+int end_job_with_lost_ranks(const std::string& why, int status) {
+    std::fprintf(stderr, "mnist_cnn: %s: ending the job (MPI_Abort, exit status %d) so that no process waits for it\n", why.c_str(),
+                 status);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, status);
+    return status;
 }
 
 }  // namespace mnist_example

@@ -13,10 +13,8 @@ Report train_parameter_server(const Flags& f, const strata::data::Mnist& mnist) 
     namespace sd = strata::distribute;
     auto o = ps_options(f);
 #ifdef MNIST_CNN_HAVE_MPI
-    if (sd::launch_info().size > 1) {  // every process must have the same flags (checked by the strategy)
-        o.processes = sd::parameter_server_processes(f.workers, f.servers, o.timeout);
-        o.settings = shared_settings(f, mnist);
-    }
+    // Every process must have the same flags: compared when the processes join (set_job_settings in main()).
+    if (sd::launch_info().size > 1) o.processes = sd::parameter_server_processes(f.workers, f.servers, o.timeout);
 #endif
     sd::ParameterServer<strata::place::Host, strata::sync::Any> s(f.workers, f.servers, o);
     return train(s, f, mnist);

@@ -25,6 +25,11 @@ struct ParameterServerStats {
     std::int64_t ssp_gap_max = 0;
     /// Clock seconds (virtual under Clock::Virtual).
     double seconds = 0;
+    /// Across processes: the workers lost (killed or stalled past the deadline) under a mode
+    /// that trains on without them, by index, in the order they were lost; their ranks in
+    /// lost_ranks. A report that said `workers: 2` of a job that trained on one hid it.
+    std::vector<int> lost_workers;
+    std::vector<int> lost_ranks;
     double staleness_mean() const { return gradients ? double(staleness_sum) / double(gradients) : 0.0; }
     void add(const ParameterServerStats& o) {
         updates += o.updates;
@@ -37,6 +42,8 @@ struct ParameterServerStats {
         for (std::size_t i = 0; i < o.histogram.size(); ++i) histogram[i] += o.histogram[i];
         ssp_gap_max = std::max(ssp_gap_max, o.ssp_gap_max);
         seconds += o.seconds;
+        lost_workers.insert(lost_workers.end(), o.lost_workers.begin(), o.lost_workers.end());
+        lost_ranks.insert(lost_ranks.end(), o.lost_ranks.begin(), o.lost_ranks.end());
     }
 };
 

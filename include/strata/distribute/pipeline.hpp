@@ -300,6 +300,12 @@ struct PipelineOptions {
     /// P, the stages, for a split chosen at run time (split::AnyBalanced: required there, >= 1);
     /// with the split in the type it may be left 0, or must be the type's count.
     int stages = 0;
+    /// Across processes: the program's own settings that every rank must share (as
+    /// MultiWorkerOptions::settings and ParameterServerOptions::settings), compared with the
+    /// pipeline's (schedule, stages, replicas, micro-batches) and distribute::job_settings()
+    /// when the ranks join: a difference is a ValueError on every rank naming the setting and
+    /// who has what.
+    collective::Settings settings{};
 };
 
 namespace detail {

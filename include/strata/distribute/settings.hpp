@@ -1,7 +1,8 @@
 #pragma once
 /// \file strata/distribute/settings.hpp
 /// What the processes of a job compare before they train together, as (name, value) text:
-/// the Settings type and a model's signature (an optimizer reads as optim::describe). The
+/// the Settings type, the program's settings every process group compares when it joins
+/// (set_job_settings) and a model's signature (an optimizer reads as optim::describe). The
 /// comparison itself (point to point, with a deadline, the same ValueError on every rank) is
 /// collective::ProcessGroup's (join and agree(), strata/distribute/collective/process_group.hpp);
 /// MultiWorkerMirrored and ParameterServer across processes both use it. No MPI here.
@@ -24,6 +25,30 @@ namespace collective {
 /// Settings the ranks of a job must share, as (name, value) text pairs (ProcessGroup::agree).
 using Settings = std::vector<std::pair<std::string, std::string>>;
 }  // namespace collective
+
+namespace detail {
+inline collective::Settings& job_settings_storage() {
+    static collective::Settings s;  // one per program: an inline function's static is shared by every unit
+    return s;
+}
+}  // namespace detail
+
+/// The program's settings that every process of the job must share: whatever changes the
+/// result or the files written (batch size, seed, steps, epochs, data size, which rank writes
+/// which file, ...), as (name, value) text. Set once, before any strategy is built: every
+/// collective::ProcessGroup compares them with its own when its ranks join, so every strategy
+/// across processes (MultiWorkerMirrored, ParameterServer, Pipeline and the hybrid, and any
+/// later one, since they all join through a ProcessGroup) refuses a mismatch before anything
+/// else crosses processes: a ValueError on every rank naming each setting and which rank has
+/// what (`--seed: rank 0 has 42, rank 1 has 7`). A strategy's own settings (its options) are
+/// compared beside them; this is for what the program knows and the strategy does not.
+///
+/// \code
+///   strata::distribute::set_job_settings({{"--batch-size", "128"}, {"--seed", "42"}});
+/// \endcode
+inline void set_job_settings(collective::Settings settings) { detail::job_settings_storage() = std::move(settings); }
+/// The settings set_job_settings() gave (empty if none).
+inline const collective::Settings& job_settings() { return detail::job_settings_storage(); }
 
 namespace detail {
 // FNV-1a of `n` bytes, as 16 hex digits.

@@ -23,6 +23,13 @@ namespace strata::io {
 /// live process).
 /// A symbolic link at the target is replaced by the new file, not followed.
 ///
+/// Only a regular file, a symbolic link or a new name is ever replaced: a directory, a device
+/// node, a FIFO or a socket at the target is refused (check_output_target(), in the
+/// constructor and again just before the rename), so that `--json /dev/null` run as root can
+/// never replace the machine's /dev/null. The second check narrows the window, it cannot close
+/// it: POSIX has no rename that refuses a non-regular target, so a node created at the target
+/// by another process between that check and the rename would still be replaced.
+///
 /// Requires: a POSIX system. Throws IoError naming the path and the OS's reason on any failure
 /// (the temporary file is removed first).
 ///
@@ -34,6 +41,7 @@ namespace strata::io {
 /// \endcode
 class AtomicFileWriter {
 public:
+    /// Refuses, in the constructor, a target check_output_target() refuses.
     explicit AtomicFileWriter(std::filesystem::path target);
 
     AtomicFileWriter(const AtomicFileWriter&) = delete;
@@ -77,6 +85,21 @@ private:
 
     [[noreturn]] void fail(const char* what);
 };
+
+/// Throws IoError unless `target` is a name AtomicFileWriter may replace: a regular file, a
+/// symbolic link (replaced, not followed) or a name that does not exist yet, whose file name
+/// fits the file system's NAME_MAX (pathconf of its directory) and whose path, and that of the
+/// writer's temporary file beside it, fit PATH_MAX. The message names the path, what was
+/// expected and what was found ("found a FIFO", "found a character device", "a file name of
+/// 300 bytes, the file system in 'runs' allows 255"). ValueError for a path that names no file.
+/// Whether the directory exists and can be written is left to the write itself (its error
+/// names the OS's reason); a program that wants every check before hours of work calls this
+/// and also checks the directory.
+///
+/// \code
+///   strata::io::check_output_target("/dev/null");   // IoError: ... found a character device
+/// \endcode
+STRATA_DECL void check_output_target(const std::filesystem::path& target);
 
 }  // namespace strata::io
 

@@ -13,18 +13,22 @@
 
 #include "strata/config.hpp"
 #include "strata/core/error.hpp"
+#include "strata/distribute/stop_agreement.hpp"
 #include "strata/train/callbacks.hpp"
 #include "strata/train/progress.hpp"
 
 namespace strata::train {
 
+class FitDriver;
+
 /// What fit does with one epoch's updates: the running figures, the progress bar and the
 /// callbacks after every step. Model's epoch runner calls step() after each update.
 class FitEpoch {
 public:
-    FitEpoch(TrainingContext& ctx, const CallbackList& callbacks, ProgressBar& bar, Logs& logs, bool accuracy,
+    FitEpoch(TrainingContext& ctx, FitDriver& driver, const CallbackList& callbacks, ProgressBar& bar, Logs& logs, bool accuracy,
              std::int64_t steps_per_epoch)
-        : ctx_(&ctx), callbacks_(&callbacks), bar_(&bar), logs_(&logs), accuracy_(accuracy), steps_per_epoch_(steps_per_epoch) {}
+        : ctx_(&ctx), driver_(&driver), callbacks_(&callbacks), bar_(&bar), logs_(&logs), accuracy_(accuracy),
+          steps_per_epoch_(steps_per_epoch) {}
 
     /// Starts epoch `epoch` at `at` (where a resumed epoch was backed up, or its beginning).
     void begin(int epoch, const TrainingPosition& at);
@@ -32,8 +36,9 @@ public:
     /// done before the backup).
     bool finished() const { return steps_per_epoch_ > 0 && done_ >= steps_per_epoch_; }
 
-    /// After an update of `examples` examples: sums, position, bar, callbacks. Returns whether
-    /// to go on (false: the epoch's steps are done, or a callback set stop_training).
+    /// After an update of `examples` examples: sums, position, bar, callbacks, then the stop
+    /// agreed by every rank (FitDriver::agree_stop). Returns whether to go on (false: the
+    /// epoch's steps are done, or a callback on any rank set stop_training).
     bool step(double loss_sum, double correct, std::int64_t examples);
 
     /// The epoch's training figures, into logs (cleared first).
@@ -46,6 +51,7 @@ private:
     double mean(double sum) const { return seen_ ? sum / double(seen_) : 0.0; }
 
     TrainingContext* ctx_;
+    FitDriver* driver_;
     const CallbackList* callbacks_;
     ProgressBar* bar_;
     Logs* logs_;
@@ -69,12 +75,22 @@ public:
     /// ends.
     virtual void run_epoch(int epoch, std::int64_t skip, FitEpoch& e) = 0;
     /// At an epoch's end, after the training figures: the model's further figures into `logs`
-    /// (metrics, validation, learning rate, the strategy's own) and `history` (staleness).
-    virtual void end_epoch(std::int64_t seen, Logs& logs, History& history) = 0;
+    /// (metrics, validation unless `validate` is false, learning rate, the strategy's own) and
+    /// `history` (staleness).
+    virtual void end_epoch(std::int64_t seen, Logs& logs, History& history, bool validate) = 0;
     /// Whether the strategy can resume part-way through an epoch (lockstep strategies can).
     virtual bool resumes_mid_epoch() const = 0;
     /// The epochs the model has trained, once epoch `epoch` is complete.
     virtual void epoch_done(int epoch) = 0;
+    /// Across processes: `mine` combined with every rank's (distribute::agree_stop: any rank's
+    /// stop, the highest signal, written into strata::stop_signal()), the same on every rank.
+    /// fit calls it after each step (`at_step`), after each epoch's training and validation,
+    /// and before it returns. One process, and the parameter server (whose ranks never all
+    /// meet: its workers do not step, and a lost one is trained on without): `mine`.
+    virtual distribute::StopRequest agree_stop(distribute::StopRequest mine, bool at_step) {
+        (void)at_step;
+        return mine;
+    }
 
 protected:
     ~FitDriver() = default;

@@ -354,6 +354,17 @@ public:
     /// are not weighted. Class weights never apply here (Keras's evaluate has none).
     template <class Y>
     Evaluation evaluate(const data::Dataset<Y>& ds) {
+        return *evaluate_unless_stopped(ds, false);
+    }
+
+    /// predict's outputs below; first evaluate's pass, which fit's validation may cut short.
+    /// `stoppable`: after each batch every rank agrees whether a signal asked the job to stop
+    /// (distribute::agree_stop) and, if one did, the pass ends there with no figures (nullopt):
+    /// under mpirun SIGKILL follows SIGTERM within a second, and a validation pass over a test
+    /// set of MNIST's size took longer than that, so the model was lost. Only where every rank
+    /// reads the same batches (lockstep, not per-worker input); elsewhere the pass runs whole.
+    template <class Y>
+    std::optional<Evaluation> evaluate_unless_stopped(const data::Dataset<Y>& ds, bool stoppable) {
         require_compiled("evaluate");
         STRATA_CHECK(ds.batch_size() > 0, ValueError, "evaluate: the dataset is not batched; call .batch(n) first");
         STRATA_CHECK(ds.cardinality() != data::infinite_cardinality, ValueError, "evaluate: the dataset repeats forever");
@@ -388,6 +399,9 @@ public:
                 correct += double(units_[std::size_t(r)]->correct);
             }
             seen += n;
+            if (stoppable && lockstep && !path_.per_worker_input() &&
+                distribute::agree_stop({false, stop_signal().load()}).signal != 0)
+                return std::nullopt;
         }
         return this->evaluation_of(loss_sum, correct, seen, path_.per_worker_input(), unit_counts());
     }
@@ -573,6 +587,14 @@ private:
         FitHooks(Model& model, const data::Dataset<Y>& t, const FitOptions<Y>& o) : m(model), train(t), options(o) {}
 
         std::int64_t expected_steps() override { return m.expected_steps(train); }
+        // One mechanism for every lockstep strategy across processes: the job's stop channel
+        // (the ProcessGroup every such strategy joins through). Not the parameter server's: its
+        // workers and servers do not step, and a lost worker (which that strategy trains on
+        // without) would make any sum over every rank wait for it.
+        distribute::StopRequest agree_stop(distribute::StopRequest mine, bool) override {
+            if constexpr (!lockstep) return mine;
+            else return distribute::agree_stop(mine);
+        }
         bool resumes_mid_epoch() const override { return lockstep; }
         void epoch_done(int epochs) override { m.epoch_ = epochs; }
         void begin_epoch() override {
@@ -593,11 +615,13 @@ private:
                 return e.step(t.loss_sum, t.correct, t.examples);
             });
         }
-        void end_epoch(std::int64_t seen, train::Logs& logs, train::History& history) override {
+        void end_epoch(std::int64_t seen, train::Logs& logs, train::History& history, bool validate) override {
             m.log_epoch_metrics(m.unit_counts(), seen, logs);  // before the validation pass resets the counts
-            if (options.validation_data) {
-                const auto ev = m.evaluate(*options.validation_data);
-                m.log_epoch_end(&ev, logs);
+            // A signal during the validation pass ends it: the epoch is then logged without it.
+            const auto ev = options.validation_data && validate ? m.evaluate_unless_stopped(*options.validation_data, true)
+                                                                : std::nullopt;
+            if (ev) {
+                m.log_epoch_end(&*ev, logs);
             } else {
                 m.log_epoch_end(nullptr, logs);
             }

@@ -31,9 +31,11 @@
 /// Joining: the constructor first exchanges every rank's settings (lanes, transport, timeout,
 /// chunk size, and whatever ProcessGroupOptions::settings adds) point to point on the caller's
 /// communicator, tags 0x5374 and 0x5375 (a program must not use them on it), polled against
-/// the timeout; ranks that are not there are named, settings that differ are refused on every
-/// rank, and only then are the collective MPI calls of the set-up made. agree() checks more
-/// settings later (MultiWorkerMirrored's model and optimizer).
+/// the start-up deadline (ProcessGroupOptions::startup_timeout, by default max(timeout, 30 s):
+/// a rank still starting on a loaded machine is late, not lost); ranks that are not there are
+/// named, settings that differ are refused on every rank, and only then are the collective MPI
+/// calls of the set-up made. agree() checks more settings later (MultiWorkerMirrored's model
+/// and optimizer), under the same start-up deadline.
 ///
 /// Faults: a wait that exceeds the timeout throws DistributedError
 /// `all_reduce (lane 0): rank 2 of 3 did not arrive within 10000 ms` on every rank that waits,
@@ -52,6 +54,7 @@
 #include <strata/distribute/collective/common.hpp>
 #include <strata/distribute/rendezvous.hpp>
 #include <strata/distribute/settings.hpp>
+#include <strata/distribute/stop_agreement.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -105,6 +108,14 @@ struct ProcessGroupOptions {
     /// ranks run on H hosts of size/H consecutive ranks each (testing the hierarchical transport
     /// on one machine); -1 = read STRATA_FAKE_HOSTS (unset or empty: the real hosts).
     int fake_hosts = -1;
+    /// (Last, so that positional initialisers written before it keep their meaning.) How long a rank waits for the others while the group is set up: the join (the settings'
+    /// exchange and the set-up's MPI calls) and agree(). Ranks are then still starting (MPI
+    /// lets each one leave MPI_Init on its own; it loads its data and builds its model first),
+    /// and on a loaded machine a slow start is not a lost rank: the step deadline `timeout`
+    /// would name one that is only late (issue 41: "set-up (process group): rank 3 of 4 did
+    /// not arrive within 2000 ms" before any fault). 0: max(timeout, 30 s). Collectives keep
+    /// `timeout`: a rank that dies once training runs is named within it.
+    std::chrono::milliseconds startup_timeout{0};
 };
 
 /// What the cross-host stage of the hierarchical transport did on this rank (a host leader;
@@ -166,7 +177,8 @@ public:
 
     /// Joins the ranks of `comm`. First the ranks exchange their settings, point to point and
     /// polled against the timeout (nothing blocks before every rank is known to be here): the
-    /// lanes, the transport asked for, the timeout, chunk_bytes and options.settings. A rank
+    /// lanes, the transport asked for, the timeout, chunk_bytes, options.settings and the
+    /// program's settings (distribute::set_job_settings, strata/distribute/settings.hpp). A rank
     /// that does not come is named (DistributedError `rank 1 of 2 did not arrive within 60000
     /// ms`); settings that differ are a ValueError on every rank naming each one and which rank
     /// has what (`transport: rank 0 has mpi, rank 1 has shared_memory`). Only then are the
@@ -188,6 +200,8 @@ public:
     [[nodiscard]] int lanes() const noexcept { return lanes_; }
     [[nodiscard]] Transport transport() const noexcept { return transport_; }
     [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return options_.timeout; }
+    /// The set-up's deadline (ProcessGroupOptions::startup_timeout, resolved).
+    [[nodiscard]] std::chrono::milliseconds startup_timeout() const noexcept { return options_.startup_timeout; }
     [[nodiscard]] MPI_Comm communicator() const noexcept { return comm_; }
     /// True once a collective of this group timed out or a rank called abort().
     [[nodiscard]] bool failed() const noexcept { return failed_; }
@@ -207,7 +221,8 @@ public:
 
     /// Checks that every rank passes the same `settings` (what = what they are, for the
     /// message), e.g. once at set-up: the ranks exchange them point to point, polled against
-    /// the timeout. Throws, on every rank alike, ValueError `ProcessGroup: the ranks disagree on
+    /// the start-up deadline (ProcessGroupOptions::startup_timeout: a set-up step, where ranks
+    /// may still be building their model). Throws, on every rank alike, ValueError `ProcessGroup: the ranks disagree on
     /// the optimizer: optimizer: rank 0 has Adam(...), rank 1 has SGD(...)` naming every
     /// setting that differs; DistributedError naming a rank that does not come (the group is
     /// then failed). Requires: every rank calls it at the same point, from one thread, never
@@ -236,6 +251,11 @@ public:
     /// other ranks' waits end at once with DistributedError naming this rank. Never throws.
     STRATA_MPI_DECL void abort(std::string_view message) noexcept;
 
+    /// STRATA_FAKE_HOSTS=H, the one parser of it (every strategy reads it through this): H
+    /// written in decimal digits alone, 1 <= H <= 2^20, or 0 when unset or empty. Anything else
+    /// (" 2", "2 ", "+2", "2x", "0") is a ValueError naming the value.
+    STRATA_MPI_DECL static int fake_hosts_from_environment();
+
 private:
     void mark_failed() noexcept {
         failed_ = true;
@@ -251,8 +271,6 @@ private:
     // local_rank_ and local_size_ from the host names.
     STRATA_MPI_DECL void join(MPI_Comm comm);
 
-    // STRATA_FAKE_HOSTS=H (a count >= 1), or 0 when unset or empty.
-    STRATA_MPI_DECL static int fake_hosts_from_environment();
     // Every rank runs this with the same values (they agreed on them): the same error everywhere.
     STRATA_MPI_DECL void check_fake_hosts() const;
     STRATA_MPI_DECL int host_count() const;
@@ -292,12 +310,14 @@ private:
 
     // Every rank's `mine`, on every rank, in rank order. Each rank sends it to rank 0 (tag
     // `tag`), which answers (tag + 1) with all of them once every rank came, or with the ranks
-    // missing at its deadline; a rank waits for the answer until rank 0's deadline plus the
-    // timeout. Point to point and polled: nothing blocks. On failure `failed` runs, the
+    // missing at its deadline (`wait`: the start-up deadline); a rank waits for the answer
+    // until rank 0's deadline plus `wait`. Rank 0 warns at the stall warning and again once
+    // the wait outlasts the step deadline (`timeout`), saying that it goes on waiting. Point to point and polled: nothing blocks. On failure `failed` runs, the
     // message naming the missing ranks is thrown, and the buffers of requests still in flight
     // are leaked (a send or receive may still touch them).
     template <class OnFailure>
-    std::vector<std::string> exchange(MPI_Comm c, int tag, const std::string& mine, const SyncPoint& at, OnFailure failed);
+    std::vector<std::string> exchange(MPI_Comm c, int tag, const std::string& mine, const SyncPoint& at,
+                                      std::chrono::milliseconds wait, OnFailure failed);
 
     // ---- shared-memory transport --------------------------------------------------------------
 
@@ -378,7 +398,9 @@ private:
 
     // Polls `req` until it completes or the deadline passes (time the process was suspended
     // is not counted: RunningDeadline).
-    STRATA_MPI_DECL void wait_request(MPI_Request& req, RunningDeadline& deadline, const SyncPoint& at, int lane, const std::string& who);
+    // `shown`: the deadline's length for the message (0: the timeout).
+    STRATA_MPI_DECL void wait_request(MPI_Request& req, RunningDeadline& deadline, const SyncPoint& at, int lane, const std::string& who,
+                                      std::chrono::milliseconds shown = {});
 
     // Every rank reports to rank 0; rank 0 answers "go" when all arrived, or names the missing
     // ranks to those that did. Gives the MPI transport the same error messages as shared memory.
@@ -422,6 +444,15 @@ private:
     std::vector<int> names_;                         // a stage's ranks as ranks of the whole job
     int named_size_ = 0;
     std::string stage_;                              // where(): which stage of a hierarchical group
+    // The job's stop channel (distribute/stop_agreement.hpp) when this is the first group that
+    // spans every rank of the job: fit agrees on its stops through it, on lane 0, from the
+    // thread that runs fit, between steps (when no replica thread uses the lane).
+    struct JobStop final : StopChannel {
+        ProcessGroup* group = nullptr;
+        void sum_over_job(std::span<double> values) override {
+            group->all_reduce(0, values, ReduceOp::Sum, SyncPoint{"all_reduce", "the stop request (fit)"});
+        }
+    } job_stop_;
 };
 
 // ---- the member templates, for float and double compiled once in the MPI compiled part ----

@@ -71,6 +71,13 @@ private:
         o.timeout = timeout;
         o.transport = collective::Transport::Mpi;  // agree() only: no shared window
         o.fake_hosts = 0;
+        // No host layout to fake (its messages go point to point over MPI): a value set for it
+        // would be ignored without a word, so it is refused, after the one parser has read it.
+        if (const int h = collective::ProcessGroup::fake_hosts_from_environment(); h > 0)
+            throw_error<ValueError>("ParameterServer across processes: STRATA_FAKE_HOSTS=", h,
+                                    " declares a host layout, which the parameter server does not use (its messages go point "
+                                    "to point over MPI, whatever the hosts): unset it (it is for MultiWorkerMirrored's "
+                                    "hierarchical transport and the pipeline's process groups)");
         o.settings = {{"strategy", "ParameterServer"}, {"workers", std::to_string(workers)}, {"servers", std::to_string(servers)}};
         return o;
     }

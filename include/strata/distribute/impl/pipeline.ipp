@@ -39,12 +39,13 @@ STRATA_DECL PipelineRuntime::PipelineRuntime(PipelineOptions options, int stages
     if (o.processes) {
         // One stage per process: rank q runs stage q % P of replica q / P.
         STRATA_CHECK(host_, ValueError, who, ": stages across processes run on the host only");
-        o.processes->join(stages_, o.replicas, o.timeout,
-                          {{"strategy", "Pipeline"},
-                           {"schedule", schedule_name()},
-                           {"stages", std::to_string(stages_)},
-                           {"replicas", std::to_string(o.replicas)},
-                           {"micro_batches", std::to_string(o.micro_batches)}});
+        collective::Settings mine{{"strategy", "Pipeline"},
+                                  {"schedule", schedule_name()},
+                                  {"stages", std::to_string(stages_)},
+                                  {"replicas", std::to_string(o.replicas)},
+                                  {"micro_batches", std::to_string(o.micro_batches)}};
+        for (const auto& kv : o.settings) mine.push_back(kv);
+        o.processes->join(stages_, o.replicas, o.timeout, std::move(mine));
         rank_ = o.processes->rank();
         cores_ = o.cores_per_stage > 0 ? o.cores_per_stage : std::max(1, hardware_threads() / threads);
         for (int t = 0; t < threads; ++t) devices_.push_back(process_device(t));

@@ -27,17 +27,20 @@ public:
     }
 
     void join(int stages, int replicas, std::chrono::milliseconds timeout, collective::Settings settings) override {
-        STRATA_CHECK(size_ == stages * replicas, ValueError, "Pipeline across processes: ", replicas, " replica(s) × ", stages,
-                     " stages need ", stages * replicas, " processes (mpirun -np ", stages * replicas,
-                     "; rank q runs stage q % ", stages, " of replica q / ", stages, "), but the job has ", size_);
-        stages_ = stages;
-        replicas_ = replicas;
+        // The settings first (every rank's stages, replicas and the program's among them), so
+        // that a rank started with other flags is refused on every rank naming them, rather
+        // than by the count below on that rank alone while the others wait for it.
         // The sums over every rank wait the timeout times the stages: a rank that reaches one
         // early (stage 0 after an inference's forward pass, a stage whose micro-batches are done)
         // waits while a stall elsewhere is named first by the stalled stage's own neighbour,
         // whose receive waits up to the timeout times the stages on that side.
         collective::ProcessGroupOptions o{.timeout = timeout * stages, .settings = std::move(settings)};
         all_ = std::make_unique<collective::ProcessGroup>(comm_, 1, o);
+        STRATA_CHECK(size_ == stages * replicas, ValueError, "Pipeline across processes: ", replicas, " replica(s) × ", stages,
+                     " stages need ", stages * replicas, " processes (mpirun -np ", stages * replicas,
+                     "; rank q runs stage q % ", stages, " of replica q / ", stages, "), but the job has ", size_);
+        stages_ = stages;
+        replicas_ = replicas;
         box_ = std::make_unique<collective::Mailbox>(comm_, timeout, [this](int q) { return name(q); });
         if (replicas > 1) {
             // Every rank is known to be here (the group joined): the split cannot wait forever.

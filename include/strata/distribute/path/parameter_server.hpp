@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/core/stop_signal.hpp"
 #include "strata/distribute/gradient_path.hpp"
 #include "strata/distribute/parameter_server.hpp"
 #include "strata/distribute/parameter_server_stats.hpp"
@@ -352,6 +353,9 @@ private:
             const auto m = remote_->receive(remote_->server_rank(sv), "ParameterServer: update acknowledgement", coordinator_wait());
             STRATA_CHECK(m.kind == kAck, DistributedError, "ParameterServer: ", remote_->name(m.source), " sent message ", m.kind,
                          " where an acknowledgement was expected");
+            std::int64_t stop = 0;
+            if (m.payload.size() >= sizeof stop) get(m.payload.data(), &stop, 1);
+            take_stop(int(stop));
         }
     }
 
@@ -367,11 +371,29 @@ private:
     // lost so far. Every rank must learn them: the servers do not send their state to them, and
     // no rank may call MPI_Finalize at exit, which waits for every rank (a worker that was
     // stopped, then killed while the others were in it, left them waiting there for ever).
+    // Its first word is the stop the coordinator decided (the signal, 0: none): every rank's
+    // stop_signal() takes it, so each rank's StopOnSignal ends fit after this epoch and the
+    // program exits with that signal's status on every rank.
     void epoch_ended(const Received& m) {
-        gone_ranks_.assign(m.payload.size() / sizeof(std::int64_t), 0);
-        if (!gone_ranks_.empty()) std::memcpy(gone_ranks_.data(), m.payload.data(), gone_ranks_.size() * sizeof(std::int64_t));
+        const std::size_t words = m.payload.size() / sizeof(std::int64_t);
+        std::int64_t stop = 0;
+        if (words > 0) get(m.payload.data(), &stop, 1);
+        gone_ranks_.assign(words > 0 ? words - 1 : 0, 0);
+        if (!gone_ranks_.empty()) std::memcpy(gone_ranks_.data(), m.payload.data() + sizeof(std::int64_t), gone_ranks_.size() * sizeof(std::int64_t));
         for (auto r : gone_ranks_) remote_->mark_lost(int(r));
+        take_stop(int(stop));
     }
+    // A stop asked for on another rank (a signal that reached one worker, server or the
+    // coordinator alone): the highest signal wins, as in the lockstep strategies' agreement.
+    static void take_stop(int signal) {
+        int mine = stop_signal().load();
+        while (signal > mine && !stop_signal().compare_exchange_weak(mine, signal)) {
+        }
+    }
+    // The stop this rank asks for, sent with its next report (a worker's result, a server's
+    // acknowledgement): the parameter server's ranks never meet in lockstep, so the coordinator
+    // collects the requests and its epoch's end carries the decision to every rank.
+    static std::int64_t stop_request() { return std::int64_t(stop_signal().load()); }
 
     // Server rank: the coordinator's commands until the epoch ends.
     void serve_epoch();
@@ -619,6 +641,8 @@ void ParameterServerCore<P, T>::epoch_run(Next<Y> next, std::uint64_t& step, Wor
             fail(w, r.error + " (Synchronous needs every worker; the asynchronous and K modes go on without a lost one)");
         state[std::size_t(w)] = State::Lost;
         lost_.push_back(w);
+        epoch_.lost_workers.push_back(w);  // into the report and the JSON (stats())
+        epoch_.lost_ranks.push_back(remote_->worker_rank(w));
         ++epoch_.dropped;
         int left = 0;
         for (auto st : state) left += st != State::Lost;
@@ -905,9 +929,13 @@ void ParameterServerCore<P, T>::epoch_run(Next<Y> next, std::uint64_t& step, Wor
     if (remote_) {
         std::vector<std::int64_t> gone;
         for (int w : lost_) gone.push_back(remote_->worker_rank(w));
+        // First word: the stop decided here (a signal on this rank, or one a worker or server
+        // reported); every rank takes it (epoch_ended), so SIGTERM to any one rank stops all.
+        std::vector<std::int64_t> end{stop_request()};
+        end.insert(end.end(), gone.begin(), gone.end());
         for (int r = 1; r < remote_->processes(); ++r)
             if (std::find(gone.begin(), gone.end(), r) == gone.end())
-                remote_->send(r, kEnd, 0, std::as_bytes(std::span<const std::int64_t>(gone)));
+                remote_->send(r, kEnd, 0, std::as_bytes(std::span<const std::int64_t>(end)));
         gone_ranks_ = gone;
         sync_mirror();
     }
@@ -942,7 +970,10 @@ UnitWork ParameterServerCore<P, T>::remote_work(int w, const OwnedBatch<Y>& ob, 
             const std::byte* in = m->payload.data();
             in = get(in, &u.loss_sum, 1);
             in = get(in, &u.correct, 1);
-            get(in, &u.examples, 1);
+            in = get(in, &u.examples, 1);
+            std::int64_t stop = 0;
+            if (m->payload.size() >= 4 * sizeof(std::int64_t)) get(in, &stop, 1);
+            take_stop(int(stop));  // the worker's rank caught a signal: stop after this update
             return u;
         }
         if (!cancel_sent && cancel.load()) {
@@ -1028,6 +1059,8 @@ void ParameterServerCore<P, T>::work_epoch(int w, Work<Y> work) {
         put(done, &u.loss_sum, 1);
         put(done, &u.correct, 1);
         put(done, &u.examples, 1);
+        const std::int64_t stop = stop_request();  // a signal here: the coordinator stops the job
+        put(done, &stop, 1);
         remote_->send(coord, kDone, m.step, done);
         for (;;) {
             const auto dcs = remote_->receive(coord, "ParameterServer: the coordinator's decision on a mini-batch", idle_timeout());
@@ -1084,7 +1117,8 @@ void ParameterServerCore<P, T>::serve_epoch() {
             T inv{};
             get(m.payload.data(), &inv, 1);
             apply_inbox(srv, inv);
-            remote_->send(coord, kAck, m.step, {});
+            const std::int64_t stop = stop_request();  // a signal here: the coordinator stops the job
+            remote_->send(coord, kAck, m.step, std::as_bytes(std::span<const std::int64_t>(&stop, 1)));
         }
     }
 }

@@ -3,7 +3,9 @@
 /// The definitions behind strata/io/atomic_file.hpp: included by it in the header-only mode,
 /// compiled once in src/strata.cpp under STRATA_SEPARATE_COMPILATION.
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
@@ -24,13 +26,66 @@
 
 namespace strata::io {
 
+namespace detail {
+// The temporary file's name keeps at most this much of the target's, so that it stays under
+// NAME_MAX (255 on every Linux file system) with its ".tmp.<pid>.<n>" suffix.
+inline constexpr std::size_t temp_base_max = 200;
+// ".<base>.tmp.<pid>.<n>": the longest the suffix gets (pid and counter in decimal).
+inline constexpr std::size_t temp_extra_max = 1 + 5 + 20 + 1 + 20;
+
+// What a non-regular file is, in words, for messages ("a FIFO").
+inline const char* kind_of(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "a file that is not a regular file";
+}
+
+// Throws unless the target is absent, a regular file or a symbolic link (what a rename may
+// replace without touching anything that is not ours). `when`: what the writer was about to do.
+inline void refuse_non_regular(const std::filesystem::path& target, const char* when) {
+    struct stat st {};
+    if (::lstat(target.c_str(), &st) != 0) return;  // absent, or unreadable: the write names the reason
+    if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) return;
+    throw_error<IoError>("cannot write ", in_quotes(target.string()), ": expected a regular file or a new name, found ",
+                         kind_of(st.st_mode), "; it is left as it is", when);
+}
+}  // namespace detail
+
+STRATA_DECL void check_output_target(const std::filesystem::path& target) {
+    STRATA_CHECK(!target.empty() && target.has_filename(), ValueError, "output path ", in_quotes(target.string()),
+                 " names no file");
+    detail::refuse_non_regular(target, "");
+    std::filesystem::path dir = target.parent_path();
+    if (dir.empty()) dir = ".";
+    const std::size_t name = target.filename().native().size();
+    // Asked of the directory, since file systems differ (and a name can only be too long for the
+    // one it is created in); where the directory is missing the write says so itself.
+    errno = 0;
+    const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+    if (name_max > 0 && name > std::size_t(name_max))
+        throw_error<IoError>("cannot write ", in_quotes(target.string()), ": expected a file name of at most ", name_max,
+                             " bytes (NAME_MAX of the file system of ", in_quotes(dir.string()), "), found one of ", name, " bytes");
+    long path_max = ::pathconf(dir.c_str(), _PC_PATH_MAX);
+    if (path_max <= 0) path_max = PATH_MAX;
+    const std::size_t temp = dir.native().size() + 1 + std::min(name, detail::temp_base_max) + detail::temp_extra_max;
+    const std::size_t longest = std::max(target.native().size(), temp);
+    if (longest >= std::size_t(path_max))
+        throw_error<IoError>("cannot write ", in_quotes(target.string()), ": expected a path shorter than ", path_max,
+                             " bytes (PATH_MAX), found ", target.native().size(), " bytes",
+                             longest > target.native().size() ? " (and the temporary file beside it needs more)" : "");
+}
+
 STRATA_DECL AtomicFileWriter::AtomicFileWriter(std::filesystem::path target) : target_(std::move(target)) {
     STRATA_CHECK(!target_.empty() && target_.has_filename(), ValueError,
                  "AtomicFileWriter: target path ", in_quotes(target_.string()), " names no file");
+    check_output_target(target_);  // before any byte is written: a device or a FIFO is not ours to replace
     std::filesystem::path dir = target_.parent_path();
     if (dir.empty()) dir = ".";
     base_ = target_.filename().string();
-    if (base_.size() > 200) base_.resize(200);  // keep the temporary name under NAME_MAX
+    if (base_.size() > detail::temp_base_max) base_.resize(detail::temp_base_max);
     static std::atomic<std::uint64_t> counter{0};  // a process-local tie-breaker; O_EXCL settles the rest
     for (int attempt = 0;; ++attempt) {
         const std::uint64_t n = counter.fetch_add(1, std::memory_order_relaxed);
@@ -70,6 +125,13 @@ STRATA_DECL void AtomicFileWriter::commit() {
         remove_temp();
         throw_error<IoError>("cannot write ", in_quotes(target_.string()), ": cannot close the temporary file: ",
                              std::strerror(err));
+    }
+    try {
+        // Again: the target may have changed since the constructor (minutes of writing ago).
+        detail::refuse_non_regular(target_, " (found just before the rename)");
+    } catch (...) {
+        remove_temp();
+        throw;
     }
     if (std::rename(temp_.c_str(), target_.c_str()) != 0) {
         const int err = errno;

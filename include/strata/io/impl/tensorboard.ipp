@@ -10,6 +10,7 @@
 #include <cstring>
 #include <system_error>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "strata/core/error.hpp"
@@ -137,7 +138,13 @@ STRATA_DECL EventFileWriter::EventFileWriter(const std::filesystem::path& direct
     std::snprintf(name, sizeof name, "events.out.tfevents.%010lld.%s.%ld.%d", static_cast<long long>(now), host,
                   static_cast<long>(::getpid()), counter.fetch_add(1));
     path_ = directory / name;
-    file_ = std::fopen(path_.c_str(), "wb");
+    // Created exclusively: a name of this process and second, so anything already there (a FIFO,
+    // a link someone put in the directory) is not ours to write into or through.
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        file_ = ::fdopen(fd, "wb");
+        if (!file_) ::close(fd);
+    }
     if (!file_)
         throw_error<IoError>("TensorBoard: cannot create the event file ", in_quotes(path_.string()), ": ", std::strerror(errno));
     append(file_version_event(now));

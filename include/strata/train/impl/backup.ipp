@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "strata/core/stop_signal.hpp"
 #include "strata/train/backup.hpp"
 
 namespace strata::train {
@@ -43,8 +44,10 @@ STRATA_DECL void BackupAndRestore::on_train_begin(TrainingContext& ctx) {
 
 STRATA_DECL void BackupAndRestore::on_train_end(TrainingContext& ctx, const Logs&) {
     if (!ctx.is_chief() && !ctx.gathers_state()) return;
-    if (ctx.position.batches > 0) {
-        backup(ctx);  // stopped inside an epoch: not done, keep where it stopped
+    // Stopped inside an epoch, or by a signal at an epoch's end with epochs left (issue 41:
+    // under mpirun the stop-time backup is what a relaunch resumes from): keep where it stopped.
+    if (ctx.position.batches > 0 || stop_signal().load() != 0) {
+        backup(ctx);
         if (ctx.is_chief()) unlock(true);
         return;
     }

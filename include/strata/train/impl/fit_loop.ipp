@@ -31,6 +31,9 @@ STRATA_DECL bool FitEpoch::step(double loss_sum, double correct, std::int64_t ex
     if (accuracy_) logs_->set("accuracy", mean(correct_));
     bar_->step(done_, *logs_);
     for (const auto& cb : *callbacks_) cb->on_train_batch_end(*ctx_, done_, *logs_);
+    // Across processes every rank stops after the same step: a rank that stopped alone (a
+    // signal that reached one pipeline stage) left the others waiting for its next message.
+    ctx_->stop_training = driver_->agree_stop({ctx_->stop_training, stop_signal().load()}, true).stop;
     // Keras: stop_training set during a batch (StopOnSignal, a user callback) ends fit after
     // that batch.
     if (ctx_->stop_training) {
@@ -63,9 +66,16 @@ STRATA_DECL History run_fit(TrainingContext& ctx, FitDriver& driver, const Callb
         // batch to resume at, only an epoch.
         STRATA_CHECK(driver.resumes_mid_epoch() || from->batches == 0, ValueError, "fit: cannot resume part-way through epoch ",
                      from->epoch, " (after ", from->batches, " updates) under ParameterServer; back up at epoch ends only");
+        // A backup taken after more steps of its epoch than this run's epochs have (another
+        // steps_per_epoch, BackupAndRestore's allow_config_change) has no batch to resume at: once
+        // that epoch was silently counted done ("30/20"), and the run went on from a position no
+        // uninterrupted run of either configuration passes through.
+        STRATA_CHECK(s.steps_per_epoch <= 0 || from->batches <= s.steps_per_epoch, ValueError, "fit: cannot resume epoch ",
+                     from->epoch, " after batch ", from->batches, ": expected at most steps_per_epoch = ", s.steps_per_epoch,
+                     " batches done in an epoch, found ", from->batches, " in the backup (it was made with more steps per epoch)");
     }
     Logs logs;
-    FitEpoch e(ctx, callbacks, bar, logs, s.accuracy, s.steps_per_epoch);
+    FitEpoch e(ctx, driver, callbacks, bar, logs, s.accuracy, s.steps_per_epoch);
     for (int epoch = from ? from->epoch : s.initial_epoch; epoch < s.epochs && !ctx.stop_training; ++epoch) {
         for (const auto& cb : callbacks) cb->on_epoch_begin(ctx, epoch);
         std::int64_t steps = s.steps_per_epoch > 0 ? s.steps_per_epoch : driver.expected_steps();
@@ -76,10 +86,21 @@ STRATA_DECL History run_fit(TrainingContext& ctx, FitDriver& driver, const Callb
         driver.begin_epoch();
         // A resumed epoch whose steps were all done before the backup trains on nothing.
         if (!e.finished()) driver.run_epoch(epoch, resumed ? from->batches : 0, e);
+        // Every rank is here (a parameter server's servers and workers too, which do not step):
+        // a stop asked for where no step agreement reaches it is agreed now.
+        const distribute::StopRequest agreed = driver.agree_stop({ctx.stop_training, stop_signal().load()}, false);
+        ctx.stop_training = agreed.stop;
         if (last_epoch_seconds) *last_epoch_seconds = bar.epoch_seconds();
         if (last_epoch_examples) *last_epoch_examples = e.seen();
         e.figures(logs);
-        driver.end_epoch(e.seen(), logs, history);
+        // Stopped by a signal: the validation pass is skipped (on every rank: the signal is
+        // agreed), since under mpirun SIGKILL follows SIGTERM within a second
+        // (odls_base_sigkill_timeout) and the state must be saved before it.
+        driver.end_epoch(e.seen(), logs, history, agreed.signal == 0);
+        // A signal during the validation pass (which it cut short) stops fit here, on every
+        // rank, rather than after the next epoch's first step.
+        const distribute::StopRequest after = driver.agree_stop({ctx.stop_training, stop_signal().load()}, false);
+        ctx.stop_training = after.stop || after.signal != 0;
         bar.epoch_end(e.done(), logs);
         // An epoch stopped part-way is not counted as trained: resuming from a checkpoint
         // (load, then fit with initial_epoch = epoch()) runs it again.
@@ -90,6 +111,9 @@ STRATA_DECL History run_fit(TrainingContext& ctx, FitDriver& driver, const Callb
         history.record(epoch, logs);
         for (const auto& cb : callbacks) cb->on_epoch_end(ctx, epoch, logs);
     }
+    // A signal that reached one rank during the last epoch's validation: every rank must take
+    // the same branch after fit (the save, or the evaluation that follows, are collective).
+    if (driver.agree_stop({ctx.stop_training, stop_signal().load()}, false).stop) ctx.stop_training = true;
     for (const auto& cb : callbacks) cb->on_train_end(ctx, logs);
     return history;
 }

@@ -159,7 +159,7 @@ STRATA_MPI_DECL int local_size(MPI_Comm comm) {
 
 template <class OnFailure>
 std::vector<std::string> ProcessGroup::exchange(MPI_Comm c, int tag, const std::string& mine, const SyncPoint& at,
-                                                OnFailure failed) {
+                                                std::chrono::milliseconds wait, OnFailure failed) {
     struct Buffers {
         std::string out, in;
         std::vector<std::string> got;
@@ -173,11 +173,12 @@ std::vector<std::string> ProcessGroup::exchange(MPI_Comm c, int tag, const std::
         f();
     };
     const std::string where = "across processes: " + at.str();
-    auto deadline = fresh(options_.timeout);
+    auto deadline = fresh(wait);
     auto fail = [&](const std::string& who) {
         failed();
         (void)io.release();
-        throw_error<DistributedError>(where, ": ", who, " did not arrive within ", options_.timeout.count(), " ms");
+        throw_error<DistributedError>(where, ": ", who, " did not arrive within ", wait.count(), " ms",
+                                      wait > options_.timeout ? " (the start-up deadline)" : "");
     };
     // Takes a message from `from` with `t` if one is there.
     auto take = [&](int from, int t, std::string& into) {
@@ -199,7 +200,7 @@ std::vector<std::string> ProcessGroup::exchange(MPI_Comm c, int tag, const std::
         MPI_Request send;
         locked([&] { MPI_Isend(io->out.data(), int(io->out.size()), MPI_BYTE, 0, tag, c, &send); });
         // Rank 0 answers at its own deadline at the latest.
-        auto root_deadline = fresh(2 * options_.timeout);
+        auto root_deadline = fresh(2 * wait);
         for (int spins = 0; !take(0, tag + 1, io->in); ++spins) {
             if (root_deadline.expired()) fail("rank 0 of " + std::to_string(size_));
             pause(spins);
@@ -232,18 +233,28 @@ std::vector<std::string> ProcessGroup::exchange(MPI_Comm c, int tag, const std::
     std::vector<char> have(std::size_t(size_), 0);
     have[0] = 1;
     std::vector<int> late;
-    bool warned = false;
+    bool warned = false, past_step_deadline = false;
     for (int spins = 0;; ++spins) {
         late.clear();
         for (int q = 1; q < size_; ++q)
             if (!have[std::size_t(q)] && !(have[std::size_t(q)] = char(take(q, tag, io->got[std::size_t(q)])))) late.push_back(q);
         if (late.empty() || deadline.expired()) break;
         const auto waited = deadline.waited();
+        const auto waited_ms = static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count());
         if (!warned && options_.stall_warning.count() > 0 && waited > options_.stall_warning) {
             warned = true;
-            std::fprintf(stderr, "strata: warning: %s: rank 0 has waited %lld ms for %s (timeout %lld ms)\n", where.c_str(),
-                         static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()),
-                         ranks_text(late).c_str(), static_cast<long long>(options_.timeout.count()));
+            std::fprintf(stderr, "strata: warning: %s: rank 0 has waited %lld ms for %s (%s %lld ms)\n", where.c_str(), waited_ms,
+                         ranks_text(late).c_str(), wait > options_.timeout ? "start-up deadline" : "timeout",
+                         static_cast<long long>(wait.count()));
+        }
+        // Past the step deadline a set-up wait says why it has not failed yet: the late rank
+        // may still be starting, and is named only at the start-up deadline.
+        if (!past_step_deadline && wait > options_.timeout && waited > options_.timeout) {
+            past_step_deadline = true;
+            std::fprintf(stderr, "strata: warning: %s: rank 0 has waited %lld ms for %s, longer than the timeout of %lld ms: "
+                                 "still starting, it is waited for until the start-up deadline of %lld ms\n",
+                         where.c_str(), waited_ms, ranks_text(late).c_str(), static_cast<long long>(options_.timeout.count()),
+                         static_cast<long long>(wait.count()));
         }
         pause(spins);
     }
@@ -259,7 +270,7 @@ std::vector<std::string> ProcessGroup::exchange(MPI_Comm c, int tag, const std::
         io->sends.push_back(s);
     }
     if (!late.empty()) fail(ranks_text(late));  // the answers go out eagerly; the gone never take theirs
-    auto sent = fresh(options_.timeout);  // every rank is here: the answers go out at once
+    auto sent = fresh(wait);  // every rank is here: the answers go out at once
     for (int spins = 0;; ++spins) {
         int done = 0;
         locked([&] { MPI_Testall(int(io->sends.size()), io->sends.data(), &done, MPI_STATUSES_IGNORE); });
@@ -276,6 +287,11 @@ STRATA_MPI_DECL ProcessGroup::ProcessGroup(MPI_Comm comm, int lanes, ProcessGrou
                  options.timeout.count(), " ms");
     STRATA_CHECK(options.chunk_bytes >= 1024, ValueError, "ProcessGroup: chunk_bytes must be >= 1024, got ",
                  options.chunk_bytes);
+    STRATA_CHECK(options.startup_timeout.count() >= 0, ValueError,
+                 "ProcessGroup: the start-up deadline must be >= 0 ms (0: max(timeout, 30 s)), got ",
+                 options.startup_timeout.count(), " ms");
+    if (options_.startup_timeout.count() == 0)
+        options_.startup_timeout = std::max<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(30));
     provided_ = mpi::ensure_initialized();
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &size_);
@@ -305,9 +321,15 @@ STRATA_MPI_DECL ProcessGroup::ProcessGroup(MPI_Comm comm, int lanes, ProcessGrou
         seq_.assign(std::size_t(lanes_), 0);
         control_ = std::make_unique<ControlBuffers[]>(std::size_t(lanes_));
     }
+    // Every strategy across processes joins through a ProcessGroup: the first one over the
+    // whole job carries the job's stop agreement, so none can forget it (a group of part of the
+    // job, a hybrid's copies or a host's ranks, cannot: not every rank is in it).
+    job_stop_.group = this;
+    if (size_ > 1 && size_ == mpi::world_size()) register_stop_channel(&job_stop_);
 }
 
 STRATA_MPI_DECL ProcessGroup::~ProcessGroup() {
+    unregister_stop_channel(&job_stop_);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (failed_ || mpi::job_failed()) {
@@ -341,7 +363,8 @@ STRATA_MPI_DECL void ProcessGroup::agree(const Settings& settings, std::string_v
     const SyncPoint at{"agree", what};
     throw_if_failed(at);
     if (size_ == 1) return;
-    const auto all = exchange(comm_, agree_tag, detail::encode(settings), at, [this] { mark_failed(); });
+    // A set-up step (the model, the optimizer, the batch): ranks may still be building theirs.
+    const auto all = exchange(comm_, agree_tag, detail::encode(settings), at, options_.startup_timeout, [this] { mark_failed(); });
     std::vector<Settings> per_rank;
     for (const auto& bytes : all) per_rank.push_back(detail::decode(bytes));
     const std::string d = detail::disagreements(per_rank);
@@ -400,9 +423,13 @@ STRATA_MPI_DECL void ProcessGroup::join(MPI_Comm comm) {
     Settings mine{{"lanes", std::to_string(lanes_)},
                   {"transport", std::string(to_string(options_.transport))},
                   {"timeout_ms", std::to_string(options_.timeout.count())},
+                  {"startup_timeout_ms", std::to_string(options_.startup_timeout.count())},
                   {"chunk_bytes", std::to_string(options_.chunk_bytes)},
                   {"fake_hosts (STRATA_FAKE_HOSTS)", fake_hosts_ > 0 ? std::to_string(fake_hosts_) : std::string()}};
     for (const auto& s : options_.settings) mine.push_back(s);
+    // The program's (set_job_settings): compared by every group, so that no strategy across
+    // processes can join without them.
+    for (const auto& s : job_settings()) mine.push_back(s);
     local_rank_ = 0;
     local_size_ = 1;
     host_of_.assign(std::size_t(size_), 0);
@@ -414,7 +441,8 @@ STRATA_MPI_DECL void ProcessGroup::join(MPI_Comm comm) {
     std::string bytes = detail::encode(mine);
     detail::put_text(bytes, "");  // the host name last, outside the settings compared
     detail::put_text(bytes, std::string_view(host, std::size_t(host_len)));
-    const auto all = exchange(comm, join_tag, bytes, SyncPoint{"set-up", "process group"}, [] { mpi::job_failed() = true; });
+    const auto all = exchange(comm, join_tag, bytes, SyncPoint{"set-up", "process group"}, options_.startup_timeout,
+                              [] { mpi::job_failed() = true; });
     std::vector<Settings> per_rank;
     std::vector<std::string> hosts;
     for (const auto& b : all) {
@@ -458,10 +486,14 @@ STRATA_MPI_DECL void ProcessGroup::join(MPI_Comm comm) {
 STRATA_MPI_DECL int ProcessGroup::fake_hosts_from_environment() {
     const char* v = std::getenv("STRATA_FAKE_HOSTS");
     if (v == nullptr || *v == '\0') return 0;
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || n < 1 || n > 1 << 20)
-        throw_error<ValueError>("ProcessGroup: STRATA_FAKE_HOSTS=", v, ": expected a number of hosts >= 1 (or unset)");
+    // Digits only: strtol took leading blanks and a sign (" 2" was 2) but refused trailing ones
+    // ("2 "); a value a script quoted carelessly is refused either way, never half-read.
+    long n = 0;
+    const char* p = v;
+    for (; *p >= '0' && *p <= '9' && n <= (1 << 20); ++p) n = n * 10 + (*p - '0');
+    if (*p != '\0' || n < 1 || n > (1 << 20))
+        throw_error<ValueError>("ProcessGroup: STRATA_FAKE_HOSTS='", v, "': expected a number of hosts in decimal digits alone, "
+                                "from 1 to ", 1 << 20, " (or unset)");
     return int(n);
 }
 
@@ -509,8 +541,8 @@ STRATA_MPI_DECL MPI_Comm ProcessGroup::dup(MPI_Comm c, const SyncPoint& at) {
     MPI_Comm out = MPI_COMM_NULL;
     MPI_Request req;
     MPI_Comm_idup(c, &out, &req);
-    auto d = fresh(options_.timeout);
-    wait_request(req, d, at, 0, "some rank");
+    auto d = fresh(options_.startup_timeout);  // part of the set-up: every rank joined a moment ago
+    wait_request(req, d, at, 0, "some rank", options_.startup_timeout);
     return out;
 }
 
@@ -548,8 +580,8 @@ STRATA_MPI_DECL void ProcessGroup::open_window() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     MPI_Request req;
     MPI_Ibarrier(comm_, &req);
-    auto d = fresh(options_.timeout);
-    wait_request(req, d, SyncPoint{"set-up", "shared window"}, 0, "some rank");
+    auto d = fresh(options_.startup_timeout);
+    wait_request(req, d, SyncPoint{"set-up", "shared window"}, 0, "some rank", options_.startup_timeout);
 }
 
 STRATA_MPI_DECL void ProcessGroup::arrive_and_wait(int lane, std::uint64_t seq, const SyncPoint& at, std::chrono::milliseconds timeout) {
@@ -660,7 +692,8 @@ STRATA_MPI_DECL void ProcessGroup::validate(int lane, const SyncPoint& at) {
     }
 }
 
-STRATA_MPI_DECL void ProcessGroup::wait_request(MPI_Request& req, RunningDeadline& deadline, const SyncPoint& at, int lane, const std::string& who) {
+STRATA_MPI_DECL void ProcessGroup::wait_request(MPI_Request& req, RunningDeadline& deadline, const SyncPoint& at, int lane,
+                                                const std::string& who, std::chrono::milliseconds shown) {
     for (int spins = 0;; ++spins) {
         int done = 0;
         {
@@ -671,7 +704,8 @@ STRATA_MPI_DECL void ProcessGroup::wait_request(MPI_Request& req, RunningDeadlin
         if (done) return;
         if (deadline.expired()) {
             mark_failed();
-            throw_error<DistributedError>(where(at, lane), ": ", who, " did not arrive within ", options_.timeout.count(), " ms");
+            throw_error<DistributedError>(where(at, lane), ": ", who, " did not arrive within ",
+                                          (shown.count() > 0 ? shown : options_.timeout).count(), " ms");
         }
         if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
