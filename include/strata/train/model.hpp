@@ -128,8 +128,10 @@ public:
     using place_type = typename Strategy::place_type;
     using path_type = distribute::GradientPath<Strategy, Net, T>;
     /// What each compute unit runs: the whole network (a Pipeline's unit runs its stages).
+    // Before anything else reads the path: each member it lacks is one error naming it.
+    static_assert(distribute::detail::GradientPathCheck<path_type>::value,
+                  "strata::Model: the strategy's GradientPath lacks a member the Model needs (named above)");
     using network_type = typename distribute::detail::UnitNetwork<path_type, nn::Network<Net, T, P>>::type;
-    static_assert(distribute::GradientPathFor<path_type>, "strata::Model: the strategy's GradientPath lacks a member the Model needs");
     static constexpr std::int64_t num_params = Net::num_params;
     static constexpr std::int64_t input_size = Net::input_shape::size;
     static constexpr std::int64_t output_size = Net::output_shape::size;
