@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/data/dataset.hpp"
 #include "strata/detail/dependent_false.hpp"
 #include "strata/distribute/combinations.hpp"

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/data/dataset.hpp"
 #include "strata/distribute/distributed_dataset.hpp"
 #include "strata/distribute/strategy.hpp"
@@ -116,7 +117,7 @@ struct LastActivation<nn::Sequential<In, Specs...>> {
 /// `distribute::GradientPath` (variables, gradient aggregation, the step's schedule) and gives
 /// it one unit of work — forward, loss, backward of one mini-batch — to run where and when the
 /// path says.
-template <class Net, class Strategy = distribute::Default, class T = float>
+template <class Net, class Strategy, class T>
 class Model : public train::ModelBase<T> {
     static_assert(distribute::Strategy<Strategy>,
                   "strata::Model<Net, Strategy, T>: Strategy must be a strategy (strata::distribute::Default, OneDevice<P>, "
