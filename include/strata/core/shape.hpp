@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "strata/fwd.hpp"
 #include "strata/core/error.hpp"
 
 namespace strata {

@@ -10,6 +10,7 @@
 /// | `Mirrored<P, S>`                 | `Synchronous` (an all-reduce needs every replica at every step)  |
 /// | `CentralStorage<P, S>`           | `Synchronous` (its update waits for every replica's gradient)    |
 /// | `MultiWorkerMirrored<P, S>`      | `Synchronous` (an all-reduce across processes, every step)       |
+/// | `Pipeline<P, Schedule, Split>`   | `Synchronous` (fixed: one schedule over all stages every step)   |
 /// | `ParameterServer<P, S>`          | all: `Synchronous`, `KSync<K>`, `KBatchSync<K>`, `KAsync<K>`,    |
 /// |                                  | `KBatchAsync<K>`, `Asynchronous<B>`, and `Any` (chosen at run time)|
 
@@ -18,7 +19,8 @@
 /// The sentence every rejected strategy × sync-mode combination prints.
 #define STRATA_VALID_COMBINATIONS                                                                           \
     "Valid combinations: Default, OneDevice<P>, Mirrored<P, sync::Synchronous>, "                            \
-    "CentralStorage<P, sync::Synchronous>, MultiWorkerMirrored<P, sync::Synchronous>, ParameterServer<P, any sync mode: Synchronous, KSync<K>, "        \
+    "CentralStorage<P, sync::Synchronous>, MultiWorkerMirrored<P, sync::Synchronous>, "                    \
+    "Pipeline<P, Schedule, Split> (synchronous), ParameterServer<P, any sync mode: Synchronous, KSync<K>, "  \
     "KBatchSync<K>, KAsync<K>, KBatchAsync<K>, Asynchronous<B>, or Any to choose at run time>; the relaxed modes need ParameterServer "    \
     "(see docs/distribution.md)"
 

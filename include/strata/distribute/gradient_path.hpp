@@ -32,7 +32,8 @@
 ///   slots() / set_slot(name, v)      optimizer slots, gathered into the same flat layout
 ///   optimizer_name(), iterations(), set_iterations(n), learning_rate(), set_learning_rate(lr)
 ///   log_placement()                  one placement-log line per variable copy or shard
-/// and, through detail::PathBase (below), the optional parts with their defaults.
+/// and, through detail::PathBase (below), the optional parts with their defaults, which a path
+/// takes by name (`using Base::after_save;`) so that a misspelt override is a compile error.
 /// Lockstep paths (everything but ParameterServer) also expose the pieces of a step for custom
 /// training loops: params(r), grads(r), gradient_ready(r, first), apply(r), end_step().
 
@@ -40,9 +41,11 @@
 #include <span>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/data/dataset.hpp"
 #include "strata/detail/dependent_false.hpp"
 #include "strata/distribute/combinations.hpp"
@@ -74,23 +77,6 @@ class GradientPath {
     static_assert(strata::detail::dependent_false<Strategy>,
                   "strata::distribute::GradientPath: this strategy × sync mode combination is not implemented. "
                   STRATA_VALID_COMBINATIONS);
-};
-
-/// The interface Model relies on (see the file comment).
-template <class Path>
-concept GradientPathFor = requires(Path& p, const Path& cp, int unit, optim::Optimizer opt, std::vector<typename Path::value_type> w) {
-    typename Path::value_type;
-    typename Path::place_type;
-    { cp.units() } -> std::convertible_to<int>;
-    p.compile(opt);
-    p.prepare_inference();
-    { p.inference_params(unit) } -> std::convertible_to<const typename Path::value_type*>;
-    { cp.get_weights() } -> std::same_as<std::vector<typename Path::value_type>>;
-    p.set_weights(w);
-    { cp.optimizer_name() } -> std::convertible_to<std::string>;
-    { cp.iterations() } -> std::convertible_to<std::int64_t>;
-    { cp.learning_rate() } -> std::convertible_to<double>;
-    p.log_placement();
 };
 
 namespace detail {
@@ -169,20 +155,29 @@ STRATA_CUDA_TEMPLATE struct OptimizerCopies<float, place::Cuda>;
 STRATA_CUDA_TEMPLATE struct OptimizerCopies<double, place::Cuda>;
 #endif
 
+/// The network a Model unit holds when the path names none of its own: the whole network
+/// (nn::Network<Net, T, P>). PathBase's default `unit_network`.
+struct WholeNetwork {};
+
 /// The base of every gradient path: the optional parts of the interface, with their defaults
-/// (one process, no gradient buckets, one update per batch). A path overrides what it does
-/// differently by declaring a member of the same name; Model calls every member below
-/// unconditionally (no `requires` probes), so a name Model expects that no path declares is a
-/// compile error, not a feature silently switched off.
+/// (one process, no gradient buckets, one update per batch). Model calls every member below
+/// unconditionally (no `requires` probes).
 ///
-/// | member                            | default                | overridden by                      |
+/// The defaults are protected: a path either defines a member or takes the default by name
+/// with a using-declaration in its public part (`using detail::PathBase<Path>::after_save;`).
+/// So a misspelt override (`after_sav`) cannot fall back to the default without a word: the
+/// path then has no public `after_save`, and GradientPathCheck (where Model instantiates the
+/// path) names the member and both ways to provide it.
+///
+/// | member                            | default                | defined by                         |
 /// |-----------------------------------|------------------------|------------------------------------|
 /// | `lockstep`                        | true                   | ParameterServer (false)            |
 /// | `pipelined`                       | false                  | Pipeline (true)                    |
+/// | `unit_network`                    | WholeNetwork           | Pipeline (a handle on its stages)  |
 /// | `gradient_buckets()`              | 0 (no all-reduce)      | Mirrored, MultiWorkerMirrored      |
 /// | `expected_updates(batches)`       | batches                | ParameterServer (rounds, or -1)    |
 /// | `end_epoch(logs, history)`        | nothing                | ParameterServer (figures, staleness)|
-/// | `is_chief()`                      | true                   | MultiWorkerMirrored, Pipeline (rank 0)|
+/// | `is_chief()`                      | true                   | MultiWorkerMirrored, Pipeline, ParameterServer (rank 0)|
 /// | `per_worker_input()`              | false                  | MultiWorkerMirrored                |
 /// | `unit_share(batch, r)`            | even split over units()| lockstep paths, MultiWorkerMirrored|
 /// | `sum_over_workers(values)`        | nothing (one process)  | MultiWorkerMirrored, Pipeline      |
@@ -194,17 +189,15 @@ STRATA_CUDA_TEMPLATE struct OptimizerCopies<double, place::Cuda>;
 /// | `bind_unit(r, net)`               | nothing                | Pipeline (its units' networks are  |
 /// |                                   |                        | handles on the path's stages)      |
 /// | `model_summary<Net>()`            | Net::summary()         | Pipeline (adds the stage split)    |
-///
-/// A path may also name the network a Model unit holds (`unit_network`; Network<Net, T, P> by
-/// default): Pipeline's is a handle whose forward runs the stages.
 template <class Derived>
 class PathBase {
-public:
+protected:
     /// Whether every unit steps on its share of one global batch (custom training loops need it).
     static constexpr bool lockstep = true;
     /// Whether the path runs the layers itself, stage by stage (Pipeline): Model then hands it
     /// a staged unit of work (stage the mini-batch; the loss of each micro-batch).
     static constexpr bool pipelined = false;
+    using unit_network = WholeNetwork;
     std::size_t gradient_buckets() const { return 0; }
     std::int64_t expected_updates(std::int64_t batches) const { return batches; }
     template <class Logs, class History>
@@ -227,14 +220,15 @@ public:
     static std::string model_summary() { return Seq::summary(); }
 };
 
-/// The network a Model unit holds under path `Path`: `Path::unit_network` where the path names
-/// one, otherwise `Default`.
+/// The network a Model unit holds under path `Path`: `Path::unit_network`, or `Default` where
+/// that is PathBase's WholeNetwork. A path without a public unit_network also gets `Default`
+/// here; GradientPathCheck reports that path.
 template <class Path, class Default>
 struct UnitNetwork {
     using type = Default;
 };
 template <class Path, class Default>
-    requires requires { typename Path::unit_network; }
+    requires requires { typename Path::unit_network; } && (!std::is_same_v<typename Path::unit_network, WholeNetwork>)
 struct UnitNetwork<Path, Default> {
     using type = typename Path::unit_network;
 };
@@ -272,6 +266,11 @@ LockstepBuffers<Strategy, T>::LockstepBuffers(Strategy& s, std::int64_t num_para
 template <class Strategy, class T>
 LockstepBuffers<Strategy, T>::~LockstepBuffers() = default;
 
+/// A lockstep path's own hook beyond the GradientPath interface, checked from outside the
+/// path (where the protected default is out of reach).
+template <class Path>
+concept LockstepHooks = requires(Path& p, StepTotals& t) { p.combine_totals(t); };
+
 /// Shared by the lockstep paths: one gradient buffer per replica, every replica computes its
 /// share of the same global batch, then `Derived::apply(r)` combines and updates.
 template <class Derived, class Strategy, class Net, class T>
@@ -296,6 +295,10 @@ public:
     /// aggregation and update (Derived::apply) runs on every replica; end_step on the caller.
     template <class Y, class Work>
     StepTotals train_step(const data::Batch<Y>& batch, std::uint64_t& step_counter, Work&& work) {
+        static_assert(LockstepHooks<Derived>,
+                      "strata::distribute::detail::LockstepPath: the path has no public combine_totals(StepTotals&) (what "
+                      "makes a step's totals global); define it, or take the default (nothing: one process) with "
+                      "`using Base::combine_totals;` in the path's public part");
         const int all = strategy_->num_replicas_in_sync(), first = strategy_->first_replica();
         StepTotals t = run_step(++step_counter, work, [&](int r) {
             const auto b = split_batch(batch, all, first + r);
@@ -348,12 +351,6 @@ public:
             if (!on_step(train_step(*batch, step, work))) return;
     }
 
-    // Pieces for custom loops; paths override what they do differently.
-    void gradient_ready(int, std::int64_t) {}
-    void end_step() {}
-    /// Makes a step's totals global (MultiWorkerMirrored sums them over the processes).
-    void combine_totals(StepTotals&) {}
-
     // The optimizer state(s) a path keeps in opt_, for checkpoints and callbacks.
     std::vector<std::pair<std::string, std::vector<T>>> slots() const { return opt_.slots(); }
     bool set_slot(const std::string& n, const std::vector<T>& v) { return opt_.set_slot(n, v); }
@@ -364,6 +361,14 @@ public:
     void set_learning_rate(double lr) { opt_.set_learning_rate(lr); }
 
 protected:
+    // Pieces of a step with nothing to do by default. Protected, as PathBase's defaults are: a
+    // path defines each or takes it by name (`using Base::end_step;`), so that a misspelt
+    // override is reported (GradientPathCheck, LockstepHooks) instead of running this no-op.
+    void gradient_ready(int, std::int64_t) {}
+    void end_step() {}
+    /// Makes a step's totals global (MultiWorkerMirrored sums them over the processes).
+    void combine_totals(StepTotals&) {}
+
     Derived& self() { return static_cast<Derived&>(*this); }
     using LockstepBuffers<Strategy, T>::strategy_;
     using LockstepBuffers<Strategy, T>::grads_;
@@ -374,6 +379,193 @@ protected:
 /// every copy c < copies, when the placement log is on (place::set_log_device_placement).
 STRATA_DECL void log_variable_copies(std::vector<nn::ParamInfo> (*parameters)(), const std::vector<place::LogicalDevice>& devices,
                                      int copies);
+
+// ---- The interface check ------------------------------------------------------------------
+// Stand-ins for what Model passes to the template members (its sources, units of work and
+// callbacks), so that the checks below name a member and its arguments without a Model.
+struct SourceArchetype {
+    const data::Batch<std::int32_t>* next();
+};
+struct WorkArchetype {
+    template <class... A>
+    UnitWork operator()(A&&...) const;
+};
+struct OnStepArchetype {
+    bool operator()(const StepTotals&) const;
+};
+struct UnitFnArchetype {
+    void operator()(int) const;
+};
+struct LogsArchetype {
+    void set(const std::string&, double);
+};
+struct HistoryArchetype {};
+struct NetArchetype {
+    static std::string summary();
+};
+
+// One concept per member, so that GradientPathCheck can name the one that is missing.
+template <class P>
+concept path_types = requires {
+    typename P::value_type;
+    typename P::place_type;
+    typename P::unit_network;
+};
+template <class P>
+concept path_flags = requires {
+    { std::bool_constant<P::lockstep>{} } -> std::same_as<std::bool_constant<P::lockstep>>;
+    { std::bool_constant<P::pipelined>{} } -> std::same_as<std::bool_constant<P::pipelined>>;
+};
+template <class P>
+concept path_units = requires(P& p, const P& cp, UnitFnArchetype f) {
+    { cp.units() } -> std::convertible_to<int>;
+    p.run_units(f);
+};
+template <class P>
+concept path_schedule = requires(P& p, SourceArchetype& source, std::uint64_t& step, WorkArchetype work, OnStepArchetype on_step,
+                                 const data::Batch<std::int32_t>& batch) {
+    p.run_epoch(source, step, work, on_step);
+    { p.train_step(batch, step, work) } -> std::same_as<StepTotals>;
+};
+template <class P>
+concept path_variables = requires(P& p, const P& cp, int unit, const optim::Optimizer& opt, std::vector<typename P::value_type> w) {
+    p.compile(opt);
+    p.prepare_inference();
+    { p.inference_params(unit) } -> std::convertible_to<const typename P::value_type*>;
+    { cp.get_weights() } -> std::same_as<std::vector<typename P::value_type>>;
+    p.set_weights(w);
+    p.log_placement();
+};
+template <class P>
+concept path_optimizer = requires(P& p, const P& cp, const std::string& name, const std::vector<typename P::value_type>& v) {
+    { cp.slots() } -> std::convertible_to<std::vector<std::pair<std::string, std::vector<typename P::value_type>>>>;
+    p.set_slot(name, v);
+    { cp.optimizer_name() } -> std::convertible_to<std::string>;
+    { cp.iterations() } -> std::convertible_to<std::int64_t>;
+    p.set_iterations(std::int64_t(0));
+    { cp.learning_rate() } -> std::convertible_to<double>;
+    p.set_learning_rate(0.0);
+};
+template <class P>
+concept path_gradient_buckets = requires(const P& cp) { { cp.gradient_buckets() } -> std::convertible_to<std::size_t>; };
+template <class P>
+concept path_expected_updates = requires(const P& cp) { { cp.expected_updates(std::int64_t(0)) } -> std::convertible_to<std::int64_t>; };
+template <class P>
+concept path_end_epoch = requires(P& p, LogsArchetype& logs, HistoryArchetype& history) { p.end_epoch(logs, history); };
+template <class P>
+concept path_is_chief = requires(const P& cp) { { cp.is_chief() } -> std::convertible_to<bool>; };
+template <class P>
+concept path_per_worker_input = requires(const P& cp) { { cp.per_worker_input() } -> std::convertible_to<bool>; };
+template <class P>
+concept path_unit_share = requires(const P& cp, const data::Batch<std::int32_t>& batch) {
+    { cp.unit_share(batch, 0) } -> std::same_as<ReplicaBatch<std::int32_t>>;
+};
+template <class P>
+concept path_sum_over_workers = requires(P& p, std::span<double> values) { p.sum_over_workers(values); };
+template <class P>
+concept path_sum_outputs_over_workers = requires(P& p, std::span<typename P::value_type> rows) { p.sum_outputs_over_workers(rows); };
+template <class P>
+concept path_after_save = requires(const P& cp) { cp.after_save(); };
+template <class P>
+concept path_gathers_state = requires(const P& cp) { { cp.gathers_state() } -> std::convertible_to<bool>; };
+template <class P>
+concept path_bind_unit = requires(P& p, NetArchetype& net) { p.bind_unit(0, net); };
+template <class P>
+concept path_model_summary = requires { { P::template model_summary<NetArchetype>() } -> std::convertible_to<std::string>; };
+/// The pieces of a step a lockstep path hands to custom training loops (Model's
+/// compute_gradients, apply_gradients, end_step).
+template <class P>
+concept path_step_pieces = requires(P& p, int unit) {
+    { p.params(unit) } -> std::convertible_to<const typename P::value_type*>;
+    { p.grads(unit) } -> std::convertible_to<typename P::value_type*>;
+    p.gradient_ready(unit, std::int64_t(0));
+    p.apply(unit);
+    p.end_step();
+};
+
+/// Whether `P` says it is lockstep (true while its flags are unreadable, so that only the
+/// flags' own check reports it).
+template <class P>
+constexpr bool path_is_lockstep() {
+    if constexpr (path_flags<P>) return P::lockstep;
+    else return true;
+}
+
+}  // namespace detail
+
+/// The interface Model relies on: every member of the file comment's list, and every member
+/// detail::PathBase (and, for the lockstep paths, detail::LockstepPath) has a default for,
+/// public. A default the path did not take by name is not public, so a misspelt override fails
+/// here. detail::GradientPathCheck says which member is missing.
+template <class Path>
+concept GradientPathFor =
+    detail::path_types<Path> && detail::path_flags<Path> && detail::path_units<Path> && detail::path_schedule<Path> &&
+    detail::path_variables<Path> && detail::path_optimizer<Path> && detail::path_gradient_buckets<Path> &&
+    detail::path_expected_updates<Path> && detail::path_end_epoch<Path> && detail::path_is_chief<Path> &&
+    detail::path_per_worker_input<Path> && detail::path_unit_share<Path> && detail::path_sum_over_workers<Path> &&
+    detail::path_sum_outputs_over_workers<Path> && detail::path_after_save<Path> && detail::path_gathers_state<Path> &&
+    detail::path_bind_unit<Path> && detail::path_model_summary<Path> &&
+    (!detail::path_is_lockstep<Path>() || detail::path_step_pieces<Path>);
+
+namespace detail {
+
+/// GradientPathFor, one member at a time: each missing member is its own error, whose sentence
+/// names it and how to provide it. Model instantiates it with its path; `value` is the concept.
+template <class Path>
+struct GradientPathCheck {
+#define STRATA_PATH_DEFAULT(member) \
+    "; define it, or take detail::PathBase's default by name in the path's public part (`using Base::" member ";`, Base being the path's base class)"
+    static_assert(path_types<Path>,
+                  "strata::distribute::GradientPath: the path lacks a public value_type, place_type or unit_network (for "
+                  "unit_network, take PathBase's WholeNetwork by name: `using Base::unit_network;`)");
+    static_assert(path_flags<Path>,
+                  "strata::distribute::GradientPath: the path has no public constant lockstep or pipelined" STRATA_PATH_DEFAULT("lockstep"));
+    static_assert(path_units<Path>,
+                  "strata::distribute::GradientPath: the path has no public units() or run_units(f) (its compute units, and f on each "
+                  "unit's thread); every path defines them (detail::LockstepPath does for the lockstep paths)");
+    static_assert(path_schedule<Path>,
+                  "strata::distribute::GradientPath: the path has no public run_epoch(source, step, work, on_step) or "
+                  "train_step(batch, step, work) returning StepTotals (fit's schedule and one update); every path defines "
+                  "them (detail::LockstepPath does for the lockstep paths)");
+    static_assert(path_variables<Path>,
+                  "strata::distribute::GradientPath: the path lacks one of compile(optimizer), prepare_inference(), "
+                  "inference_params(unit), get_weights(), set_weights(w), log_placement(); every path defines them");
+    static_assert(path_optimizer<Path>,
+                  "strata::distribute::GradientPath: the path lacks one of slots(), set_slot(name, v), optimizer_name(), "
+                  "iterations(), set_iterations(n), learning_rate(), set_learning_rate(lr) (the optimizer state checkpoints "
+                  "and callbacks read); every path defines them (detail::LockstepPath does for the lockstep paths)");
+    static_assert(path_gradient_buckets<Path>,
+                  "strata::distribute::GradientPath: the path has no public gradient_buckets()" STRATA_PATH_DEFAULT("gradient_buckets"));
+    static_assert(path_expected_updates<Path>,
+                  "strata::distribute::GradientPath: the path has no public expected_updates(batches)" STRATA_PATH_DEFAULT("expected_updates"));
+    static_assert(path_end_epoch<Path>,
+                  "strata::distribute::GradientPath: the path has no public end_epoch(logs, history)" STRATA_PATH_DEFAULT("end_epoch"));
+    static_assert(path_is_chief<Path>,
+                  "strata::distribute::GradientPath: the path has no public is_chief()" STRATA_PATH_DEFAULT("is_chief"));
+    static_assert(path_per_worker_input<Path>,
+                  "strata::distribute::GradientPath: the path has no public per_worker_input()" STRATA_PATH_DEFAULT("per_worker_input"));
+    static_assert(path_unit_share<Path>,
+                  "strata::distribute::GradientPath: the path has no public unit_share(batch, unit)" STRATA_PATH_DEFAULT("unit_share"));
+    static_assert(path_sum_over_workers<Path>,
+                  "strata::distribute::GradientPath: the path has no public sum_over_workers(values)" STRATA_PATH_DEFAULT("sum_over_workers"));
+    static_assert(path_sum_outputs_over_workers<Path>,
+                  "strata::distribute::GradientPath: the path has no public sum_outputs_over_workers(rows)"
+                  STRATA_PATH_DEFAULT("sum_outputs_over_workers"));
+    static_assert(path_after_save<Path>,
+                  "strata::distribute::GradientPath: the path has no public after_save()" STRATA_PATH_DEFAULT("after_save"));
+    static_assert(path_gathers_state<Path>,
+                  "strata::distribute::GradientPath: the path has no public gathers_state()" STRATA_PATH_DEFAULT("gathers_state"));
+    static_assert(path_bind_unit<Path>,
+                  "strata::distribute::GradientPath: the path has no public bind_unit(unit, net)" STRATA_PATH_DEFAULT("bind_unit"));
+    static_assert(path_model_summary<Path>,
+                  "strata::distribute::GradientPath: the path has no public static model_summary<Net>()" STRATA_PATH_DEFAULT("model_summary"));
+    static_assert(!path_is_lockstep<Path>() || path_step_pieces<Path>,
+                  "strata::distribute::GradientPath: a lockstep path lacks one of params(unit), grads(unit), gradient_ready(unit, "
+                  "first), apply(unit), end_step() (the pieces of a step for custom loops); define it, or take "
+                  "detail::LockstepPath's no-op with a using-declaration (`using Base::end_step;`) in the path's public part");
+#undef STRATA_PATH_DEFAULT
+    static constexpr bool value = GradientPathFor<Path>;
+};
 
 }  // namespace detail
 }  // namespace strata::distribute

@@ -50,6 +50,7 @@
 #include <utility>
 #include <variant>
 
+#include "strata/fwd.hpp"
 #include "strata/config.hpp"
 #include "strata/distribute/collective/nccl_process.hpp"
 #include "strata/distribute/collective/process_group.hpp"
@@ -98,7 +99,7 @@ struct JoinedProcessGroup {
 };
 }  // namespace detail
 
-template <class P = place::Host, class Sync = sync::Synchronous>
+template <class P, class Sync>
 class MultiWorkerMirrored : private detail::JoinedProcessGroup, public detail::ReplicaRuntime<P> {
     static_assert(place::Place<P>, "strata::distribute::MultiWorkerMirrored<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(sync::SyncMode<Sync>, "strata::distribute::MultiWorkerMirrored<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, ...)");

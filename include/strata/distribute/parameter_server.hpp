@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/distribute/combinations.hpp"
 #include "strata/distribute/partitioner.hpp"
 #include "strata/distribute/settings.hpp"
@@ -186,7 +187,7 @@ private:
 
 /// Workers and sharded parameter servers in one process, under sync mode `Sync` (default:
 /// asynchronous, as tf.distribute's ParameterServerStrategy).
-template <class P = place::Host, class Sync = sync::Asynchronous<>>
+template <class P, class Sync>
 class ParameterServer : public detail::ReplicaRuntime<P>, public detail::ParameterServerConfig {
     static_assert(place::Place<P>, "strata::distribute::ParameterServer<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(sync::SyncMode<Sync>, "strata::distribute::ParameterServer<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, "

@@ -71,6 +71,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/core/function_ref.hpp"
 #include "strata/distribute/collective/all_reduce.hpp"
 #include "strata/distribute/replica_pool.hpp"
@@ -199,7 +200,7 @@ struct At {
 /// `Stages` stages of consecutive layers whose largest cost (`Cost`: ByParams or ByFlops) is
 /// the smallest possible; a constexpr partitioner (dynamic programming over the layers) picks
 /// them when the model is compiled. Ties go to the split with the earliest boundaries.
-template <int Stages, class Cost = ByParams>
+template <int Stages, class Cost>
 struct Balanced {
     static_assert(Stages >= 1, "strata::distribute::split::Balanced<P, Cost>: P (the number of stages) must be >= 1");
     static_assert(std::is_same_v<Cost, ByParams> || std::is_same_v<Cost, ByFlops>,
@@ -222,7 +223,7 @@ struct Balanced {
 /// Pipeline model instead of one per count (as AnySchedule does for the schedules). The split
 /// is the one Balanced<P, Cost> gives, found when the model is built; a P above the model's
 /// layer count is a ValueError then.
-template <class Cost = ByParams>
+template <class Cost>
 struct AnyBalanced {
     static_assert(std::is_same_v<Cost, ByParams> || std::is_same_v<Cost, ByFlops>,
                   "strata::distribute::split::AnyBalanced<Cost>: Cost must be split::ByParams or split::ByFlops");
@@ -414,7 +415,7 @@ STRATA_DECL std::string pipeline_split_table(std::span<const std::size_t> bounds
 /// OneFOneB, or AnySchedule: chosen at run time by PipelineOptions::schedule). Satisfies the
 /// Strategy concept. What it does at run time is detail::PipelineRuntime's, the same for every
 /// P, schedule and split.
-template <class P = place::Host, class Schedule = GPipe, class Split = split::Balanced<2>>
+template <class P, class Schedule, class Split>
 class Pipeline : public detail::PipelineRuntime {
     static_assert(place::Place<P>, "strata::distribute::Pipeline<Place, Schedule, Split>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(std::is_same_v<Schedule, GPipe> || std::is_same_v<Schedule, OneFOneB> || std::is_same_v<Schedule, AnySchedule>,

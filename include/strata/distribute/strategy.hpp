@@ -33,6 +33,7 @@
 
 #include <unistd.h>
 
+#include "strata/fwd.hpp"
 #include "strata/distribute/collective/all_reduce.hpp"
 #include "strata/distribute/replica_pool.hpp"
 #include "strata/distribute/combinations.hpp"
@@ -347,7 +348,7 @@ public:
 };
 
 /// One replica on one device of place `P` (tf.distribute.OneDeviceStrategy).
-template <class P = place::Host>
+template <class P>
 class OneDevice : public detail::ReplicaRuntime<P> {
     static_assert(place::Place<P>, "strata::distribute::OneDevice<Place>: Place must be strata::place::Host or strata::place::Cuda");
 
@@ -375,7 +376,7 @@ public:
 /// strata::distribute::Mirrored<> strategy(2);               // 2 logical host devices
 /// strata::Model<Net, strata::distribute::Mirrored<>> model(strategy);
 /// \endcode
-template <class P = place::Host, class Sync = sync::Synchronous>
+template <class P, class Sync>
 class Mirrored : public detail::ReplicaRuntime<P> {
     static_assert(place::Place<P>, "strata::distribute::Mirrored<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(sync::SyncMode<Sync>, "strata::distribute::Mirrored<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, ...)");
@@ -400,7 +401,7 @@ public:
 /// Variables on one central device, compute replicated on N replicas; gradients are reduced
 /// to the central device, applied there, and read back by every replica
 /// (tf.distribute.experimental.CentralStorageStrategy).
-template <class P = place::Host, class Sync = sync::Synchronous>
+template <class P, class Sync>
 class CentralStorage : public detail::ReplicaRuntime<P> {
     static_assert(place::Place<P>, "strata::distribute::CentralStorage<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(sync::SyncMode<Sync>, "strata::distribute::CentralStorage<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, ...)");

@@ -22,6 +22,8 @@
 
 #include <limits>
 
+#include "strata/fwd.hpp"
+
 namespace strata::sync {
 
 /// A knob given at run time (ParameterServerOptions::k or ::staleness_bound) instead of as a
@@ -77,7 +79,7 @@ struct KBatchAsync {
 /// Asynchronous SGD: every gradient is applied as it arrives. With `StalenessBound` B >= 0 it is
 /// stale synchronous parallel: a worker that has finished c mini-batches may start its next one
 /// only while c − (the slowest worker's count) <= B; otherwise it waits. B = −1: unbounded.
-template <int StalenessBound = -1>
+template <int StalenessBound>
 struct Asynchronous {
     static_assert(StalenessBound >= -1 || StalenessBound == dynamic,
                   "strata::sync::Asynchronous<Bound>: Bound must be >= 0, or -1 for unbounded");

@@ -30,6 +30,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/distribute/replica_pool.hpp"
 #include "strata/nn/dense.hpp"
 #include "strata/place/devices.hpp"
@@ -74,7 +75,7 @@ void each_index(std::int64_t count, F f) {
 
 /// A Dense layer split over `Shards` threads/devices along `Axis` (Columns or Rows); see the file
 /// comment. Requires 1 <= Shards <= the split dimension (Units for Columns, the input size for Rows).
-template <std::int64_t Units, class Act = nn::Linear, int Shards = 2, class Axis = Columns>
+template <std::int64_t Units, class Act, int Shards, class Axis>
 struct TensorParallelDense {
     static_assert(Units >= 1, "strata::distribute::TensorParallelDense<Units>: Units must be >= 1");
     static_assert(Shards >= 1, "strata::distribute::TensorParallelDense<Units, Act, Shards>: Shards must be >= 1");

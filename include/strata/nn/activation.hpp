@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "strata/fwd.hpp"
 #include "strata/tensor/tensor_all.hpp"
 
 namespace strata::nn {

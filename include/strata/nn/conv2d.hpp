@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/nn/activation.hpp"
 #include "strata/nn/initializers.hpp"
 #include "strata/nn/layer.hpp"
@@ -30,7 +31,7 @@ namespace strata::nn {
 /// - `Same`: out = ceil(in / stride); the image is padded by
 ///   pad_total = max((out − 1)·stride + k − in, 0), pad_total / 2 before and the rest after
 ///   (zeros for convolutions; pooling ignores padded positions).
-enum class Padding { Valid, Same };
+/// (The enum itself is in strata/fwd.hpp: the layer specs' defaults name Padding::Valid.)
 
 namespace detail {
 
@@ -328,8 +329,8 @@ class Conv2DImpl;
 /// using Net = Sequential<Input<32, 48, 3>, Conv2DRect<16, 3, 5, ReLU, 1, 2, Padding::Same>>;
 /// static_assert(std::is_same_v<Net::output_shape, strata::StaticShape<32, 24, 16>>);
 /// \endcode
-template <std::int64_t Filters, std::int64_t KernelH, std::int64_t KernelW, class Act = Linear, std::int64_t StrideH = 1,
-          std::int64_t StrideW = StrideH, Padding Pad = Padding::Valid, bool UseBias = true>
+template <std::int64_t Filters, std::int64_t KernelH, std::int64_t KernelW, class Act, std::int64_t StrideH, std::int64_t StrideW,
+          Padding Pad, bool UseBias>
 struct Conv2DRect {
     static_assert(Filters >= 1, "strata::nn::Conv2DRect<Filters, ...>: Filters must be >= 1");
     static_assert(KernelH >= 1 && KernelW >= 1, "strata::nn::Conv2DRect<Filters, KernelH, KernelW, ...>: kernel extents must be >= 1");
@@ -356,8 +357,7 @@ struct Conv2DRect {
 ///                        Conv2D<8, 3, Linear, 2, Padding::Same>>;         // -> (13, 13, 8)
 /// static_assert(Net::num_params == (3 * 3 * 1 * 32 + 32) + (3 * 3 * 32 * 8 + 8));
 /// \endcode
-template <std::int64_t Filters, std::int64_t Kernel, class Act = Linear, std::int64_t Stride = 1,
-          Padding Pad = Padding::Valid, bool UseBias = true>
+template <std::int64_t Filters, std::int64_t Kernel, class Act, std::int64_t Stride, Padding Pad, bool UseBias>
 struct Conv2D {
     static_assert(Filters >= 1, "strata::nn::Conv2D<Filters, Kernel>: Filters must be >= 1");
     static_assert(Kernel >= 1, "strata::nn::Conv2D<Filters, Kernel>: Kernel must be >= 1");

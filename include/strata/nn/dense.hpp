@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/nn/activation.hpp"
 #include "strata/nn/initializers.hpp"
 #include "strata/nn/layer.hpp"
@@ -24,7 +25,7 @@ class DenseImpl;
 /// using Net = strata::nn::Sequential<strata::nn::Input<784>, strata::nn::Dense<64, strata::nn::ReLU>,
 ///                                    strata::nn::Dense<10, strata::nn::Softmax>>;
 /// \endcode
-template <std::int64_t Units, class Act = Linear, bool UseBias = true>
+template <std::int64_t Units, class Act, bool UseBias>
 struct Dense {
     static_assert(Units >= 1, "strata::nn::Dense<Units>: Units must be >= 1");
     static_assert(Activation<Act>, "strata::nn::Dense<Units, Act>: Act must be an activation (Linear, ReLU, Sigmoid, Tanh, Softmax)");

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/core/random.hpp"
 #include "strata/nn/layer.hpp"
 
@@ -68,7 +69,7 @@ class DropoutImpl;
 /// using Net = Sequential<Input<784>, Dense<128, ReLU>, Dropout<20>, Dense<10, Softmax>>;
 /// Mode train{.training = true, .step = step, .seed = 42};
 /// \endcode
-template <std::int64_t Numerator, std::int64_t Denominator = 100>
+template <std::int64_t Numerator, std::int64_t Denominator>
 struct Dropout {
     static_assert(Denominator >= 1 && Numerator >= 0 && Numerator < Denominator,
                   "strata::nn::Dropout<Numerator, Denominator>: the rate Numerator/Denominator must be in [0, 1), "

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/nn/layer.hpp"
 
 namespace strata::nn {

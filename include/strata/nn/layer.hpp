@@ -32,6 +32,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/core/profile.hpp"
 #include "strata/core/shape.hpp"
 #include "strata/tensor/tensor_all.hpp"

@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/nn/conv2d.hpp"
 #include "strata/nn/layer.hpp"
 
@@ -222,8 +223,7 @@ class MaxPooling2DImpl;
 /// using Net = Sequential<Input<7, 9, 3>, MaxPooling2DRect<3, 2, 2, 2, Padding::Same>>;
 /// static_assert(std::is_same_v<Net::output_shape, strata::StaticShape<4, 5, 3>>);
 /// \endcode
-template <std::int64_t PoolH, std::int64_t PoolW, std::int64_t StrideH = PoolH, std::int64_t StrideW = PoolW,
-          Padding Pad = Padding::Valid>
+template <std::int64_t PoolH, std::int64_t PoolW, std::int64_t StrideH, std::int64_t StrideW, Padding Pad>
 struct MaxPooling2DRect {
     static_assert(PoolH >= 1 && PoolW >= 1, "strata::nn::MaxPooling2DRect<PoolH, PoolW>: window extents must be >= 1");
     static_assert(StrideH >= 1 && StrideW >= 1, "strata::nn::MaxPooling2DRect<..., StrideH, StrideW>: strides must be >= 1");
@@ -244,7 +244,7 @@ struct MaxPooling2DRect {
 /// using Net = Sequential<Input<11, 11, 64>, MaxPooling2D<2>>;           // -> (5, 5, 64)
 /// using Overlapping = Sequential<Input<13, 13, 8>, MaxPooling2D<3, 2>>;  // -> (6, 6, 8)
 /// \endcode
-template <std::int64_t Pool, std::int64_t Stride = Pool, Padding Pad = Padding::Valid>
+template <std::int64_t Pool, std::int64_t Stride, Padding Pad>
 struct MaxPooling2D {
     static_assert(Pool >= 1, "strata::nn::MaxPooling2D<Pool>: Pool must be >= 1");
     static_assert(Stride >= 1, "strata::nn::MaxPooling2D<Pool, Stride>: Stride must be >= 1");

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/core/function_ref.hpp"
 #include "strata/nn/layer.hpp"
 

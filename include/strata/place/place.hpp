@@ -12,6 +12,7 @@
 #include <new>
 #include <type_traits>
 
+#include "strata/fwd.hpp"
 #include "strata/config.hpp"
 #include "strata/core/error.hpp"
 #include "strata/detail/dependent_false.hpp"

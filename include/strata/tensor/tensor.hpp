@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/shape.hpp"
 #include "strata/place/algorithm.hpp"
@@ -25,7 +26,7 @@ namespace strata {
 /// strata::Tensor<float> t({4, 3});
 /// auto rows = t.view().reshape({2, 6});   // same memory, other shape
 /// \endcode
-template <class T, class P = place::Host>
+template <class T, class P>
 class TensorView {
     static_assert(std::is_arithmetic_v<T>, "strata::TensorView<T, Place>: T must be an arithmetic type (float, double, int32_t, ...)");
     static_assert(place::Place<P>, "strata::TensorView<T, Place>: Place must be strata::place::Host or strata::place::Cuda");
@@ -104,7 +105,7 @@ protected:
 /// strata::fill(x, 1.0f);
 /// strata::Tensor<float> y = x.clone();
 /// \endcode
-template <class T, class P = place::Host>
+template <class T, class P>
 class Tensor : public TensorView<T, P> {
     using Base = TensorView<T, P>;
 

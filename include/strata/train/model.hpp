@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/fwd.hpp"
 #include "strata/data/dataset.hpp"
 #include "strata/distribute/distributed_dataset.hpp"
 #include "strata/distribute/strategy.hpp"
@@ -116,7 +117,7 @@ struct LastActivation<nn::Sequential<In, Specs...>> {
 /// `distribute::GradientPath` (variables, gradient aggregation, the step's schedule) and gives
 /// it one unit of work — forward, loss, backward of one mini-batch — to run where and when the
 /// path says.
-template <class Net, class Strategy = distribute::Default, class T = float>
+template <class Net, class Strategy, class T>
 class Model : public train::ModelBase<T> {
     static_assert(distribute::Strategy<Strategy>,
                   "strata::Model<Net, Strategy, T>: Strategy must be a strategy (strata::distribute::Default, OneDevice<P>, "
@@ -128,8 +129,10 @@ public:
     using place_type = typename Strategy::place_type;
     using path_type = distribute::GradientPath<Strategy, Net, T>;
     /// What each compute unit runs: the whole network (a Pipeline's unit runs its stages).
+    // Before anything else reads the path: each member it lacks is one error naming it.
+    static_assert(distribute::detail::GradientPathCheck<path_type>::value,
+                  "strata::Model: the strategy's GradientPath lacks a member the Model needs (named above)");
     using network_type = typename distribute::detail::UnitNetwork<path_type, nn::Network<Net, T, P>>::type;
-    static_assert(distribute::GradientPathFor<path_type>, "strata::Model: the strategy's GradientPath lacks a member the Model needs");
     static constexpr std::int64_t num_params = Net::num_params;
     static constexpr std::int64_t input_size = Net::input_shape::size;
     static constexpr std::int64_t output_size = Net::output_shape::size;

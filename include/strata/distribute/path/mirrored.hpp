@@ -245,6 +245,10 @@ class MirroredPath : public LockstepPath<MirroredPath<S, Net, T, Across>, S, Net
     static constexpr std::int64_t num_params = Net::num_params;
 
 public:
+    // The defaults this path takes, by name (PathBase says why).
+    using Base::lockstep, Base::pipelined, Base::unit_network, Base::model_summary;
+    using Base::expected_updates, Base::end_epoch, Base::gathers_state, Base::bind_unit, Base::end_step;
+
     template <class Init>
     MirroredPath(Strategy& s, Init&& init) : Base(s), copies_(s, num_params, std::span<const std::int64_t>(Net::offsets)), across_(s) {
         // Every copy starts from the same values (the initializers' streams depend on the seed

@@ -16,6 +16,12 @@ class SingleCopyPath : public LockstepPath<SingleCopyPath<Strategy, Net, T>, Str
     static constexpr std::int64_t num_params = Net::num_params;
 
 public:
+    // The defaults this path takes, by name (PathBase says why).
+    using Base::lockstep, Base::pipelined, Base::unit_network, Base::model_summary;
+    using Base::gradient_buckets, Base::expected_updates, Base::end_epoch, Base::is_chief, Base::per_worker_input;
+    using Base::sum_over_workers, Base::sum_outputs_over_workers, Base::after_save, Base::gathers_state, Base::bind_unit;
+    using Base::gradient_ready, Base::end_step, Base::combine_totals;
+
     template <class Init>
     SingleCopyPath(Strategy& s, Init&& init) : Base(s) {
         this->run_units([&](int) { params_.resize(Shape{num_params}); });

@@ -133,7 +133,11 @@ struct PipelineStage {
 /// one_f_one_b()). GradientPath<Pipeline<P, Schedule, Split>, Net, T> derives from it.
 template <class P, class Net, class T>
 class PipelinePath : public PathBase<PipelinePath<P, Net, T>> {
+    using Base = PathBase<PipelinePath<P, Net, T>>;
+
 public:
+    // The defaults this path takes, by name (PathBase says why).
+    using Base::lockstep, Base::gradient_buckets, Base::expected_updates, Base::end_epoch, Base::per_worker_input, Base::unit_share;
     using value_type = T;
     using place_type = P;
     using unit_network = PipelineUnit<PipelinePath>;
