@@ -657,6 +657,13 @@ def mpi_job():
         yield args, d, data
 
 
+def timed(fn, *args):
+    """Runs one group of checks and prints how long it took: the test's minutes, by group."""
+    start = time.time()
+    fn(*args)
+    print(f"{fn.__name__}: {time.time() - start:.1f} s", flush=True)
+
+
 def verdict(name):
     """The exit status: 1 if any check failed, saying how many."""
     if failures:
@@ -723,8 +730,8 @@ def main():
             check(r.returncode == 0 and abs(strict_json(one_json)["test_loss"] - mw["test_loss"]) <= 1e-6 * abs(mw["test_loss"]),
                   f"the weights saved by rank 0 do not reproduce its test loss on one device: {r.stderr[-300:]!r}")
 
-        fake_hosts_parser(args.mpirun, exe, data)
-        slow_start(args.mpirun, exe, data)
+        timed(fake_hosts_parser, args.mpirun, exe, data)
+        timed(slow_start, args.mpirun, exe, data)
 
         # 4 processes declared to be 2 hosts of 2 (STRATA_FAKE_HOSTS=2): the hierarchical
         # transport (shared memory inside a host, MPI between the leaders) trains like one device.
@@ -755,15 +762,15 @@ def main():
         if rc is not None:
             check(rc != 0, "multi_worker kill -9: the job exited 0")
             check(seconds < 30, f"multi_worker kill -9: the job took {seconds:.1f} s to end")
-        one_process_strategies(args.mpirun, exe, data)
-        parameter_server_processes(args.mpirun, exe, data, d)
-        parameter_server_faults(args.mpirun, exe, data, d)
-        parameter_server_signal(args.mpirun, exe, data, d)
-        parameter_server_server_killed_resumes(args.mpirun, exe, data, d)
-        backup_resume(args.mpirun, exe, data, d)
-        disagreeing_ranks(args.mpirun, exe, data, d)
-        parameter_server_disagreeing_ranks(args.mpirun, exe, data)
-        suspended_job(args.mpirun, exe, data)
+        timed(one_process_strategies, args.mpirun, exe, data)
+        timed(parameter_server_processes, args.mpirun, exe, data, d)
+        timed(parameter_server_faults, args.mpirun, exe, data, d)
+        timed(parameter_server_signal, args.mpirun, exe, data, d)
+        timed(parameter_server_server_killed_resumes, args.mpirun, exe, data, d)
+        timed(backup_resume, args.mpirun, exe, data, d)
+        timed(disagreeing_ranks, args.mpirun, exe, data, d)
+        timed(parameter_server_disagreeing_ranks, args.mpirun, exe, data)
+        timed(suspended_job, args.mpirun, exe, data)
     return verdict("multi_worker")
 
 

@@ -1,6 +1,6 @@
 // A pipeline across 4 processes (one stage each) whose stage 2 exits mid-training (std::_Exit,
-// no MPI_Finalize): every other rank's fit throws DistributedError naming stage 2, its rank and
-// the micro-batch, within the deadline (the timeout times the stages on the waiting side), and
+// no MPI_Finalize): every other rank's fit throws DistributedError naming its rank (and, where
+// they miss it inside a step, its stage and the micro-batch), within the deadline (the timeout times the stages on the waiting side), and
 // nothing hangs. Run by `mpirun --enable-recovery -np 4` (tests/meson.build): without it Open MPI
 // ends the whole job as soon as a process exits without finalizing, and strata's handling would
 // not be what is tested. Its own main: the ranks left end without MPI_Finalize (one is gone).
@@ -55,8 +55,16 @@ TEST_CASE("a stage that exits mid-pipeline is named by every other rank within t
     });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     CAPTURE(e);
-    CHECK(strata_test::has(e, "stage 2 (rank 2) did not answer within"));
-    CHECK(strata_test::has(e, "micro-batch 0 of step 3"));
+    // Where the others notice depends on where they wait: since every rank agrees at each
+    // step's end whether to stop (distribute/stop_agreement.hpp), a stage that leaves after its
+    // step callbacks is missed by that agreement, naming its rank (on some ranks as the reason a
+    // neighbour gave up); one that leaves inside a step
+    // by the pipeline's own messages, naming its stage and the micro-batch.
+    const bool at_agreement = strata_test::has(e, "(the stop request (fit)): ") &&
+                              strata_test::has(e, "rank 2 of 4 did not arrive within");
+    const bool in_step = strata_test::has(e, "stage 2 (rank 2) did not answer within") &&
+                         strata_test::has(e, "micro-batch 0 of step 3");
+    CHECK((at_agreement || in_step));
     // The longest wait: stage 3 for the activations from stages 0 to 2 (3 timeouts); plus the
     // three steps before, and a margin for a loaded machine.
     CHECK(seconds < 3 * 1.5 + 10);
