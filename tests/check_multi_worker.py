@@ -124,6 +124,16 @@ def signal_ranks(pids, sig):
             pass
 
 
+def end_job(p, pids):
+    """Cleans up after a check, whatever happened: `pids` (ranks, perhaps stopped) resumed and
+    killed, then mpirun killed if it is still there."""
+    signal_ranks(pids, signal.SIGCONT)
+    signal_ranks(pids, signal.SIGKILL)
+    if p.poll() is None:
+        p.kill()
+        p.communicate()
+
+
 def finish(p, timeout):
     """The job's (stdout, stderr) once it ends, killing mpirun after `timeout` seconds."""
     try:
@@ -222,15 +232,7 @@ def slow_start(mpirun, exe, data):
             check(p.returncode == 0 and "did not arrive" not in err and "test accuracy" in out,
                   f"{name}: a rank that was only late was taken for a lost one: exit {p.returncode}: {err[-1200:]!r}")
         finally:
-            for pid in ranks_of(p.pid, os.path.basename(exe)).values():
-                for sig in (signal.SIGCONT, signal.SIGKILL):
-                    try:
-                        os.kill(pid, sig)
-                    except OSError:
-                        pass
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            end_job(p, list(ranks_of(p.pid, os.path.basename(exe)).values()))
 
 
 def backup_resume(mpirun, exe, data, d):
@@ -510,15 +512,7 @@ def ps_fault(mpirun, exe, data, d, sync, victim_rank, how="kill"):
         doc = strict_json(j) if os.path.exists(j) else None
         return p.returncode, out, err, doc
     finally:
-        if victim is not None:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
-                    os.kill(victim, sig)
-                except OSError:
-                    pass
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+        end_job(p, [victim] if victim is not None else [])
 
 
 def parameter_server_faults(mpirun, exe, data, d):

@@ -33,7 +33,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_examples import check, strict_json  # noqa: E402 - beside this file
 from check_examples import fake_mnist  # noqa: E402
-from check_multi_worker import env, fault, mpi_job, ranks_of, refused_on_every_rank, verdict  # noqa: E402
+from check_multi_worker import end_job, env, fault, mpi_job, ranks_of, refused_on_every_rank, verdict  # noqa: E402
 
 
 def signal_stop(mpirun, exe, data, d, how, n):
@@ -77,14 +77,7 @@ def signal_stop(mpirun, exe, data, d, how, n):
             check(p.returncode == 143 and "Exit code:    1\n" not in err,
                   f"pipeline stop (SIGTERM to rank 1): exit {p.returncode}, expected 143 from every rank: {err[-800:]!r}")
     finally:
-        for pid in ranks_of(p.pid, os.path.basename(exe)).values():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+        end_job(p, list(ranks_of(p.pid, os.path.basename(exe)).values()))
 
 
 def disagreeing_ranks(mpirun, exe, data, d):
