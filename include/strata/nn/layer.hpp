@@ -28,11 +28,13 @@
 
 #include <concepts>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "strata/fwd.hpp"
+#include "strata/core/function_ref.hpp"
 #include "strata/core/profile.hpp"
 #include "strata/core/shape.hpp"
 #include "strata/tensor/tensor_all.hpp"
@@ -56,14 +58,32 @@ struct Mode {
     /// backward reads (a Conv2D whose pooling runs on its output chunk by chunk does not store
     /// that output).
     bool no_backward = false;
+    /// Examples in the whole global batch this pass's batch is a share of (0: this batch is the
+    /// whole of it). Batch normalization weighs its statistics by its share of them.
+    std::int64_t global_examples = 0;
+    /// Sums values over every replica that computes this step in lockstep (in this process and
+    /// across processes), in place; empty where the replica is alone (one device, a pipeline's
+    /// micro-batch, evaluation). Synchronized batch normalization combines its statistics with
+    /// it. Every replica calls it the same number of times in the same order (one whose share
+    /// is empty too: Network::join_empty).
+    FunctionRef<void(std::span<double>)> replica_sum = nullptr;
 };
 
-/// One parameter tensor of a layer: its Keras name ("kernel", "bias"), shape and offset into
-/// the layer's block of the flat parameter buffer.
+/// One variable of a layer: its Keras name ("kernel", "bias", "moving_mean"), shape and offset
+/// into the layer's block of the flat parameter buffer. Variables that are not trained
+/// (`trainable == false`: batch normalization's moving statistics) live in the same buffer,
+/// where Keras' `get_weights()` puts them (after the layer's trainable ones); backward writes the
+/// batch's statistic into their gradient slot (weighted by the replica's share of the global
+/// batch, so the gradient all-reduce gives the global batch's), and the optimizer moves them by
+/// `w = momentum·w + (1 − momentum)·statistic` instead of a gradient step
+/// (optim::MovingAverageRange).
 struct ParamInfo {
     std::string name;
     Shape shape;
     std::int64_t offset = 0;
+    bool trainable = true;
+    /// For a variable that is not trained: its moving average's momentum.
+    double momentum = 0;
 };
 
 /// The per-example input shape of a Sequential: `Input<28, 28, 1>`.

@@ -61,9 +61,18 @@ STRATA_DECL std::vector<std::string> keras_layer_names(std::span<const char* con
 STRATA_DECL void append_layer_params(std::vector<ParamInfo>& all, const std::string& layer, std::int64_t offset,
                                      std::vector<ParamInfo> params);
 /// Sequential::summary()'s table from the layers' kinds, type names, output shapes (as
-/// shape_text prints them) and parameter offsets (one more than layers).
+/// shape_text prints them) and parameter offsets (one more than layers); `non_trainable` of the
+/// variables are not trained (batch normalization's moving statistics).
 STRATA_DECL std::string summary_table(std::span<const char* const> kinds, std::span<const char* const> types,
-                                      std::span<const std::string> shapes, std::span<const std::int64_t> offsets);
+                                      std::span<const std::string> shapes, std::span<const std::int64_t> offsets,
+                                      std::int64_t non_trainable = 0);
+/// The ranges of the flat buffer that are not trained, from a network's variables (ParamInfo
+/// with trainable == false): adjacent ones with the same momentum merged, in buffer order.
+struct MovingAverageSpan {
+    std::int64_t first = 0, count = 0;
+    double momentum = 0;
+};
+STRATA_DECL std::vector<MovingAverageSpan> moving_average_spans(const std::vector<ParamInfo>& params);
 /// shape_text() of a StaticShape: the text is built out of line, once for every shape.
 template <class S>
 std::string shape_text(std::int64_t batch_dim = -1) {
@@ -73,6 +82,14 @@ std::string shape_text(std::int64_t batch_dim = -1) {
 
 template <class Seq, class T, class P>
 class Network;
+
+/// Whether bound layer L combines statistics over replicas (`static constexpr bool
+/// synchronizes_replicas = true`: synchronized batch normalization, or a block holding one).
+template <class L>
+constexpr bool synchronizes_replicas_v = [] {
+    if constexpr (requires { L::synchronizes_replicas; }) return bool(L::synchronizes_replicas);
+    else return false;
+}();
 
 /// A Keras-style Sequential model: an `Input<...>` shape, then layer specs.
 ///
@@ -97,8 +114,24 @@ struct Sequential {
     static constexpr std::size_t num_layers = sizeof...(Specs);
     static constexpr auto offsets =
         detail::param_offsets<bound_layers<float, place::Host>>(std::make_index_sequence<sizeof...(Specs)>{});
-    /// Number of trainable parameters (Keras's "Total params").
+    /// Number of variables in the flat buffer (Keras's "Total params"): the trainable parameters
+    /// and those that are not (batch normalization's moving statistics).
     static constexpr std::int64_t num_params = offsets[sizeof...(Specs)];
+    /// Whether a layer combines statistics over replicas (synchronized batch normalization): a
+    /// strategy whose replicas do not step together cannot run it.
+    static constexpr bool synchronizes_replicas =
+        []<std::size_t... I>(std::index_sequence<I...>) {
+            return (synchronizes_replicas_v<std::tuple_element_t<I, bound_layers<float, place::Host>>> || ...);
+        }(std::make_index_sequence<sizeof...(Specs)>{});
+
+    /// Variables that are not trained (ParamInfo::trainable false): Keras's "Non-trainable params".
+    static std::int64_t num_non_trainable() {
+        std::int64_t n = 0;
+        for (const auto& s : detail::moving_average_spans(parameters())) n += s.count;
+        return n;
+    }
+    /// The ranges of the flat buffer the optimizer moves as averages rather than trains.
+    static std::vector<detail::MovingAverageSpan> moving_averages() { return detail::moving_average_spans(parameters()); }
 
     /// Keras-style layer names: dense, dense_1, conv2d, ...
     static std::vector<std::string> layer_names() {
@@ -112,7 +145,7 @@ struct Sequential {
         static constexpr const char* kinds[] = {spec_keras_name<Specs>()...};
         static constexpr const char* types[] = {spec_name<Specs>()...};
         const std::vector<std::string> shapes = output_shapes<Layers>(std::make_index_sequence<num_layers>{});
-        return detail::summary_table(kinds, types, shapes, offsets);
+        return detail::summary_table(kinds, types, shapes, offsets, num_non_trainable());
     }
 
     /// Name and shape of every parameter, in flat-buffer order: "conv2d/kernel", "dense_1/bias", ...
@@ -212,6 +245,13 @@ public:
     /// Requires a forward without `mode.no_backward` before it.
     void backward(const T* params, T* grads, const Mode& mode, ReadyHook on_ready = nullptr,
                   const TensorView<T, P>& input_grad = {});
+
+    /// What a replica whose share of a training step is empty does (synchronized layers only):
+    /// takes part in every sum over replicas the others make, in the order a forward and a
+    /// backward pass would make them, contributing nothing, and tells `on_ready` about each
+    /// layer's (zero) gradient as backward would, so that gradient buckets and those sums reach
+    /// the replicas' communication in the same order everywhere. `grads` must be zero.
+    void join_empty(const T* params, T* grads, const Mode& mode, ReadyHook on_ready = nullptr);
 
     Layers& layers() { return layers_; }
 
@@ -405,6 +445,22 @@ private:
         }
     }
 
+    template <std::size_t K>
+    void join_backward(T* grads, const Mode& mode, ReadyHook on_ready) {
+        if constexpr (K > 0) {
+            constexpr std::size_t I = K - 1;
+            if (I < first_) return;
+            if (runs<I>()) {
+                const std::int64_t at = offsets[I] - base_;
+                auto& layer = std::get<I>(layers_);
+                if constexpr (requires { layer.join_backward(grads, mode); }) layer.join_backward(grads + at, mode);
+                if constexpr (offsets[I + 1] > offsets[I])
+                    if (on_ready) on_ready(at, offsets[I + 1] - offsets[I]);
+            }
+            join_backward<I>(grads, mode, on_ready);
+        }
+    }
+
     Layers layers_{};
     std::array<Tensor<T, P>, L> act_{}, grad_{};
     std::array<TensorView<T, P>, L> out_{}, dout_{};
@@ -450,6 +506,18 @@ void Network<Seq, T, P>::reserve(std::int64_t n, bool training) {
     prepare_shapes(n);
     reserve_impl(n, training, std::make_index_sequence<L>{});
     done = n;
+}
+
+template <class Seq, class T, class P>
+void Network<Seq, T, P>::join_empty(const T* params, T* grads, const Mode& mode, ReadyHook on_ready) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+        auto one = [&](auto& layer, std::size_t i, std::int64_t at) {
+            if (i < first_ || i >= last_) return;
+            if constexpr (requires { layer.join_forward(params, mode); }) layer.join_forward(params + at, mode);
+        };
+        (one(std::get<I>(layers_), I, offsets[I] - base_), ...);
+    }(std::make_index_sequence<L>{});
+    join_backward<L>(grads, mode, on_ready);
 }
 
 template <class Seq, class T, class P>

@@ -29,7 +29,11 @@ STRATA_DECL std::vector<std::string> keras_layer_names(std::span<const char* con
 
 STRATA_DECL void append_layer_params(std::vector<ParamInfo>& all, const std::string& layer, std::int64_t offset,
                                      std::vector<ParamInfo> params) {
-    for (auto& p : params) all.push_back({layer + "/" + p.name, p.shape, offset + p.offset});
+    for (auto& p : params) {
+        p.name = layer + "/" + p.name;
+        p.offset += offset;
+        all.push_back(std::move(p));
+    }
 }
 
 // 121930 -> "121,930"
@@ -43,8 +47,22 @@ inline std::string group_digits(std::int64_t v) {
     return out;
 }
 
+STRATA_DECL std::vector<MovingAverageSpan> moving_average_spans(const std::vector<ParamInfo>& params) {
+    std::vector<MovingAverageSpan> out;
+    for (const auto& p : params) {
+        if (p.trainable) continue;
+        const std::int64_t n = p.shape.size();
+        if (!out.empty() && out.back().first + out.back().count == p.offset && out.back().momentum == p.momentum)
+            out.back().count += n;
+        else
+            out.push_back({p.offset, n, p.momentum});
+    }
+    return out;
+}
+
 STRATA_DECL std::string summary_table(std::span<const char* const> kinds, std::span<const char* const> types,
-                                      std::span<const std::string> shapes, std::span<const std::int64_t> offsets) {
+                                      std::span<const std::string> shapes, std::span<const std::int64_t> offsets,
+                                      std::int64_t non_trainable) {
     const auto names = keras_layer_names(kinds);
     std::string out;
     char line[160];
@@ -58,9 +76,10 @@ STRATA_DECL std::string summary_table(std::span<const char* const> kinds, std::s
                       group_digits(offsets[i + 1] - offsets[i]).c_str());
         out += line;
     }
-    const std::string total = group_digits(offsets[names.size()]);
+    const std::int64_t all = offsets[names.size()];
     out += std::string(72, '=') + "\n";
-    out += "Total params: " + total + "\nTrainable params: " + total + "\nNon-trainable params: 0\n" + rule + "\n";
+    out += "Total params: " + group_digits(all) + "\nTrainable params: " + group_digits(all - non_trainable) +
+           "\nNon-trainable params: " + group_digits(non_trainable) + "\n" + rule + "\n";
     return out;
 }
 
