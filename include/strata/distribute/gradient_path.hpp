@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "strata/fwd.hpp"
+#include "strata/core/function_ref.hpp"
 #include "strata/data/dataset.hpp"
 #include "strata/detail/dependent_false.hpp"
 #include "strata/distribute/combinations.hpp"
@@ -189,9 +190,18 @@ struct WholeNetwork {};
 /// | `bind_unit(r, net)`               | nothing                | Pipeline (its units' networks are  |
 /// |                                   |                        | handles on the path's stages)      |
 /// | `model_summary<Net>()`            | Net::summary()         | Pipeline (adds the stage split)    |
+/// | `syncs_batch_statistics`,         | false, nothing         | the lockstep paths (LockstepPath:  |
+/// | `replica_sum(r)`                  | (no replica to sum with)| the strategy's replica group)     |
 template <class Derived>
 class PathBase {
 protected:
+    /// Whether the path's units step together on shares of one global batch, so that a layer
+    /// can combine statistics over them (synchronized batch normalization); Model refuses such a
+    /// layer at compile time where this is false.
+    static constexpr bool syncs_batch_statistics = false;
+    /// What sums a layer's statistics over the units stepping with unit r (nn::Mode::replica_sum);
+    /// empty where unit r is alone.
+    FunctionRef<void(std::span<double>)> replica_sum(int) { return nullptr; }
     /// Whether every unit steps on its share of one global batch (custom training loops need it).
     static constexpr bool lockstep = true;
     /// Whether the path runs the layers itself, stage by stage (Pipeline): Model then hands it
@@ -369,6 +379,30 @@ protected:
     /// Makes a step's totals global (MultiWorkerMirrored sums them over the processes).
     void combine_totals(StepTotals&) {}
 
+    /// Every replica in sync (in this process and, under MultiWorkerMirrored, across processes)
+    /// steps on its share of the same global batch: a layer's statistics can be summed over them.
+    static constexpr bool syncs_batch_statistics = true;
+    /// Sums `values` over every replica in sync (synchronized batch normalization), through the
+    /// strategy's replica group, with its deadlines (a replica that never comes is named); empty
+    /// with one replica. A path whose replicas' group is busy with something else at that moment
+    /// (Mirrored's communication threads, reducing gradient buckets during backward) defines
+    /// `sum_over_replicas(r, values)` to route it.
+    FunctionRef<void(std::span<double>)> replica_sum(int r) {
+        if (strategy_->num_replicas_in_sync() <= 1) return nullptr;
+        if (summers_.empty())
+            for (int q = 0; q < units(); ++q) summers_.push_back({&self(), q});
+        return summers_[std::size_t(r)];
+    }
+    void sum_over_replicas(int r, std::span<double> values) {
+        strategy_->group().all_reduce(r, values);  // a sum (the default), by the group's own choice of algorithm
+    }
+    struct Summer {
+        Derived* path;
+        int r;
+        void operator()(std::span<double> v) const { path->sum_over_replicas(r, v); }
+    };
+    std::vector<Summer> summers_;
+
     Derived& self() { return static_cast<Derived&>(*this); }
     using LockstepBuffers<Strategy, T>::strategy_;
     using LockstepBuffers<Strategy, T>::grads_;
@@ -486,6 +520,12 @@ concept path_step_pieces = requires(P& p, int unit) {
 /// Whether `P` says it is lockstep (true while its flags are unreadable, so that only the
 /// flags' own check reports it).
 template <class P>
+concept path_replica_sum = requires(P& p) {
+    { P::syncs_batch_statistics } -> std::convertible_to<bool>;
+    { p.replica_sum(0) } -> std::convertible_to<FunctionRef<void(std::span<double>)>>;
+};
+
+template <class P>
 constexpr bool path_is_lockstep() {
     if constexpr (path_flags<P>) return P::lockstep;
     else return true;
@@ -504,7 +544,7 @@ concept GradientPathFor =
     detail::path_expected_updates<Path> && detail::path_end_epoch<Path> && detail::path_is_chief<Path> &&
     detail::path_per_worker_input<Path> && detail::path_unit_share<Path> && detail::path_sum_over_workers<Path> &&
     detail::path_sum_outputs_over_workers<Path> && detail::path_after_save<Path> && detail::path_gathers_state<Path> &&
-    detail::path_bind_unit<Path> && detail::path_model_summary<Path> &&
+    detail::path_bind_unit<Path> && detail::path_model_summary<Path> && detail::path_replica_sum<Path> &&
     (!detail::path_is_lockstep<Path>() || detail::path_step_pieces<Path>);
 
 namespace detail {
@@ -559,6 +599,9 @@ struct GradientPathCheck {
                   "strata::distribute::GradientPath: the path has no public bind_unit(unit, net)" STRATA_PATH_DEFAULT("bind_unit"));
     static_assert(path_model_summary<Path>,
                   "strata::distribute::GradientPath: the path has no public static model_summary<Net>()" STRATA_PATH_DEFAULT("model_summary"));
+    static_assert(path_replica_sum<Path>,
+                  "strata::distribute::GradientPath: the path has no public syncs_batch_statistics or replica_sum(unit)"
+                  STRATA_PATH_DEFAULT("replica_sum, Base::syncs_batch_statistics"));
     static_assert(!path_is_lockstep<Path>() || path_step_pieces<Path>,
                   "strata::distribute::GradientPath: a lockstep path lacks one of params(unit), grads(unit), gradient_ready(unit, "
                   "first), apply(unit), end_step() (the pieces of a step for custom loops); define it, or take "

@@ -193,6 +193,8 @@ public:
     static constexpr std::int64_t var_at = mean_at + C;
     static constexpr std::int64_t num_params = var_at + C;
     static constexpr bool synchronizes_replicas = O.synchronized;
+    /// Its passes read the statistics back to the host (a step with it is not captured as a CUDA graph).
+    static constexpr bool host_round_trips = true;
 
     static std::vector<ParamInfo> param_info() {
         std::vector<ParamInfo> p;

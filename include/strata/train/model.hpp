@@ -132,6 +132,10 @@ public:
     // Before anything else reads the path: each member it lacks is one error naming it.
     static_assert(distribute::detail::GradientPathCheck<path_type>::value,
                   "strata::Model: the strategy's GradientPath lacks a member the Model needs (named above)");
+    static_assert(!Net::synchronizes_replicas || path_type::syncs_batch_statistics,
+                  "strata::Model: synchronized batch normalization needs replicas that step together on shares of one "
+                  "global batch, which this strategy's do not (ParameterServer workers step on their own; a Pipeline's "
+                  "micro-batches are normalized one by one): use BatchNormalization<> without synchronized");
     using network_type = typename distribute::detail::UnitNetwork<path_type, nn::Network<Net, T, P>>::type;
     static constexpr std::int64_t num_params = Net::num_params;
     static constexpr std::int64_t input_size = Net::input_shape::size;
@@ -513,9 +517,20 @@ private:
     /// CUDA graphs: under OneDevice<Cuda>, a network without random layers runs its step's
     /// forward, loss, metrics and backward as one captured graph (place/cuda_graph.hpp), the
     /// optimizer's update after it as before.
+    // Layers whose pass reads values back to the host (batch normalization's statistics) cannot
+    // be captured in a graph.
+    template <class L>
+    static constexpr bool layer_round_trips = requires { L::host_round_trips; };
+    template <class Layers>
+    struct RoundTrips;
+    template <class... L>
+    struct RoundTrips<std::tuple<L...>> {
+        static constexpr bool value = (layer_round_trips<L> || ...);
+    };
     static constexpr bool graph_step_capable =
         std::is_same_v<Strategy, distribute::OneDevice<place::Cuda>> && !path_type::pipelined &&
-        !DrawsRandom<typename Net::template bound_layers<T, P>>::value;
+        !DrawsRandom<typename Net::template bound_layers<T, P>>::value &&
+        !RoundTrips<typename Net::template bound_layers<T, P>>::value;
     struct Unit {
         network_type net;
         Tensor<T, P> x, target;
@@ -560,7 +575,8 @@ private:
             return x;
         }
         nn::Mode mode(const distribute::ReplicaBatch<Y>& b, std::uint64_t step) const {
-            return {.training = true, .skip_activation = m->settings_.fused_softmax, .step = step, .seed = m->seed_, .first_example = b.first};
+            return {.training = true, .skip_activation = m->settings_.fused_softmax, .step = step, .seed = m->seed_, .first_example = b.first,
+                    .global_examples = b.global_size};
         }
         // On the last stage's thread: the loss of examples [first, first + out.dim(0)) of unit
         // r's mini-batch, its gradient (scaled by 1 / denominator) into `out_grad`.
@@ -671,6 +687,12 @@ private:
             u.correct = 0;
             if (b.size == 0) {
                 fill(TensorView<T, P>(grads, Shape{num_params}), T(0));
+                if constexpr (Net::synchronizes_replicas) {
+                    // The others' synchronized layers wait for this replica's (empty) statistics.
+                    const nn::Mode mode{.training = true, .step = step, .seed = seed_, .first_example = b.first,
+                                        .global_examples = b.global_size, .replica_sum = path_.replica_sum(r)};
+                    u.net.join_empty(params, grads, mode, on_ready);
+                }
                 return {};
             }
             STRATA_CHECK(b.example_size == input_size, ShapeError, "compute_gradients: examples of ", b.example_size,
@@ -678,7 +700,7 @@ private:
             STRATA_CHECK(b.w.empty() || std::int64_t(b.w.size()) == b.size, ShapeError, "compute_gradients: ", b.size,
                          " examples need ", b.size, " sample weights (one each) or none, got ", b.w.size());
             const nn::Mode mode{.training = true, .skip_activation = settings_.fused_softmax, .step = step, .seed = seed_,
-                                .first_example = b.first};
+                                .first_example = b.first, .global_examples = b.global_size, .replica_sum = path_.replica_sum(r)};
             auto x = stage_input(u, b.x.data(), b.size);
             auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
 #if STRATA_HAS_CUDA

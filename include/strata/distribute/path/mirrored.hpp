@@ -130,6 +130,11 @@ public:
     /// Not overlapped: all-reduces replica r's whole gradient in one call.
     void all_reduce(int r, T* grads);
 
+    /// Sums `values` over every replica in sync (a layer's statistics, during a pass). With
+    /// buckets in flight on the communication thread it goes through that thread, after them,
+    /// so that every replica's collectives keep one order; else straight through the group.
+    void sum_statistics(int r, std::span<double> values);
+
     /// Replica 0's copy, on the host.
     std::vector<T> get_weights() const;
     /// Every copy set to `w`.
@@ -197,7 +202,7 @@ collective::AsyncAllReduce& MirroredCopies<S, T>::comm_of(int r) {
         c = std::make_unique<collective::AsyncAllReduce>(s_->group(), r, ReduceOp::Sum, s_->options().all_reduce);
         // A step submits every bucket before its wait: however far the thread falls behind, the
         // queue never holds more, so the steady state never allocates.
-        c->reserve(buckets_.size());
+        c->reserve(buckets_.size() + 1);
     }
     return *c;
 }
@@ -226,6 +231,17 @@ void MirroredCopies<S, T>::all_reduce(int r, T* grads) {
 }
 
 template <class S, class T>
+void MirroredCopies<S, T>::sum_statistics(int r, std::span<double> values) {
+    if (overlapped()) {
+        auto& c = comm_of(r);
+        c.submit(buckets_.size(), values);
+        c.wait();
+    } else {
+        s_->group().all_reduce(r, values, ReduceOp::Sum, s_->options().all_reduce);
+    }
+}
+
+template <class S, class T>
 std::vector<T> MirroredCopies<S, T>::get_weights() const {
     return to_vector(TensorView<T, P>(const_cast<T*>(params_[0].data()), Shape{num_params_}));
 }
@@ -248,6 +264,7 @@ public:
     // The defaults this path takes, by name (PathBase says why).
     using Base::lockstep, Base::pipelined, Base::unit_network, Base::model_summary;
     using Base::expected_updates, Base::end_epoch, Base::gathers_state, Base::bind_unit, Base::end_step;
+    using Base::syncs_batch_statistics, Base::replica_sum;
 
     template <class Init>
     MirroredPath(Strategy& s, Init&& init) : Base(s), copies_(s, num_params, std::span<const std::int64_t>(Net::offsets)), across_(s) {
@@ -279,6 +296,8 @@ public:
     /// Backward's hook: hands every completed bucket to replica r's communication thread, which
     /// all-reduces it while backward goes on.
     void gradient_ready(int r, std::int64_t first) { copies_.gradient_ready(r, first, this->grads(r)); }
+    /// A layer's statistics summed over the replicas (LockstepPath::replica_sum calls it).
+    void sum_over_replicas(int r, std::span<double> values) { copies_.sum_statistics(r, values); }
 
     void apply(int r) {
         T* g = this->grads(r);

@@ -1221,6 +1221,7 @@ public:
     using Base::pipelined, Base::unit_network, Base::gradient_buckets, Base::per_worker_input, Base::unit_share;
     using Base::sum_over_workers, Base::sum_outputs_over_workers, Base::after_save, Base::gathers_state, Base::bind_unit;
     using Base::model_summary;
+    using Base::syncs_batch_statistics, Base::replica_sum;
 
     /// One epoch: mini-batches from `source` (each one worker's), updates by the mode's rule,
     /// `on_step(StepTotals)` after every update (false: stop).

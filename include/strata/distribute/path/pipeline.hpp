@@ -138,6 +138,7 @@ class PipelinePath : public PathBase<PipelinePath<P, Net, T>> {
 public:
     // The defaults this path takes, by name (PathBase says why).
     using Base::lockstep, Base::gradient_buckets, Base::expected_updates, Base::end_epoch, Base::per_worker_input, Base::unit_share;
+    using Base::syncs_batch_statistics, Base::replica_sum;
     using value_type = T;
     using place_type = P;
     using unit_network = PipelineUnit<PipelinePath>;
