@@ -37,6 +37,7 @@
 /// Lockstep paths (everything but ParameterServer) also expose the pieces of a step for custom
 /// training loops: params(r), grads(r), gradient_ready(r, first), apply(r), end_step().
 
+#include <algorithm>
 #include <concepts>
 #include <span>
 #include <cstdint>
@@ -155,6 +156,30 @@ STRATA_TEMPLATE struct OptimizerCopies<double, place::Host>;
 STRATA_CUDA_TEMPLATE struct OptimizerCopies<float, place::Cuda>;
 STRATA_CUDA_TEMPLATE struct OptimizerCopies<double, place::Cuda>;
 #endif
+
+/// The variables among [first, first + count) of a flat buffer laid out as `params` lists them
+/// (a network's Seq::parameters()) that are not trained (batch normalization's moving
+/// statistics), as ranges relative to `first`: what every path's optimizer states are built
+/// with, so that the optimizer moves them as averages and never trains them.
+inline std::vector<optim::MovingAverageRange> moving_ranges(const std::vector<nn::ParamInfo>& params, std::int64_t first,
+                                                            std::int64_t count) {
+    std::vector<optim::MovingAverageRange> out;
+    for (const auto& p : params) {
+        if (p.trainable) continue;
+        const std::int64_t a = std::max(p.offset, first), b = std::min(p.offset + p.shape.size(), first + count);
+        if (a >= b) continue;
+        if (!out.empty() && out.back().first + out.back().count == a - first && out.back().momentum == p.momentum)
+            out.back().count += b - a;
+        else
+            out.push_back({a - first, b - a, p.momentum});
+    }
+    return out;
+}
+/// The same for a whole network's flat buffer, or its layers' block [first, first + count).
+template <class Net>
+std::vector<optim::MovingAverageRange> moving_ranges(std::int64_t first = 0, std::int64_t count = Net::num_params) {
+    return moving_ranges(Net::parameters(), first, count);
+}
 
 /// The network a Model unit holds when the path names none of its own: the whole network
 /// (nn::Network<Net, T, P>). PathBase's default `unit_network`.

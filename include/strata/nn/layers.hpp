@@ -10,6 +10,7 @@
 /// \endcode
 
 #include "strata/nn/activation.hpp"
+#include "strata/nn/activation_layer.hpp"
 #include "strata/nn/batch_normalization.hpp"
 #include "strata/nn/conv2d.hpp"
 #include "strata/nn/dense.hpp"

@@ -41,7 +41,7 @@ public:
         this->opt_.states.clear();
         this->opt_.states.resize(1);
         this->run_units([&](int r) {
-            if (r == 0) this->opt_.states[0] = optim::OptimizerState<T, P>(o, num_params);
+            if (r == 0) this->opt_.states[0] = optim::OptimizerState<T, P>(o, num_params, detail::moving_ranges<Net>());
         });
     }
 

@@ -289,8 +289,9 @@ public:
         across_.compiled(o);
         this->opt_.states.clear();
         this->opt_.states.resize(std::size_t(this->units()));
+        const auto moving = detail::moving_ranges<Net>();
         // Slots on each replica's device, as its variables.
-        this->run_units([&](int r) { this->opt_.states[std::size_t(r)] = optim::OptimizerState<T, P>(o, num_params); });
+        this->run_units([&](int r) { this->opt_.states[std::size_t(r)] = optim::OptimizerState<T, P>(o, num_params, moving); });
     }
 
     /// Backward's hook: hands every completed bucket to replica r's communication thread, which

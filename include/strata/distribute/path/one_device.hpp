@@ -31,7 +31,7 @@ public:
     T* params(int) { return params_.data(); }
     void compile(const optim::Optimizer& o) {
         this->opt_.states.clear();
-        this->run_units([&](int) { this->opt_.states.emplace_back(o, num_params); });
+        this->run_units([&](int) { this->opt_.states.emplace_back(o, num_params, moving_ranges<Net>()); });
     }
     void apply(int r) { this->opt_.states[0].apply(params_.data(), this->grads(r)); }
 

@@ -478,7 +478,15 @@ void ParameterServerCore<P, T>::compile(const optim::Optimizer& o) {
     if (remote_) remote_->agree({{"optimizer", optim::describe(o)}}, "the optimizer");  // every rank the same one
     server_pool_->run([&](int sv) {
         auto& srv = servers_[std::size_t(sv)];
-        srv.opt = optim::OptimizerState<T, P>(o, srv.size);
+        // The moving statistics among the server's ranges, at their places in its compact buffer.
+        std::vector<optim::MovingAverageRange> moving;
+        for (std::size_t i = 0; i < srv.ranges.size(); ++i)
+            for (auto m : distribute::detail::moving_ranges(infos_, srv.ranges[i].first, srv.ranges[i].count)) {
+                m.first += srv.compact[i];
+                moving.push_back(m);
+            }
+        std::sort(moving.begin(), moving.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        srv.opt = optim::OptimizerState<T, P>(o, srv.size, std::move(moving));
     });
     compiled_ = true;
 }

@@ -213,9 +213,10 @@ public:
 
     void compile(const optim::Optimizer& o) {
         if (across()) strategy_->processes().agree({{"optimizer", optim::describe(o)}}, "the optimizer");
+        const auto infos = Net::parameters();
         run_all([&](int r, int st) {
             auto& d = stage(r, std::size_t(st));
-            d.opt = optim::OptimizerState<T, P>(o, d.num_params);  // slots on the stage's device
+            d.opt = optim::OptimizerState<T, P>(o, d.num_params, detail::moving_ranges(infos, d.param_first, d.num_params));  // slots on the stage's device
         });
         compiled_ = true;
     }

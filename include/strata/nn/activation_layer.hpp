@@ -1,0 +1,68 @@
+#pragma once
+/// \file strata/nn/activation_layer.hpp
+/// `ActivationLayer<Act>`: an activation as a layer of its own (Keras' `layers.Activation`), for
+/// where it does not follow a Dense or Conv2D directly: after a BatchNormalization
+/// (Conv2D → BatchNormalization → ReLU, the residual networks' unit).
+
+#include <cstdint>
+#include <vector>
+
+#include "strata/fwd.hpp"
+#include "strata/nn/activation.hpp"
+#include "strata/nn/layer.hpp"
+
+namespace strata::nn {
+
+namespace detail {
+template <class Act, class In, class T, class P>
+class ActivationLayerImpl;
+}
+
+/// y = act(x), element by element (Softmax: over the last axis of a flat input).
+///
+/// \code
+/// using Unit = Sequential<Input<28, 28, 1>, Conv2D<16, 3, Linear, 1, Padding::Same, false>, BatchNormalization<>,
+///                         ActivationLayer<ReLU>, ...>;
+/// \endcode
+template <class Act>
+struct ActivationLayer {
+    static_assert(Activation<Act>, "strata::nn::ActivationLayer<Act>: Act must be an activation (Linear, ReLU, Sigmoid, Tanh, Softmax)");
+    static constexpr const char* name = "Activation";
+    static constexpr const char* keras_name = "activation";
+    using activation = Act;
+    template <class In, class T, class P>
+    using bind = detail::ActivationLayerImpl<Act, In, T, P>;
+};
+
+namespace detail {
+template <class Act, class In, class T, class P>
+class ActivationLayerImpl {
+    static_assert(LayerShapeError<ActivationLayer<Act>, AnyShapeOfRank<1>, In, !Act::rowwise || In::rank == 1>::value,
+                  "strata::nn::ActivationLayer<Softmax>: a softmax layer takes a flat input (rank 1 per example); put "
+                  "Flatten before it");
+
+public:
+    using input_shape = In;
+    using output_shape = In;
+    static constexpr std::int64_t num_params = 0;
+    static std::vector<ParamInfo> param_info() { return {}; }
+    void init(T*, std::uint64_t, std::uint64_t) const {}
+
+    void forward(const T*, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode& mode) {
+        const std::int64_t n = x.dim(0);
+        const TensorView<T, P> ym(y.data(), Shape{n, In::size});
+        copy(TensorView<T, P>(x.data(), Shape{n, In::size}), ym);
+        bias_activation<Act>(ym, static_cast<const T*>(nullptr), In::size, mode.skip_activation);
+    }
+
+    void backward(const T*, T*, const TensorView<T, P>& x, const TensorView<T, P>& y, const TensorView<T, P>& dy,
+                  const TensorView<T, P>& dx, const Mode& mode) {
+        const std::int64_t n = x.dim(0);
+        const TensorView<T, P> dym(dy.data(), Shape{n, In::size});
+        activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, In::size}), dym, mode.skip_activation);
+        if (!dx.empty()) copy(dym, TensorView<T, P>(dx.data(), Shape{n, In::size}));
+    }
+};
+}  // namespace detail
+
+}  // namespace strata::nn

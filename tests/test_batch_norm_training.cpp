@@ -1,0 +1,163 @@
+// Batch normalization in training (issue 45): through Model and every strategy. Synchronized,
+// N replicas of Mirrored (with and without gradient buckets in flight) and CentralStorage equal
+// one device on the same global batches, moving statistics included (float64); unsynchronized
+// they do not (the negative control); the moving statistics follow Keras' formula; they are
+// saved, loaded and counted; a pipeline normalizes each micro-batch by its own statistics.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "test_images.hpp"
+#include "test_util.hpp"
+#include "training_util.hpp"
+
+#include <strata/distribute/pipeline.hpp>
+
+using namespace strata::nn;
+namespace dist = strata::distribute;
+using strata_test::images;
+using strata_test::max_relative_difference;
+
+namespace {
+
+template <class Norm>
+using Net = Sequential<Input<6, 6, 2>, Conv2D<4, 3, Linear, 1, Padding::Same, false>, Norm, ActivationLayer<ReLU>, MaxPooling2D<2>,
+                       Flatten, Dense<5, Tanh>, Norm, Dense<3, Softmax>>;
+using SyncNet = Net<SyncBatchNormalization<0.9>>;
+using PlainNet = Net<BatchNormalization<BatchNormOptions{.momentum = 0.9}>>;
+
+template <class N, class Strategy>
+std::vector<double> train_with(Strategy& s, int steps, std::size_t global_batch, strata::optim::Optimizer opt) {
+    strata::Model<N, Strategy, double> model(s, 11);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    model.fit(images(global_batch * std::size_t(steps), 5).batch(global_batch), {.epochs = 2, .verbose = 0});
+    return model.get_weights();
+}
+
+// The largest difference among the moving statistics (the variables that are not trained).
+double moving_difference(const std::vector<double>& a, const std::vector<double>& b) {
+    double m = 0;
+    for (const auto& p : SyncNet::parameters())
+        if (!p.trainable)
+            for (std::int64_t i = p.offset; i < p.offset + p.shape.size(); ++i)
+                m = std::max(m, std::abs(a[std::size_t(i)] - b[std::size_t(i)]));
+    return m;
+}
+
+}  // namespace
+
+TEST_CASE("SyncBatchNormalization: Mirrored and CentralStorage equal OneDevice on the same global batches (float64)") {
+    const strata::optim::Optimizer opt = strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9};
+    for (std::size_t global : {12u, 10u}) {  // 10 does not divide by 3 or 4
+        dist::OneDevice<> one;
+        const auto reference = train_with<SyncNet>(one, 3, global, opt);
+        for (int n = 2; n <= 4; ++n) {
+            CAPTURE(n);
+            CAPTURE(global);
+            dist::Mirrored<> mirrored(n);
+            CHECK(max_relative_difference(train_with<SyncNet>(mirrored, 3, global, opt), reference) <= 1e-10);
+            // Small buckets: all-reduces in flight on the communication thread while backward syncs.
+            dist::Mirrored<> bucketed(n, {.bucket_bytes = 64});
+            CHECK(max_relative_difference(train_with<SyncNet>(bucketed, 3, global, opt), reference) <= 1e-10);
+            dist::CentralStorage<> central(n);
+            CHECK(max_relative_difference(train_with<SyncNet>(central, 3, global, opt), reference) <= 1e-10);
+        }
+    }
+}
+
+TEST_CASE("SyncBatchNormalization: a global batch smaller than the replicas (empty shares join the sums)") {
+    const strata::optim::Optimizer opt = strata::optim::Adam{.learning_rate = 0.01};
+    dist::OneDevice<> one;
+    const auto reference = train_with<SyncNet>(one, 3, 3, opt);
+    dist::Mirrored<> mirrored(4);  // one replica has no example in every step
+    CHECK(max_relative_difference(train_with<SyncNet>(mirrored, 3, 3, opt), reference) <= 1e-10);
+    dist::Mirrored<> bucketed(4, {.bucket_bytes = 64});
+    CHECK(max_relative_difference(train_with<SyncNet>(bucketed, 3, 3, opt), reference) <= 1e-10);
+}
+
+TEST_CASE("BatchNormalization without synchronization: replicas differ from one device (negative control)") {
+    const strata::optim::Optimizer opt = strata::optim::SGD{.learning_rate = 0.1};
+    dist::OneDevice<> one;
+    const auto reference = train_with<PlainNet>(one, 3, 10, opt);
+    dist::Mirrored<> mirrored(2);
+    const auto got = train_with<PlainNet>(mirrored, 3, 10, opt);
+    CHECK(max_relative_difference(got, reference) > 1e-4);
+    CHECK(moving_difference(got, reference) > 1e-6);
+    // ... and one replica is one device
+    dist::Mirrored<> single(1);
+    CHECK(max_relative_difference(train_with<PlainNet>(single, 3, 10, opt), reference) <= 1e-12);
+}
+
+TEST_CASE("BatchNormalization in Model: moving statistics follow Keras' formula and are not trained") {
+    using N = Sequential<Input<3>, BatchNormalization<BatchNormOptions{.momentum = 0.8}>, Dense<2, Softmax>>;
+    dist::OneDevice<> one;
+    strata::Model<N, dist::OneDevice<>, double> model(one, 3);
+    // A large learning rate and weight decay would move the statistics if they were trained.
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 5.0, .momentum = 0.9});
+    std::vector<float> x = {1, 2, 3, 3, 2, 1, 0, 0, 6, 4, 4, 2};
+    std::vector<std::int32_t> y = {0, 1, 0, 1};
+    const auto ds = strata::data::Dataset<>::from_arrays(x, {3}, y);
+    model.fit(ds.batch(4), {.epochs = 1, .verbose = 0});  // one step on all four
+    const auto w = model.get_weights();
+    // Keras' order: gamma, beta, moving_mean, moving_variance; moving = 0.8 moving + 0.2 batch (biased variance)
+    for (int c = 0; c < 3; ++c) {
+        double mean = 0, var = 0;
+        for (int i = 0; i < 4; ++i) mean += x[std::size_t(i * 3 + c)] / 4.0;
+        for (int i = 0; i < 4; ++i) var += (x[std::size_t(i * 3 + c)] - mean) * (x[std::size_t(i * 3 + c)] - mean) / 4.0;
+        CHECK(w[std::size_t(6 + c)] == doctest::Approx(0.2 * mean).epsilon(1e-12));
+        CHECK(w[std::size_t(9 + c)] == doctest::Approx(0.8 + 0.2 * var).epsilon(1e-12));
+    }
+    const auto names = N::parameters();
+    CHECK(names[2].name == "batch_normalization/moving_mean");
+    CHECK(names[3].name == "batch_normalization/moving_variance");
+    // evaluate uses the moving statistics: a second model with the same weights, evaluated on
+    // a batch of one, gives the same predictions as on the whole batch (batch statistics would not)
+    const auto all = model.predict(ds.batch(4));
+    const auto single = model.predict(ds.batch(1));
+    CHECK(max_relative_difference(all, single) <= 1e-12);
+}
+
+TEST_CASE("BatchNormalization: save and load carry the moving statistics; a checkpoint without them is refused naming the tensor") {
+    dist::OneDevice<> one;
+    strata::Model<PlainNet, dist::OneDevice<>, double> model(one, 4);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    model.fit(images(40, 6).batch(10), {.epochs = 1, .verbose = 0});
+    const std::string path = strata_test::temp_path("bn.safetensors");
+    model.save(path);
+    strata::Model<PlainNet, dist::OneDevice<>, double> back(one, 99);
+    back.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    back.load(path);
+    CHECK(back.get_weights() == model.get_weights());
+    // The same network without the moving statistics' variables: its file lacks them.
+    using Stripped = Sequential<Input<6, 6, 2>, Conv2D<4, 3, Linear, 1, Padding::Same, false>,
+                                BatchNormalization<BatchNormOptions{.momentum = 0.9}>, ActivationLayer<ReLU>, MaxPooling2D<2>,
+                                Flatten, Dense<5, Tanh>, Dense<3, Softmax>>;
+    strata::Model<Stripped, dist::OneDevice<>, double> other(one, 4);
+    other.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    const std::string path2 = strata_test::temp_path("bn_stripped.safetensors");
+    other.save(path2);
+    try {
+        back.load(path2);
+        FAIL("a checkpoint without batch_normalization_1's variables was loaded");
+    } catch (const strata::Error& e) {
+        CHECK(std::string(e.what()).find("batch_normalization_1/") != std::string::npos);
+    }
+    std::filesystem::remove(path);
+    std::filesystem::remove(path2);
+}
+
+TEST_CASE("BatchNormalization in a pipeline: each micro-batch by its own statistics; one micro-batch is one device") {
+    const strata::optim::Optimizer opt = strata::optim::SGD{.learning_rate = 0.1};
+    dist::OneDevice<> one;
+    const auto reference = train_with<PlainNet>(one, 3, 8, opt);
+    using S = dist::Pipeline<strata::place::Host, dist::GPipe, dist::split::At<4>>;
+    S whole({.micro_batches = 1});
+    CHECK(max_relative_difference(train_with<PlainNet>(whole, 3, 8, opt), reference) <= 1e-10);
+    S split({.micro_batches = 2});
+    const auto got = train_with<PlainNet>(split, 3, 8, opt);
+    CHECK(max_relative_difference(got, reference) > 1e-6);  // micro-batch statistics differ from the batch's
+}
