@@ -1,14 +1,19 @@
 // Tests of strata/data/dataset.hpp: every pipeline step, determinism, prefetch threads, the
-// absence of per-batch allocations, and the speed of an MNIST-sized epoch.
+// absence of per-batch allocations, and the speed of an MNIST-sized epoch; augment's crops and
+// flips (strata/data/augment.hpp) against a plain reference, their determinism, and their
+// independence of batching and of the split among replicas.
 #include <doctest/doctest.h>
 
 #include "test_util.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <new>
@@ -19,6 +24,7 @@
 #include <vector>
 
 #include "strata/data/dataset.hpp"
+#include "strata/distribute/distributed_dataset.hpp"
 
 using namespace strata::data;
 using strata_test::error_of;
@@ -663,4 +669,341 @@ TEST_CASE("dataset: no allocation per batch in the steady state with sample weig
     REQUIRE(at_batch.size() > 8);
     CHECK(sum > 0);
     CHECK(at_batch[at_batch.size() - 5] == 0);
+}
+
+// ---- augment: random crop after zero padding, random horizontal flip ------------------------
+
+namespace {
+
+// n images of h x w x c; pixel (r, j, ch) of example i is i * 1000 + r * 100 + j * 10 + ch + 1:
+// never 0 (so padding shows), and it names its example and place. Label i, weight 0.5 + i.
+Dataset<> images(std::size_t n, std::size_t h, std::size_t w, std::size_t c, bool with_weights = false) {
+    std::vector<float> x(n * h * w * c), wts;
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        for (std::size_t r = 0; r < h; ++r)
+            for (std::size_t j = 0; j < w; ++j)
+                for (std::size_t ch = 0; ch < c; ++ch)
+                    x[((i * h + r) * w + j) * c + ch] = static_cast<float>(i * 1000 + r * 100 + j * 10 + ch + 1);
+        y[i] = static_cast<std::int32_t>(i);
+        if (with_weights) wts.push_back(weight_of(static_cast<int>(i)));
+    }
+    return from_arrays(std::move(x), {h, w, c}, std::move(y), std::move(wts));
+}
+
+// The image `in` (h x w x c) padded with zeros, cropped at (dy, dx), then mirrored: the
+// definition, written the plain way (a padded copy, then a crop, then a flip).
+std::vector<float> reference_augment(std::span<const float> in, std::size_t h, std::size_t w, std::size_t c,
+                                     std::size_t pad, AugmentDraw d) {
+    const std::size_t ph = h + 2 * pad, pw = w + 2 * pad;
+    std::vector<float> padded(ph * pw * c, 0.0f);
+    for (std::size_t r = 0; r < h; ++r)
+        for (std::size_t j = 0; j < w; ++j)
+            for (std::size_t ch = 0; ch < c; ++ch)
+                padded[((r + pad) * pw + (j + pad)) * c + ch] = in[(r * w + j) * c + ch];
+    std::vector<float> crop(h * w * c);
+    for (std::size_t r = 0; r < h; ++r)
+        for (std::size_t j = 0; j < w; ++j)
+            for (std::size_t ch = 0; ch < c; ++ch)
+                crop[(r * w + j) * c + ch] =
+                    padded[((r + std::size_t(d.dy)) * pw + (j + std::size_t(d.dx))) * c + ch];
+    if (!d.flip) return crop;
+    std::vector<float> out(crop.size());
+    for (std::size_t r = 0; r < h; ++r)
+        for (std::size_t j = 0; j < w; ++j)
+            for (std::size_t ch = 0; ch < c; ++ch) out[(r * w + j) * c + ch] = crop[(r * w + (w - 1 - j)) * c + ch];
+    return out;
+}
+
+// Every example of one pass, in order: its label (the source index), its x, its weight.
+struct Seen {
+    std::vector<std::int32_t> y;
+    std::vector<float> x;
+    std::vector<float> w;
+};
+template <class D>
+Seen pass_of(const D& ds, std::uint64_t epoch) {
+    Seen s;
+    for (auto it = ds.iterate(epoch); it != std::default_sentinel; ++it) {
+        s.y.insert(s.y.end(), it->y.begin(), it->y.end());
+        s.x.insert(s.x.end(), it->x.begin(), it->x.end());
+        s.w.insert(s.w.end(), it->w.begin(), it->w.end());
+    }
+    return s;
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("augment: augment_image against the plain definition, and a known image pixel by pixel") {
+    // 2 x 3, one channel: padded by 1 it is
+    //   0 0 0 0 0
+    //   0 1 2 3 0
+    //   0 4 5 6 0
+    //   0 0 0 0 0
+    const std::vector<float> img{1, 2, 3, 4, 5, 6};
+    std::vector<float> out(6);
+    const auto crop = [&](int dy, int dx, bool flip) {
+        augment_image(img, out, 2, 3, 1, 1, {dy, dx, flip});
+        return out;
+    };
+    CHECK(crop(1, 1, false) == img);  // the centre: the image itself
+    CHECK(crop(0, 0, false) == std::vector<float>{0, 0, 0, 0, 1, 2});
+    CHECK(crop(0, 0, true) == std::vector<float>{0, 0, 0, 2, 1, 0});
+    CHECK(crop(2, 2, false) == std::vector<float>{5, 6, 0, 0, 0, 0});
+    CHECK(crop(2, 0, false) == std::vector<float>{0, 4, 5, 0, 0, 0});
+    CHECK(crop(1, 2, true) == std::vector<float>{0, 3, 2, 0, 6, 5});
+    CHECK(crop(1, 1, true) == std::vector<float>{3, 2, 1, 6, 5, 4});
+
+    // Every offset and both flips of a 3 x 4 x 2 image padded by 2 (dy, dx in [0, 4]), and of a
+    // 5 x 3 x 3 one padded by 2: equal to the plain definition, bit for bit.
+    for (auto [h, w, c] : {std::array<std::size_t, 3>{3, 4, 2}, std::array<std::size_t, 3>{5, 3, 3}}) {
+        std::vector<float> in(h * w * c);
+        for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) + 0.5f;
+        std::vector<float> o(in.size(), -1.0f);
+        for (int dy = 0; dy <= 4; ++dy)
+            for (int dx = 0; dx <= 4; ++dx)
+                for (bool flip : {false, true}) {
+                    augment_image(in, o, h, w, c, 2, {dy, dx, flip});
+                    REQUIRE(o == reference_augment(in, h, w, c, 2, {dy, dx, flip}));
+                }
+    }
+}
+
+TEST_CASE("augment: each example gets augment_draw(seed, epoch, its position in the pass)") {
+    const Augment a{.pad = 2, .flip = true, .seed = 9};
+    const auto ds = images(40, 5, 6, 3).shuffle(40, 7).augment(a).batch(8);
+    const auto plain = images(40, 5, 6, 3);
+    const auto source = pass_of(plain, 0);
+    const std::size_t es = 5 * 6 * 3;
+    for (std::uint64_t epoch : {0u, 1u, 17u}) {
+        const auto seen = pass_of(ds, epoch);
+        REQUIRE(seen.y.size() == 40);
+        // The shuffle is untouched: the same order as without augment.
+        CHECK(seen.y == pass_of(images(40, 5, 6, 3).shuffle(40, 7).batch(8), epoch).y);
+        for (std::size_t p = 0; p < 40; ++p) {
+            const auto i = static_cast<std::size_t>(seen.y[p]);
+            const std::span<const float> orig(source.x.data() + i * es, es);
+            const auto want = reference_augment(orig, 5, 6, 3, 2, augment_draw(a, epoch, p));
+            REQUIRE(same_bits(std::span<const float>(seen.x.data() + p * es, es), want));
+        }
+    }
+    // The draws are what augment.hpp documents: a Generator keyed by (seed, pass), stream = position.
+    strata::random::Generator g(augment_pass_key(a.seed, 3), 5);
+    const bool flip = (g.next_u32() >> 31) != 0;
+    const int dy = static_cast<int>(g.below(5)), dx = static_cast<int>(g.below(5));
+    CHECK(augment_draw(a, 3, 5) == AugmentDraw{dy, dx, flip});
+    // Flips do not depend on the padding, offsets not on whether flips are on.
+    for (std::uint64_t p = 0; p < 50; ++p) {
+        CHECK(augment_draw({.pad = 0, .flip = true, .seed = 9}, 3, p).flip == augment_draw(a, 3, p).flip);
+        const auto no_flip = augment_draw({.pad = 2, .flip = false, .seed = 9}, 3, p);
+        CHECK(!no_flip.flip);
+        CHECK(no_flip.dy == augment_draw(a, 3, p).dy);
+        CHECK(no_flip.dx == augment_draw(a, 3, p).dx);
+    }
+}
+
+TEST_CASE("augment: deterministic per (seed, epoch); other epochs and seeds give other images") {
+    const auto make = [](std::uint64_t seed) {
+        return images(64, 6, 6, 2).shuffle(64, 3).augment({.pad = 2, .flip = true, .seed = seed}).batch(16);
+    };
+    const auto ds = make(1);
+    const auto e0 = pass_of(ds, 0);
+    CHECK(same_bits(e0.x, pass_of(ds, 0).x));
+    CHECK(same_bits(e0.x, pass_of(make(1), 0).x));  // another Dataset object, the same configuration
+    CHECK(!same_bits(e0.x, pass_of(ds, 1).x));
+    CHECK(!same_bits(e0.x, pass_of(make(2), 0).x));
+    // A range-for's passes are epochs 0, 1, ...: its first pass is epoch 0's.
+    Seen first;
+    for (const auto& b : ds) {
+        first.x.insert(first.x.end(), b.x.begin(), b.x.end());
+    }
+    CHECK(same_bits(first.x, e0.x));
+    // Without a shuffle too: the same examples in the same order, augmented differently per epoch.
+    const auto unshuffled = images(64, 6, 6, 2).augment({.pad = 2, .flip = true, .seed = 1}).batch(16);
+    CHECK(pass_of(unshuffled, 0).y == pass_of(unshuffled, 1).y);
+    CHECK(!same_bits(pass_of(unshuffled, 0).x, pass_of(unshuffled, 1).x));
+    // Under repeat, every repetition is augmented differently, whichever side of repeat it is on.
+    for (const auto& rep : {images(16, 4, 4, 1).augment({.pad = 1, .flip = true, .seed = 4}).repeat(2).batch(16),
+                            images(16, 4, 4, 1).repeat(2).augment({.pad = 1, .flip = true, .seed = 4}).batch(16)}) {
+        const auto r = pass_of(rep, 0);
+        REQUIRE(r.x.size() == 2 * 16 * 16);
+        CHECK(!same_bits(std::span<const float>(r.x).first(256), std::span<const float>(r.x).last(256)));
+        CHECK(same_bits(r.x, pass_of(rep, 0).x));
+    }
+}
+
+TEST_CASE("augment: the same images whatever the batching, prefetch, or split among replicas") {
+    const Augment a{.pad = 3, .flip = true, .seed = 11};
+    const auto base = images(50, 7, 5, 2).shuffle(50, 5);
+    const std::size_t es = 7 * 5 * 2;
+    // One example at a time, unbatched: what one device would see, example by example.
+    const auto one = pass_of(base.augment(a), 2);
+    REQUIRE(one.y.size() == 50);
+    for (const auto& ds : {base.augment(a).batch(7), base.batch(7).augment(a), base.augment(a).batch(50),
+                           base.augment(a).batch(8).prefetch(2), base.augment(a).prefetch(3).batch(16)}) {
+        const auto s = pass_of(ds, 2);
+        CHECK(s.y == one.y);
+        CHECK(same_bits(s.x, one.x));
+    }
+    // Each replica's share of each global batch holds exactly those examples' images, for any
+    // number of replicas (split_batch: contiguous shares [first, first + size)).
+    const auto global = base.augment(a).batch(12);
+    for (int replicas = 1; replicas <= 5; ++replicas) {
+        strata::distribute::DistributedDataset<std::int32_t> dist(global, replicas);
+        std::size_t at = 0;  // examples of the pass before this batch
+        for (auto it = dist.iterate(2); it != std::default_sentinel; ++it) {
+            const auto batch = *it;
+            std::int64_t covered = 0;
+            for (int r = 0; r < replicas; ++r) {
+                const auto share = batch[r];
+                REQUIRE(share.first == covered);
+                covered += share.size;
+                const std::size_t from = at + static_cast<std::size_t>(share.first);
+                const std::size_t n = static_cast<std::size_t>(share.size);
+                CHECK(same_bits(share.x, std::span<const float>(one.x.data() + from * es, n * es)));
+                CHECK(std::equal(share.y.begin(), share.y.end(), one.y.begin() + static_cast<std::ptrdiff_t>(from)));
+            }
+            CHECK(covered == batch.global_size());
+            at += static_cast<std::size_t>(batch.global_size());
+        }
+        CHECK(at == 50);
+    }
+}
+
+TEST_CASE("augment: about half the images are flipped, and the crop offsets are uniform") {
+    // Through the dataset: pad 0, flip on; an image is either itself or its mirror.
+    const std::size_t n = 4000;
+    const auto ds = images(n, 3, 4, 1).augment({.pad = 0, .flip = true, .seed = 123}).batch(100);
+    const auto plain = pass_of(images(n, 3, 4, 1), 0);
+    const auto seen = pass_of(ds, 0);
+    std::size_t flipped = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::span<const float> x(seen.x.data() + i * 12, 12), orig(plain.x.data() + i * 12, 12);
+        if (same_bits(x, orig)) continue;
+        REQUIRE(same_bits(x, reference_augment(orig, 3, 4, 1, 0, {0, 0, true})));
+        ++flipped;
+    }
+    // Binomial(4000, 1/2): standard deviation 0.0079 of the fraction; 0.04 is 5 of them.
+    CHECK(std::abs(static_cast<double>(flipped) / n - 0.5) < 0.04);
+
+    // The draws themselves, over 45000 examples of two epochs: flips 1/2, each of the 9
+    // offsets of pad 4 a ninth of the time in each coordinate, and dy, dx independent.
+    const Augment a{.pad = 4, .flip = true, .seed = 5};
+    std::array<long, 9> dys{}, dxs{};
+    long flips = 0, equal = 0, total = 0;
+    for (std::uint64_t epoch : {0u, 1u})
+        for (std::uint64_t p = 0; p < 22500; ++p) {
+            const auto d = augment_draw(a, epoch, p);
+            REQUIRE(d.dy >= 0);
+            REQUIRE(d.dy <= 8);
+            REQUIRE(d.dx >= 0);
+            REQUIRE(d.dx <= 8);
+            ++dys[static_cast<std::size_t>(d.dy)];
+            ++dxs[static_cast<std::size_t>(d.dx)];
+            flips += d.flip;
+            equal += d.dy == d.dx;
+            ++total;
+        }
+    CHECK(std::abs(static_cast<double>(flips) / total - 0.5) < 0.02);
+    for (std::size_t k = 0; k < 9; ++k) {
+        // Expected 5000 each, standard deviation 67: within 10 % (7 of them).
+        CHECK(std::abs(dys[k] - 5000) < 500);
+        CHECK(std::abs(dxs[k] - 5000) < 500);
+    }
+    CHECK(std::abs(static_cast<double>(equal) / total - 1.0 / 9) < 0.02);
+}
+
+TEST_CASE("augment: pad 0 without flips changes nothing, bit for bit") {
+    // Values whose bits an arithmetic round trip could change: -0, a NaN payload, subnormals.
+    std::vector<float> x(10 * 2 * 3 * 1);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) * 0.1f - 1.0f;
+    x[0] = -0.0f;
+    x[1] = std::numeric_limits<float>::quiet_NaN();
+    x[2] = std::numeric_limits<float>::denorm_min();
+    x[3] = -std::numeric_limits<float>::infinity();
+    std::vector<std::int32_t> y(10);
+    std::iota(y.begin(), y.end(), 0);
+    const auto ds = from_arrays(x, {2, 3, 1}, y);
+    for (const auto& [with, without] :
+         {std::pair{ds.augment({}).shuffle(10, 1).batch(4), ds.shuffle(10, 1).batch(4)},
+          std::pair{ds.shuffle(10, 1).batch(4).augment({.pad = 0, .flip = false, .seed = 77}), ds.shuffle(10, 1).batch(4)}}) {
+        for (std::uint64_t epoch : {0u, 3u}) {
+            const auto a = pass_of(with, epoch), b = pass_of(without, epoch);
+            CHECK(a.y == b.y);
+            CHECK(same_bits(a.x, b.x));
+        }
+    }
+    // And augment_image with the centre crop and no flip is a copy.
+    std::vector<float> out(6);
+    augment_image(std::span<const float>(x).first(6), out, 2, 3, 1, 1, {1, 1, false});
+    CHECK(same_bits(out, std::span<const float>(x).first(6)));
+}
+
+TEST_CASE("augment: labels and sample weights stay with their examples; augmented() says it is there") {
+    const auto ds = images(30, 4, 4, 2, /*with_weights=*/true).shuffle(30, 2).augment({.pad = 1, .flip = true, .seed = 3});
+    CHECK(ds.augmented());
+    CHECK(ds.batch(8).prefetch(1).augmented());
+    CHECK(!images(30, 4, 4, 2).batch(8).augmented());
+    CHECK(ds.example_shape() == std::vector<std::size_t>{4, 4, 2});
+    CHECK(ds.batch(8).cardinality() == 4);
+    const auto seen = pass_of(ds.batch(8), 0);
+    REQUIRE(seen.w.size() == 30);
+    for (std::size_t p = 0; p < 30; ++p) CHECK(seen.w[p] == weight_of(seen.y[p]));
+}
+
+TEST_CASE("augment: bad arguments are refused, naming what was expected and found") {
+    const auto img = images(2, 28, 28, 1);
+    auto msg = error_of<strata::ValueError>([&] { img.augment({.pad = -1}); });
+    CHECK(has(msg, "augment: expected pad >= 0, found pad -1"));
+    msg = error_of<strata::ValueError>([&] { img.augment({.pad = 28}); });
+    CHECK(has(msg, "expected pad < 28"));
+    CHECK(has(msg, "found pad 28 for images of 28x28 (example shape [28, 28, 1])"));
+    // The smaller of height and width bounds the pad.
+    msg = error_of<strata::ValueError>([&] { images(2, 8, 5, 3).augment({.pad = 5}); });
+    CHECK(has(msg, "expected pad < 5"));
+    CHECK(images(2, 8, 5, 3).augment({.pad = 4}).augmented());
+    // Not images: flat vectors, or a rank other than 3.
+    msg = error_of<strata::ShapeError>([&] { numbered(4, 784).augment({.pad = 2}); });
+    CHECK(has(msg, "augment: expected images, examples of shape {H, W, C} (rank 3, channels last), "
+                   "found example shape [784] (rank 1)"));
+    msg = error_of<strata::ShapeError>([] {
+        from_arrays(std::vector<float>(16), {1, 2, 2, 4}, std::vector<std::int32_t>{0}).augment({.flip = true});
+    });
+    CHECK(has(msg, "found example shape [1, 2, 2, 4] (rank 4)"));
+    // augment_image checks its arguments too.
+    std::vector<float> in(12), out(12), short_out(11);
+    msg = error_of<strata::ShapeError>([&] { augment_image(in, short_out, 2, 3, 2, 1, {}); });
+    CHECK(has(msg, "augment_image: expected 2x3x2 = 12 floats in and out, found 12 in and 11 out"));
+    msg = error_of<strata::ValueError>([&] { augment_image(in, out, 2, 3, 2, 1, {3, 0, false}); });
+    CHECK(has(msg, "expected crop offsets in [0, 2] (2 pad), found dy 3, dx 0"));
+    msg = error_of<strata::ValueError>([&] { augment_image(in, out, 2, 3, 2, 2, {}); });
+    CHECK(has(msg, "expected 0 <= pad < min(height, width) = 2, found pad 2"));
+}
+
+TEST_CASE("augment: no allocation per batch in the steady state") {
+    for (bool after_batch : {false, true}) {
+        CAPTURE(after_batch);
+        const Augment a{.pad = 2, .flip = true, .seed = 8};
+        const auto shuffled = images(3000, 6, 6, 2).shuffle(200, 1);
+        const auto ds = (after_batch ? shuffled.batch(32).augment(a) : shuffled.augment(a).batch(32)).prefetch(3);
+        auto it = ds.iterate(0);
+        for (int i = 0; i < 10; ++i) ++it;
+        std::vector<long> at_batch;
+        at_batch.reserve(200);
+        double sum = 0;
+        g_allocations = 0;
+        g_count_allocations = true;
+        for (; it != std::default_sentinel; ++it) {
+            sum += it->x[0];
+            at_batch.push_back(g_allocations.load());
+        }
+        g_count_allocations = false;
+        REQUIRE(at_batch.size() > 8);
+        CHECK(sum >= 0);
+        CHECK(at_batch[at_batch.size() - 5] == 0);
+    }
 }

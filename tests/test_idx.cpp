@@ -1,11 +1,14 @@
 // Tests of strata/io/idx.hpp (IDX round trips, byte layout, every kind of bad file) and
 // strata/data/mnist.hpp (the MNIST loaders, on small generated files, and on the real files
-// when data/mnist has them).
+// when data/mnist has them; the Fashion-MNIST loader on the files of Debian's
+// dataset-fashion-mnist, which scripts/install-deps installs).
 #include <doctest/doctest.h>
 
 #include "test_util.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +23,7 @@
 
 namespace fs = std::filesystem;
 using namespace strata::io;
+using strata::data::load_fashion_mnist;
 using strata::data::load_mnist;
 using strata::data::load_mnist_images;
 using strata::data::load_mnist_labels;
@@ -382,4 +386,155 @@ TEST_CASE("idx: the real MNIST files, when fetched") {
     }
     CHECK(lo == 0.0f);
     CHECK(hi == 1.0f);
+}
+
+// ---- Fashion-MNIST ------------------------------------------------------------------------
+
+TEST_CASE("idx: load_fashion_mnist on small generated files; a missing file names the Fashion-MNIST script") {
+    TempDir dir;
+    const MnistFormat small{.rows = 2, .cols = 3};
+    write_idx(dir / "train-images-idx3-ubyte", {2, 2, 3}, std::vector<std::uint8_t>(12, 255));
+    write_idx(dir / "train-labels-idx1-ubyte", {2}, std::vector<std::uint8_t>{9, 0});
+    write_idx(dir / "t10k-images-idx3-ubyte", {1, 2, 3}, std::vector<std::uint8_t>(6, 0));
+    write_idx(dir / "t10k-labels-idx1-ubyte", {1}, std::vector<std::uint8_t>{3});
+    const auto m = load_fashion_mnist(dir.path, small);
+    CHECK(m.train.images.dims == std::vector<std::size_t>{2, 2, 3, 1});
+    CHECK(m.train.images.data[0] == 1.0f);
+    CHECK(m.train.labels.data == std::vector<std::int32_t>{9, 0});
+    CHECK(m.test.labels.data == std::vector<std::int32_t>{3});
+    // 28x28 by default, as for MNIST: these 2x3 images are refused, naming the file.
+    CHECK(has(error_of<strata::IoError>([&] { load_fashion_mnist(dir.path); }), "images are 2x3, the model expects 28x28"));
+
+    fs::remove(dir / "train-labels-idx1-ubyte");
+    const auto msg = error_of<strata::IoError>([&] { load_fashion_mnist(dir.path, small); });
+    CHECK(has(msg, "load_fashion_mnist: "));
+    CHECK(has(msg, "train-labels-idx1-ubyte' does not exist"));
+    CHECK(has(msg, "expected the four Fashion-MNIST files"));
+    CHECK(has(msg, "run `scripts/fetch-fashion-mnist " + dir.path.string() + "`"));
+    write_bytes(dir / "train-labels-idx1-ubyte.gz", {0x1f, 0x8b});
+    const auto gz = error_of<strata::IoError>([&] { load_fashion_mnist(dir.path, small); });
+    CHECK(has(gz, "gzip -dk"));
+    CHECK(has(gz, "scripts/fetch-fashion-mnist"));
+    // load_mnist's messages are unchanged.
+    CHECK(has(error_of<strata::IoError>([&] { load_mnist(dir.path, small); }), "load_mnist: "));
+}
+
+TEST_CASE("idx: Fashion-MNIST class names, indexed by label") {
+    const auto& names = strata::data::fashion_mnist_class_names;
+    REQUIRE(names.size() == 10);
+    CHECK(names[0] == "T-shirt/top");
+    CHECK(names[1] == "Trouser");
+    CHECK(names[2] == "Pullover");
+    CHECK(names[3] == "Dress");
+    CHECK(names[4] == "Coat");
+    CHECK(names[5] == "Sandal");
+    CHECK(names[6] == "Shirt");
+    CHECK(names[7] == "Sneaker");
+    CHECK(names[8] == "Bag");
+    CHECK(names[9] == "Ankle boot");
+}
+
+namespace {
+
+const char* const fashion_names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                                      "t10k-labels-idx1-ubyte"};
+
+bool has_fashion_files(const fs::path& dir) {
+    std::error_code ec;
+    for (const char* n : fashion_names)
+        if (!fs::exists(dir / n, ec)) return false;
+    return true;
+}
+
+// The directory of the real, uncompressed Fashion-MNIST files: STRATA_FASHION_MNIST_DIR (the
+// build sets it to data/fashion_mnist of the source tree) when scripts/fetch-fashion-mnist has
+// filled it, otherwise `tmp`, into which the .gz files of Debian's dataset-fashion-mnist
+// (FASHION_MNIST_SRC, default /usr/share/datasets/fashion-mnist) are decompressed. Empty when
+// neither is there; `where` then says what was looked for.
+fs::path fashion_mnist_dir(const TempDir& tmp, std::string& where) {
+    const char* env = std::getenv("STRATA_FASHION_MNIST_DIR");
+    const fs::path fetched = env ? fs::path(env) : fs::path("data/fashion_mnist");
+    if (has_fashion_files(fetched)) return fetched;
+    const char* src_env = std::getenv("FASHION_MNIST_SRC");
+    const fs::path src = src_env ? fs::path(src_env) : fs::path("/usr/share/datasets/fashion-mnist");
+    where = fetched.string() + " (scripts/fetch-fashion-mnist) nor " + src.string() +
+            "/*.gz (Debian's dataset-fashion-mnist: scripts/install-deps)";
+    std::error_code ec;
+    for (const char* n : fashion_names)
+        if (!fs::exists(src / (std::string(n) + ".gz"), ec)) return {};
+    for (const char* n : fashion_names) {
+        const std::string cmd = "gzip -dc '" + (src / (std::string(n) + ".gz")).string() + "' > '" + (tmp / n).string() + "'";
+        REQUIRE_MESSAGE(std::system(cmd.c_str()) == 0, cmd);
+    }
+    return tmp.path;
+}
+
+}  // namespace
+
+TEST_CASE("idx: the real Fashion-MNIST files (from Debian's dataset-fashion-mnist, or fetched)") {
+    TempDir tmp("strata_fashion");
+    std::string where;
+    const fs::path dir = fashion_mnist_dir(tmp, where);
+    if (dir.empty()) {
+        MESSAGE("skipped: no Fashion-MNIST files: neither " << where);
+        return;
+    }
+    MESSAGE("Fashion-MNIST from " << dir);
+    const auto m = load_fashion_mnist(dir);
+    REQUIRE(m.train.size() == 60000);
+    REQUIRE(m.test.size() == 10000);
+    CHECK(m.train.images.dims == std::vector<std::size_t>{60000, 28, 28, 1});
+    CHECK(m.test.images.dims == std::vector<std::size_t>{10000, 28, 28, 1});
+    CHECK(m.train.labels.dims == std::vector<std::size_t>{60000});
+    // Zalando's data set is balanced: 6000 training and 1000 test images of each class.
+    std::array<int, 10> train{}, test{};
+    for (auto l : m.train.labels.data) ++train[static_cast<std::size_t>(l)];
+    for (auto l : m.test.labels.data) ++test[static_cast<std::size_t>(l)];
+    std::array<int, 10> train6000{}, test1000{};
+    train6000.fill(6000);
+    test1000.fill(1000);
+    CHECK(train == train6000);
+    CHECK(test == test1000);
+    // The first labels, and the pixel sums (of the first image and of every image, in units of
+    // 1/255) that Python computed from the same files: the bytes themselves, not only the counts.
+    CHECK(m.train.labels.data[0] == 9);  // Ankle boot
+    CHECK(m.train.labels.data[3] == 3);  // Dress
+    CHECK(m.test.labels.data[0] == 9);
+    CHECK(m.test.labels.data[1] == 2);   // Pullover
+    const auto pixel_sum = [](const std::vector<float>& v, std::size_t n) {
+        std::uint64_t s = 0;
+        for (std::size_t i = 0; i < n; ++i) s += static_cast<std::uint64_t>(std::lround(v[i] * 255.0f));
+        return s;
+    };
+    CHECK(pixel_sum(m.train.images.data, 784) == 76247);
+    CHECK(pixel_sum(m.test.images.data, 784) == 33456);
+    CHECK(pixel_sum(m.train.images.data, m.train.images.data.size()) == 3431114169ull);
+    CHECK(pixel_sum(m.test.images.data, m.test.images.data.size()) == 573469082ull);
+    float lo = 1, hi = 0;
+    for (float v : m.test.images.data) {
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+    }
+    CHECK(lo == 0.0f);
+    CHECK(hi == 1.0f);
+
+    SUBCASE("a corrupted copy is refused, naming the file (negative control)") {
+        TempDir bad("strata_fashion_bad");
+        // The image files are links to the good ones; the training labels are a copy, damaged.
+        for (const char* n : {"train-images-idx3-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"})
+            fs::create_symlink(fs::absolute(dir / n), bad / n);
+        auto bytes = read_bytes(dir / "train-labels-idx1-ubyte");
+        REQUIRE(bytes.size() == 60008);
+        bytes[8 + 1234] = 10;  // label 1234: one past the last class
+        write_bytes(bad / "train-labels-idx1-ubyte", bytes);
+        const auto msg = error_of<strata::IoError>([&] { load_fashion_mnist(bad.path); });
+        CHECK(has(msg, (bad / "train-labels-idx1-ubyte").string()));
+        CHECK(has(msg, "the label at index 1234 is 10, expected a class in [0, 9]"));
+        // A truncated file: named, with what it should have held.
+        bytes.resize(bytes.size() - 100);
+        write_bytes(bad / "train-labels-idx1-ubyte", bytes);
+        const auto cut = error_of<strata::IoError>([&] { load_fashion_mnist(bad.path); });
+        CHECK(has(cut, (bad / "train-labels-idx1-ubyte").string()));
+        CHECK(has(cut, "truncated"));
+    }
 }

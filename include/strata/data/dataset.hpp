@@ -1,8 +1,8 @@
 #pragma once
 /// \file strata/data/dataset.hpp
 /// An in-memory input pipeline in the manner of tf.data: `from_arrays`, then `cache`, `shuffle`,
-/// `map`, `batch`, `repeat`, `take`, `prefetch`, each returning a new Dataset that shares the
-/// steps before it.
+/// `map`, `augment`, `batch`, `repeat`, `take`, `prefetch`, each returning a new Dataset that
+/// shares the steps before it.
 ///
 /// \code
 ///   namespace sd = strata::data;
@@ -26,7 +26,10 @@
 /// `e`; `begin()` (a range-for) uses 0, 1, 2, ... for the successive passes of this object. A
 /// shuffle's order is a pure function of its seed and the pass (and, under `repeat`, of the
 /// repetition), so a run is reproducible and resumable at any epoch, and every epoch and every
-/// repetition is ordered differently. `prefetch` never reorders.
+/// repetition is ordered differently. `prefetch` never reorders. `augment` (random crops and
+/// flips of images, strata/data/augment.hpp) draws from the same pass number and the example's
+/// position in the pass, so its images are reproducible too, and do not depend on how a
+/// strategy later splits the batch among replicas.
 ///
 /// Memory. Examples from `from_arrays` and `cache` are not copied until `batch` gathers them into
 /// its batch buffer. Every step keeps its buffers for the whole iteration (and across the
@@ -63,6 +66,7 @@
 #include "strata/config.hpp"
 #include "strata/core/error.hpp"
 #include "strata/core/random.hpp"
+#include "strata/data/augment.hpp"
 #include "strata/io/text.hpp"
 
 namespace strata::data {
@@ -477,6 +481,63 @@ private:
     std::size_t es_, yp_;
 };
 
+// ---- augment: random crop after zero padding, random horizontal flip (data/augment.hpp) ----
+
+template <class Y>
+class AugmentStage final : public Stage<Y> {
+public:
+    AugmentStage(std::unique_ptr<Stage<Y>> up, const Augment& a, std::size_t h, std::size_t w, std::size_t c)
+        : up_(std::move(up)), a_(a), h_(h), w_(w), c_(c), es_(h * w * c) {}
+
+    void start(std::uint64_t key) override {
+        key_ = augment_pass_key(a_.seed, key);
+        position_ = 0;
+        up_->start(key);
+    }
+
+    bool next(ElementRef<Y>& out) override {
+        ElementRef<Y> e;
+        if (!up_->next(e)) return false;
+        const std::uint64_t first = position_;
+        position_ += e.count;
+        if (a_.pad == 0 && !a_.flip) {  // nothing to do: the element itself, bit for bit
+            out = e;
+            return true;
+        }
+        // Grows to the largest element once (a batch), then is reused: no allocation per element.
+        if (xs_.size() < e.count * es_) xs_.resize(e.count * es_);
+        for (std::size_t i = 0; i < e.count; ++i)
+            detail::augment_image_unchecked(e.x + i * es_, xs_.data() + i * es_, h_, w_, c_,
+                                            static_cast<std::size_t>(a_.pad), augment_draw_keyed(a_, key_, first + i));
+        // Labels and weights pass through uncopied (the upstream element stays valid until this
+        // stage's next call, as this element must).
+        out = {xs_.data(), e.y, e.w, e.count, false};
+        return true;
+    }
+
+private:
+    std::unique_ptr<Stage<Y>> up_;
+    Augment a_;
+    std::size_t h_, w_, c_, es_;
+    std::uint64_t key_ = 0, position_ = 0;
+    std::vector<float> xs_;
+};
+
+template <class Y>
+class AugmentNode final : public Node<Y> {
+public:
+    AugmentNode(NodePtr<Y> up, const Augment& a, std::size_t h, std::size_t w, std::size_t c)
+        : up_(std::move(up)), a_(a), h_(h), w_(w), c_(c) {}
+    std::unique_ptr<Stage<Y>> make_stage() const override {
+        return std::make_unique<AugmentStage<Y>>(up_->make_stage(), a_, h_, w_, c_);
+    }
+
+private:
+    NodePtr<Y> up_;
+    Augment a_;
+    std::size_t h_, w_, c_;
+};
+
 // ---- cache ----
 
 template <class Y>
@@ -819,6 +880,37 @@ public:
         return with(std::make_shared<detail::ds::MapNode<Y>>(node_, std::move(f), es_, yp_), cardinality_);
     }
 
+    /// Augments images: each example, of shape {H, W, C} (channels last), is zero-padded by
+    /// `a.pad` pixels on each side and cropped back to H x W at a random offset (each of dy, dx
+    /// uniform in [0, 2 pad]), then mirrored left-right with probability 1/2 when `a.flip`
+    /// (strata/data/augment.hpp has the exact formula, augment_image). Labels and sample weights
+    /// are unchanged.
+    ///
+    /// The draws for an example are a pure function of `a.seed`, the pass (the epoch given to
+    /// iterate; under a later `repeat`, the repetition too) and the example's position in the
+    /// pass as this step sees it (after the shuffles before it): augment_draw(a, epoch,
+    /// position). Not of the batch, the thread, or how many replicas share a batch: a strategy
+    /// splits batches that are already augmented, so N replicas see exactly what one device
+    /// sees. The same draws before `batch` as after it. Each epoch gives other crops and flips.
+    ///
+    /// Augment the training data only: evaluate and predict read whatever dataset they are
+    /// given, so give them one without this step (augmented() tells). Put it after `cache`
+    /// (a cache replays the first pass's images every epoch). After the first element of a pass
+    /// the step allocates nothing: it keeps one buffer of the largest element.
+    /// `{.pad = 0, .flip = false}` passes every element through unchanged, bit for bit.
+    ///
+    /// Requires: the example shape is {H, W, C} (rank 3, ShapeError naming the shape found);
+    /// 0 <= a.pad < min(H, W) (ValueError naming the pad and the image size).
+    ///
+    /// \code
+    ///   auto train = sd::from_arrays(std::move(x), {28, 28, 1}, std::move(y))
+    ///                    .shuffle(60000, 42).augment({.pad = 4, .flip = true, .seed = 1}).batch(128);
+    /// \endcode
+    Dataset augment(const Augment& a) const;
+
+    /// Whether an augment() step is part of this pipeline (evaluation data should not have one).
+    bool augmented() const noexcept { return augmented_; }
+
     /// Keeps every element of the first complete pass in memory and replays them in later
     /// passes, so the steps before it (a map, say) run once. A pass that stops early (take, an
     /// iterator destroyed mid-way) caches nothing, as in tf.data. Later passes replay the first
@@ -865,6 +957,7 @@ private:
     std::shared_ptr<const std::vector<std::size_t>> shape_;
     std::size_t es_ = 0, yp_ = 0, wp_ = 0, batch_ = 0;  // wp_: weights per example, 1 or 0
     std::int64_t cardinality_ = 0;
+    bool augmented_ = false;
     mutable std::uint64_t next_epoch_ = 0;
 
     Dataset() = default;
@@ -962,6 +1055,22 @@ Dataset<Y> Dataset<Y>::repeat(std::int64_t count) const {
         c = detail::ds::mul_cardinality(c, count);
     }
     return with(std::make_shared<detail::ds::RepeatNode<Y>>(node_, count), c);
+}
+
+template <DatasetLabel Y>
+Dataset<Y> Dataset<Y>::augment(const Augment& a) const {
+    using io::shape_text;
+    const auto& shape = *shape_;
+    STRATA_CHECK(shape.size() == 3, ShapeError, "augment: expected images, examples of shape {H, W, C} (rank 3, "
+                 "channels last), found example shape ", shape_text(shape), " (rank ", shape.size(), ")");
+    const std::size_t h = shape[0], w = shape[1], c = shape[2];
+    STRATA_CHECK(a.pad >= 0, ValueError, "augment: expected pad >= 0, found pad ", a.pad);
+    STRATA_CHECK(static_cast<std::size_t>(a.pad) < std::min(h, w), ValueError, "augment: expected pad < ",
+                 std::min(h, w), " (smaller than the image's height and width), found pad ", a.pad, " for images of ",
+                 h, "x", w, " (example shape ", shape_text(shape), ")");
+    Dataset d = with(std::make_shared<detail::ds::AugmentNode<Y>>(node_, a, h, w, c), cardinality_);
+    d.augmented_ = true;
+    return d;
 }
 
 template <DatasetLabel Y>
@@ -1097,6 +1206,8 @@ STRATA_TEMPLATE class detail::ds::RepeatStage<std::int32_t>;
 STRATA_TEMPLATE class detail::ds::RepeatNode<std::int32_t>;
 STRATA_TEMPLATE class detail::ds::MapStage<std::int32_t>;
 STRATA_TEMPLATE class detail::ds::MapNode<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::AugmentStage<std::int32_t>;
+STRATA_TEMPLATE class detail::ds::AugmentNode<std::int32_t>;
 STRATA_TEMPLATE class detail::ds::CacheStage<std::int32_t>;
 STRATA_TEMPLATE class detail::ds::CacheNode<std::int32_t>;
 STRATA_TEMPLATE class detail::ds::TakeStage<std::int32_t>;

@@ -1,7 +1,8 @@
 #pragma once
 /// \file strata/data/mnist.hpp
-/// MNIST loaders on top of strata/io/idx.hpp: the four standard files of a directory (load_mnist)
-/// or one image file and one label file (load_mnist_split), checked against what the model
+/// MNIST loaders on top of strata/io/idx.hpp: the four standard files of a directory (load_mnist,
+/// and load_fashion_mnist for Zalando's Fashion-MNIST, which has the same files and format) or
+/// one image file and one label file (load_mnist_split), checked against what the model
 /// takes before any training starts: images of the expected size (28x28 unless told otherwise;
 /// a 32x32 or a 14x56 file is refused, not reinterpreted) and labels that are class ids
 /// (0..9 unless told otherwise). Every error names the file.
@@ -12,10 +13,12 @@
 ///                                                     mnist.train.labels.data);
 /// \endcode
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include "strata/config.hpp"
@@ -89,6 +92,34 @@ struct Mnist {
 ///   // mnist.train.size() == 60000, mnist.test.size() == 10000
 /// \endcode
 STRATA_DECL Mnist load_mnist(const std::filesystem::path& dir, const MnistFormat& format = {});
+
+/// Loads Zalando's Fashion-MNIST (Xiao, Rasul, Vollgraf, 2017) from `dir`: the same four file
+/// names, format and sizes as MNIST (60000 training and 10000 test images of 28x28, labels 0..9
+/// naming fashion_mnist_class_names), as `scripts/fetch-fashion-mnist DIR` puts them there,
+/// uncompressed and checksummed. Checked as load_mnist checks its files.
+///
+/// Throws IoError as load_mnist does; a missing file's message says to run
+/// `scripts/fetch-fashion-mnist DIR` (or to decompress when only the `.gz` is there).
+///
+/// \code
+///   auto fashion = strata::data::load_fashion_mnist("data/fashion_mnist");
+///   // fashion.train.size() == 60000, 6000 examples of each class
+///   std::string_view name = strata::data::fashion_mnist_class_names[fashion.test.labels.data[0]];  // "Ankle boot"
+/// \endcode
+STRATA_DECL Mnist load_fashion_mnist(const std::filesystem::path& dir, const MnistFormat& format = {});
+
+/// Fashion-MNIST's class names, indexed by label (Zalando's README): 0 T-shirt/top, 1 Trouser,
+/// 2 Pullover, 3 Dress, 4 Coat, 5 Sandal, 6 Shirt, 7 Sneaker, 8 Bag, 9 Ankle boot.
+inline constexpr std::array<std::string_view, 10> fashion_mnist_class_names = {
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+
+namespace detail {
+/// The four standard MNIST-style files of `dir`, for load_mnist and load_fashion_mnist: `who`
+/// starts every message, `data_set` names the files a missing one belongs to ("MNIST"), and
+/// `fetch_script` is the script that fetches them (named in the message for a missing file).
+STRATA_DECL Mnist load_mnist_dir(const std::filesystem::path& dir, const MnistFormat& format, std::string_view who,
+                                 std::string_view data_set, std::string_view fetch_script);
+}  // namespace detail
 
 }  // namespace strata::data
 

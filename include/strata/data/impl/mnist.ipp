@@ -60,7 +60,9 @@ STRATA_DECL MnistSplit load_mnist_split(const std::filesystem::path& images_path
     return s;
 }
 
-STRATA_DECL Mnist load_mnist(const std::filesystem::path& dir, const MnistFormat& format) {
+STRATA_DECL Mnist detail::load_mnist_dir(const std::filesystem::path& dir, const MnistFormat& format,
+                                         std::string_view who, std::string_view data_set,
+                                         std::string_view fetch_script) {
     static constexpr const char* names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
     std::error_code ec;
@@ -70,16 +72,24 @@ STRATA_DECL Mnist load_mnist(const std::filesystem::path& dir, const MnistFormat
         auto gz = p;
         gz += ".gz";
         if (std::filesystem::exists(gz, ec))
-            throw_error<IoError>("load_mnist: ", io::in_quotes(p.string()), " is missing but ", io::in_quotes(gz.string()),
+            throw_error<IoError>(who, ": ", io::in_quotes(p.string()), " is missing but ", io::in_quotes(gz.string()),
                                  " exists; gzip-compressed files are not supported: run `gzip -dk ", gz.string(),
-                                 "` (or, from strata's source tree, `scripts/fetch-mnist ", dir.string(), "`)");
-        throw_error<IoError>("load_mnist: ", io::in_quotes(p.string()), " does not exist; expected the four MNIST files "
-                             "(train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
-                             "t10k-labels-idx1-ubyte) in ", io::in_quotes(dir.string()), ": run `scripts/fetch-mnist ",
+                                 "` (or, from strata's source tree, `", fetch_script, " ", dir.string(), "`)");
+        throw_error<IoError>(who, ": ", io::in_quotes(p.string()), " does not exist; expected the four ", data_set,
+                             " files (train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
+                             "t10k-labels-idx1-ubyte) in ", io::in_quotes(dir.string()), ": run `", fetch_script, " ",
                              dir.string(), "` from strata's source tree (the scripts are not installed)");
     }
     return Mnist{load_mnist_split(dir / names[0], dir / names[1], format),
                  load_mnist_split(dir / names[2], dir / names[3], format)};
+}
+
+STRATA_DECL Mnist load_mnist(const std::filesystem::path& dir, const MnistFormat& format) {
+    return detail::load_mnist_dir(dir, format, "load_mnist", "MNIST", "scripts/fetch-mnist");
+}
+
+STRATA_DECL Mnist load_fashion_mnist(const std::filesystem::path& dir, const MnistFormat& format) {
+    return detail::load_mnist_dir(dir, format, "load_fashion_mnist", "Fashion-MNIST", "scripts/fetch-fashion-mnist");
 }
 
 }  // namespace strata::data
