@@ -1,9 +1,13 @@
-// The optimizers against Keras's formulas (computed by hand), their host loops against the
-// per-element functors on any thread count, and the learning-rate schedules.
+// The optimizers against Keras's formulas (computed by hand, and a float64 reference of every
+// optimizer with global_clipnorm and moving-average ranges), their host loops against the
+// per-element functors on any thread count, the learning-rate schedules (CosineDecay's warmup
+// edges), clipping under the strategies, and AdamW's state through a checkpoint.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,6 +17,7 @@
 
 #include "test_images.hpp"
 #include "test_util.hpp"
+#include "training_util.hpp"
 
 TEST_CASE("SGD, momentum and Nesterov follow Keras's formulas") {
     const double lr = 0.1, mom = 0.9;
@@ -671,4 +676,39 @@ TEST_CASE("global_clipnorm clips the reduced gradient: Mirrored and CentralStora
         dist::OneDevice<> again;
         CHECK(strata_test::max_relative_difference(train_small(again, unclipped), reference) > 1e-3);
     }
+}
+
+TEST_CASE("AdamW with global_clipnorm and CosineDecay: save, load, continue equals training straight through") {
+    namespace fs = std::filesystem;
+    const auto path = strata_test::temp_path("adamw.safetensors");
+    const so::Optimizer o = so::AdamW{.learning_rate = so::CosineDecay{.initial_learning_rate = 0.0, .decay_steps = 20,
+                                                                         .alpha = 0.1, .warmup_target = 0.05, .warmup_steps = 5},
+                                      .weight_decay = 0.1, .global_clipnorm = 0.02};
+    auto data = strata_test::images(40, 3).batch(10);
+    auto make = [&] {
+        auto m = std::make_unique<strata::Model<SmallNet, strata::distribute::Default, double>>(7);
+        m->compile(strata::loss::SparseCategoricalCrossentropy{}, o);
+        return m;
+    };
+    auto straight = make();
+    straight->fit(data, {.epochs = 4, .verbose = 0});
+    auto first = make();
+    first->fit(data, {.epochs = 2, .verbose = 0});
+    first->save(path);
+    {
+        auto f = strata::io::SafetensorsFile::load(path);
+        CHECK(f.contains("optimizer/momentum/dense/kernel"));
+        CHECK(f.contains("optimizer/velocity/dense_1/bias"));
+        CHECK(f.metadata("optimizer") == "AdamW");
+        CHECK(f.metadata("optimizer_iterations") == "8");
+    }
+    auto resumed = make();
+    resumed->load(path);
+    resumed->fit(data, {.epochs = 4, .verbose = 0, .initial_epoch = 2});
+    CHECK(resumed->get_weights() == straight->get_weights());
+    // Adam's state is not AdamW's: refused when strict.
+    strata::Model<SmallNet, strata::distribute::Default, double> adam(7);
+    adam.compile(strata::loss::SparseCategoricalCrossentropy{}, so::Adam{});
+    CHECK_THROWS_WITH_AS(adam.load(path), doctest::Contains("AdamW"), strata::CheckpointError);
+    fs::remove(path);
 }
