@@ -1,17 +1,22 @@
 #pragma once
 /// \file strata/optim/optimizers.hpp
 /// Optimizers with Keras's update formulas and defaults (Keras 3, `keras.optimizers`):
-/// SGD (momentum, Nesterov), RMSprop, Adam; and learning-rate schedules.
+/// SGD (momentum, Nesterov), RMSprop, Adam, AdamW; gradient clipping by the global norm
+/// (`global_clipnorm`); the moving averages of non-trainable ranges (batch normalization's
+/// moving statistics); and learning-rate schedules.
 ///
 /// They update one flat parameter buffer from one flat gradient buffer in a single pass, so a
 /// step's update costs one sweep over the parameters whatever the number of layers.
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <numbers>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -27,6 +32,7 @@
 #endif
 #endif
 #include "strata/core/profile.hpp"
+#include "strata/detail/dependent_false.hpp"
 #include "strata/tensor/tensor_all.hpp"
 
 namespace strata::optim {
@@ -71,21 +77,79 @@ struct StepDecay {
     }
 };
 
+/// Cosine decay with an optional linear warmup: Keras's CosineDecay, same arguments, defaults
+/// and formula.
+///   no warmup_target:  s = min(step, decay_steps);  lr = initial · decayed(s)
+///   warmup_target:     s = min(step, warmup_steps + decay_steps);
+///                      s < warmup_steps:  lr = (warmup_target − initial) · s / warmup_steps + initial
+///                      otherwise:         lr = warmup_target · decayed(s − warmup_steps)
+///   decayed(s) = (1 − alpha) · 0.5 · (1 + cos(π · s / decay_steps)) + alpha
+/// So the rate ends at alpha times the rate the decay starts from (warmup_target, or initial
+/// without one) and stays there.
+struct CosineDecay {
+    double initial_learning_rate = 0.01;
+    std::int64_t decay_steps = 1000;
+    double alpha = 0.0;
+    std::optional<double> warmup_target = std::nullopt;  ///< none (Keras's None): no warmup
+    std::int64_t warmup_steps = 0;
+    double operator()(std::int64_t step) const {
+        STRATA_CHECK(decay_steps > 0, ValueError, "CosineDecay: decay_steps must be > 0, got ", decay_steps);
+        STRATA_CHECK(warmup_steps >= 0, ValueError, "CosineDecay: warmup_steps must be >= 0, got ", warmup_steps);
+        const double ds = double(decay_steps);
+        auto decayed = [&](double s, double from) {
+            const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * (s / ds)));
+            return from * ((1 - alpha) * cosine + alpha);
+        };
+        if (!warmup_target) return decayed(std::min(double(step), ds), initial_learning_rate);
+        const double ws = double(warmup_steps);
+        const double s = std::min(double(step), ds + ws);
+        if (s < ws) return (*warmup_target - initial_learning_rate) * (s / ws) + initial_learning_rate;
+        return decayed(s - ws, *warmup_target);
+    }
+    /// "CosineDecay(initial_learning_rate=0.1, decay_steps=1000, alpha=0, warmup_target=none,
+    /// warmup_steps=0)", every number exact (%.17g).
+    std::string describe() const {
+        char buf[256];
+        char target[40] = "none";
+        if (warmup_target) std::snprintf(target, sizeof target, "%.17g", *warmup_target);
+        std::snprintf(buf, sizeof buf,
+                      "CosineDecay(initial_learning_rate=%.17g, decay_steps=%lld, alpha=%.17g, warmup_target=%s, warmup_steps=%lld)",
+                      initial_learning_rate, static_cast<long long>(decay_steps), alpha, target,
+                      static_cast<long long>(warmup_steps));
+        return buf;
+    }
+};
+
 /// A learning rate: a constant, a schedule object, or any callable `double(std::int64_t step)`.
 /// The step is the optimizer's iteration count before the update (0 for the first).
+/// A schedule with a `describe()` member (CosineDecay) keeps that text for optim::describe.
 class LearningRate {
 public:
     LearningRate(double constant) : constant_(constant) {}  // NOLINT: implicit, as in Keras
     template <class F, class = std::enable_if_t<std::is_invocable_r_v<double, F, std::int64_t> &&
                                                 !std::is_arithmetic_v<std::decay_t<F>>>>
-    LearningRate(F schedule) : schedule_(std::move(schedule)) {}  // NOLINT
+    LearningRate(F schedule) {  // NOLINT
+        if constexpr (requires(const F& f) { { f.describe() } -> std::convertible_to<std::string>; })
+            description_ = schedule.describe();
+        schedule_ = std::move(schedule);
+    }
     double operator()(std::int64_t step) const { return schedule_ ? schedule_(step) : constant_; }
     bool is_constant() const { return !schedule_; }
+    /// The schedule's own description; empty for a constant or a schedule without one.
+    const std::string& description() const { return description_; }
 
 private:
     double constant_ = 0;
     std::function<double(std::int64_t)> schedule_;
+    std::string description_;
 };
+
+/// Every optimizer's `global_clipnorm` (Keras's argument of the same name; 0 is Keras's None,
+/// off): before the update the gradient is scaled by c / max(‖g‖, c), c = global_clipnorm, with
+/// ‖g‖ the L2 norm of the whole gradient over the trainable elements (moving-average ranges
+/// excluded), summed in double. A norm at or below c leaves the gradient as it is; a norm that
+/// is not finite makes every update NaN (as Keras's scale). The gradient the optimizer gets is
+/// the reduced one in every strategy, so N replicas clip as one device does.
 
 /// Stochastic gradient descent, with optional (Nesterov) momentum. Keras defaults.
 ///   momentum = 0:  w -= lr·g
@@ -95,6 +159,7 @@ struct SGD {
     LearningRate learning_rate = 0.01;
     double momentum = 0.0;
     bool nesterov = false;
+    double global_clipnorm = 0;  ///< 0: off (see above)
 };
 
 /// RMSprop (Tieleman & Hinton 2012), Keras 3 form and defaults:
@@ -107,6 +172,7 @@ struct RMSprop {
     double momentum = 0.0;
     double epsilon = 1e-7;
     bool centered = false;
+    double global_clipnorm = 0;  ///< 0: off (see SGD)
 };
 
 /// Adam (Kingma & Ba 2015), Keras form and defaults:
@@ -118,15 +184,41 @@ struct Adam {
     double beta_1 = 0.9;
     double beta_2 = 0.999;
     double epsilon = 1e-7;
+    double global_clipnorm = 0;  ///< 0: off (see SGD)
 };
 
-/// Any of the optimizers; `Model::compile` takes one.
-using Optimizer = std::variant<RMSprop, Adam, SGD>;
+/// Adam with decoupled weight decay (Loshchilov & Hutter 2019), Keras 3's AdamW and defaults:
+/// the decay comes first, with the step's learning rate, then Adam's update:
+///   w = w − w·weight_decay·lr;  then Adam (above) on w
+struct AdamW {
+    static constexpr const char* name = "AdamW";
+    LearningRate learning_rate = 0.001;
+    double weight_decay = 0.004;
+    double beta_1 = 0.9;
+    double beta_2 = 0.999;
+    double epsilon = 1e-7;
+    double global_clipnorm = 0;  ///< 0: off (see SGD)
+};
+
+/// Any of the optimizers; `Model::compile` takes one. (New ones go at the end: the indices of
+/// the others stay.)
+using Optimizer = std::variant<RMSprop, Adam, SGD, AdamW>;
+
+/// A range of the flat buffer that is not trained: a moving average. Its "gradient" slot holds
+/// the batch's statistic s; the update is w = momentum·w + (1 − momentum)·s (Keras'
+/// BatchNormalization moving statistics). No learning rate, slot, weight decay or clipping
+/// applies to it, and it is not part of the global_clipnorm norm.
+struct MovingAverageRange {
+    std::int64_t first = 0, count = 0;
+    double momentum = 0.99;
+};
 
 /// An optimizer and its hyper-parameters as text, exactly (%.17g): "Adam(learning_rate=0.001,
-/// beta_1=0.9, ...)" (what the processes of a job compare at compile). A schedule reads as its
-/// rates at steps 0, 1 and 1000.
+/// beta_1=0.9, ...)" (what the processes of a job compare at compile); global_clipnorm appears
+/// when it is set. A schedule reads as its own description where it has one (CosineDecay), else
+/// as its rates at steps 0, 1 and 1000.
 inline std::string describe(const optim::LearningRate& lr) {
+    if (!lr.description().empty()) return lr.description();
     char buf[128];
     if (lr.is_constant()) std::snprintf(buf, sizeof buf, "%.17g", lr(0));
     else std::snprintf(buf, sizeof buf, "schedule(0: %.17g, 1: %.17g, 1000: %.17g)", lr(0), lr(1), lr(1000));
@@ -150,28 +242,45 @@ inline std::string describe(const optim::Optimizer& o) {
                      ", centered=" + flag(x.centered);
             else if constexpr (std::is_same_v<O, optim::Adam>)
                 s += ", beta_1=" + num(x.beta_1) + ", beta_2=" + num(x.beta_2) + ", epsilon=" + num(x.epsilon);
+            else if constexpr (std::is_same_v<O, optim::AdamW>)
+                s += ", weight_decay=" + num(x.weight_decay) + ", beta_1=" + num(x.beta_1) + ", beta_2=" + num(x.beta_2) +
+                     ", epsilon=" + num(x.epsilon);
+            else
+                static_assert(strata::detail::dependent_false<O>, "describe: an optimizer of the variant is not described");
+            if (x.global_clipnorm != 0) s += ", global_clipnorm=" + num(x.global_clipnorm);
             return s + ")";
         },
         o);
 }
 
 namespace detail {
+// The per-element updates (the device runs them, one element per thread). `clip`, where not
+// null, points at the step's global_clipnorm scale (double, in the place's memory): the
+// gradient is read as g·scale. Members after the first ones have defaults, so the older
+// aggregate forms still initialise them.
+template <class T>
+STRATA_HD inline T clipped(const T* g, std::int64_t i, const double* clip) {
+    return clip ? g[i] * T(*clip) : g[i];
+}
 template <class T>
 struct SgdStep {
     T* w; const T* g; T* v; T lr, momentum; bool nesterov;
+    const double* clip = nullptr;
     STRATA_HD void operator()(std::int64_t i) const {
-        if (!v) { w[i] -= lr * g[i]; return; }
-        const T nv = momentum * v[i] - lr * g[i];
+        const T gi = clipped(g, i, clip);
+        if (!v) { w[i] -= lr * gi; return; }
+        const T nv = momentum * v[i] - lr * gi;
         v[i] = nv;
-        w[i] += nesterov ? momentum * nv - lr * g[i] : nv;
+        w[i] += nesterov ? momentum * nv - lr * gi : nv;
     }
 };
 template <class T>
 struct RmsStep {
     T* w; const T* g; T* v; T* avg; T* m; T lr, rho, momentum, eps;
+    const double* clip = nullptr;
     STRATA_HD void operator()(std::int64_t i) const {
         using std::sqrt;
-        const T gi = g[i];
+        const T gi = clipped(g, i, clip);
         const T vi = rho * v[i] + (T(1) - rho) * gi * gi;
         v[i] = vi;
         T denom = vi;
@@ -190,19 +299,62 @@ struct RmsStep {
         }
     }
 };
+/// Adam; AdamW where `wd` is not 0: w = w − w·wd·lr first (Keras's order of operations).
 template <class T>
 struct AdamStep {
     T* w; const T* g; T* m; T* v; T alpha, b1, b2, eps;
+    const double* clip = nullptr;
+    T wd = 0, lr = 0;
     STRATA_HD void operator()(std::int64_t i) const {
         using std::sqrt;
-        const T gi = g[i];
+        const T gi = clipped(g, i, clip);
         const T mi = m[i] + (gi - m[i]) * (T(1) - b1);
         const T vi = v[i] + (gi * gi - v[i]) * (T(1) - b2);
         m[i] = mi;
         v[i] = vi;
-        w[i] -= alpha * mi / (sqrt(vi) + eps);
+        T wi = w[i];
+        if (wd != T(0)) wi = wi - wi * wd * lr;
+        w[i] = wi - alpha * mi / (sqrt(vi) + eps);
     }
 };
+/// A moving-average range: w = w·momentum + s·(1 − momentum), s the statistic in the
+/// gradient's slot (`rest` = T(1 − momentum), computed in double as Keras's Python float).
+template <class T>
+struct MovingAverageStep {
+    T* w; const T* s; T momentum, rest;
+    STRATA_HD void operator()(std::int64_t i) const { w[i] = w[i] * momentum + s[i] * rest; }
+};
+
+/// The global_clipnorm scale from the sum of squares: c / max(sqrt(sum), c), NaN when the norm
+/// is not finite (as Keras's `scale + (norm − norm)`); exactly 1 at or below c.
+STRATA_HD inline double clip_scale(double sum_of_squares, double c) {
+    using std::sqrt;
+    const double n = sqrt(sum_of_squares);
+    return n <= c ? 1.0 : (n - n) + c / n;
+}
+/// On the device: buf[0, parts) holds the trainable ranges' sums of squares; writes their sum
+/// (in order) to buf[parts] and the scale to buf[parts + 1]. One thread.
+struct ClipScaleStep {
+    double* buf; std::int64_t parts; double c;
+    STRATA_HD void operator()(std::int64_t) const {
+        double sum = 0;
+        for (std::int64_t j = 0; j < parts; ++j) sum += buf[j];
+        buf[parts] = sum;
+        buf[parts + 1] = clip_scale(sum, c);
+    }
+};
+#if STRATA_HAS_CUDA
+/// Loads element i of x as its square in double for the device's sum (cuda_reduce::axis_with);
+/// __dmul_rn so that nvcc does not fuse it with the sum's addition.
+template <class T>
+struct SquaredLoad {
+    const T* __restrict__ x;
+    __device__ double operator()(std::int64_t i) const {
+        const double v = double(x[i]);
+        return __dmul_rn(v, v);
+    }
+};
+#endif
 
 // The host updates, vectorised. std::sqrt keeps errno semantics (GCC's default -fmath-errno),
 // which stops GCC from vectorising a loop that calls it, and the per-element functors above
@@ -281,13 +433,26 @@ void for_update_blocks(std::int64_t count, Body&& body) {
     }
 }
 
+// The gradient of a block as the update reads it: g itself, or, with global_clipnorm, g·scale
+// in the block's buffer `gs` (so that the loops below are the same in both cases, and without
+// clipping nothing is added to them).
+template <class T>
+inline const T* block_gradient(const T* g, const double* clip, std::int64_t nb, T* gs) {
+    if (!clip) return g;
+    const T c = T(*clip);
+#pragma omp simd
+    for (std::int64_t j = 0; j < nb; ++j) gs[j] = g[j] * c;
+    return gs;
+}
+
 template <class T>
 void rms_host(const RmsStep<T>& s, std::int64_t count) {
     for_update_blocks(count, [&](std::int64_t i0, std::int64_t nb) {
         T d[update_block];
+        T gs[update_block];
         T* const w = s.w + i0;
         T* const v = s.v + i0;
-        const T* const g = s.g + i0;
+        const T* const g = block_gradient(s.g + i0, s.clip, nb, gs);
         const T lr = s.lr, rho = s.rho, momentum = s.momentum, eps = s.eps;
         if (s.avg) {
             T* const avg = s.avg + i0;
@@ -331,10 +496,11 @@ template <class T>
 void adam_host(const AdamStep<T>& s, std::int64_t count) {
     for_update_blocks(count, [&](std::int64_t i0, std::int64_t nb) {
         T d[update_block];
+        T gs[update_block];
         T* const w = s.w + i0;
         T* const m = s.m + i0;
         T* const v = s.v + i0;
-        const T* const g = s.g + i0;
+        const T* const g = block_gradient(s.g + i0, s.clip, nb, gs);
         const T alpha = s.alpha, b1 = s.b1, b2 = s.b2, eps = s.eps;
 #pragma omp simd
         for (std::int64_t j = 0; j < nb; ++j) {
@@ -346,16 +512,26 @@ void adam_host(const AdamStep<T>& s, std::int64_t count) {
             d[j] = vi;
         }
         sqrt_block(d, nb);
+        if (s.wd != T(0)) {  // AdamW: the decay first, then Adam's step, as the functor
+            const T wd = s.wd, lr = s.lr;
 #pragma omp simd
-        for (std::int64_t j = 0; j < nb; ++j) w[j] -= alpha * m[j] / (d[j] + eps);
+            for (std::int64_t j = 0; j < nb; ++j) {
+                const T wi = w[j] - w[j] * wd * lr;
+                w[j] = wi - alpha * m[j] / (d[j] + eps);
+            }
+        } else {
+#pragma omp simd
+            for (std::int64_t j = 0; j < nb; ++j) w[j] -= alpha * m[j] / (d[j] + eps);
+        }
     });
 }
 
 template <class T>
 void sgd_host(const SgdStep<T>& s, std::int64_t count) {
     for_update_blocks(count, [&](std::int64_t i0, std::int64_t nb) {
+        T gs[update_block];
         T* const w = s.w + i0;
-        const T* const g = s.g + i0;
+        const T* const g = block_gradient(s.g + i0, s.clip, nb, gs);
         const T lr = s.lr, momentum = s.momentum;
         if (!s.v) {
 #pragma omp simd
@@ -380,6 +556,52 @@ void sgd_host(const SgdStep<T>& s, std::int64_t count) {
         }
     });
 }
+
+template <class T>
+void moving_average_host(const MovingAverageStep<T>& s, std::int64_t count) {
+    for_update_blocks(count, [&](std::int64_t i0, std::int64_t nb) {
+        T* const w = s.w + i0;
+        const T* const st = s.s + i0;
+        const T momentum = s.momentum, rest = s.rest;
+#pragma omp simd
+        for (std::int64_t j = 0; j < nb; ++j) w[j] = w[j] * momentum + st[j] * rest;
+    });
+}
+
+struct NormScratchTag {};
+inline constexpr std::int64_t norm_block = 16384;
+/// The sum of g[i]² over the ranges (first, count), in double: each range in fixed blocks of
+/// norm_block elements with eight accumulators, the blocks' sums then added in order, so the
+/// result depends on the ranges only, never on the thread count.
+template <class T>
+double squared_norm_host(const T* g, const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges) {
+    double total = 0;
+    for (const auto& [first, count] : ranges) {
+        const std::int64_t blocks = (count + norm_block - 1) / norm_block;
+        double* const partial = strata::detail::scratch<double, place::Host, NormScratchTag>(blocks);
+        const T* const x = g + first;
+#if STRATA_HAS_OPENMP
+#pragma omp parallel for schedule(static) if (blocks >= 16)
+#endif
+        for (std::int64_t b = 0; b < blocks; ++b) {
+            const std::int64_t lo = b * norm_block, hi = std::min(lo + norm_block, count);
+            double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            std::int64_t i = lo;
+            for (; i + 8 <= hi; i += 8)
+                for (int k = 0; k < 8; ++k) {
+                    const double v = double(x[i + k]);
+                    a[k] += v * v;
+                }
+            for (; i < hi; ++i) {
+                const double v = double(x[i]);
+                a[0] += v * v;
+            }
+            partial[b] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        }
+        for (std::int64_t b = 0; b < blocks; ++b) total += partial[b];
+    }
+    return total;
+}
 }  // namespace detail
 
 /// An optimizer's configuration plus its state (slot buffers and the iteration count) for a
@@ -388,22 +610,47 @@ template <class T, class P>
 class OptimizerState {
 public:
     OptimizerState() = default;
-    OptimizerState(Optimizer config, std::int64_t size);
+    /// `moving`: the ranges of the buffer that are moving averages, not trained (batch
+    /// normalization's moving statistics; see MovingAverageRange): sorted, disjoint, inside
+    /// [0, size) (empty ones are dropped), each momentum in [0, 1]; ValueError otherwise, as for
+    /// a hyper-parameter out of its domain. The slots keep `size` elements; those of the moving
+    /// ranges are not used.
+    OptimizerState(Optimizer config, std::int64_t size, std::vector<MovingAverageRange> moving = {});
 
     /// One update: `params -= f(grads)`; the learning rate is the schedule's value at the
-    /// current iteration count, which then advances.
+    /// current iteration count, which then advances. With global_clipnorm the norm is that of
+    /// the whole `grads` (prepare_step, then apply_range over everything).
     void apply(T* params, const T* grads) {
+        prepare_step(grads);
         apply_range(params, grads, 0, size_);
         advance();
     }
 
+    /// What a step needs from the whole gradient before any part of it is applied: with
+    /// global_clipnorm, the norm of `grads` (all `size` elements but the moving ranges) and its
+    /// scale, kept for this iteration; nothing without. The gradient is not written. On a device
+    /// place the norm is computed there, queued on this thread's stream (the host does not wait).
+    void prepare_step(const T* grads);
+    /// Sharded states (each holding a part of the model's variables): the scale from the sum of
+    /// squares of the whole model's gradient, summed by the caller over the parts'
+    /// squared_gradient_norm, in place of prepare_step.
+    void prepare_step_from_squared_norm(double sum_of_squares);
+    /// The sum of squares, in double, of `grads` over this state's trainable elements (the moving
+    /// ranges left out). Waits for the device on a device place.
+    double squared_gradient_norm(const T* grads);
+    /// Whether a step needs prepare_step before apply_range (global_clipnorm is set).
+    bool clips_gradients() const { return clipnorm_ > 0; }
+
     /// The update of elements [first, first + count) only, without advancing the iteration
     /// count: replicas that each update a slice of one central copy call this, then one of
-    /// them calls advance().
+    /// them calls advance(). With global_clipnorm, prepare_step over the whole gradient must
+    /// have run for this iteration first (ValueError otherwise). Elements of the moving ranges
+    /// get the moving-average update, all others the optimizer's.
     void apply_range(T* params, const T* grads, std::int64_t first, std::int64_t count);
     /// Counts one finished update.
     void advance() { ++iterations_; }
     std::int64_t size() const { return size_; }
+    const std::vector<MovingAverageRange>& moving_ranges() const { return moving_; }
 
     double current_learning_rate() const {
         return std::visit([&](const auto& o) { return o.learning_rate(iterations_); }, config_);
@@ -425,21 +672,46 @@ private:
             if (n == name) return t.data();
         return nullptr;
     }
+    // The optimizer's update of [first, first + count), none of it in a moving range.
+    void update(T* params, const T* grads, std::int64_t first, std::int64_t count, double lr, const double* clip);
+    // Queues, on a device place, the trainable ranges' sums of squares into buf[0, parts), their
+    // sum into buf[parts] and the scale for clip norm c into buf[parts + 1].
+    void queue_squared_norm(const T* grads, double* buf, double c);
+    // Host-side: stores the sum of squares and its scale for this step.
+    void set_clip_sum(double sum_of_squares);
+    // The moving-average update of [first, first + count), inside one moving range.
+    void moving_average(T* params, const T* stats, std::int64_t first, std::int64_t count, double momentum);
 
     Optimizer config_{};
     std::int64_t size_ = 0;
     std::int64_t iterations_ = 0;
     std::vector<std::pair<std::string, Tensor<T, P>>> slots_;
+    std::vector<MovingAverageRange> moving_;
+    std::vector<std::pair<std::int64_t, std::int64_t>> trainable_;  // (first, count): the rest of [0, size)
+    double clipnorm_ = 0;
+    // With global_clipnorm: [0, parts) the trainable ranges' sums of squares (device places),
+    // [parts] their sum, [parts + 1] the step's scale; parts = trainable_.size().
+    Tensor<double, P> clip_;
+    std::int64_t prepared_for_ = -1;  // the iteration prepare_step ran for
 };
 
 // The members with the optimizers' code are defined out of the class, not inline, so that the
 // compiled part's instantiations below are the only ones: GCC instantiates inline members for
 // inlining even where an `extern template` declares them.
 template <class T, class P>
-OptimizerState<T, P>::OptimizerState(Optimizer config, std::int64_t size) : config_(std::move(config)), size_(size) {
+OptimizerState<T, P>::OptimizerState(Optimizer config, std::int64_t size, std::vector<MovingAverageRange> moving)
+    : config_(std::move(config)), size_(size) {
+    STRATA_CHECK(size >= 0, ValueError, "optimizer: the parameter count must be >= 0, got ", size);
+    auto check_adam = [](const char* name, double b1, double b2) {
+        STRATA_CHECK(b1 >= 0 && b1 < 1 && b2 >= 0 && b2 < 1, ValueError, name,
+                     ": beta_1 and beta_2 must be in [0, 1), got ", b1, " and ", b2);
+    };
     std::visit(
         [&](const auto& o) {
             using O = std::decay_t<decltype(o)>;
+            STRATA_CHECK(std::isfinite(o.global_clipnorm) && o.global_clipnorm >= 0, ValueError, O::name,
+                         ": global_clipnorm must be finite and >= 0 (0: off), got ", o.global_clipnorm);
+            clipnorm_ = o.global_clipnorm;
             if constexpr (std::is_same_v<O, SGD>) {
                 STRATA_CHECK(o.momentum >= 0 && o.momentum <= 1, ValueError, "SGD: momentum must be in [0, 1], got ", o.momentum);
                 if (o.momentum > 0) add_slot("momentum");
@@ -448,14 +720,109 @@ OptimizerState<T, P>::OptimizerState(Optimizer config, std::int64_t size) : conf
                 add_slot("velocity");
                 if (o.centered) add_slot("average_gradient");
                 if (o.momentum > 0) add_slot("momentum");
-            } else {
-                STRATA_CHECK(o.beta_1 >= 0 && o.beta_1 < 1 && o.beta_2 >= 0 && o.beta_2 < 1, ValueError,
-                             "Adam: beta_1 and beta_2 must be in [0, 1), got ", o.beta_1, " and ", o.beta_2);
+            } else if constexpr (std::is_same_v<O, Adam>) {
+                check_adam("Adam", o.beta_1, o.beta_2);
                 add_slot("momentum");
                 add_slot("velocity");
+            } else if constexpr (std::is_same_v<O, AdamW>) {
+                check_adam("AdamW", o.beta_1, o.beta_2);
+                STRATA_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, ValueError,
+                             "AdamW: weight_decay must be finite and >= 0, got ", o.weight_decay);
+                add_slot("momentum");
+                add_slot("velocity");
+            } else {
+                static_assert(strata::detail::dependent_false<O>, "OptimizerState: an optimizer of the variant is not handled");
             }
         },
         config_);
+    std::int64_t end = 0;
+    for (std::size_t i = 0; i < moving.size(); ++i) {
+        const MovingAverageRange& r = moving[i];
+        STRATA_CHECK(r.first >= 0 && r.count >= 0 && r.first <= size && r.count <= size - r.first, ValueError,
+                     "optimizer: MovingAverageRange ", i, " (first ", r.first, ", count ", r.count, ") is not inside the ",
+                     size, " parameters");
+        STRATA_CHECK(r.first >= end, ValueError, "optimizer: MovingAverageRange ", i, " [", r.first, ", ", r.first + r.count,
+                     ") starts before the end of the one before it (", end, "): the ranges must be sorted and disjoint");
+        STRATA_CHECK(std::isfinite(r.momentum) && r.momentum >= 0 && r.momentum <= 1, ValueError,
+                     "optimizer: MovingAverageRange ", i, ": momentum must be in [0, 1], got ", r.momentum);
+        if (r.count == 0) continue;
+        if (r.first > end) trainable_.emplace_back(end, r.first - end);
+        moving_.push_back(r);
+        end = r.first + r.count;
+    }
+    if (size > end) trainable_.emplace_back(end, size - end);
+    if (clipnorm_ > 0) {
+        clip_ = Tensor<double, P>(Shape{std::int64_t(trainable_.size()) + 2});
+        fill(clip_.view(), 0.0);
+    }
+}
+
+template <class T, class P>
+void OptimizerState<T, P>::queue_squared_norm(const T* grads, double* buf, double c) {
+    (void)grads, (void)buf, (void)c;  // used on device places only
+#if STRATA_HAS_CUDA
+    if constexpr (std::is_same_v<P, place::Cuda>) {
+        // Each trainable range's sum of squares into buf[j], then one thread adds them (in order)
+        // and writes the scale: all queued on this thread's stream, which the update then reads.
+        const std::int64_t parts = std::int64_t(trainable_.size());
+        for (std::int64_t j = 0; j < parts; ++j) {
+            const auto [first, count] = trainable_[std::size_t(j)];
+            strata::detail::cuda_reduce::axis_with<double>(detail::SquaredLoad<T>{grads + first}, buf + j, 1, count, 1,
+                                                          strata::detail::Reduction::Sum);
+        }
+        place::for_each_n<P>(std::int64_t(1), detail::ClipScaleStep{buf, parts, c});
+    }
+#endif
+}
+
+template <class T, class P>
+double OptimizerState<T, P>::squared_gradient_norm(const T* grads) {
+    if constexpr (!std::is_same_v<P, place::Cuda>) {
+        return detail::squared_norm_host(grads, trainable_);
+    } else {
+        const std::int64_t parts = std::int64_t(trainable_.size());
+        Tensor<double, P> own;
+        double* buf = clip_.data();
+        if (clipnorm_ <= 0) {  // no buffer of its own: a temporary one
+            own = Tensor<double, P>(Shape{parts + 2});
+            buf = own.data();
+        }
+        queue_squared_norm(grads, buf, clipnorm_ > 0 ? clipnorm_ : 1.0);
+        double sum = 0;
+        copy(TensorView<double, P>(buf + parts, Shape{1}), TensorView<double, place::Host>(&sum, Shape{1}));
+        return sum;
+    }
+}
+
+template <class T, class P>
+void OptimizerState<T, P>::prepare_step(const T* grads) {
+    prepared_for_ = iterations_;
+    if (clipnorm_ <= 0) return;
+    STRATA_PROFILE_MODEL("optimizer (clip norm)");
+    if constexpr (!std::is_same_v<P, place::Cuda>) {
+        set_clip_sum(detail::squared_norm_host(grads, trainable_));
+    } else {
+        queue_squared_norm(grads, clip_.data(), clipnorm_);
+    }
+}
+
+template <class T, class P>
+void OptimizerState<T, P>::prepare_step_from_squared_norm(double sum_of_squares) {
+    prepared_for_ = iterations_;
+    if (clipnorm_ <= 0) return;
+    set_clip_sum(sum_of_squares);
+}
+
+template <class T, class P>
+void OptimizerState<T, P>::set_clip_sum(double sum_of_squares) {
+    const std::int64_t parts = std::int64_t(trainable_.size());
+    double v[2] = {sum_of_squares, detail::clip_scale(sum_of_squares, clipnorm_)};
+    if constexpr (!std::is_same_v<P, place::Cuda>) {
+        clip_.data()[parts] = v[0];
+        clip_.data()[parts + 1] = v[1];
+    } else {
+        copy(TensorView<double, place::Host>(v, Shape{2}), TensorView<double, P>(clip_.data() + parts, Shape{2}));
+    }
 }
 
 template <class T, class P>
@@ -467,6 +834,37 @@ void OptimizerState<T, P>::apply_range(T* params, const T* grads, std::int64_t f
     const double lr = std::visit([&](const auto& o) { return o.learning_rate(iterations_); }, config_);
     STRATA_CHECK(std::isfinite(lr) && lr >= 0, ValueError, "optimizer: the learning rate at step ", iterations_,
                  " is ", lr, "; it must be finite and >= 0");
+    const double* clip = nullptr;
+    if (clipnorm_ > 0) {
+        STRATA_CHECK(prepared_for_ == iterations_, ValueError, "optimizer: global_clipnorm is set, and prepare_step(grads) "
+                     "has not run over the whole gradient for step ", iterations_, " (apply does it; apply_range needs it first)");
+        clip = clip_.data() + trainable_.size() + 1;
+    }
+    if (moving_.empty()) {  // no moving ranges: the optimizer's loops over the whole range
+        update(params, grads, first, count, lr, clip);
+        return;
+    }
+    // Split [first, last) at the moving ranges (sorted, disjoint).
+    const std::int64_t last = first + count;
+    std::int64_t at = first;
+    for (const MovingAverageRange& r : moving_) {
+        const std::int64_t r_end = r.first + r.count;
+        if (r_end <= at) continue;
+        if (r.first >= last) break;
+        if (r.first > at) {
+            update(params, grads, at, r.first - at, lr, clip);
+            at = r.first;
+        }
+        const std::int64_t stop = std::min(last, r_end);
+        moving_average(params, grads, at, stop - at, r.momentum);
+        at = stop;
+    }
+    if (at < last) update(params, grads, at, last - at, lr, clip);
+}
+
+template <class T, class P>
+void OptimizerState<T, P>::update(T* params, const T* grads, std::int64_t first, std::int64_t count, double lr,
+                                  const double* clip) {
     T* w = params + first;
     const T* g = grads + first;
     auto at = [&](const char* name) { T* p = slot(name); return p ? p + first : nullptr; };
@@ -476,24 +874,34 @@ void OptimizerState<T, P>::apply_range(T* params, const T* grads, std::int64_t f
             // The device runs the functors, one element per thread; the host its blocked loops.
             constexpr bool host = !std::is_same_v<P, place::Cuda>;
             if constexpr (std::is_same_v<O, SGD>) {
-                const detail::SgdStep<T> f{w, g, at("momentum"), T(lr), T(o.momentum), o.nesterov};
+                const detail::SgdStep<T> f{w, g, at("momentum"), T(lr), T(o.momentum), o.nesterov, clip};
                 if constexpr (host) detail::sgd_host(f, count);
                 else place::for_each_n<P>(count, f);
             } else if constexpr (std::is_same_v<O, RMSprop>) {
                 const detail::RmsStep<T> f{w, g, at("velocity"), at("average_gradient"), at("momentum"),
-                                           T(lr), T(o.rho), T(o.momentum), T(o.epsilon)};
+                                           T(lr), T(o.rho), T(o.momentum), T(o.epsilon), clip};
                 if constexpr (host) detail::rms_host(f, count);
                 else place::for_each_n<P>(count, f);
             } else {
+                static_assert(std::is_same_v<O, Adam> || std::is_same_v<O, AdamW>);
                 const double t = double(iterations_ + 1);
                 const double alpha = lr * std::sqrt(1 - std::pow(o.beta_2, t)) / (1 - std::pow(o.beta_1, t));
+                double wd = 0;
+                if constexpr (std::is_same_v<O, AdamW>) wd = o.weight_decay;
                 const detail::AdamStep<T> f{w, g, at("momentum"), at("velocity"), T(alpha), T(o.beta_1), T(o.beta_2),
-                                            T(o.epsilon)};
+                                            T(o.epsilon), clip, T(wd), T(lr)};
                 if constexpr (host) detail::adam_host(f, count);
                 else place::for_each_n<P>(count, f);
             }
         },
         config_);
+}
+
+template <class T, class P>
+void OptimizerState<T, P>::moving_average(T* params, const T* stats, std::int64_t first, std::int64_t count, double momentum) {
+    const detail::MovingAverageStep<T> f{params + first, stats + first, T(momentum), T(1.0 - momentum)};
+    if constexpr (!std::is_same_v<P, place::Cuda>) detail::moving_average_host(f, count);
+    else place::for_each_n<P>(count, f);
 }
 
 template <class T, class P>

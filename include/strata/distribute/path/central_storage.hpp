@@ -47,9 +47,12 @@ public:
 
     /// Replica r sums its slice of every replica's gradient (in replica order, so the result
     /// does not depend on timing), then updates that slice of the central variables. The step
-    /// ends when all are done, so the next step reads updated variables.
+    /// ends when all are done, so the next step reads updated variables. With global_clipnorm,
+    /// the norm is the whole reduced gradient's: once every slice is summed, replica 0 computes
+    /// it (prepare_step) before any slice is applied.
     void apply(int r) {
         auto& group = this->strategy_->group();
+        auto& state = this->opt_.states[0];
         const int n = this->units();
         P::synchronize();  // device places: this replica's gradient is complete before others read it
         group.barrier(r);
@@ -58,8 +61,17 @@ public:
             const TensorView<T, P> central(central_grads_.data() + sl.first, Shape{sl.count});
             copy(TensorView<T, P>(this->grads(0) + sl.first, Shape{sl.count}), central);
             for (int q = 1; q < n; ++q) axpy(T(1), TensorView<T, P>(this->grads(q) + sl.first, Shape{sl.count}), central);
-            this->opt_.states[0].apply_range(params_.data(), central_grads_.data(), sl.first, sl.count);
         }
+        if (state.clips_gradients()) {
+            P::synchronize();  // this replica's slice is summed
+            group.barrier(r);  // every slice is
+            if (r == 0) {
+                state.prepare_step(central_grads_.data());
+                P::synchronize();  // the scale is written before any replica's update reads it
+            }
+            group.barrier(r);
+        }
+        if (sl.count > 0) state.apply_range(params_.data(), central_grads_.data(), sl.first, sl.count);
         P::synchronize();  // the update is done before the step ends
     }
     /// The slices were applied without advancing the optimizer's count: once per step here.
