@@ -161,3 +161,16 @@ TEST_CASE("BatchNormalization in a pipeline: each micro-batch by its own statist
     const auto got = train_with<PlainNet>(split, 3, 8, opt);
     CHECK(max_relative_difference(got, reference) > 1e-6);  // micro-batch statistics differ from the batch's
 }
+
+TEST_CASE("global_clipnorm: strategies whose optimizer states hold a part of the model refuse it at compile") {
+    const strata::optim::Optimizer clipped = strata::optim::SGD{.learning_rate = 0.1, .global_clipnorm = 1.0};
+    using S = dist::Pipeline<strata::place::Host, dist::GPipe, dist::split::At<4>>;
+    S pipeline({.micro_batches = 2});
+    strata::Model<PlainNet, S, double> model(pipeline, 1);
+    try {
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, clipped);
+        FAIL("a pipeline compiled with global_clipnorm");
+    } catch (const strata::ValueError& e) {
+        CHECK(std::string(e.what()).find("global_clipnorm") != std::string::npos);
+    }
+}

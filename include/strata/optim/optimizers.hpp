@@ -204,6 +204,11 @@ struct AdamW {
 /// the others stay.)
 using Optimizer = std::variant<RMSprop, Adam, SGD, AdamW>;
 
+/// The optimizer's global_clipnorm (0: off).
+inline double global_clipnorm_of(const Optimizer& o) {
+    return std::visit([](const auto& x) { return x.global_clipnorm; }, o);
+}
+
 /// A range of the flat buffer that is not trained: a moving average. Its "gradient" slot holds
 /// the batch's statistic s; the update is w = momentum·w + (1 − momentum)·s (Keras'
 /// BatchNormalization moving statistics). No learning rate, slot, weight decay or clipping

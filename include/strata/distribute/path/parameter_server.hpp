@@ -475,6 +475,9 @@ ParameterServerCore<P, T>::~ParameterServerCore() = default;
 
 template <class P, class T>
 void ParameterServerCore<P, T>::compile(const optim::Optimizer& o) {
+    STRATA_CHECK(optim::global_clipnorm_of(o) == 0, ValueError, "ParameterServer: global_clipnorm (", optim::global_clipnorm_of(o),
+                 ") needs the norm of the whole model's gradient, and each server updates its shards from its own part; "
+                 "train without it, or under Mirrored, CentralStorage or MultiWorkerMirrored");
     if (remote_) remote_->agree({{"optimizer", optim::describe(o)}}, "the optimizer");  // every rank the same one
     server_pool_->run([&](int sv) {
         auto& srv = servers_[std::size_t(sv)];
