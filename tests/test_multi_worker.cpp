@@ -95,6 +95,42 @@ TEST_CASE("MultiWorkerMirrored equals OneDevice on the same global batches (floa
     check_exact<float>(strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9}, 1e-6);
 }
 
+TEST_CASE("synchronized batch normalization: MultiWorkerMirrored equals OneDevice, moving statistics included (float64)") {
+    // Statistics summed over every replica of every process, forward and backward; 10 per
+    // global batch over 2 × 2 replicas leaves shards of 3 and 2.
+    using Bn = Sequential<Input<6, 6, 2>, Conv2D<3, 3, Linear, 1, Padding::Same, false>, SyncBatchNormalization<0.9>,
+                          ActivationLayer<ReLU>, MaxPooling2D<2>, Flatten, Dense<5, Tanh>, SyncBatchNormalization<0.9>, Dense<3, Softmax>>;
+    using Plain = Sequential<Input<6, 6, 2>, Conv2D<3, 3, Linear, 1, Padding::Same, false>,
+                             BatchNormalization<BatchNormOptions{.momentum = 0.9}>, ActivationLayer<ReLU>, MaxPooling2D<2>, Flatten,
+                             Dense<5, Tanh>, BatchNormalization<BatchNormOptions{.momentum = 0.9}>, Dense<3, Softmax>>;
+    const auto ds = images(46, 5).batch(10);
+    const strata::optim::Optimizer opt = strata::optim::Adam{.learning_rate = 0.01};
+    auto run = [&]<class N, class S>(S& s) {
+        strata::Model<N, S, double> model(s, 11);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+        model.fit(ds, {.epochs = 2, .verbose = 0});
+        return model.get_weights();
+    };
+    dist::OneDevice<> one;
+    const auto reference = run.template operator()<Bn>(one);
+    for (int replicas : {1, 2})
+        for (std::size_t bucket : {std::size_t(0), std::size_t(64)}) {
+            CAPTURE(replicas);
+            CAPTURE(bucket);
+            dist::MultiWorkerMirrored<> mw(replicas, {.bucket_bytes = bucket});
+            const auto w = run.template operator()<Bn>(mw);
+            CHECK(max_relative_difference(w, reference) <= 1e-10);
+            CHECK(same_on_every_rank(w));
+        }
+    // The negative control: each replica's statistics alone differ from the global batch's.
+    dist::OneDevice<> one_plain;
+    const auto plain_reference = run.template operator()<Plain>(one_plain);
+    dist::MultiWorkerMirrored<> mw(1);
+    const auto plain = run.template operator()<Plain>(mw);
+    CHECK(max_relative_difference(plain, plain_reference) > 1e-4);
+    CHECK(same_on_every_rank(plain));  // unsynchronized, the replicas still agree on every variable
+}
+
 TEST_CASE("MultiWorkerMirrored over the MPI transport equals the shared-memory one") {
     const auto ds = images(40, 3).batch(8);
     const strata::optim::Optimizer opt = strata::optim::RMSprop{.learning_rate = 0.01};
