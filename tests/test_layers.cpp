@@ -303,6 +303,48 @@ std::vector<double> naive_pool(const Geometry& g, std::int64_t n, const std::vec
     return y;
 }
 
+// Direct average pooling: the mean over window positions inside the image (a "same" window at
+// the border averages fewer values), and each window's gradient shared equally among them.
+std::vector<double> naive_avg_pool(const Geometry& g, std::int64_t n, const std::vector<double>& x,
+                                   const std::vector<double>* dy = nullptr, std::vector<double>* dx = nullptr) {
+    std::vector<double> y(std::size_t(n * g.oh * g.ow * g.c));
+    if (dx) dx->assign(x.size(), 0.0);
+    for (std::int64_t b = 0; b < n; ++b)
+        for (std::int64_t oy = 0; oy < g.oh; ++oy)
+            for (std::int64_t ox = 0; ox < g.ow; ++ox)
+                for (std::int64_t ci = 0; ci < g.c; ++ci) {
+                    std::vector<std::int64_t> inside;
+                    for (std::int64_t ky = 0; ky < g.kh; ++ky)
+                        for (std::int64_t kx = 0; kx < g.kw; ++kx) {
+                            const std::int64_t iy = oy * g.sh + ky - g.pt, ix = ox * g.sw + kx - g.pl;
+                            if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) inside.push_back(g.xi(b, iy, ix, ci));
+                        }
+                    double s = 0;
+                    for (auto i : inside) s += x[std::size_t(i)];
+                    const auto o = std::size_t(((b * g.oh + oy) * g.ow + ox) * g.c + ci);
+                    y[o] = s / double(inside.size());
+                    if (dx)
+                        for (auto i : inside) (*dx)[std::size_t(i)] += (*dy)[o] / double(inside.size());
+                }
+    return y;
+}
+
+// Direct global average pooling over [n, h, w, c]: [n, c].
+std::vector<double> naive_global_avg_pool(std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c,
+                                          const std::vector<double>& x, const std::vector<double>* dy = nullptr,
+                                          std::vector<double>* dx = nullptr) {
+    std::vector<double> y(std::size_t(n * c), 0.0);
+    if (dx) dx->assign(x.size(), 0.0);
+    for (std::int64_t b = 0; b < n; ++b)
+        for (std::int64_t p = 0; p < h * w; ++p)
+            for (std::int64_t ci = 0; ci < c; ++ci) {
+                const auto i = std::size_t((b * h * w + p) * c + ci), o = std::size_t(b * c + ci);
+                y[o] += x[i] / double(h * w);
+                if (dx) (*dx)[i] = (*dy)[o] / double(h * w);
+            }
+    return y;
+}
+
 double relu(double v) { return v > 0 ? v : 0; }
 
 /// Conv2D forward and backward on place P in precision T against naive_conv in float64.
@@ -353,6 +395,41 @@ void check_pool_against_reference(std::int64_t n, std::uint64_t seed) {
     CHECK(relative_error(r.dx, dx) <= tol);
 }
 
+/// AveragePooling2D forward and backward on place P in precision T against naive_avg_pool.
+template <class Spec, class In, class T, class P>
+void check_avg_pool_against_reference(std::int64_t n, std::uint64_t seed) {
+    using L = typename Spec::template bind<In, T, P>;
+    const auto g = Geometry::of_pool<Spec, In>();
+    REQUIRE(L::output_shape::dims[0] == g.oh);
+    REQUIRE(L::output_shape::dims[1] == g.ow);
+    REQUIRE(L::output_shape::dims[2] == g.c);
+    LayerRun<Spec, In, T, P> run(n, {}, reference_values(n * In::size, seed));
+    const auto w = reference_values(run.out_size(), seed + 2);
+    const auto r = run.run(&w);
+    std::vector<double> dx;
+    const auto y = naive_avg_pool(g, n, as_double(on_place<T, Host>(run.x, Shape{n * In::size}).view()), &w, &dx);
+    // Sums in float64 rounded once: within an ulp of T (the inputs are rounded to T first).
+    const double tol = std::is_same_v<T, float> ? 2e-7 : 1e-15;
+    CHECK(relative_error(r.y, y) <= tol);
+    CHECK(relative_error(r.dx, dx) <= tol);
+}
+
+/// GlobalAveragePooling2D forward and backward on place P in precision T against the direct form.
+template <class In, class T, class P>
+void check_global_avg_pool_against_reference(std::int64_t n, std::uint64_t seed) {
+    using L = GlobalAveragePooling2D::bind<In, T, P>;
+    static_assert(std::is_same_v<typename L::output_shape, StaticShape<In::dims[2]>>);
+    LayerRun<GlobalAveragePooling2D, In, T, P> run(n, {}, reference_values(n * In::size, seed));
+    const auto w = reference_values(run.out_size(), seed + 2);
+    const auto r = run.run(&w);
+    std::vector<double> dx;
+    const auto y = naive_global_avg_pool(n, In::dims[0], In::dims[1], In::dims[2],
+                                         as_double(on_place<T, Host>(run.x, Shape{n * In::size}).view()), &w, &dx);
+    const double tol = std::is_same_v<T, float> ? 2e-7 : 1e-14;
+    CHECK(relative_error(r.y, y) <= tol);
+    CHECK(relative_error(r.dx, dx) <= tol);
+}
+
 using Mnist = Sequential<Input<28, 28, 1>, Conv2D<32, 3, ReLU>, MaxPooling2D<2>, Conv2D<64, 3, ReLU>, MaxPooling2D<2>,
                          Flatten, Dense<64, ReLU>, Dense<10, Softmax>>;
 static_assert(Mnist::num_params == 121930, "the reference MNIST model has Keras's 121,930 parameters");
@@ -370,6 +447,14 @@ static_assert(std::is_same_v<Sequential<Input<13, 13, 8>, MaxPooling2D<3, 2>>::o
 static_assert(std::is_same_v<Sequential<Input<7, 9, 3>, MaxPooling2DRect<3, 2, 2, 2, Padding::Same>>::output_shape,
                              StaticShape<4, 5, 3>>);
 static_assert(std::is_same_v<Sequential<Input<4, 5, 6>, Dropout<25>>::output_shape, StaticShape<4, 5, 6>>);
+static_assert(std::is_same_v<Sequential<Input<7, 5, 3>, AveragePooling2D<2>>::output_shape, StaticShape<3, 2, 3>>);
+static_assert(std::is_same_v<Sequential<Input<7, 5, 3>, AveragePooling2D<2, 2, Padding::Same>>::output_shape, StaticShape<4, 3, 3>>);
+static_assert(std::is_same_v<Sequential<Input<13, 13, 8>, AveragePooling2D<3, 2>>::output_shape, StaticShape<6, 6, 8>>);
+static_assert(std::is_same_v<Sequential<Input<8, 8, 2>, AveragePooling2D<2, 3>>::output_shape, StaticShape<3, 3, 2>>);
+static_assert(std::is_same_v<Sequential<Input<7, 9, 3>, AveragePooling2DRect<3, 2, 2, 2, Padding::Same>>::output_shape,
+                             StaticShape<4, 5, 3>>);
+static_assert(std::is_same_v<Sequential<Input<7, 5, 3>, GlobalAveragePooling2D>::output_shape, StaticShape<3>>);
+static_assert(Sequential<Input<8, 8, 16>, GlobalAveragePooling2D, Dense<10, Softmax>>::num_params == 16 * 10 + 10);
 
 }  // namespace
 
@@ -414,6 +499,20 @@ TEST_CASE("MaxPooling2D gradients match finite differences") {
     SUBCASE("3x2 window, strides 2x1, same") { check_pooling<MaxPooling2DRect<3, 2, 2, 1, Padding::Same>, StaticShape<7, 5, 3>>(2, 35); }
     SUBCASE("stride larger than the window") { check_pooling<MaxPooling2D<2, 3>, StaticShape<8, 8, 2>>(2, 36); }
     SUBCASE("window larger than the image, same") { check_pooling<MaxPooling2D<4, 1, Padding::Same>, StaticShape<3, 2, 2>>(2, 37); }
+}
+
+TEST_CASE("AveragePooling2D and GlobalAveragePooling2D gradients match finite differences") {
+    SUBCASE("2x2, valid, odd sizes") { check_layer<AveragePooling2D<2>, StaticShape<7, 5, 3>>(2, 131); }
+    SUBCASE("2x2, same, odd sizes") { check_layer<AveragePooling2D<2, 2, Padding::Same>, StaticShape<7, 5, 3>>(2, 132); }
+    SUBCASE("3x3 stride 2 (overlapping), valid") { check_layer<AveragePooling2D<3, 2>, StaticShape<7, 7, 2>>(2, 133); }
+    SUBCASE("3x3 stride 1 (overlapping), same") { check_layer<AveragePooling2D<3, 1, Padding::Same>, StaticShape<5, 6, 2>>(2, 134); }
+    SUBCASE("3x2 window, strides 2x1, same") {
+        check_layer<AveragePooling2DRect<3, 2, 2, 1, Padding::Same>, StaticShape<7, 5, 3>>(2, 135);
+    }
+    SUBCASE("stride larger than the window") { check_layer<AveragePooling2D<2, 3>, StaticShape<8, 8, 2>>(2, 136); }
+    SUBCASE("window larger than the image, same") { check_layer<AveragePooling2D<4, 1, Padding::Same>, StaticShape<3, 2, 2>>(2, 137); }
+    SUBCASE("global") { check_layer<GlobalAveragePooling2D, StaticShape<5, 3, 4>>(3, 138); }
+    SUBCASE("global, 1x1 image") { check_layer<GlobalAveragePooling2D, StaticShape<1, 1, 3>>(2, 139); }
 }
 
 TEST_CASE("Dropout gradients match finite differences in training") {
@@ -698,6 +797,35 @@ void check() {
         wide ? each<std::int64_t>(in_size, b) : each<std::int32_t>(in_size, b);
         for (std::size_t i = 0; i < back.size(); ++i) CHECK(back[i] == doctest::Approx(back_rows[i]).epsilon(1e-15));
     }
+    // Average pooling: the same terms in the same order, so the same bits.
+    std::vector<double> avg_rows(std::size_t(out_size), nan), avg_back_rows(std::size_t(in_size), nan);
+    for (std::int64_t r = 0; r < n * G::oh; ++r) AvgPoolRows<double, G>{x.data(), avg_rows.data()}(r);
+    for (std::int64_t r = 0; r < n * G::h; ++r) AvgPoolBackwardRows<double, G>{dy.data(), avg_back_rows.data()}(r);
+    for (bool wide : {false, true}) {
+        std::vector<double> y(std::size_t(out_size), nan), back(std::size_t(in_size), nan);
+        const AvgPoolElements<double, G> f{x.data(), y.data()};
+        wide ? each<std::int64_t>(out_size, f) : each<std::int32_t>(out_size, f);
+        CHECK(y == avg_rows);
+        const AvgPoolBackwardElements<double, G> b{dy.data(), back.data()};
+        wide ? each<std::int64_t>(in_size, b) : each<std::int32_t>(in_size, b);
+        CHECK(back == avg_back_rows);
+    }
+    // Global average pooling over the input image.
+    using GP = GlobalPool<StaticShape<G::h, G::w, G::c>>;
+    const std::int64_t pooled = n * G::c;
+    std::vector<double> gap_rows(std::size_t(pooled), nan), gap_back_rows(std::size_t(in_size), nan);
+    for (std::int64_t b = 0; b < n; ++b) GlobalAvgPoolRows<double, GP>{x.data(), gap_rows.data()}(b);
+    const auto gdy = values(std::size_t(pooled), 9);
+    for (std::int64_t r = 0; r < n * G::h; ++r) GlobalAvgPoolBackwardRows<double, GP>{gdy.data(), gap_back_rows.data()}(r);
+    for (bool wide : {false, true}) {
+        std::vector<double> y(std::size_t(pooled), nan), back(std::size_t(in_size), nan);
+        const GlobalAvgPoolElements<double, GP> f{x.data(), y.data()};
+        wide ? each<std::int64_t>(pooled, f) : each<std::int32_t>(pooled, f);
+        CHECK(y == gap_rows);
+        const GlobalAvgPoolBackwardElements<double, GP> b{gdy.data(), back.data()};
+        wide ? each<std::int64_t>(in_size, b) : each<std::int32_t>(in_size, b);
+        CHECK(back == gap_back_rows);
+    }
 }
 }  // namespace element_forms
 
@@ -716,6 +844,23 @@ TEST_CASE_TEMPLATE("MaxPooling2D matches a direct max pooling", P, STRATA_TEST_P
     check_pool_against_reference<MaxPooling2D<3, 1>, StaticShape<6, 5, 4>, double, P>(2, 84);
     check_pool_against_reference<MaxPooling2DRect<2, 3, 3, 2, Padding::Same>, StaticShape<7, 5, 3>, double, P>(2, 85);
     check_pool_against_reference<MaxPooling2D<2>, StaticShape<26, 26, 32>, float, P>(2, 86);
+}
+
+TEST_CASE_TEMPLATE("AveragePooling2D matches a direct average pooling", P, STRATA_TEST_PLACES) {
+    check_avg_pool_against_reference<AveragePooling2D<2>, StaticShape<7, 5, 3>, double, P>(3, 181);
+    check_avg_pool_against_reference<AveragePooling2D<2, 2, Padding::Same>, StaticShape<7, 5, 3>, float, P>(3, 182);
+    check_avg_pool_against_reference<AveragePooling2D<3, 2, Padding::Same>, StaticShape<7, 5, 3>, double, P>(2, 183);
+    check_avg_pool_against_reference<AveragePooling2D<3, 1>, StaticShape<6, 5, 4>, double, P>(2, 184);
+    check_avg_pool_against_reference<AveragePooling2D<2, 3>, StaticShape<8, 8, 2>, float, P>(2, 185);
+    check_avg_pool_against_reference<AveragePooling2DRect<2, 3, 3, 2, Padding::Same>, StaticShape<7, 5, 3>, double, P>(2, 186);
+    check_avg_pool_against_reference<AveragePooling2D<2>, StaticShape<26, 26, 32>, float, P>(2, 187);
+}
+
+TEST_CASE_TEMPLATE("GlobalAveragePooling2D matches a direct mean over each image", P, STRATA_TEST_PLACES) {
+    check_global_avg_pool_against_reference<StaticShape<7, 5, 3>, double, P>(3, 191);
+    check_global_avg_pool_against_reference<StaticShape<7, 5, 3>, float, P>(3, 192);
+    check_global_avg_pool_against_reference<StaticShape<1, 1, 6>, float, P>(2, 193);
+    check_global_avg_pool_against_reference<StaticShape<16, 16, 64>, float, P>(5, 194);
 }
 
 TEST_CASE_TEMPLATE("MaxPooling2D gives a tied window's gradient to its first maximum", P, STRATA_TEST_PLACES) {
@@ -953,3 +1098,4 @@ TEST_CASE_TEMPLATE("Dropout's mask is a function of (seed, step, layer)", P, STR
     net.init(nullptr, 0);
     CHECK(std::get<0>(net.layers()).stream() != std::get<1>(net.layers()).stream());
 }
+

@@ -10,6 +10,7 @@
 /// \endcode
 
 #include "strata/nn/activation.hpp"
+#include "strata/nn/average_pooling2d.hpp"
 #include "strata/nn/conv2d.hpp"
 #include "strata/nn/dense.hpp"
 #include "strata/nn/dropout.hpp"
