@@ -1099,3 +1099,267 @@ TEST_CASE_TEMPLATE("Dropout's mask is a function of (seed, step, layer)", P, STR
     CHECK(std::get<0>(net.layers()).stream() != std::get<1>(net.layers()).stream());
 }
 
+// ---- Residual blocks --------------------------------------------------------------------
+
+namespace {
+
+template <class Spec, class In>
+constexpr std::int64_t params_of() {
+    if constexpr (std::is_void_v<Spec>) return 0;
+    else return Spec::template bind<In, double, Host>::num_params;
+}
+template <class Shortcut>
+struct shortcut_conv {
+    using type = typename Shortcut::conv;
+};
+template <>
+struct shortcut_conv<IdentityShortcut> {
+    using type = void;
+};
+
+std::vector<double> part(const std::vector<double>& v, std::int64_t first, std::int64_t count) {
+    return std::vector<double>(v.begin() + first, v.begin() + first + count);
+}
+
+/// A residual block whose branch is S1 then S2, on place P in precision T, against its parts run
+/// one by one in float64 on the host (LayerRun each): y = act(S2(S1(x)) + shortcut(x)), and the
+/// backward pass through both paths (dx = dx_branch + dx_shortcut).
+template <class Block, class In, class S1, class S2, class T, class P>
+void check_residual_against_parts(std::int64_t n, std::uint64_t seed) {
+    using Proj = typename shortcut_conv<typename Block::shortcut>::type;
+    using BL = typename Block::template bind<In, T, P>;
+    using L1 = typename S1::template bind<In, double, Host>;
+    using Mid = typename L1::output_shape;
+    using Out = typename BL::output_shape;
+    constexpr bool post_relu = std::is_same_v<typename Block::activation_after_add, ReLU>;
+    static_assert(post_relu || std::is_same_v<typename Block::activation_after_add, Linear>);
+    constexpr std::int64_t np = params_of<Proj, In>(), n1 = params_of<S1, In>(), n2 = params_of<S2, Mid>();
+    static_assert(BL::num_params == np + n1 + n2);
+    const auto params = reference_values(BL::num_params, seed, -0.5, 0.5);
+    const auto x = reference_values(n * In::size, seed + 1);
+    const auto w = reference_values(n * Out::size, seed + 2);
+    LayerRun<S1, In> r1(n, part(params, np, n1), x);
+    LayerRun<S2, Mid> r2(n, part(params, np + n1, n2), r1.forward());
+    std::vector<double> z = r2.forward(), shortcut = x;
+    if constexpr (!std::is_void_v<Proj>) {
+        LayerRun<Proj, In> rp(n, part(params, 0, np), x);
+        shortcut = rp.forward();
+    }
+    REQUIRE(z.size() == shortcut.size());
+    double closest = 1e300;
+    for (std::size_t i = 0; i < z.size(); ++i) {
+        z[i] += shortcut[i];
+        closest = std::min(closest, std::abs(z[i]));
+    }
+    if (post_relu) REQUIRE(closest > 1e-4);  // float and float64 agree on which side of the kink every sum is
+    std::vector<double> y = z, g = w;
+    for (std::size_t i = 0; i < z.size(); ++i) {
+        if (post_relu) y[i] = relu(z[i]);
+        if (post_relu && z[i] <= 0) g[i] = 0;
+    }
+    const auto b2 = r2.run(&g);
+    const auto b1 = r1.run(&b2.dx);
+    std::vector<double> dx = b1.dx, dparams;
+    if constexpr (!std::is_void_v<Proj>) {
+        LayerRun<Proj, In> rp(n, part(params, 0, np), x);
+        const auto bp = rp.run(&g);
+        for (std::size_t i = 0; i < dx.size(); ++i) dx[i] += bp.dx[i];
+        dparams = bp.dparams;
+    } else {
+        for (std::size_t i = 0; i < dx.size(); ++i) dx[i] += g[i];
+    }
+    dparams.insert(dparams.end(), b1.dparams.begin(), b1.dparams.end());
+    dparams.insert(dparams.end(), b2.dparams.begin(), b2.dparams.end());
+
+    LayerRun<Block, In, T, P> block(n, params, x);
+    const auto r = block.run(&w);
+    const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-13;
+    CHECK(relative_error(r.y, y) <= tol);
+    CHECK(relative_error(r.dx, dx) <= tol);
+    CHECK(relative_error(r.dparams, dparams) <= tol);
+    // Again on the same layer object (its buffers reused), with a smaller batch then the same one.
+    if (n > 1) {
+        block.n = n - 1;
+        block.x = part(x, 0, (n - 1) * In::size);
+        const auto w1 = part(w, 0, (n - 1) * Out::size);
+        const auto rf = block.run(&w1);
+        CHECK(relative_error(rf.y, part(y, 0, (n - 1) * Out::size)) <= tol);
+        block.n = n;
+        block.x = x;
+        const auto again = block.run(&w);
+        CHECK(again.y == r.y);
+        CHECK(again.dx == r.dx);
+        CHECK(again.dparams == r.dparams);
+    }
+}
+
+using IdentityBlock = Residual<Conv2D<4, 3, Tanh, 1, Padding::Same>, Conv2D<4, 3, Linear, 1, Padding::Same>, ReLU>;
+using ProjectionBlock = Residual<Projection<6, 2>, Conv2D<6, 3, Tanh, 2, Padding::Same>, Conv2D<6, 3, Linear, 1, Padding::Same>, ReLU>;
+
+// Residual blocks' shapes and sizes.
+static_assert(std::is_same_v<IdentityBlock::bind<StaticShape<6, 5, 4>, float, Host>::output_shape, StaticShape<6, 5, 4>>);
+static_assert(std::is_same_v<ProjectionBlock::bind<StaticShape<7, 5, 3>, float, Host>::output_shape, StaticShape<4, 3, 6>>);
+static_assert(ProjectionBlock::bind<StaticShape<7, 5, 3>, float, Host>::num_params == 3 * 6 + (9 * 3 * 6 + 6) + (9 * 6 * 6 + 6));
+static_assert(Residual<Projection<6, 2, true>, Conv2D<6, 3, Tanh, 2, Padding::Same>>::bind<StaticShape<7, 5, 3>, float, Host>::num_params ==
+              (3 * 6 + 6) + (9 * 3 * 6 + 6));
+static_assert(std::is_same_v<IdentityBlock::shortcut, IdentityShortcut>);
+static_assert(std::is_same_v<IdentityBlock::branch, ResidualBranch<Conv2D<4, 3, Tanh, 1, Padding::Same>, Conv2D<4, 3, Linear, 1, Padding::Same>>>);
+static_assert(std::is_same_v<Residual<Dense<4>>::activation_after_add, Linear>);
+static_assert(Layer<IdentityBlock::bind<StaticShape<6, 5, 4>, float, Host>, float, Host>);
+static_assert(LayerSpec<ProjectionBlock>);
+
+}  // namespace
+
+TEST_CASE("Residual gradients match finite differences") {
+    SUBCASE("identity shortcut, Conv2D branch, ReLU after the add") {
+        using B = Residual<Conv2D<3, 3, Tanh, 1, Padding::Same>, Conv2D<3, 3, Linear, 1, Padding::Same>, ReLU>;
+        using BLinear = Residual<Conv2D<3, 3, Tanh, 1, Padding::Same>, Conv2D<3, 3, Linear, 1, Padding::Same>>;
+        check_relu_layer<B, BLinear, StaticShape<5, 4, 3>>(2, 201);
+    }
+    SUBCASE("identity shortcut, Dense branch, ReLU after the add") {
+        check_relu_layer<Residual<Dense<6, Tanh>, Dense<5>, ReLU>, Residual<Dense<6, Tanh>, Dense<5>>, StaticShape<5>>(3, 202);
+    }
+    SUBCASE("projection shortcut, stride 2, ReLU after the add") {
+        using B = Residual<Projection<4, 2>, Conv2D<4, 3, Tanh, 2, Padding::Same>, Conv2D<4, 3, Linear, 1, Padding::Same>, ReLU>;
+        using BLinear = Residual<Projection<4, 2>, Conv2D<4, 3, Tanh, 2, Padding::Same>, Conv2D<4, 3, Linear, 1, Padding::Same>>;
+        check_relu_layer<B, BLinear, StaticShape<5, 6, 3>>(2, 203);
+    }
+    SUBCASE("projection shortcut with a bias, stride 1") {
+        check_layer<Residual<Projection<5, 1, true>, Conv2D<5, 3, Tanh, 1, Padding::Same>>, StaticShape<4, 4, 2>>(2, 204);
+    }
+    SUBCASE("projection shortcut, average pooling in the branch, Tanh after the add") {
+        check_layer<Residual<Projection<3, 2>, AveragePooling2D<2, 2, Padding::Same>, Conv2D<3, 1, Tanh>, Tanh>,
+                    StaticShape<5, 5, 2>>(2, 205);
+    }
+    SUBCASE("Dropout in the branch, in training") {
+        check_layer<Residual<Dense<5, Tanh>, Dropout<30>>, StaticShape<5>>(4, 206, Mode{.training = true, .step = 2, .seed = 9});
+    }
+    SUBCASE("a residual block inside a residual block") {
+        check_layer<Residual<Residual<Dense<5, Tanh>>, Dense<5, Sigmoid>, Tanh>, StaticShape<5>>(3, 207);
+    }
+    SUBCASE("a layer that aliases its input (Flatten) in the branch") {
+        check_layer<Residual<Flatten, Dense<4, Tanh>>, StaticShape<4>>(3, 208);
+    }
+}
+
+TEST_CASE("residual blocks in a Network have the finite-difference parameter gradients (a block first: no input gradient)") {
+    using Seq = Sequential<Input<6, 6, 2>, Residual<Projection<4, 1>, Conv2D<4, 3, Tanh, 1, Padding::Same>>,
+                           Residual<Conv2D<4, 3, Tanh, 1, Padding::Same>, Dropout<25>, Conv2D<4, 3, Linear, 1, Padding::Same>, Tanh>,
+                           AveragePooling2D<2>, GlobalAveragePooling2D, Dense<3, Softmax>>;
+    check_network<Seq>(2, 211, Mode{.training = true, .step = 3, .seed = 7});
+    check_network<Seq>(3, 212, Mode{});
+}
+
+TEST_CASE_TEMPLATE("Residual matches its layers run one by one", P, STRATA_TEST_PLACES) {
+    using C4a = Conv2D<4, 3, Tanh, 1, Padding::Same>;
+    using C4b = Conv2D<4, 3, Linear, 1, Padding::Same>;
+    check_residual_against_parts<IdentityBlock, StaticShape<6, 5, 4>, C4a, C4b, double, P>(3, 221);
+    check_residual_against_parts<IdentityBlock, StaticShape<6, 5, 4>, C4a, C4b, float, P>(3, 221);
+    check_residual_against_parts<Residual<C4a, C4b>, StaticShape<6, 5, 4>, C4a, C4b, double, P>(2, 222);
+    using C6a = Conv2D<6, 3, Tanh, 2, Padding::Same>;
+    using C6b = Conv2D<6, 3, Linear, 1, Padding::Same>;
+    check_residual_against_parts<ProjectionBlock, StaticShape<7, 5, 3>, C6a, C6b, double, P>(3, 223);
+    check_residual_against_parts<ProjectionBlock, StaticShape<7, 5, 3>, C6a, C6b, float, P>(3, 223);
+    check_residual_against_parts<Residual<Projection<6, 2, true>, C6a, C6b>, StaticShape<7, 5, 3>, C6a, C6b, float, P>(2, 224);
+    using D1 = Dense<7, Tanh>;
+    using D2 = Dense<5>;
+    check_residual_against_parts<Residual<D1, D2, ReLU>, StaticShape<5>, D1, D2, float, P>(4, 225);
+}
+
+TEST_CASE("Residual: names, summary, and the inner layers' parameters in the flat buffer") {
+    using Seq = Sequential<Input<8, 8, 2>, Conv2D<4, 3, ReLU, 1, Padding::Same>, IdentityBlock,
+                           Residual<Projection<8, 2>, Conv2D<8, 3, ReLU, 2, Padding::Same>, Conv2D<8, 3, Linear, 1, Padding::Same>, ReLU>,
+                           GlobalAveragePooling2D, Dense<10, Softmax>>;
+    constexpr std::int64_t identity = 2 * (9 * 4 * 4 + 4), projection = 4 * 8 + (9 * 4 * 8 + 8) + (9 * 8 * 8 + 8);
+    static_assert(Seq::num_params == (9 * 2 * 4 + 4) + identity + projection + (8 * 10 + 10));
+    const auto params = Seq::parameters();
+    std::vector<std::string> names;
+    for (const auto& p : params) names.push_back(p.name);
+    const std::vector<std::string> expected{"conv2d/kernel",
+                                            "conv2d/bias",
+                                            "residual/conv2d/kernel",
+                                            "residual/conv2d/bias",
+                                            "residual/conv2d_1/kernel",
+                                            "residual/conv2d_1/bias",
+                                            "residual_1/projection/kernel",
+                                            "residual_1/conv2d/kernel",
+                                            "residual_1/conv2d/bias",
+                                            "residual_1/conv2d_1/kernel",
+                                            "residual_1/conv2d_1/bias",
+                                            "dense/kernel",
+                                            "dense/bias"};
+    CHECK(names == expected);
+    // Each parameter at its offset, one after the other, with the inner layer's shape.
+    std::int64_t at = 0;
+    for (const auto& p : params) {
+        INFO(p.name);
+        CHECK(p.offset == at);
+        at += p.shape.size();
+    }
+    CHECK(at == Seq::num_params);
+    CHECK(params[6].shape == Shape{1, 1, 4, 8});
+    CHECK(params[9].shape == Shape{3, 3, 8, 8});
+    const std::string s = Seq::summary();
+    INFO(s);
+    CHECK(strata_test::has(s, "residual (Residual)"));
+    CHECK(strata_test::has(s, "residual_1 (Residual)"));
+    CHECK(strata_test::has(s, "(None, 4, 4, 8)"));
+    CHECK(strata_test::has(s, std::to_string(identity)));
+    CHECK(strata_test::has(s, std::to_string(projection)));
+    CHECK(strata_test::has(s, "global_average_pooling2d (GlobalAveragePooling2D)"));
+}
+
+TEST_CASE("Residual: every inner layer gets its own random stream") {
+    // The hash: odd (never a Network layer's stream, layer index x 16, also in the 23 low bits
+    // Dropout keeps), and distinct over many blocks and inner layers; in Dropout's 23 bits too
+    // for a model of 32 blocks of 4 layers (a hash: any two collide there with probability 2^-22).
+    std::vector<std::uint64_t> seen, low;
+    for (std::uint64_t layer = 0; layer < 256; ++layer)
+        for (std::size_t k = 0; k < 8; ++k) {
+            const std::uint64_t s = inner_stream(layer * 16, k);
+            CHECK(s % 16 != 0);
+            seen.push_back(s);
+            if (layer < 32 && k < 4) low.push_back(s & ((std::uint64_t(1) << 23) - 1));
+        }
+    for (auto* v : {&seen, &low}) {
+        std::sort(v->begin(), v->end());
+        CHECK(std::adjacent_find(v->begin(), v->end()) == v->end());
+    }
+    // Two identical blocks in a row, after a layer identical to their inner ones: three
+    // different kernels.
+    using C = Conv2D<3, 3, Linear, 1, Padding::Same>;
+    using Seq = Sequential<Input<4, 4, 3>, C, Residual<C>, Residual<C>>;
+    Network<Seq, double, Host> net;
+    std::vector<double> params(std::size_t(Seq::num_params));
+    net.init(params.data(), 5);
+    constexpr std::int64_t kernel = 3 * 3 * 3 * 3;
+    const auto k0 = part(params, Seq::offsets[0], kernel), k1 = part(params, Seq::offsets[1], kernel),
+               k2 = part(params, Seq::offsets[2], kernel);
+    CHECK(k0 != k1);
+    CHECK(k1 != k2);
+    CHECK(k0 != k2);
+    const double limit = std::sqrt(6.0 / (27.0 + 27.0));  // Glorot, as the layer alone
+    CHECK(std::all_of(k1.begin(), k1.end(), [&](double v) { return std::abs(v) <= limit && v != 0; }));
+    // The same seed gives the same parameters.
+    std::vector<double> again(params.size());
+    Network<Seq, double, Host>().init(again.data(), 5);
+    CHECK(again == params);
+    // Dropout inside blocks: its stream comes from the block's, and differs from every other.
+    using D = Dropout<1, 2>;
+    using DSeq = Sequential<Input<50>, Residual<D>, Residual<D>, D>;
+    Network<DSeq, float, Host> dnet;
+    const auto& inner0 = std::get<0>(std::get<0>(dnet.layers()).layers());
+    const auto& inner1 = std::get<0>(std::get<1>(dnet.layers()).layers());
+    CHECK(inner0.stream() == inner_stream(0, 0));
+    CHECK(inner1.stream() == inner_stream(16, 0));
+    CHECK(std::get<2>(dnet.layers()).stream() == 32);
+    CHECK(inner0.stream() != inner1.stream());
+    dnet.init(nullptr, 3);
+    CHECK(inner0.stream() == inner_stream(0, 0));
+    // Their masks differ: the same input through both blocks, in training.
+    LayerRun<Residual<D>, StaticShape<50>, float, Host> a(4, {}, std::vector<double>(200, 1.0), Mode{.training = true, .step = 1, .seed = 3});
+    LayerRun<Residual<D>, StaticShape<50>, float, Host> b(4, {}, std::vector<double>(200, 1.0), Mode{.training = true, .step = 1, .seed = 3});
+    a.layer.set_stream(0);
+    b.layer.set_stream(16);
+    CHECK(a.forward() != b.forward());
+}
