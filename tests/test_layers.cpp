@@ -1206,6 +1206,14 @@ static_assert(std::is_same_v<IdentityBlock::shortcut, IdentityShortcut>);
 static_assert(std::is_same_v<IdentityBlock::branch, ResidualBranch<Conv2D<4, 3, Tanh, 1, Padding::Same>, Conv2D<4, 3, Linear, 1, Padding::Same>>>);
 static_assert(std::is_same_v<Residual<Dense<4>>::activation_after_add, Linear>);
 static_assert(Layer<IdentityBlock::bind<StaticShape<6, 5, 4>, float, Host>, float, Host>);
+// Only a block with a random layer inside has set_stream (what a Model takes for "draws random
+// numbers": no CUDA graph for its steps).
+template <class L>
+constexpr bool has_set_stream = requires(L& l) { l.set_stream(std::uint64_t(0)); };
+static_assert(!has_set_stream<IdentityBlock::bind<StaticShape<6, 5, 4>, float, Host>>);
+static_assert(has_set_stream<Residual<Dense<5, Tanh>, Dropout<30>>::bind<StaticShape<5>, float, Host>>);
+static_assert(has_set_stream<Residual<Residual<Dropout<30>>, Dense<5>>::bind<StaticShape<5>, float, Host>>);
+static_assert(!has_set_stream<Residual<Residual<Dense<5>>, Dense<5>>::bind<StaticShape<5>, float, Host>>);
 static_assert(LayerSpec<ProjectionBlock>);
 
 }  // namespace

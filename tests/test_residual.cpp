@@ -44,15 +44,14 @@ using strata_test::temp_path;
 namespace {
 
 using Same3x3 = Conv2D<4, 3, ReLU, 1, Padding::Same>;
-using Net = Sequential<Input<8, 8, 2>, Same3x3,
-                       Residual<Conv2D<4, 3, ReLU, 1, Padding::Same>, Conv2D<4, 3, Linear, 1, Padding::Same>, ReLU>,
-                       Residual<Projection<8, 2>, Conv2D<8, 3, ReLU, 2, Padding::Same>, Conv2D<8, 3, Linear, 1, Padding::Same>, ReLU>,
+using Linear4 = Conv2D<4, 3, Linear, 1, Padding::Same>;
+using Down8 = Conv2D<8, 3, ReLU, 2, Padding::Same>;
+using Linear8 = Conv2D<8, 3, Linear, 1, Padding::Same>;
+using Net = Sequential<Input<8, 8, 2>, Same3x3, Residual<Same3x3, Linear4, ReLU>, Residual<Projection<8, 2>, Down8, Linear8, ReLU>,
                        GlobalAveragePooling2D, Dense<10, Softmax>>;
 // The same with Dropout inside the identity block's branch.
-using DropNet = Sequential<Input<8, 8, 2>, Same3x3,
-                           Residual<Conv2D<4, 3, ReLU, 1, Padding::Same>, Dropout<20>, Conv2D<4, 3, Linear, 1, Padding::Same>, ReLU>,
-                           Residual<Projection<8, 2>, Conv2D<8, 3, ReLU, 2, Padding::Same>, Conv2D<8, 3, Linear, 1, Padding::Same>, ReLU>,
-                           GlobalAveragePooling2D, Dense<10, Softmax>>;
+using DropNet = Sequential<Input<8, 8, 2>, Same3x3, Residual<Same3x3, Dropout<20>, Linear4, ReLU>,
+                           Residual<Projection<8, 2>, Down8, Linear8, ReLU>, GlobalAveragePooling2D, Dense<10, Softmax>>;
 
 /// n images of 8×8×2 features in [0, 1); 3 classes (of the model's 10) by which quadrant of
 /// channel 0 is brightest against channel 1's mean: learnable after pooling.
@@ -102,29 +101,27 @@ TEST_CASE("a small residual network learns, and its summary shows the blocks") {
 }
 
 TEST_CASE("a residual network trains alike under OneDevice and Mirrored (Dropout inside a block too)") {
+    const strata::optim::Optimizer momentum = strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9};
+    const strata::optim::Optimizer adam = strata::optim::Adam{.learning_rate = 0.01};
+    const strata::optim::Optimizer sgd = strata::optim::SGD{.learning_rate = 0.1};
     for (std::size_t global : {12u, 9u}) {  // 9 does not divide by 2
         CAPTURE(global);
         {
             dist::OneDevice<> one;
-            const auto reference = train_with<Net, dist::OneDevice<>, double>(one, strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9}, global);
             dist::Mirrored<> mirrored(2);
-            CHECK(max_relative_difference(
-                      train_with<Net, dist::Mirrored<>, double>(mirrored, strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9}, global),
-                      reference) <= 1e-12);
+            const auto reference = train_with<Net, dist::OneDevice<>, double>(one, momentum, global);
+            CHECK(max_relative_difference(train_with<Net, dist::Mirrored<>, double>(mirrored, momentum, global), reference) <= 1e-12);
         }
         {
             dist::OneDevice<> one;
-            const auto reference = train_with<DropNet, dist::OneDevice<>, double>(one, strata::optim::Adam{.learning_rate = 0.01}, global);
             dist::Mirrored<> mirrored(2, {.bucket_bytes = 64});  // several all-reduces per step
-            CHECK(max_relative_difference(
-                      train_with<DropNet, dist::Mirrored<>, double>(mirrored, strata::optim::Adam{.learning_rate = 0.01}, global),
-                      reference) <= 1e-12);
+            const auto reference = train_with<DropNet, dist::OneDevice<>, double>(one, adam, global);
+            CHECK(max_relative_difference(train_with<DropNet, dist::Mirrored<>, double>(mirrored, adam, global), reference) <= 1e-12);
         }
         dist::OneDevice<> one;
-        const auto reference = train_with<Net, dist::OneDevice<>, float>(one, strata::optim::SGD{.learning_rate = 0.1}, global);
         dist::Mirrored<> mirrored(2);
-        CHECK(max_relative_difference(train_with<Net, dist::Mirrored<>, float>(mirrored, strata::optim::SGD{.learning_rate = 0.1}, global),
-                                      reference) <= 1e-5);
+        const auto reference = train_with<Net, dist::OneDevice<>, float>(one, sgd, global);
+        CHECK(max_relative_difference(train_with<Net, dist::Mirrored<>, float>(mirrored, sgd, global), reference) <= 1e-5);
     }
 }
 

@@ -15,7 +15,8 @@
 ///                        // identity shortcut, ReLU after the add (ResNet v1's basic block)
 ///                        Residual<Conv2D<4, 3, ReLU, 1, Padding::Same>, Conv2D<4, 3, Linear, 1, Padding::Same>, ReLU>,
 ///                        // projection shortcut: 8 channels, stride 2, as the branch
-///                        Residual<Projection<8, 2>, Conv2D<8, 3, ReLU, 2, Padding::Same>, Conv2D<8, 3, Linear, 1, Padding::Same>, ReLU>,
+///                        Residual<Projection<8, 2>, Conv2D<8, 3, ReLU, 2, Padding::Same>,
+///                                 Conv2D<8, 3, Linear, 1, Padding::Same>, ReLU>,
 ///                        GlobalAveragePooling2D, Dense<10, Softmax>>;
 /// \endcode
 ///
@@ -93,8 +94,9 @@ struct ResidualShapeError {
 namespace detail {
 template <class In, class T, class P>
 struct ProjectionOutsideResidual {
-    static_assert(strata::detail::dependent_false<In>, "strata::nn::Projection is the shortcut of a residual block, not a layer of its "
-                                       "own: write Residual<Projection<Filters, Stride>, Layers...>");
+    static_assert(strata::detail::dependent_false<In>,
+                  "strata::nn::Projection is the shortcut of a residual block, not a layer of its own: write "
+                  "Residual<Projection<Filters, Stride>, Layers...>");
     using input_shape = In;
     using output_shape = In;
     static constexpr std::int64_t num_params = 0;
@@ -179,6 +181,10 @@ struct ResidualParts {
 
 template <class Spec, class In, class T, class P>
 class ResidualImpl;
+
+/// A layer that draws random numbers: it has a `set_stream` (as Dropout).
+template <class L>
+inline constexpr bool draws_random_v = requires(L& layer) { layer.set_stream(std::uint64_t(0)); };
 
 /// splitmix64's finaliser (Steele, Lea, Flood, "Fast splittable pseudorandom number generators",
 /// OOPSLA 2014): a bijection of 64-bit words that mixes every bit into every other.
@@ -357,11 +363,22 @@ public:
 
     // ---- the optional members a Network calls, forwarded to the inner layers that have them --
 
+    /// Whether an inner layer draws random numbers (has a `set_stream`, as Dropout).
+    static constexpr bool draws_random = []<std::size_t... K>(std::index_sequence<K...>) {
+        return (draws_random_v<inner_t<K>> || ...);
+    }(std::make_index_sequence<num_inner>{});
+
     /// Sets the block's stream; each inner layer with a `set_stream` (Dropout) gets
-    /// inner_stream(stream, k).
-    void set_stream(std::uint64_t stream) {
+    /// inner_stream(stream, k). Only a block with such a layer has it: a Model takes a layer
+    /// with `set_stream` for one that draws random numbers (whose steps are never replayed as a
+    /// CUDA graph).
+    void set_stream(std::uint64_t stream)
+        requires draws_random
+    {
         stream_ = stream;
-        on_inner([&](auto& layer, std::size_t k) -> decltype(layer.set_stream(stream)) { layer.set_stream(inner_stream(stream, k)); });
+        on_inner([&](auto& layer, std::size_t k) -> decltype(layer.set_stream(stream)) {
+            layer.set_stream(inner_stream(stream, k));
+        });
     }
     std::uint64_t stream() const { return stream_; }
 
