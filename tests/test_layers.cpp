@@ -303,6 +303,48 @@ std::vector<double> naive_pool(const Geometry& g, std::int64_t n, const std::vec
     return y;
 }
 
+// Direct average pooling: the mean over window positions inside the image (a "same" window at
+// the border averages fewer values), and each window's gradient shared equally among them.
+std::vector<double> naive_avg_pool(const Geometry& g, std::int64_t n, const std::vector<double>& x,
+                                   const std::vector<double>* dy = nullptr, std::vector<double>* dx = nullptr) {
+    std::vector<double> y(std::size_t(n * g.oh * g.ow * g.c));
+    if (dx) dx->assign(x.size(), 0.0);
+    for (std::int64_t b = 0; b < n; ++b)
+        for (std::int64_t oy = 0; oy < g.oh; ++oy)
+            for (std::int64_t ox = 0; ox < g.ow; ++ox)
+                for (std::int64_t ci = 0; ci < g.c; ++ci) {
+                    std::vector<std::int64_t> inside;
+                    for (std::int64_t ky = 0; ky < g.kh; ++ky)
+                        for (std::int64_t kx = 0; kx < g.kw; ++kx) {
+                            const std::int64_t iy = oy * g.sh + ky - g.pt, ix = ox * g.sw + kx - g.pl;
+                            if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) inside.push_back(g.xi(b, iy, ix, ci));
+                        }
+                    double s = 0;
+                    for (auto i : inside) s += x[std::size_t(i)];
+                    const auto o = std::size_t(((b * g.oh + oy) * g.ow + ox) * g.c + ci);
+                    y[o] = s / double(inside.size());
+                    if (dx)
+                        for (auto i : inside) (*dx)[std::size_t(i)] += (*dy)[o] / double(inside.size());
+                }
+    return y;
+}
+
+// Direct global average pooling over [n, h, w, c]: [n, c].
+std::vector<double> naive_global_avg_pool(std::int64_t n, std::int64_t h, std::int64_t w, std::int64_t c,
+                                          const std::vector<double>& x, const std::vector<double>* dy = nullptr,
+                                          std::vector<double>* dx = nullptr) {
+    std::vector<double> y(std::size_t(n * c), 0.0);
+    if (dx) dx->assign(x.size(), 0.0);
+    for (std::int64_t b = 0; b < n; ++b)
+        for (std::int64_t p = 0; p < h * w; ++p)
+            for (std::int64_t ci = 0; ci < c; ++ci) {
+                const auto i = std::size_t((b * h * w + p) * c + ci), o = std::size_t(b * c + ci);
+                y[o] += x[i] / double(h * w);
+                if (dx) (*dx)[i] = (*dy)[o] / double(h * w);
+            }
+    return y;
+}
+
 double relu(double v) { return v > 0 ? v : 0; }
 
 /// Conv2D forward and backward on place P in precision T against naive_conv in float64.
@@ -353,6 +395,41 @@ void check_pool_against_reference(std::int64_t n, std::uint64_t seed) {
     CHECK(relative_error(r.dx, dx) <= tol);
 }
 
+/// AveragePooling2D forward and backward on place P in precision T against naive_avg_pool.
+template <class Spec, class In, class T, class P>
+void check_avg_pool_against_reference(std::int64_t n, std::uint64_t seed) {
+    using L = typename Spec::template bind<In, T, P>;
+    const auto g = Geometry::of_pool<Spec, In>();
+    REQUIRE(L::output_shape::dims[0] == g.oh);
+    REQUIRE(L::output_shape::dims[1] == g.ow);
+    REQUIRE(L::output_shape::dims[2] == g.c);
+    LayerRun<Spec, In, T, P> run(n, {}, reference_values(n * In::size, seed));
+    const auto w = reference_values(run.out_size(), seed + 2);
+    const auto r = run.run(&w);
+    std::vector<double> dx;
+    const auto y = naive_avg_pool(g, n, as_double(on_place<T, Host>(run.x, Shape{n * In::size}).view()), &w, &dx);
+    // Sums in float64 rounded once: within an ulp of T (the inputs are rounded to T first).
+    const double tol = std::is_same_v<T, float> ? 2e-7 : 1e-15;
+    CHECK(relative_error(r.y, y) <= tol);
+    CHECK(relative_error(r.dx, dx) <= tol);
+}
+
+/// GlobalAveragePooling2D forward and backward on place P in precision T against the direct form.
+template <class In, class T, class P>
+void check_global_avg_pool_against_reference(std::int64_t n, std::uint64_t seed) {
+    using L = GlobalAveragePooling2D::bind<In, T, P>;
+    static_assert(std::is_same_v<typename L::output_shape, StaticShape<In::dims[2]>>);
+    LayerRun<GlobalAveragePooling2D, In, T, P> run(n, {}, reference_values(n * In::size, seed));
+    const auto w = reference_values(run.out_size(), seed + 2);
+    const auto r = run.run(&w);
+    std::vector<double> dx;
+    const auto y = naive_global_avg_pool(n, In::dims[0], In::dims[1], In::dims[2],
+                                         as_double(on_place<T, Host>(run.x, Shape{n * In::size}).view()), &w, &dx);
+    const double tol = std::is_same_v<T, float> ? 2e-7 : 1e-14;
+    CHECK(relative_error(r.y, y) <= tol);
+    CHECK(relative_error(r.dx, dx) <= tol);
+}
+
 using Mnist = Sequential<Input<28, 28, 1>, Conv2D<32, 3, ReLU>, MaxPooling2D<2>, Conv2D<64, 3, ReLU>, MaxPooling2D<2>,
                          Flatten, Dense<64, ReLU>, Dense<10, Softmax>>;
 static_assert(Mnist::num_params == 121930, "the reference MNIST model has Keras's 121,930 parameters");
@@ -370,6 +447,14 @@ static_assert(std::is_same_v<Sequential<Input<13, 13, 8>, MaxPooling2D<3, 2>>::o
 static_assert(std::is_same_v<Sequential<Input<7, 9, 3>, MaxPooling2DRect<3, 2, 2, 2, Padding::Same>>::output_shape,
                              StaticShape<4, 5, 3>>);
 static_assert(std::is_same_v<Sequential<Input<4, 5, 6>, Dropout<25>>::output_shape, StaticShape<4, 5, 6>>);
+static_assert(std::is_same_v<Sequential<Input<7, 5, 3>, AveragePooling2D<2>>::output_shape, StaticShape<3, 2, 3>>);
+static_assert(std::is_same_v<Sequential<Input<7, 5, 3>, AveragePooling2D<2, 2, Padding::Same>>::output_shape, StaticShape<4, 3, 3>>);
+static_assert(std::is_same_v<Sequential<Input<13, 13, 8>, AveragePooling2D<3, 2>>::output_shape, StaticShape<6, 6, 8>>);
+static_assert(std::is_same_v<Sequential<Input<8, 8, 2>, AveragePooling2D<2, 3>>::output_shape, StaticShape<3, 3, 2>>);
+static_assert(std::is_same_v<Sequential<Input<7, 9, 3>, AveragePooling2DRect<3, 2, 2, 2, Padding::Same>>::output_shape,
+                             StaticShape<4, 5, 3>>);
+static_assert(std::is_same_v<Sequential<Input<7, 5, 3>, GlobalAveragePooling2D>::output_shape, StaticShape<3>>);
+static_assert(Sequential<Input<8, 8, 16>, GlobalAveragePooling2D, Dense<10, Softmax>>::num_params == 16 * 10 + 10);
 
 }  // namespace
 
@@ -414,6 +499,20 @@ TEST_CASE("MaxPooling2D gradients match finite differences") {
     SUBCASE("3x2 window, strides 2x1, same") { check_pooling<MaxPooling2DRect<3, 2, 2, 1, Padding::Same>, StaticShape<7, 5, 3>>(2, 35); }
     SUBCASE("stride larger than the window") { check_pooling<MaxPooling2D<2, 3>, StaticShape<8, 8, 2>>(2, 36); }
     SUBCASE("window larger than the image, same") { check_pooling<MaxPooling2D<4, 1, Padding::Same>, StaticShape<3, 2, 2>>(2, 37); }
+}
+
+TEST_CASE("AveragePooling2D and GlobalAveragePooling2D gradients match finite differences") {
+    SUBCASE("2x2, valid, odd sizes") { check_layer<AveragePooling2D<2>, StaticShape<7, 5, 3>>(2, 131); }
+    SUBCASE("2x2, same, odd sizes") { check_layer<AveragePooling2D<2, 2, Padding::Same>, StaticShape<7, 5, 3>>(2, 132); }
+    SUBCASE("3x3 stride 2 (overlapping), valid") { check_layer<AveragePooling2D<3, 2>, StaticShape<7, 7, 2>>(2, 133); }
+    SUBCASE("3x3 stride 1 (overlapping), same") { check_layer<AveragePooling2D<3, 1, Padding::Same>, StaticShape<5, 6, 2>>(2, 134); }
+    SUBCASE("3x2 window, strides 2x1, same") {
+        check_layer<AveragePooling2DRect<3, 2, 2, 1, Padding::Same>, StaticShape<7, 5, 3>>(2, 135);
+    }
+    SUBCASE("stride larger than the window") { check_layer<AveragePooling2D<2, 3>, StaticShape<8, 8, 2>>(2, 136); }
+    SUBCASE("window larger than the image, same") { check_layer<AveragePooling2D<4, 1, Padding::Same>, StaticShape<3, 2, 2>>(2, 137); }
+    SUBCASE("global") { check_layer<GlobalAveragePooling2D, StaticShape<5, 3, 4>>(3, 138); }
+    SUBCASE("global, 1x1 image") { check_layer<GlobalAveragePooling2D, StaticShape<1, 1, 3>>(2, 139); }
 }
 
 TEST_CASE("Dropout gradients match finite differences in training") {
@@ -698,6 +797,35 @@ void check() {
         wide ? each<std::int64_t>(in_size, b) : each<std::int32_t>(in_size, b);
         for (std::size_t i = 0; i < back.size(); ++i) CHECK(back[i] == doctest::Approx(back_rows[i]).epsilon(1e-15));
     }
+    // Average pooling: the same terms in the same order, so the same bits.
+    std::vector<double> avg_rows(std::size_t(out_size), nan), avg_back_rows(std::size_t(in_size), nan);
+    for (std::int64_t r = 0; r < n * G::oh; ++r) AvgPoolRows<double, G>{x.data(), avg_rows.data()}(r);
+    for (std::int64_t r = 0; r < n * G::h; ++r) AvgPoolBackwardRows<double, G>{dy.data(), avg_back_rows.data()}(r);
+    for (bool wide : {false, true}) {
+        std::vector<double> y(std::size_t(out_size), nan), back(std::size_t(in_size), nan);
+        const AvgPoolElements<double, G> f{x.data(), y.data()};
+        wide ? each<std::int64_t>(out_size, f) : each<std::int32_t>(out_size, f);
+        CHECK(y == avg_rows);
+        const AvgPoolBackwardElements<double, G> b{dy.data(), back.data()};
+        wide ? each<std::int64_t>(in_size, b) : each<std::int32_t>(in_size, b);
+        CHECK(back == avg_back_rows);
+    }
+    // Global average pooling over the input image.
+    using GP = GlobalPool<StaticShape<G::h, G::w, G::c>>;
+    const std::int64_t pooled = n * G::c;
+    std::vector<double> gap_rows(std::size_t(pooled), nan), gap_back_rows(std::size_t(in_size), nan);
+    for (std::int64_t b = 0; b < n; ++b) GlobalAvgPoolRows<double, GP>{x.data(), gap_rows.data()}(b);
+    const auto gdy = values(std::size_t(pooled), 9);
+    for (std::int64_t r = 0; r < n * G::h; ++r) GlobalAvgPoolBackwardRows<double, GP>{gdy.data(), gap_back_rows.data()}(r);
+    for (bool wide : {false, true}) {
+        std::vector<double> y(std::size_t(pooled), nan), back(std::size_t(in_size), nan);
+        const GlobalAvgPoolElements<double, GP> f{x.data(), y.data()};
+        wide ? each<std::int64_t>(pooled, f) : each<std::int32_t>(pooled, f);
+        CHECK(y == gap_rows);
+        const GlobalAvgPoolBackwardElements<double, GP> b{gdy.data(), back.data()};
+        wide ? each<std::int64_t>(in_size, b) : each<std::int32_t>(in_size, b);
+        CHECK(back == gap_back_rows);
+    }
 }
 }  // namespace element_forms
 
@@ -716,6 +844,23 @@ TEST_CASE_TEMPLATE("MaxPooling2D matches a direct max pooling", P, STRATA_TEST_P
     check_pool_against_reference<MaxPooling2D<3, 1>, StaticShape<6, 5, 4>, double, P>(2, 84);
     check_pool_against_reference<MaxPooling2DRect<2, 3, 3, 2, Padding::Same>, StaticShape<7, 5, 3>, double, P>(2, 85);
     check_pool_against_reference<MaxPooling2D<2>, StaticShape<26, 26, 32>, float, P>(2, 86);
+}
+
+TEST_CASE_TEMPLATE("AveragePooling2D matches a direct average pooling", P, STRATA_TEST_PLACES) {
+    check_avg_pool_against_reference<AveragePooling2D<2>, StaticShape<7, 5, 3>, double, P>(3, 181);
+    check_avg_pool_against_reference<AveragePooling2D<2, 2, Padding::Same>, StaticShape<7, 5, 3>, float, P>(3, 182);
+    check_avg_pool_against_reference<AveragePooling2D<3, 2, Padding::Same>, StaticShape<7, 5, 3>, double, P>(2, 183);
+    check_avg_pool_against_reference<AveragePooling2D<3, 1>, StaticShape<6, 5, 4>, double, P>(2, 184);
+    check_avg_pool_against_reference<AveragePooling2D<2, 3>, StaticShape<8, 8, 2>, float, P>(2, 185);
+    check_avg_pool_against_reference<AveragePooling2DRect<2, 3, 3, 2, Padding::Same>, StaticShape<7, 5, 3>, double, P>(2, 186);
+    check_avg_pool_against_reference<AveragePooling2D<2>, StaticShape<26, 26, 32>, float, P>(2, 187);
+}
+
+TEST_CASE_TEMPLATE("GlobalAveragePooling2D matches a direct mean over each image", P, STRATA_TEST_PLACES) {
+    check_global_avg_pool_against_reference<StaticShape<7, 5, 3>, double, P>(3, 191);
+    check_global_avg_pool_against_reference<StaticShape<7, 5, 3>, float, P>(3, 192);
+    check_global_avg_pool_against_reference<StaticShape<1, 1, 6>, float, P>(2, 193);
+    check_global_avg_pool_against_reference<StaticShape<16, 16, 64>, float, P>(5, 194);
 }
 
 TEST_CASE_TEMPLATE("MaxPooling2D gives a tied window's gradient to its first maximum", P, STRATA_TEST_PLACES) {
@@ -952,4 +1097,277 @@ TEST_CASE_TEMPLATE("Dropout's mask is a function of (seed, step, layer)", P, STR
     Network<Seq, float, P> net;
     net.init(nullptr, 0);
     CHECK(std::get<0>(net.layers()).stream() != std::get<1>(net.layers()).stream());
+}
+
+// ---- Residual blocks --------------------------------------------------------------------
+
+namespace {
+
+template <class Spec, class In>
+constexpr std::int64_t params_of() {
+    if constexpr (std::is_void_v<Spec>) return 0;
+    else return Spec::template bind<In, double, Host>::num_params;
+}
+template <class Shortcut>
+struct shortcut_conv {
+    using type = typename Shortcut::conv;
+};
+template <>
+struct shortcut_conv<IdentityShortcut> {
+    using type = void;
+};
+
+std::vector<double> part(const std::vector<double>& v, std::int64_t first, std::int64_t count) {
+    return std::vector<double>(v.begin() + first, v.begin() + first + count);
+}
+
+/// A residual block whose branch is S1 then S2, on place P in precision T, against its parts run
+/// one by one in float64 on the host (LayerRun each): y = act(S2(S1(x)) + shortcut(x)), and the
+/// backward pass through both paths (dx = dx_branch + dx_shortcut).
+template <class Block, class In, class S1, class S2, class T, class P>
+void check_residual_against_parts(std::int64_t n, std::uint64_t seed) {
+    using Proj = typename shortcut_conv<typename Block::shortcut>::type;
+    using BL = typename Block::template bind<In, T, P>;
+    using L1 = typename S1::template bind<In, double, Host>;
+    using Mid = typename L1::output_shape;
+    using Out = typename BL::output_shape;
+    constexpr bool post_relu = std::is_same_v<typename Block::activation_after_add, ReLU>;
+    static_assert(post_relu || std::is_same_v<typename Block::activation_after_add, Linear>);
+    constexpr std::int64_t np = params_of<Proj, In>(), n1 = params_of<S1, In>(), n2 = params_of<S2, Mid>();
+    static_assert(BL::num_params == np + n1 + n2);
+    const auto params = reference_values(BL::num_params, seed, -0.5, 0.5);
+    const auto x = reference_values(n * In::size, seed + 1);
+    const auto w = reference_values(n * Out::size, seed + 2);
+    LayerRun<S1, In> r1(n, part(params, np, n1), x);
+    LayerRun<S2, Mid> r2(n, part(params, np + n1, n2), r1.forward());
+    std::vector<double> z = r2.forward(), shortcut = x;
+    if constexpr (!std::is_void_v<Proj>) {
+        LayerRun<Proj, In> rp(n, part(params, 0, np), x);
+        shortcut = rp.forward();
+    }
+    REQUIRE(z.size() == shortcut.size());
+    double closest = 1e300;
+    for (std::size_t i = 0; i < z.size(); ++i) {
+        z[i] += shortcut[i];
+        closest = std::min(closest, std::abs(z[i]));
+    }
+    if (post_relu) REQUIRE(closest > 1e-4);  // float and float64 agree on which side of the kink every sum is
+    std::vector<double> y = z, g = w;
+    for (std::size_t i = 0; i < z.size(); ++i) {
+        if (post_relu) y[i] = relu(z[i]);
+        if (post_relu && z[i] <= 0) g[i] = 0;
+    }
+    const auto b2 = r2.run(&g);
+    const auto b1 = r1.run(&b2.dx);
+    std::vector<double> dx = b1.dx, dparams;
+    if constexpr (!std::is_void_v<Proj>) {
+        LayerRun<Proj, In> rp(n, part(params, 0, np), x);
+        const auto bp = rp.run(&g);
+        for (std::size_t i = 0; i < dx.size(); ++i) dx[i] += bp.dx[i];
+        dparams = bp.dparams;
+    } else {
+        for (std::size_t i = 0; i < dx.size(); ++i) dx[i] += g[i];
+    }
+    dparams.insert(dparams.end(), b1.dparams.begin(), b1.dparams.end());
+    dparams.insert(dparams.end(), b2.dparams.begin(), b2.dparams.end());
+
+    LayerRun<Block, In, T, P> block(n, params, x);
+    const auto r = block.run(&w);
+    const double tol = std::is_same_v<T, float> ? 1e-5 : 1e-13;
+    CHECK(relative_error(r.y, y) <= tol);
+    CHECK(relative_error(r.dx, dx) <= tol);
+    CHECK(relative_error(r.dparams, dparams) <= tol);
+    // Again on the same layer object (its buffers reused), with a smaller batch then the same one.
+    if (n > 1) {
+        block.n = n - 1;
+        block.x = part(x, 0, (n - 1) * In::size);
+        const auto w1 = part(w, 0, (n - 1) * Out::size);
+        const auto rf = block.run(&w1);
+        CHECK(relative_error(rf.y, part(y, 0, (n - 1) * Out::size)) <= tol);
+        block.n = n;
+        block.x = x;
+        const auto again = block.run(&w);
+        CHECK(again.y == r.y);
+        CHECK(again.dx == r.dx);
+        CHECK(again.dparams == r.dparams);
+    }
+}
+
+using IdentityBlock = Residual<Conv2D<4, 3, Tanh, 1, Padding::Same>, Conv2D<4, 3, Linear, 1, Padding::Same>, ReLU>;
+using ProjectionBlock = Residual<Projection<6, 2>, Conv2D<6, 3, Tanh, 2, Padding::Same>, Conv2D<6, 3, Linear, 1, Padding::Same>, ReLU>;
+
+// Residual blocks' shapes and sizes.
+static_assert(std::is_same_v<IdentityBlock::bind<StaticShape<6, 5, 4>, float, Host>::output_shape, StaticShape<6, 5, 4>>);
+static_assert(std::is_same_v<ProjectionBlock::bind<StaticShape<7, 5, 3>, float, Host>::output_shape, StaticShape<4, 3, 6>>);
+static_assert(ProjectionBlock::bind<StaticShape<7, 5, 3>, float, Host>::num_params == 3 * 6 + (9 * 3 * 6 + 6) + (9 * 6 * 6 + 6));
+static_assert(Residual<Projection<6, 2, true>, Conv2D<6, 3, Tanh, 2, Padding::Same>>::bind<StaticShape<7, 5, 3>, float, Host>::num_params ==
+              (3 * 6 + 6) + (9 * 3 * 6 + 6));
+static_assert(std::is_same_v<IdentityBlock::shortcut, IdentityShortcut>);
+static_assert(std::is_same_v<IdentityBlock::branch, ResidualBranch<Conv2D<4, 3, Tanh, 1, Padding::Same>, Conv2D<4, 3, Linear, 1, Padding::Same>>>);
+static_assert(std::is_same_v<Residual<Dense<4>>::activation_after_add, Linear>);
+static_assert(Layer<IdentityBlock::bind<StaticShape<6, 5, 4>, float, Host>, float, Host>);
+// Only a block with a random layer inside has set_stream (what a Model takes for "draws random
+// numbers": no CUDA graph for its steps).
+template <class L>
+constexpr bool has_set_stream = requires(L& l) { l.set_stream(std::uint64_t(0)); };
+static_assert(!has_set_stream<IdentityBlock::bind<StaticShape<6, 5, 4>, float, Host>>);
+static_assert(has_set_stream<Residual<Dense<5, Tanh>, Dropout<30>>::bind<StaticShape<5>, float, Host>>);
+static_assert(has_set_stream<Residual<Residual<Dropout<30>>, Dense<5>>::bind<StaticShape<5>, float, Host>>);
+static_assert(!has_set_stream<Residual<Residual<Dense<5>>, Dense<5>>::bind<StaticShape<5>, float, Host>>);
+static_assert(LayerSpec<ProjectionBlock>);
+
+}  // namespace
+
+TEST_CASE("Residual gradients match finite differences") {
+    SUBCASE("identity shortcut, Conv2D branch, ReLU after the add") {
+        using B = Residual<Conv2D<3, 3, Tanh, 1, Padding::Same>, Conv2D<3, 3, Linear, 1, Padding::Same>, ReLU>;
+        using BLinear = Residual<Conv2D<3, 3, Tanh, 1, Padding::Same>, Conv2D<3, 3, Linear, 1, Padding::Same>>;
+        check_relu_layer<B, BLinear, StaticShape<5, 4, 3>>(2, 201);
+    }
+    SUBCASE("identity shortcut, Dense branch, ReLU after the add") {
+        check_relu_layer<Residual<Dense<6, Tanh>, Dense<5>, ReLU>, Residual<Dense<6, Tanh>, Dense<5>>, StaticShape<5>>(3, 202);
+    }
+    SUBCASE("projection shortcut, stride 2, ReLU after the add") {
+        using B = Residual<Projection<4, 2>, Conv2D<4, 3, Tanh, 2, Padding::Same>, Conv2D<4, 3, Linear, 1, Padding::Same>, ReLU>;
+        using BLinear = Residual<Projection<4, 2>, Conv2D<4, 3, Tanh, 2, Padding::Same>, Conv2D<4, 3, Linear, 1, Padding::Same>>;
+        check_relu_layer<B, BLinear, StaticShape<5, 6, 3>>(2, 203);
+    }
+    SUBCASE("projection shortcut with a bias, stride 1") {
+        check_layer<Residual<Projection<5, 1, true>, Conv2D<5, 3, Tanh, 1, Padding::Same>>, StaticShape<4, 4, 2>>(2, 204);
+    }
+    SUBCASE("projection shortcut, average pooling in the branch, Tanh after the add") {
+        check_layer<Residual<Projection<3, 2>, AveragePooling2D<2, 2, Padding::Same>, Conv2D<3, 1, Tanh>, Tanh>,
+                    StaticShape<5, 5, 2>>(2, 205);
+    }
+    SUBCASE("Dropout in the branch, in training") {
+        check_layer<Residual<Dense<5, Tanh>, Dropout<30>>, StaticShape<5>>(4, 206, Mode{.training = true, .step = 2, .seed = 9});
+    }
+    SUBCASE("a residual block inside a residual block") {
+        check_layer<Residual<Residual<Dense<5, Tanh>>, Dense<5, Sigmoid>, Tanh>, StaticShape<5>>(3, 207);
+    }
+    SUBCASE("a layer that aliases its input (Flatten) in the branch") {
+        check_layer<Residual<Flatten, Dense<4, Tanh>>, StaticShape<4>>(3, 208);
+    }
+}
+
+TEST_CASE("residual blocks in a Network have the finite-difference parameter gradients (a block first: no input gradient)") {
+    using Seq = Sequential<Input<6, 6, 2>, Residual<Projection<4, 1>, Conv2D<4, 3, Tanh, 1, Padding::Same>>,
+                           Residual<Conv2D<4, 3, Tanh, 1, Padding::Same>, Dropout<25>, Conv2D<4, 3, Linear, 1, Padding::Same>, Tanh>,
+                           AveragePooling2D<2>, GlobalAveragePooling2D, Dense<3, Softmax>>;
+    check_network<Seq>(2, 211, Mode{.training = true, .step = 3, .seed = 7});
+    check_network<Seq>(3, 212, Mode{});
+}
+
+TEST_CASE_TEMPLATE("Residual matches its layers run one by one", P, STRATA_TEST_PLACES) {
+    using C4a = Conv2D<4, 3, Tanh, 1, Padding::Same>;
+    using C4b = Conv2D<4, 3, Linear, 1, Padding::Same>;
+    check_residual_against_parts<IdentityBlock, StaticShape<6, 5, 4>, C4a, C4b, double, P>(3, 221);
+    check_residual_against_parts<IdentityBlock, StaticShape<6, 5, 4>, C4a, C4b, float, P>(3, 221);
+    check_residual_against_parts<Residual<C4a, C4b>, StaticShape<6, 5, 4>, C4a, C4b, double, P>(2, 222);
+    using C6a = Conv2D<6, 3, Tanh, 2, Padding::Same>;
+    using C6b = Conv2D<6, 3, Linear, 1, Padding::Same>;
+    check_residual_against_parts<ProjectionBlock, StaticShape<7, 5, 3>, C6a, C6b, double, P>(3, 223);
+    check_residual_against_parts<ProjectionBlock, StaticShape<7, 5, 3>, C6a, C6b, float, P>(3, 223);
+    check_residual_against_parts<Residual<Projection<6, 2, true>, C6a, C6b>, StaticShape<7, 5, 3>, C6a, C6b, float, P>(2, 224);
+    using D1 = Dense<7, Tanh>;
+    using D2 = Dense<5>;
+    check_residual_against_parts<Residual<D1, D2, ReLU>, StaticShape<5>, D1, D2, float, P>(4, 225);
+}
+
+TEST_CASE("Residual: names, summary, and the inner layers' parameters in the flat buffer") {
+    using Seq = Sequential<Input<8, 8, 2>, Conv2D<4, 3, ReLU, 1, Padding::Same>, IdentityBlock,
+                           Residual<Projection<8, 2>, Conv2D<8, 3, ReLU, 2, Padding::Same>, Conv2D<8, 3, Linear, 1, Padding::Same>, ReLU>,
+                           GlobalAveragePooling2D, Dense<10, Softmax>>;
+    constexpr std::int64_t identity = 2 * (9 * 4 * 4 + 4), projection = 4 * 8 + (9 * 4 * 8 + 8) + (9 * 8 * 8 + 8);
+    static_assert(Seq::num_params == (9 * 2 * 4 + 4) + identity + projection + (8 * 10 + 10));
+    const auto params = Seq::parameters();
+    std::vector<std::string> names;
+    for (const auto& p : params) names.push_back(p.name);
+    const std::vector<std::string> expected{"conv2d/kernel",
+                                            "conv2d/bias",
+                                            "residual/conv2d/kernel",
+                                            "residual/conv2d/bias",
+                                            "residual/conv2d_1/kernel",
+                                            "residual/conv2d_1/bias",
+                                            "residual_1/projection/kernel",
+                                            "residual_1/conv2d/kernel",
+                                            "residual_1/conv2d/bias",
+                                            "residual_1/conv2d_1/kernel",
+                                            "residual_1/conv2d_1/bias",
+                                            "dense/kernel",
+                                            "dense/bias"};
+    CHECK(names == expected);
+    // Each parameter at its offset, one after the other, with the inner layer's shape.
+    std::int64_t at = 0;
+    for (const auto& p : params) {
+        INFO(p.name);
+        CHECK(p.offset == at);
+        at += p.shape.size();
+    }
+    CHECK(at == Seq::num_params);
+    CHECK(params[6].shape == Shape{1, 1, 4, 8});
+    CHECK(params[9].shape == Shape{3, 3, 8, 8});
+    const std::string s = Seq::summary();
+    INFO(s);
+    CHECK(strata_test::has(s, "residual (Residual)"));
+    CHECK(strata_test::has(s, "residual_1 (Residual)"));
+    CHECK(strata_test::has(s, "(None, 4, 4, 8)"));
+    CHECK(strata_test::has(s, std::to_string(identity)));
+    CHECK(strata_test::has(s, std::to_string(projection)));
+    CHECK(strata_test::has(s, "global_average_pooling2d (GlobalAveragePooling2D)"));
+}
+
+TEST_CASE("Residual: every inner layer gets its own random stream") {
+    // The hash: odd (never a Network layer's stream, layer index x 16, also in the 23 low bits
+    // Dropout keeps), and distinct over many blocks and inner layers; in Dropout's 23 bits too
+    // for a model of 32 blocks of 4 layers (a hash: any two collide there with probability 2^-22).
+    std::vector<std::uint64_t> seen, low;
+    for (std::uint64_t layer = 0; layer < 256; ++layer)
+        for (std::size_t k = 0; k < 8; ++k) {
+            const std::uint64_t s = inner_stream(layer * 16, k);
+            CHECK(s % 16 != 0);
+            seen.push_back(s);
+            if (layer < 32 && k < 4) low.push_back(s & ((std::uint64_t(1) << 23) - 1));
+        }
+    for (auto* v : {&seen, &low}) {
+        std::sort(v->begin(), v->end());
+        CHECK(std::adjacent_find(v->begin(), v->end()) == v->end());
+    }
+    // Two identical blocks in a row, after a layer identical to their inner ones: three
+    // different kernels.
+    using C = Conv2D<3, 3, Linear, 1, Padding::Same>;
+    using Seq = Sequential<Input<4, 4, 3>, C, Residual<C>, Residual<C>>;
+    Network<Seq, double, Host> net;
+    std::vector<double> params(std::size_t(Seq::num_params));
+    net.init(params.data(), 5);
+    constexpr std::int64_t kernel = 3 * 3 * 3 * 3;
+    const auto k0 = part(params, Seq::offsets[0], kernel), k1 = part(params, Seq::offsets[1], kernel),
+               k2 = part(params, Seq::offsets[2], kernel);
+    CHECK(k0 != k1);
+    CHECK(k1 != k2);
+    CHECK(k0 != k2);
+    const double limit = std::sqrt(6.0 / (27.0 + 27.0));  // Glorot, as the layer alone
+    CHECK(std::all_of(k1.begin(), k1.end(), [&](double v) { return std::abs(v) <= limit && v != 0; }));
+    // The same seed gives the same parameters.
+    std::vector<double> again(params.size());
+    Network<Seq, double, Host>().init(again.data(), 5);
+    CHECK(again == params);
+    // Dropout inside blocks: its stream comes from the block's, and differs from every other.
+    using D = Dropout<1, 2>;
+    using DSeq = Sequential<Input<50>, Residual<D>, Residual<D>, D>;
+    Network<DSeq, float, Host> dnet;
+    const auto& inner0 = std::get<0>(std::get<0>(dnet.layers()).layers());
+    const auto& inner1 = std::get<0>(std::get<1>(dnet.layers()).layers());
+    CHECK(inner0.stream() == inner_stream(0, 0));
+    CHECK(inner1.stream() == inner_stream(16, 0));
+    CHECK(std::get<2>(dnet.layers()).stream() == 32);
+    CHECK(inner0.stream() != inner1.stream());
+    dnet.init(nullptr, 3);
+    CHECK(inner0.stream() == inner_stream(0, 0));
+    // Their masks differ: the same input through both blocks, in training.
+    LayerRun<Residual<D>, StaticShape<50>, float, Host> a(4, {}, std::vector<double>(200, 1.0), Mode{.training = true, .step = 1, .seed = 3});
+    LayerRun<Residual<D>, StaticShape<50>, float, Host> b(4, {}, std::vector<double>(200, 1.0), Mode{.training = true, .step = 1, .seed = 3});
+    a.layer.set_stream(0);
+    b.layer.set_stream(16);
+    CHECK(a.forward() != b.forward());
 }

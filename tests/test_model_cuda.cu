@@ -115,6 +115,37 @@ TEST_CASE("a training step replayed as a CUDA graph gives the figures of its ker
     CHECK(m.cuda_graph_replays() == 0);
 }
 
+TEST_CASE("a residual network trained on Cuda matches the host, and its steps replay as CUDA graphs") {
+    // An identity block, a projection block, average and global average pooling; then the same
+    // with Dropout in a block (its masks are the same on both places; no graph for its steps).
+    using Same4 = Conv2D<4, 3, ReLU, 1, Padding::Same>;
+    using ResNet = Sequential<Input<8, 8, 1>, Same4, Residual<Same4, Conv2D<4, 3, Linear, 1, Padding::Same>, ReLU>,
+                              Residual<Projection<8, 2>, Conv2D<8, 3, ReLU, 2, Padding::Same>, Conv2D<8, 3, Linear, 1, Padding::Same>, ReLU>,
+                              AveragePooling2D<2>, GlobalAveragePooling2D, Dense<3, Softmax>>;
+    using DropResNet = Sequential<Input<8, 8, 1>, Same4, Residual<Same4, Dropout<20>, Conv2D<4, 3, Linear, 1, Padding::Same>, ReLU>,
+                                  Residual<Projection<8, 2>, Conv2D<8, 3, ReLU, 2, Padding::Same>>, GlobalAveragePooling2D,
+                                  Dense<3, Softmax>>;
+    auto check = [](auto net, bool graphs) {
+        using Net = decltype(net);
+        dist::OneDevice<strata::place::Cuda> gpu;
+        strata::Model<Net, dist::OneDevice<strata::place::Cuda>, double> on_gpu(gpu, 3);
+        strata::Model<Net, dist::Default, double> on_host(3);
+        on_gpu.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+        on_host.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+        CHECK(on_gpu.get_weights() == on_host.get_weights());
+        auto ds = data(64).batch(16);
+        on_gpu.fit(ds, {.epochs = 3, .verbose = 0});
+        on_host.fit(ds, {.epochs = 3, .verbose = 0});
+        CHECK(max_relative(on_gpu.get_weights(), on_host.get_weights()) < 1e-9);
+        const auto eg = on_gpu.evaluate(ds), eh = on_host.evaluate(ds);
+        CHECK(eg.loss == doctest::Approx(eh.loss).epsilon(1e-9));
+        if (graphs) CHECK(on_gpu.cuda_graph_replays() > 0);
+        else CHECK(on_gpu.cuda_graph_replays() == 0);
+    };
+    check(ResNet{}, true);
+    check(DropResNet{}, false);
+}
+
 TEST_CASE("Mirrored and CentralStorage on two logical GPUs match one GPU") {
     two_logical_gpus();
     dist::OneDevice<strata::place::Cuda> one;

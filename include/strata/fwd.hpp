@@ -24,6 +24,8 @@
 /// | `nn::Dense`                                                | nn/dense.hpp                      |
 /// | `nn::Padding`, `nn::Conv2D`, `nn::Conv2DRect`              | nn/conv2d.hpp (Padding: here)     |
 /// | `nn::MaxPooling2D`, `nn::MaxPooling2DRect`                 | nn/max_pooling2d.hpp              |
+/// | `nn::AveragePooling2D`, `nn::AveragePooling2DRect`, `nn::GlobalAveragePooling2D` | nn/average_pooling2d.hpp |
+/// | `nn::Residual`, `nn::Projection`                           | nn/residual.hpp                   |
 /// | `nn::Flatten`, `nn::Dropout`                               | nn/flatten.hpp, nn/dropout.hpp    |
 /// | `nn::Sequential`, `nn::Network`                            | nn/sequential.hpp                 |
 /// | `distribute::Default`, `OneDevice`, `Mirrored`, `CentralStorage` | distribute/strategy.hpp     |
@@ -94,6 +96,16 @@ template <std::int64_t PoolH, std::int64_t PoolW, std::int64_t StrideH = PoolH, 
 struct MaxPooling2DRect;
 template <std::int64_t Pool, std::int64_t Stride = Pool, Padding Pad = Padding::Valid>
 struct MaxPooling2D;
+template <std::int64_t PoolH, std::int64_t PoolW, std::int64_t StrideH = PoolH, std::int64_t StrideW = PoolW,
+          Padding Pad = Padding::Valid>
+struct AveragePooling2DRect;
+template <std::int64_t Pool, std::int64_t Stride = Pool, Padding Pad = Padding::Valid>
+struct AveragePooling2D;
+struct GlobalAveragePooling2D;
+template <class... Parts>
+struct Residual;
+template <std::int64_t Filters, std::int64_t Stride = 1, bool UseBias = false>
+struct Projection;
 struct Flatten;
 template <std::int64_t Numerator, std::int64_t Denominator = 100>
 struct Dropout;

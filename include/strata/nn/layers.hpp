@@ -7,10 +7,16 @@
 /// using namespace strata::nn;
 /// using Mnist = Sequential<Input<28, 28, 1>, Conv2D<32, 3, ReLU>, MaxPooling2D<2>, Conv2D<64, 3, ReLU>,
 ///                          MaxPooling2D<2>, Flatten, Dropout<25>, Dense<64, ReLU>, Dense<10, Softmax>>;
+/// using ResNet = Sequential<Input<32, 32, 3>, Conv2D<16, 3, ReLU, 1, Padding::Same>,
+///                           Residual<Conv2D<16, 3, ReLU, 1, Padding::Same>, Conv2D<16, 3, Linear, 1, Padding::Same>, ReLU>,
+///                           Residual<Projection<32, 2>, Conv2D<32, 3, ReLU, 2, Padding::Same>,
+///                                    Conv2D<32, 3, Linear, 1, Padding::Same>, ReLU>,
+///                           GlobalAveragePooling2D, Dense<10, Softmax>>;
 /// \endcode
 
 #include "strata/nn/activation.hpp"
 #include "strata/nn/activation_layer.hpp"
+#include "strata/nn/average_pooling2d.hpp"
 #include "strata/nn/batch_normalization.hpp"
 #include "strata/nn/conv2d.hpp"
 #include "strata/nn/dense.hpp"
@@ -18,4 +24,5 @@
 #include "strata/nn/flatten.hpp"
 #include "strata/nn/layer.hpp"
 #include "strata/nn/max_pooling2d.hpp"
+#include "strata/nn/residual.hpp"
 #include "strata/nn/sequential.hpp"
