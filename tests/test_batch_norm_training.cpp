@@ -174,3 +174,33 @@ TEST_CASE("global_clipnorm: strategies whose optimizer states hold a part of the
         CHECK(std::string(e.what()).find("global_clipnorm") != std::string::npos);
     }
 }
+
+namespace {
+// Synchronized batch normalization inside residual blocks (identity and projection shortcuts).
+using ResBn = Sequential<Input<6, 6, 2>, Conv2D<4, 3, Linear, 1, Padding::Same, false>, SyncBatchNormalization<0.9>,
+                         ActivationLayer<ReLU>,
+                         Residual<Conv2D<4, 3, Linear, 1, Padding::Same, false>, SyncBatchNormalization<0.9>, ActivationLayer<ReLU>,
+                                  Conv2D<4, 3, Linear, 1, Padding::Same, false>, SyncBatchNormalization<0.9>, ReLU>,
+                         Residual<Projection<8, 2>, Conv2D<8, 3, Linear, 2, Padding::Same, false>, SyncBatchNormalization<0.9>,
+                                  ActivationLayer<ReLU>, Conv2D<8, 3, Linear, 1, Padding::Same, false>, SyncBatchNormalization<0.9>, ReLU>,
+                         GlobalAveragePooling2D, Dense<3, Softmax>>;
+}  // namespace
+
+TEST_CASE("SyncBatchNormalization inside residual blocks: replicas equal one device, empty shares included") {
+    static_assert(ResBn::synchronizes_replicas);
+    // 5 moving-statistics pairs: the stem's and two in each block
+    CHECK(ResBn::num_non_trainable() == 2 * (4 + 4 + 4 + 8 + 8));
+    const strata::optim::Optimizer opt = strata::optim::AdamW{.learning_rate = 0.01, .global_clipnorm = 1.0};
+    for (std::size_t global : {10u, 3u}) {  // 3 over 4 replicas: one share is empty
+        dist::OneDevice<> one;
+        const auto reference = train_with<ResBn>(one, 3, global, opt);
+        for (int n : {2, 4}) {
+            CAPTURE(global);
+            CAPTURE(n);
+            dist::Mirrored<> bucketed(n, {.bucket_bytes = 64});
+            CHECK(max_relative_difference(train_with<ResBn>(bucketed, 3, global, opt), reference) <= 1e-10);
+            dist::CentralStorage<> central(n);
+            CHECK(max_relative_difference(train_with<ResBn>(central, 3, global, opt), reference) <= 1e-10);
+        }
+    }
+}

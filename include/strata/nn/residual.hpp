@@ -368,6 +368,39 @@ public:
         return (draws_random_v<inner_t<K>> || ...);
     }(std::make_index_sequence<num_inner>{});
 
+    /// Whether an inner layer combines statistics over replicas (synchronized batch
+    /// normalization): a strategy whose replicas do not step together refuses the model.
+    static constexpr bool synchronizes_replicas = []<std::size_t... K>(std::index_sequence<K...>) {
+        return (synchronizes_replicas_v<inner_t<K>> || ...);
+    }(std::make_index_sequence<num_inner>{});
+
+    /// Whether an inner layer's passes read values back to the host (batch normalization): a
+    /// step through the block is then not captured as a CUDA graph.
+    static constexpr bool host_round_trips = []<std::size_t... K>(std::index_sequence<K...>) {
+        return ([] {
+            if constexpr (requires { inner_t<K>::host_round_trips; }) return bool(inner_t<K>::host_round_trips);
+            else return false;
+        }() || ...);
+    }(std::make_index_sequence<num_inner>{});
+
+    /// A replica with an empty share joins its inner layers' sums over replicas, in the order a
+    /// pass makes them (Network::join_empty): forward's from the first inner layer on,
+    /// backward's from the last (the projection, which is visited first in backward, has none).
+    void join_forward(const T* params, const Mode& mode)
+        requires synchronizes_replicas
+    {
+        on_inner([&](auto& layer, std::size_t k) -> decltype(layer.join_forward(params, mode)) {
+            layer.join_forward(params + offsets[k], mode);
+        });
+    }
+    void join_backward(T* grads, const Mode& mode)
+        requires synchronizes_replicas
+    {
+        [&]<std::size_t... J>(std::index_sequence<J...>) {
+            (join_backward_inner<num_inner - 1 - J>(grads, mode), ...);
+        }(std::make_index_sequence<num_inner>{});
+    }
+
     /// Sets the block's stream; each inner layer with a `set_stream` (Dropout) gets
     /// inner_stream(stream, k). Only a block with such a layer has it: a Model takes a layer
     /// with `set_stream` for one that draws random numbers (whose steps are never replayed as a
@@ -459,6 +492,12 @@ private:
                 }(),
                 ...);
         }(std::make_index_sequence<num_inner>{});
+    }
+
+    template <std::size_t K>
+    void join_backward_inner(T* grads, const Mode& mode) {
+        auto& layer = std::get<K>(inner_);
+        if constexpr (requires { layer.join_backward(grads, mode); }) layer.join_backward(grads + offsets[K], mode);
     }
 
     // Inner layer K's forward from `in` into its output buffer. A layer that only views its input

@@ -520,7 +520,10 @@ private:
     // Layers whose pass reads values back to the host (batch normalization's statistics) cannot
     // be captured in a graph.
     template <class L>
-    static constexpr bool layer_round_trips = requires { L::host_round_trips; };
+    static constexpr bool layer_round_trips = [] {
+        if constexpr (requires { L::host_round_trips; }) return bool(L::host_round_trips);
+        else return false;
+    }();
     template <class Layers>
     struct RoundTrips;
     template <class... L>
