@@ -3,6 +3,8 @@
 /// The definitions behind strata/nn/sequential.hpp: included by it in the header-only mode,
 /// compiled once in src/strata.cpp under STRATA_SEPARATE_COMPILATION.
 
+#include <algorithm>
+#include <cstring>
 #include <string_view>
 
 #include "strata/nn/sequential.hpp"
@@ -64,20 +66,24 @@ STRATA_DECL std::string summary_table(std::span<const char* const> kinds, std::s
                                       std::span<const std::string> shapes, std::span<const std::int64_t> offsets,
                                       std::int64_t non_trainable) {
     const auto names = keras_layer_names(kinds);
+    // The first column is 34 wide, as Keras', or as wide as the longest label.
+    std::size_t width = 34;
+    for (std::size_t i = 0; i < names.size(); ++i) width = std::max(width, names[i].size() + std::strlen(types[i]) + 3);
+    const std::size_t total_width = width + 38;
     std::string out;
-    char line[160];
-    const std::string rule(72, '-');
+    char line[400];
+    const std::string rule(total_width, '-');
     out += "Model: \"sequential\"\n" + rule + "\n";
-    std::snprintf(line, sizeof line, "%-34s %-24s %12s\n", "Layer (type)", "Output Shape", "Param #");
-    out += line + std::string(72, '=') + "\n";
+    std::snprintf(line, sizeof line, "%-*s %-24s %12s\n", int(width), "Layer (type)", "Output Shape", "Param #");
+    out += line + std::string(total_width, '=') + "\n";
     for (std::size_t i = 0; i < names.size(); ++i) {
         const std::string label = names[i] + " (" + types[i] + ")";
-        std::snprintf(line, sizeof line, "%-34s %-24s %12s\n", label.c_str(), shapes[i].c_str(),
+        std::snprintf(line, sizeof line, "%-*s %-24s %12s\n", int(width), label.c_str(), shapes[i].c_str(),
                       group_digits(offsets[i + 1] - offsets[i]).c_str());
         out += line;
     }
     const std::int64_t all = offsets[names.size()];
-    out += std::string(72, '=') + "\n";
+    out += std::string(total_width, '=') + "\n";
     out += "Total params: " + group_digits(all) + "\nTrainable params: " + group_digits(all - non_trainable) +
            "\nNon-trainable params: " + group_digits(non_trainable) + "\n" + rule + "\n";
     return out;
