@@ -321,3 +321,26 @@ TEST_CASE("BatchNormalization without synchronization fails that comparison (neg
     for (std::int64_t c = 0; c < C; ++c) var_gap = std::max(var_gap, std::abs(got.grads[3 * C + c] - want.grads[3 * C + c]));
     CHECK(var_gap > 1e-4);
 }
+
+TEST_CASE("ActivationLayer: forward is the activation, backward matches finite differences") {
+    using L = ActivationLayer<Tanh>::bind<In, double, Host>;
+    using R = ActivationLayer<ReLU>::bind<In, double, Host>;
+    const std::int64_t n = 2;
+    const auto x = random_values(std::size_t(n * In::size), 81);
+    const auto w = random_values(x.size(), 82);
+    L layer;
+    const auto p = train_pass(layer, std::vector<double>{}, x, w, n, Mode{.training = true});
+    for (std::size_t i = 0; i < x.size(); ++i) CHECK(p.y[i] == std::tanh(x[i]));
+    const double h = 1e-6;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        const double fd = w[i] * (std::tanh(x[i] + h) - std::tanh(x[i] - h)) / (2 * h);
+        CHECK(std::abs(fd - p.dx[i]) < 1e-8);
+    }
+    R relu;
+    const auto q = train_pass(relu, std::vector<double>{}, x, w, n, Mode{.training = true});
+    for (std::size_t i = 0; i < x.size(); ++i) {
+        CHECK(q.y[i] == std::max(x[i], 0.0));
+        CHECK(q.dx[i] == (x[i] > 0 ? w[i] : 0.0));
+    }
+    static_assert(L::num_params == 0);
+}

@@ -5,6 +5,7 @@
 /// (Conv2D → BatchNormalization → ReLU, the residual networks' unit).
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "strata/fwd.hpp"
@@ -35,6 +36,21 @@ struct ActivationLayer {
 };
 
 namespace detail {
+// y = act(x) and dx = dy · act'(y) in one pass each (one element per index, on any place).
+template <class T, class Act>
+struct ApplyActivation {
+    const T* x;
+    T* y;
+    STRATA_HD void operator()(std::int64_t i) const { y[i] = Act::apply(x[i]); }
+};
+template <class T, class Act>
+struct ActivationGradInto {
+    const T* y;
+    const T* dy;
+    T* dx;
+    STRATA_HD void operator()(std::int64_t i) const { dx[i] = Act::grad(y[i], dy[i]); }
+};
+
 template <class Act, class In, class T, class P>
 class ActivationLayerImpl {
     static_assert(LayerShapeError<ActivationLayer<Act>, AnyShapeOfRank<1>, In, !Act::rowwise || In::rank == 1>::value,
@@ -51,6 +67,12 @@ public:
     void forward(const T*, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode& mode) {
         const std::int64_t n = x.dim(0);
         const TensorView<T, P> ym(y.data(), Shape{n, In::size});
+        if constexpr (!Act::rowwise && !std::is_same_v<Act, Linear>) {
+            if (!mode.skip_activation) {
+                if (n > 0) place::for_each_n<P>(n * In::size, ApplyActivation<T, Act>{x.data(), y.data()});
+                return;
+            }
+        }
         copy(TensorView<T, P>(x.data(), Shape{n, In::size}), ym);
         bias_activation<Act>(ym, static_cast<const T*>(nullptr), In::size, mode.skip_activation);
     }
@@ -58,6 +80,12 @@ public:
     void backward(const T*, T*, const TensorView<T, P>& x, const TensorView<T, P>& y, const TensorView<T, P>& dy,
                   const TensorView<T, P>& dx, const Mode& mode) {
         const std::int64_t n = x.dim(0);
+        if constexpr (!Act::rowwise && !std::is_same_v<Act, Linear>) {
+            if (!mode.skip_activation) {
+                if (!dx.empty() && n > 0) place::for_each_n<P>(n * In::size, ActivationGradInto<T, Act>{y.data(), dy.data(), dx.data()});
+                return;
+            }
+        }
         const TensorView<T, P> dym(dy.data(), Shape{n, In::size});
         activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, In::size}), dym, mode.skip_activation);
         if (!dx.empty()) copy(dym, TensorView<T, P>(dx.data(), Shape{n, In::size}));
