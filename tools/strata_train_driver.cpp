@@ -552,15 +552,21 @@ bool trains_on_gpu(const std::string& strategy) {
 /// --device auto|cpu|gpu resolved to the device this run trains on ("cpu" or "gpu"): a GPU-only
 /// request on a machine or a build without one is an error that says which, never a silent
 /// fallback; auto takes the GPU only where one is usable and the strategy trains there.
-std::string resolve_device(const CLI::App& app, const Flags& f, bool built_with_cuda) {
+std::string resolve_device(const CLI::App& app, const Flags& f, const ModelEntry& model) {
     const bool gpu_flags = app.count("--logical-gpus") || app.count("--gpu-memory-mb");
     if (f.device == "cpu") return "cpu";
     const bool want_gpu = f.device == "gpu" || gpu_flags;
     const std::string asked = f.device == "gpu" ? "--device gpu" : (app.count("--logical-gpus") ? "--logical-gpus" : "--gpu-memory-mb");
-    if (!built_with_cuda) {
+#ifndef STRATA_TRAIN_HAVE_CUDA
+    // Built without CUDA (nvcc was not found when the program was configured; strata_train_gpu.cu
+    // is the unit that trains on the GPU).
+    if (!want_gpu) return "cpu";
+    throw cli::usage_error(asked + ": this build of " + app.get_name() + " has no CUDA (nvcc was not found when it was configured; "
+                           "install the CUDA toolkit and reconfigure with -Dcuda=enabled)");
+#endif
+    if (!model.gpu) {  // on_gpu() false: the model's layers have no CUDA kernels yet
         if (!want_gpu) return "cpu";
-        throw cli::usage_error(asked + ": this build of " + app.get_name() + " has no CUDA (nvcc was not found when it was configured; "
-                               "install the CUDA toolkit and reconfigure with -Dcuda=enabled)");
+        throw cli::usage_error(asked + ": --model " + f.model + " does not train on the GPU in this program yet (use --device cpu)");
     }
     const auto gpus = strata::place::list_physical_devices(strata::place::DeviceKind::Gpu);
     if (gpus.empty()) {
@@ -586,7 +592,7 @@ int run(const Tool& tool, int argc, char** argv) {
         check_flags(app, flags, tool);
         const ModelEntry& model = model_named(tool, flags.model);
         const Dataset& dataset = dataset_named(flags.dataset);
-        const std::string device = resolve_device(app, flags, model.gpu != nullptr);
+        const std::string device = resolve_device(app, flags, model);
         const int threads = flags.threads;
         strata::set_num_threads(threads);
 

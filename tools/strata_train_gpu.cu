@@ -9,12 +9,13 @@
 
 namespace strata_train {
 
-template <class M>
-Report train_on_gpu(const Job& job, int& replicas_in_sync) {
+namespace {
+
+template <class Net>
+Report train_cuda(const Job& job, int& replicas_in_sync) {
     namespace sd = strata::distribute;
     namespace pd = strata::place;
     using Cuda = pd::Cuda;
-    using Net = typename M::Net;
     const Flags& f = job.flags;
     const auto gpus = pd::list_physical_devices(pd::DeviceKind::Gpu);
     if (gpus.empty()) throw strata::DeviceError("--device gpu: no GPU is visible to this process");
@@ -60,6 +61,16 @@ Report train_on_gpu(const Job& job, int& replicas_in_sync) {
     throw strata::ValueError("--device gpu: --strategy " + f.strategy +
                              " does not train on the GPU in this program yet; use --device cpu (one_device, mirrored, "
                              "central_storage and parameter_server train on the GPU)");
+}
+
+}  // namespace
+
+template <class M>
+Report train_on_gpu(const Job& job, int& replicas_in_sync) {
+    // A model whose layers have no CUDA kernels (on_gpu() false) compiles nothing here; the
+    // driver never calls it (its entry has no GPU trainer).
+    if constexpr (on_gpu<M>()) return train_cuda<typename M::Net>(job, replicas_in_sync);
+    else throw strata::ValueError("--device gpu: --model " + job.flags.model + " does not train on the GPU yet");
 }
 template Report train_on_gpu<Model>(const Job&, int&);
 

@@ -6,7 +6,9 @@
 // Adding a model (docs/tools.md, "Adding a model"):
 //   1. Here: a struct with `name` (what --model takes), `description` (one line for --help) and
 //      `Net` (a strata::nn::Sequential taking Input<28, 28, 1> and ending in Dense<10, Softmax>,
-//      as every dataset below is), and its name appended to `Models`.
+//      as every dataset below is), and its name appended to `Models`. A model whose layers have
+//      no CUDA kernels yet also says `static constexpr bool on_gpu = false;` (--device gpu then
+//      refuses it, auto trains it on the CPU, and the GPU unit compiles nothing for it).
 //   2. tools/meson.build: the same name appended to `strata_train_models`, in the same order
 //      (strata_train.cpp refuses to compile, saying so, when the two lists differ). Meson then
 //      compiles the model's units (strategies, parameter server, pipeline, MultiWorkerMirrored,
@@ -33,6 +35,13 @@ struct Cnn {
 
 /// Every model strata_train offers, in the order --help lists them. The first is the default.
 using Models = std::tuple<Cnn>;
+
+/// Whether model M trains on the GPU (--device gpu): unless it says `on_gpu = false`.
+template <class M>
+constexpr bool on_gpu() {
+    if constexpr (requires { M::on_gpu; }) return M::on_gpu;
+    else return true;
+}
 
 /// A dataset of 28x28 grey images in 10 classes, in MNIST's four IDX files.
 struct Dataset {

@@ -47,7 +47,7 @@ struct ModelEntry {
     std::string (*summary)() = nullptr;  // the Keras-like table printed before training
     Trainer in_process = nullptr, parameter_server = nullptr, pipeline = nullptr;
     Trainer multi_worker = nullptr;  // null where the build has no MPI
-    Trainer gpu = nullptr;           // null where the build has no CUDA
+    Trainer gpu = nullptr;           // null where the build has no CUDA, or the model no GPU kernels (on_gpu)
 };
 
 /// Model M's entry: its facts and its trainers.
@@ -60,7 +60,7 @@ ModelEntry entry() {
     e.multi_worker = &train_multi_worker<M>;
 #endif
 #ifdef STRATA_TRAIN_HAVE_CUDA
-    e.gpu = &train_on_gpu<M>;
+    if constexpr (on_gpu<M>()) e.gpu = &train_on_gpu<M>;
 #endif
     return e;
 }
