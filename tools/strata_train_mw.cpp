@@ -1,31 +1,31 @@
-// tools/mnist_cnn --strategy multi_worker_mirrored, run by mpirun (or srun): every process
-// runs the same program and reads the same global batches; --replicas is per process. A
-// translation unit of its own: it needs MPI, and a build without MPI leaves it out (see
-// examples/meson.build and the fallback in mnist_cnn.cpp).
-#include "mnist_cnn.hpp"
+// tools/strata_train --strategy multi_worker_mirrored, for one model (-DSTRATA_TRAIN_MODEL=NAME;
+// see strata_train_model.hpp), run by mpirun (or srun): every process runs the same program and
+// reads the same global batches; --replicas is per process. A translation unit of its own: it
+// needs MPI, and a build without MPI leaves it out (tools/meson.build; the driver then says the
+// build has no MPI).
+#include "strata_train_model.hpp"
 
 #include <strata/distribute/multi_worker_mirrored.hpp>
 
 #include <cstdio>
-#include <string>
 
-namespace mnist_example {
+namespace strata_train {
 
-int multi_worker_rank() { return strata::distribute::collective::mpi::world_rank(); }
-
-Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync) {
+template <class M>
+Report train_multi_worker(const Job& job, int& replicas_in_sync) {
     namespace sd = strata::distribute;
     namespace sc = strata::distribute::collective;
+    const Flags& f = job.flags;
     const sc::Transport transport = f.transport == "mpi"             ? sc::Transport::Mpi
                                     : f.transport == "shared_memory" ? sc::Transport::SharedMemory
                                     : f.transport == "hierarchical"  ? sc::Transport::Hierarchical
                                                                      : sc::Transport::Auto;
-    // (The flags every process must share are compared when the processes join: main() gave
+    // (The flags every process must share are compared when the processes join: run() gave
     // them to set_job_settings.)
     sd::MultiWorkerOptions mw{.transport = transport};
     sd::MultiWorkerMirrored<> s(f.replicas, {.cores_per_replica = f.threads, .timeout = std::chrono::milliseconds(f.timeout_ms)}, mw);
     replicas_in_sync = s.num_replicas_in_sync();
-    Report rep = train(s, f, mnist);
+    Report rep = train<typename M::Net>(s, job);
     const auto& pg = s.process_group();
     if (pg.rank() == 0 && pg.transport() == sc::Transport::Hierarchical) {
         const auto c = pg.cross_host_stats();  // rank 0 leads host 0
@@ -35,14 +35,6 @@ Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int&
     }
     return rep;
 }
+template Report train_multi_worker<Model>(const Job&, int&);
 
-int end_job_with_lost_ranks(const std::string& why, int status) {
-    std::fprintf(stderr, "mnist_cnn: %s: ending the job (MPI_Abort, exit status %d) so that no process waits for it\n", why.c_str(),
-                 status);
-    std::fflush(stdout);
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, status);
-    return status;
-}
-
-}  // namespace mnist_example
+}  // namespace strata_train

@@ -1,12 +1,12 @@
 #pragma once
-// The parameter server's options from mnist_cnn's flags: shared by the host unit
-// (mnist_cnn_ps.cpp) and the GPU unit (mnist_cnn_gpu.cu), which both train one
+// The parameter server's options from strata_train's flags: shared by the host unit
+// (strata_train_ps.cpp) and the GPU unit (strata_train_gpu.cu), which both train one
 // ParameterServer<Place, sync::Any> with them.
-#include "mnist_cnn.hpp"
+#include "strata_train.hpp"
 
 #include <strata/distribute/parameter_server.hpp>
 
-namespace mnist_example {
+namespace strata_train {
 
 // The rule, K and B are run-time knobs (sync::Any): one instantiation for every sync mode.
 inline strata::distribute::ParameterServerOptions ps_options(const Flags& f) {
@@ -31,4 +31,4 @@ inline strata::distribute::ParameterServerOptions ps_options(const Flags& f) {
     return o;
 }
 
-}  // namespace mnist_example
+}  // namespace strata_train

@@ -1,15 +1,18 @@
 #pragma once
-// What the translation units of tools/mnist_cnn share: the network, the flags, the report and
-// the training function. The command line (flags, JSON) is in mnist_cnn.cpp, the in-process
-// strategies in mnist_cnn_train.cpp, the same on the GPU in mnist_cnn_gpu.cu (nvcc), the
-// parameter-server modes in mnist_cnn_ps.cpp and
-// MultiWorkerMirrored (which needs MPI) in mnist_cnn_mw.cpp, so that they compile in parallel
-// (compile time is part of the product) and a build without MPI still has the rest.
+// What the units of tools/strata_train (and tools/mnist_cnn, the same program with its choices
+// fixed) share: the flags, the job, the report and the training function. The command line
+// (flags, data, table, JSON) is in strata_train_driver.cpp, compiled once; each model's
+// trainers are in units of their own, compiled once per model of strata_train_models.hpp
+// (tools/meson.build): the in-process strategies in strata_train_in_process.cpp, the same on
+// the GPU in strata_train_gpu.cu (nvcc), the parameter-server modes in strata_train_ps.cpp,
+// the pipeline and hybrid in strata_train_pipeline.cpp and MultiWorkerMirrored (which needs
+// MPI) in strata_train_mw.cpp, so that they compile in parallel (compile time is part of the
+// product) and a build without MPI still has the rest.
 #include <strata/strata.hpp>
 #include <strata/distribute/parameter_server_stats.hpp>
 #include <strata/distribute/settings.hpp>
 
-#include "mnist_cnn_net.hpp"
+#include "strata_train_tool.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -24,16 +27,17 @@
 
 #include <csignal>
 
-// The network's passes (its layers' kernels, specialised on the seed CNN's shapes) are compiled
-// once for the tool, in mnist_cnn_train.cpp; the other units that train it on the host declare
-// them here (docs/building.md, "Compile a network once").
-extern template class strata::nn::Network<mnist_example::Net, float, strata::place::Host>;
-
-namespace mnist_example {
+namespace strata_train {
 
 /// Every flag of the program, with its default.
 struct Flags {
-    std::string data = "data/mnist";
+    // strata_train only (mnist_cnn: the first model, the first dataset, RMSprop(1e-3))
+    std::string model{model_names[0]};
+    std::string dataset{datasets[0].name};
+    std::string optimizer = "rmsprop";
+    double learning_rate = 0;  // 0: the optimizer's default (Keras's: sgd 0.01, rmsprop and adam 0.001)
+    double momentum = 0;       // sgd, rmsprop
+    std::string data;          // empty: the dataset's default directory (data/mnist, data/fashion_mnist)
     int epochs = 6;
     std::int64_t steps_per_epoch = -1;  // -1: one full pass over the training set
     std::int64_t batch_size = 128;
@@ -73,7 +77,17 @@ struct Flags {
     std::string schedule = "gpipe";
 };
 
-// Flags that only mean something for --strategy parameter_server.
+/// What a trainer trains: the flags, the data, and what the driver made of them.
+struct Job {
+    const Flags& flags;
+    const ModelEntry& model;
+    const Dataset& dataset;
+    const strata::data::Mnist& data;
+    strata::optim::Optimizer optimizer;  // make_optimizer(): the one place the flags become an optimizer
+    std::string optimizer_text;          // its description, for the backup's configuration
+};
+
+/// A trainer's figures, for the table and the JSON.
 struct Report {
     double test_accuracy = 0, test_loss = 0, images_per_second = 0, seconds = 0;
     double test_images_per_second = 0;  // evaluate() over the test set, batch 1000, after training
@@ -86,7 +100,8 @@ struct Report {
 };
 
 // Across processes (every strategy: multi_worker_mirrored, parameter_server, pipeline, hybrid):
-// the flags that change the result or the files written, which every process must have alike.
+// the flags that change the result or the files written, which every process must have alike
+// (the model, the dataset and the optimizer too).
 // main() hands them to strata::distribute::set_job_settings before any strategy is built, and
 // every process group compares them when its ranks join, before anything else crosses
 // processes: one place for every strategy, so that a new one cannot forget them (issue 41:
@@ -95,7 +110,8 @@ struct Report {
 // (--replicas, --transport, --timeout-ms; --workers, --servers, --sync, --k, --staleness,
 // --straggler, --clock, --shards; --stages, --micro-batches, --schedule); --threads, --verbose
 // and --data (a path per host; the data's size is compared) may differ.
-inline strata::distribute::collective::Settings shared_settings(const Flags& f, const strata::data::Mnist& mnist) {
+inline strata::distribute::collective::Settings shared_settings(const Flags& f, const strata::data::Mnist& mnist,
+                                                                const std::string& optimizer_text) {
     return {{"--batch-size", std::to_string(f.batch_size)},
             {"--seed", std::to_string(f.seed)},
             {"--epochs", std::to_string(f.epochs)},
@@ -109,19 +125,21 @@ inline strata::distribute::collective::Settings shared_settings(const Flags& f, 
             {"--backup-dir", f.backup_dir},
             {"--backup-every-steps", std::to_string(f.backup_every_steps)},
             {"--backup-force", f.backup_force ? "given" : ""},
+            {"--model", f.model},
+            {"--dataset", f.dataset},
+            {"optimizer", optimizer_text},  // --optimizer, --learning-rate, --momentum
             {"training images", std::to_string(mnist.train.size())},
             {"test images", std::to_string(mnist.test.size())}};
 }
 
-/// What train() does that does not depend on the strategy, compiled once (mnist_cnn.cpp) rather
+/// What train() does that does not depend on the strategy, compiled once (strata_train_driver.cpp) rather
 /// than in every model's unit: the datasets, the callbacks (the epoch timer, Ctrl-C and SIGTERM,
 /// NaN, --backup-dir, --tensorboard) and the report.
 class Session {
 public:
     /// `replicas_in_sync`: the strategy's, for the backup's configuration (-1: it has none);
     /// `epoch_figures()`: the model's last epoch's training seconds and examples.
-    Session(const Flags& flags, const strata::data::Mnist& mnist, int replicas_in_sync,
-            std::function<std::pair<double, std::int64_t>()> epoch_figures);
+    Session(const Job& job, int replicas_in_sync, std::function<std::pair<double, std::int64_t>()> epoch_figures);
     strata::data::Dataset<> train, test;
     strata::train::CallbackList callbacks;
     /// fit's options: --epochs, --steps-per-epoch, --verbose, the test set, the callbacks.
@@ -147,14 +165,16 @@ private:
     std::function<std::pair<double, std::int64_t>()> epoch_figures_;
 };
 
-template <class Strategy>
-Report train(Strategy& strategy, const Flags& flags, const strata::data::Mnist& mnist) {
+/// Trains `job`'s model, Net, under `strategy` with fit, saves what --save asks for, evaluates.
+template <class Net, class Strategy>
+Report train(Strategy& strategy, const Job& job) {
+    const Flags& flags = job.flags;
     strata::Model<Net, Strategy> model(strategy, flags.seed);
-    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::RMSprop{.learning_rate = 1e-3});
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, job.optimizer);
     int replicas = -1;
     if constexpr (requires { strategy.num_replicas_in_sync(); }) replicas = strategy.num_replicas_in_sync();
     // The model's epoch timer stops before validation: images/s counts training only.
-    Session session(flags, mnist, replicas, [&] { return std::pair{model.last_epoch_seconds(), model.last_epoch_examples()}; });
+    Session session(job, replicas, [&] { return std::pair{model.last_epoch_seconds(), model.last_epoch_examples()}; });
     if (!flags.load.empty()) model.load(flags.load);
     const auto t0 = std::chrono::steady_clock::now();
     auto history = model.fit(session.train, session.fit_options(model.epoch()));
@@ -177,33 +197,13 @@ Report train(Strategy& strategy, const Flags& flags, const strata::data::Mnist& 
     return session.finish(ev, eval_seconds, ps);
 }
 
-/// --strategy one_device, mirrored or central_storage (mnist_cnn_train.cpp): `replicas_in_sync`
-/// gets the replicas the strategy runs.
-Report train_in_process(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync);
-
-/// --strategy parameter_server (mnist_cnn_ps.cpp): one instantiation for every sync mode (sync::Any).
-Report train_parameter_server(const Flags& f, const strata::data::Mnist& mnist);
-
-/// --strategy pipeline or hybrid (mnist_cnn_pipeline.cpp): `replicas_in_sync` gets --replicas.
-Report train_pipeline(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync);
-
-/// --strategy multi_worker_mirrored (mnist_cnn_mw.cpp): `replicas_in_sync` gets processes ×
-/// --replicas. Throws a usage error where the build has no MPI.
-Report train_multi_worker(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync);
-/// This process's rank in the MPI job (MPI is initialized by the call), for
-/// --strategy multi_worker_mirrored: only rank 0 prints and writes files.
+/// This process's rank in the MPI job (MPI is initialized by the call), for the strategies
+/// across processes: only rank 0 prints and writes files. A usage error where the build has no MPI.
 int multi_worker_rank();
 /// Ends an MPI job whose rank 0 finished (report and files written) but that lost a rank:
 /// prints `why` and calls MPI_Abort(MPI_COMM_WORLD, status), so that the launcher ends every
 /// process, a stopped one too (mpirun --enable-recovery otherwise waits for it for ever), and
 /// the job's status is non-zero. Returns `status` where the build has no MPI.
-int end_job_with_lost_ranks(const std::string& why, int status);
+int end_job_with_lost_ranks(const std::string& program, const std::string& why, int status);
 
-/// --device gpu (mnist_cnn_gpu.cu, compiled by nvcc): --strategy one_device, mirrored or
-/// central_storage with CUDA tensors. Where nvcc was not found, mnist_cnn.cpp's fallback throws an
-/// error saying the program was built without CUDA.
-Report train_on_gpu(const Flags& f, const strata::data::Mnist& mnist, int& replicas_in_sync);
-/// Whether the GPU unit is in this program.
-bool built_with_cuda();
-
-}  // namespace mnist_example
+}  // namespace strata_train

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""tools/strata_train run the way users and scripts run it, a few steps on a tiny MNIST-shaped
+data set written here (IDX files; no download):
+
+  * --help lists every flag mnist_cnn has, strata_train's own (--model, --dataset, --optimizer,
+    --learning-rate, --momentum), and the models and datasets with their descriptions;
+  * an unknown model or dataset, and the optimizer flags' mistakes, exit 2 naming the flag (and
+    the choices), before any data is read;
+  * one_device and mirrored over 2 replicas: the JSON names the model, its size, the dataset,
+    its classes and the optimizer;
+  * --dataset fashion_mnist: the table says Fashion-MNIST, the JSON has its class names, and
+    --data defaults to data/fashion_mnist;
+  * the optimizer flags reach the optimizer (JSON optimizer_config);
+  * strata_train's defaults train what mnist_cnn trains, bit for bit (the same saved weights);
+  * with --mpirun: multi_worker_mirrored over 2 processes, one report naming the model.
+
+  check_strata_train.py --strata-train PATH [--mnist-cnn PATH] [--mpirun PATH]
+
+Standard library only; the helpers are tests/check_examples.py's.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_examples as ce  # noqa: E402 - beside this file
+
+FASHION = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
+SHORT = ["--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "16", "--threads", "1", "--verbose", "0",
+         "--device", "cpu"]
+
+
+def flags_in_help(exe):
+    """The --flags a program's --help lists (the first word of each option line)."""
+    r = ce.run([exe, "--help"])
+    return {line.split()[0].split(",")[-1] for line in r.stdout.splitlines() if line.startswith("  --") or line.startswith("  -h")}
+
+
+def check_help(exe, mnist_cnn):
+    r = ce.run([exe, "--help"])
+    ce.check(r.returncode == 0, f"strata_train --help: exit {r.returncode}")
+    for text in ("--model", "--dataset", "--optimizer", "--learning-rate", "--momentum", "Models", "Datasets",
+                 "  cnn ", "the seed CNN", "  mnist ", "  fashion_mnist ", "Zalando"):
+        ce.check(text in r.stdout, f"strata_train --help does not show {text!r}")
+    if mnist_cnn:
+        missing = flags_in_help(mnist_cnn) - flags_in_help(exe)
+        ce.check(not missing, f"strata_train lacks mnist_cnn's flags {sorted(missing)}")
+
+
+def check_usage_errors(exe, missing):
+    # Refused before any data is read: the data directory does not exist here.
+    for args, flag, choices in ((["--model", "no_such_model"], "--model", "cnn"),
+                                (["--dataset", "cifar10"], "--dataset", "mnist, fashion_mnist"),
+                                (["--optimizer", "adagrad"], "--optimizer", "rmsprop, adam, sgd")):
+        if ce.bad_flag(exe, "strata_train", ["--data", missing] + args, flag):
+            r = ce.run([exe, "--data", missing] + args)
+            ce.check(choices in r.stderr, f"strata_train {' '.join(args)}: the error does not list {choices!r}: {r.stderr.strip()!r}")
+    for args, flag in ((["--learning-rate", "0"], "--learning-rate"), (["--learning-rate", "-1"], "--learning-rate"),
+                       (["--learning-rate", "nan"], "--learning-rate"), (["--momentum", "1"], "--momentum"),
+                       (["--optimizer", "adam", "--momentum", "0.9"], "--momentum"),
+                       (["--strategy", "pipeline", "--stages", "8"], "--stages")):
+        ce.bad_flag(exe, "strata_train", ["--data", missing] + args, flag)
+    ce.common_checks(exe, "strata_train", "--epochs")
+
+
+def check_runs(exe, data):
+    fields = ["framework", "model", "model_params", "dataset", "classes", "optimizer", "learning_rate", "momentum",
+              "optimizer_config", "device", "strategy", "replicas", "test_accuracy", "test_loss", "epoch_loss"]
+    for args, replicas in (([], 1), (["--strategy", "mirrored", "--replicas", "2"], 2)):
+        doc = ce.json_run(exe, "strata_train", ["--data", data] + SHORT + args, fields)
+        if doc:
+            ce.check(doc["model"] == "cnn" and doc["model_params"] == 121930 and doc["dataset"] == "mnist"
+                     and doc["classes"] == [str(i) for i in range(10)] and doc["replicas"] == replicas
+                     and doc["optimizer"] == "rmsprop" and doc["learning_rate"] == 0.001 and len(doc["epoch_loss"]) == 1,
+                     f"strata_train {' '.join(args)} JSON: {doc}")
+    # Fashion-MNIST from the directory given, then from its default directory.
+    r = ce.run([exe, "--data", data, "--dataset", "fashion_mnist"] + SHORT)
+    ce.check(r.returncode == 0 and "Fashion-MNIST: 256 training and 100 test images" in r.stdout
+             and "fashion_mnist" in r.stdout, f"strata_train --dataset fashion_mnist: exit {r.returncode}, {r.stdout[-600:]!r} {r.stderr[-300:]!r}")
+    with tempfile.TemporaryDirectory() as cwd:
+        r = subprocess.run([exe, "--dataset", "fashion_mnist"] + SHORT, cwd=cwd, capture_output=True, text=True, timeout=120)
+        ce.check(r.returncode == 1 and "data/fashion_mnist" in r.stderr,
+                 f"strata_train --dataset fashion_mnist without its files: exit {r.returncode}, {r.stderr.strip()[-300:]!r}")
+        os.makedirs(os.path.join(cwd, "data", "fashion_mnist"))
+        ce.fake_mnist(os.path.join(cwd, "data", "fashion_mnist"))
+        out = os.path.join(cwd, "out.json")
+        r = subprocess.run([exe, "--dataset", "fashion_mnist", "--json", out] + SHORT, cwd=cwd, capture_output=True, text=True,
+                           timeout=120)
+        if ce.check(r.returncode == 0, f"strata_train --dataset fashion_mnist from data/fashion_mnist: exit {r.returncode}, {r.stderr[-300:]!r}"):
+            doc = ce.strict_json(out)
+            ce.check(doc["dataset"] == "fashion_mnist" and doc["classes"] == FASHION, f"strata_train fashion_mnist JSON: {doc}")
+            ce.check("from data/fashion_mnist" in r.stdout, f"strata_train: the table does not name data/fashion_mnist: {r.stdout[-400:]!r}")
+    # The optimizer flags reach the optimizer; each optimizer's default learning rate.
+    for args, optimizer, lr, config in ((["--optimizer", "sgd", "--learning-rate", "0.05", "--momentum", "0.9"], "sgd", 0.05,
+                                         "SGD(learning_rate=0.050000000000000003, momentum=0.90000000000000002, nesterov=false)"),
+                                        (["--optimizer", "sgd"], "sgd", 0.01, "SGD(learning_rate=0.01,"),
+                                        (["--optimizer", "adam", "--learning-rate", "0.002"], "adam", 0.002, "Adam(learning_rate=0.002"),
+                                        (["--optimizer", "rmsprop", "--momentum", "0.5"], "rmsprop", 0.001, "RMSprop(learning_rate=0.001")):
+        doc = ce.json_run(exe, "strata_train", ["--data", data] + SHORT + args, ["optimizer", "learning_rate", "optimizer_config"])
+        if doc:
+            ce.check(doc["optimizer"] == optimizer and doc["learning_rate"] == lr and doc["optimizer_config"].startswith(config),
+                     f"strata_train {' '.join(args)}: JSON {doc['optimizer']}, {doc['learning_rate']}, {doc['optimizer_config']!r}")
+
+
+def check_same_as_mnist_cnn(exe, mnist_cnn, data):
+    """strata_train's defaults are mnist_cnn's program: the same weights after the same steps."""
+    with tempfile.TemporaryDirectory() as d:
+        saved = {}
+        for name, prog, extra in (("mnist_cnn", mnist_cnn, []), ("strata_train", exe, ["--model", "cnn", "--dataset", "mnist"])):
+            path = os.path.join(d, name + ".safetensors")
+            r = ce.run([prog, "--data", data, "--seed", "5", "--save", path] + SHORT + extra)
+            if ce.check(r.returncode == 0, f"{name} --save: exit {r.returncode}, {r.stderr[-300:]!r}"):
+                with open(path, "rb") as f:
+                    saved[name] = f.read()
+        if len(saved) == 2:
+            ce.check(saved["mnist_cnn"] == saved["strata_train"], "strata_train --model cnn --dataset mnist and mnist_cnn saved different weights")
+
+
+def check_mpirun(exe, mpirun, data):
+    env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_btl": "self,vader",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out.json")
+        r = ce.run([mpirun, "-np", "2", exe, "--data", data, "--strategy", "multi_worker_mirrored", "--replicas", "1",
+                    "--json", out] + SHORT, env, timeout=300)
+        if ce.check(r.returncode == 0, f"mpirun -np 2 strata_train multi_worker_mirrored: exit {r.returncode}, {r.stderr[-600:]!r}"):
+            doc = ce.strict_json(out)
+            ce.check(doc["model"] == "cnn" and doc["replicas"] == 2 and r.stdout.count("test accuracy") == 1,
+                     f"mpirun strata_train: JSON {doc}, {r.stdout.count('test accuracy')} reports")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--strata-train", required=True)
+    p.add_argument("--mnist-cnn")
+    p.add_argument("--mpirun")
+    a = p.parse_args()
+    exe = os.path.abspath(a.strata_train)  # some runs change the working directory
+    with tempfile.TemporaryDirectory() as data:
+        ce.fake_mnist(data)
+        check_help(exe, a.mnist_cnn)
+        check_usage_errors(exe, os.path.join(data, "no-such-dir"))
+        check_runs(exe, data)
+        if a.mnist_cnn:
+            check_same_as_mnist_cnn(exe, a.mnist_cnn, data)
+        if a.mpirun:
+            check_mpirun(exe, a.mpirun, data)
+    print(f"{len(ce.failures)} failure(s)" if ce.failures else "all checks passed")
+    return 1 if ce.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

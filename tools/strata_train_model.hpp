@@ -1,0 +1,29 @@
+#pragma once
+// The model one unit of a model's library trains. tools/meson.build compiles each trainer unit
+// (strata_train_in_process.cpp, _ps.cpp, _pipeline.cpp, _mw.cpp, _gpu.cu) once per model of
+// strata_train_models.hpp, with -DSTRATA_TRAIN_MODEL=NAME; this header turns the name into
+// `Model` (its entry in Models) and `Net` (its network), and declares the network's passes
+// compiled once, in the model's strata_train_in_process.cpp (docs/building.md, "Compile a
+// network once"), so that the model's other units do not compile them again.
+#include "strata_train.hpp"
+
+#ifndef STRATA_TRAIN_MODEL
+#error "compile this unit with -DSTRATA_TRAIN_MODEL=NAME, NAME a model of tools/strata_train_models.hpp (tools/meson.build does)"
+#endif
+#define STRATA_TRAIN_TEXT_(x) #x
+#define STRATA_TRAIN_TEXT(x) STRATA_TRAIN_TEXT_(x)
+
+namespace strata_train {
+
+inline constexpr std::size_t model_position = model_index(STRATA_TRAIN_TEXT(STRATA_TRAIN_MODEL));
+static_assert(model_position < std::tuple_size_v<Models>,
+              "-DSTRATA_TRAIN_MODEL names no model of tools/strata_train_models.hpp: tools/meson.build's "
+              "strata_train_models must list the names of Models");
+using Model = std::tuple_element_t<model_position < std::tuple_size_v<Models> ? model_position : 0, Models>;
+using Net = Model::Net;
+
+}  // namespace strata_train
+
+#ifndef STRATA_TRAIN_DEFINES_NETWORK
+extern template class strata::nn::Network<strata_train::Net, float, strata::place::Host>;
+#endif

@@ -1,0 +1,95 @@
+#pragma once
+// The models tools/strata_train trains (--model NAME) and the datasets it trains them on
+// (--dataset NAME): the one header to edit to offer another. tools/mnist_cnn is strata_train
+// with --model cnn --dataset mnist fixed.
+//
+// Adding a model (docs/tools.md, "Adding a model"):
+//   1. Here: a struct with `name` (what --model takes), `description` (one line for --help) and
+//      `Net` (a strata::nn::Sequential taking Input<28, 28, 1> and ending in Dense<10, Softmax>,
+//      as every dataset below is), and its name appended to `Models`. A model whose layers have
+//      no CUDA kernels yet also says `static constexpr bool on_gpu = false;` (--device gpu then
+//      refuses it, auto trains it on the CPU, and the GPU unit compiles nothing for it).
+//   2. tools/meson.build: the same name appended to `strata_train_models`, in the same order
+//      (strata_train.cpp refuses to compile, saying so, when the two lists differ). Meson then
+//      compiles the model's units (strategies, parameter server, pipeline, MultiWorkerMirrored,
+//      GPU) as a library of their own, side by side with the other models'.
+// Nothing else: the flags, the report, every strategy and --help come from these two lists.
+#include <strata/nn/layers.hpp>
+
+#include "mnist_cnn_net.hpp"  // the seed CNN (the benchmarks include it alone)
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+#include <tuple>
+
+namespace strata_train {
+
+/// The seed CNN: the network tools/mnist_cnn has always trained.
+struct Cnn {
+    static constexpr std::string_view name = "cnn";
+    static constexpr std::string_view description =
+        "the seed CNN, mnist_cnn's: Conv2D 32, MaxPooling2D, Conv2D 64, MaxPooling2D, Dense 64, Dense 10";
+    using Net = mnist_example::Net;
+};
+
+/// Every model strata_train offers, in the order --help lists them. The first is the default.
+using Models = std::tuple<Cnn>;
+
+/// Whether model M trains on the GPU (--device gpu): unless it says `on_gpu = false`.
+template <class M>
+constexpr bool on_gpu() {
+    if constexpr (requires { M::on_gpu; }) return M::on_gpu;
+    else return true;
+}
+
+/// A dataset of 28x28 grey images in 10 classes, in MNIST's four IDX files.
+struct Dataset {
+    std::string_view name;         // what --dataset takes
+    std::string_view title;        // the report's name for it
+    std::string_view default_dir;  // --data when not given
+    std::string_view fetch;        // the script that puts the files there
+    std::string_view description;  // one line for --help
+    std::array<std::string_view, 10> classes;
+};
+
+/// Every dataset strata_train offers, in the order --help lists them; the first is the default.
+/// Fashion-MNIST has MNIST's format, and strata_train_driver.cpp's load_dataset() reads both
+/// with strata::data::load_mnist (the place for a dataset's own loader).
+inline constexpr std::array<Dataset, 2> datasets = {{
+    {"mnist", "MNIST", "data/mnist", "scripts/fetch-mnist", "LeCun's handwritten digits: 60000 training, 10000 test images",
+     {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}},
+    {"fashion_mnist", "Fashion-MNIST", "data/fashion_mnist", "scripts/fetch-fashion-mnist",
+     "Zalando's clothing images, MNIST's format and sizes",
+     {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"}},
+}};
+
+namespace detail {
+template <class... M>
+constexpr std::array<std::string_view, sizeof...(M)> names_of(std::tuple<M...>*) {
+    return {M::name...};
+}
+}  // namespace detail
+
+/// The models' names, in Models' order.
+inline constexpr auto model_names = detail::names_of(static_cast<Models*>(nullptr));
+
+/// The position of the model called `name` in Models (Models' size when there is none).
+constexpr std::size_t model_index(std::string_view name) {
+    std::size_t i = 0;
+    while (i < model_names.size() && model_names[i] != name) ++i;
+    return i;
+}
+
+/// Whether `list` ("cnn,resnet": tools/meson.build's strata_train_models) names Models' models,
+/// in their order.
+constexpr bool models_are(std::string_view list) {
+    for (const std::string_view name : model_names) {
+        const std::size_t end = list.find(',');
+        if (list.substr(0, end) != name) return false;
+        list = end == std::string_view::npos ? std::string_view() : list.substr(end + 1);
+    }
+    return list.empty();
+}
+
+}  // namespace strata_train
