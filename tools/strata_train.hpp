@@ -37,6 +37,15 @@ struct Flags {
     std::string optimizer = "rmsprop";
     double learning_rate = 0;  // 0: the optimizer's default (Keras's: sgd 0.01, rmsprop and adam 0.001)
     double momentum = 0;       // sgd, rmsprop
+    double weight_decay = 0.004;        // adamw (Keras's default)
+    double global_clipnorm = 0;         // 0: off
+    std::string lr_schedule = "constant";  // --lr-schedule: constant | cosine (linear warm-up, then cosine decay to 0)
+    double warmup_epochs = 0;           // cosine: epochs of linear warm-up from 0
+    std::string sync_batch_norm = "auto";  // auto | on | off: statistics over every replica's share
+    bool sync_bn = false;                  // what auto resolved to (check_flags)
+    std::string augment = "auto";          // auto (the model's recipe) | on | off
+    bool augmenting = false;               // what auto resolved to
+    int augment_pad = 2;                   // zero padding before the random crop
     std::string data;          // empty: the dataset's default directory (data/mnist, data/fashion_mnist)
     int epochs = 6;
     std::int64_t steps_per_epoch = -1;  // -1: one full pass over the training set
@@ -127,6 +136,8 @@ inline strata::distribute::collective::Settings shared_settings(const Flags& f, 
             {"--backup-force", f.backup_force ? "given" : ""},
             {"--model", f.model},
             {"--dataset", f.dataset},
+            {"--sync-batch-norm", f.sync_bn ? "on" : "off"},
+            {"--augment", f.augmenting ? "pad " + std::to_string(f.augment_pad) : "off"},
             {"optimizer", optimizer_text},  // --optimizer, --learning-rate, --momentum
             {"training images", std::to_string(mnist.train.size())},
             {"test images", std::to_string(mnist.test.size())}};

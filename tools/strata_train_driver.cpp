@@ -46,11 +46,20 @@
 
 namespace strata_train {
 
+// The training images: shuffled, augmented with --augment (a random crop after zero padding,
+// and on Fashion-MNIST a horizontal flip; digits are not symmetric), batched. The draws depend
+// on --seed, the epoch and the example's place in it only: every strategy sees the same images.
+strata::data::Dataset<> training_data(const Job& job) {
+    const Flags& f = job.flags;
+    auto ds = strata::data::Dataset<>::from_arrays(job.data.train.images.data, {28, 28, 1}, job.data.train.labels.data)
+                  .shuffle(10000, f.seed);
+    if (f.augmenting)
+        ds = ds.augment({.pad = f.augment_pad, .flip = job.dataset.name == "fashion_mnist", .seed = f.seed});
+    return ds.batch(std::size_t(f.batch_size)).prefetch(2);
+}
+
 Session::Session(const Job& job, int replicas_in_sync, std::function<std::pair<double, std::int64_t>()> epoch_figures)
-    : train(strata::data::Dataset<>::from_arrays(job.data.train.images.data, {28, 28, 1}, job.data.train.labels.data)
-                .shuffle(10000, job.flags.seed)
-                .batch(std::size_t(job.flags.batch_size))
-                .prefetch(2)),
+    : train(training_data(job)),
       test(strata::data::Dataset<>::from_arrays(job.data.test.images.data, {28, 28, 1}, job.data.test.labels.data).batch(1000)),
       flags_(job.flags),
       epoch_figures_(std::move(epoch_figures)) {
@@ -221,12 +230,35 @@ void declare_flags(CLI::App& app, Flags& f, const Tool& tool) {
         app.add_option("--data", f.data, "directory with the dataset's four IDX files (default: data/DATASET: data/mnist, "
                                          "data/fashion_mnist; scripts/fetch-mnist DIR, scripts/fetch-fashion-mnist DIR)");
         // Another optimizer: its name here and in make_optimizer; its own knobs beside --momentum.
-        app.add_option("--optimizer", f.optimizer, "the optimizer, with Keras's defaults for what no flag sets")
-            ->check(cli::one_of({"rmsprop", "adam", "sgd"}))->capture_default_str();
-        app.add_option("--learning-rate", f.learning_rate, "the learning rate (default: the optimizer's, Keras's: rmsprop and "
-                                                           "adam 0.001, sgd 0.01)")
+        app.add_option("--optimizer", f.optimizer, "the optimizer, with Keras's defaults for what no flag sets (default: the "
+                                                   "model's recipe; rmsprop for cnn, adamw for resnet)")
+            ->check(cli::one_of({"rmsprop", "adam", "sgd", "adamw"}));
+        app.add_option("--learning-rate", f.learning_rate, "the learning rate, a cosine schedule's peak (default: the model's "
+                                                           "recipe, else the optimizer's, Keras's: rmsprop, adam and adamw 0.001, sgd 0.01)")
             ->transform(cli::number(0, 1e6));
         app.add_option("--momentum", f.momentum, "sgd, rmsprop: momentum in [0, 1)")->transform(cli::number(0, 1))->capture_default_str();
+        app.add_option("--weight-decay", f.weight_decay, "adamw: decoupled weight decay (w -= w * weight_decay * lr each step; "
+                                                         "default: the model's recipe, else Keras's 0.004)")
+            ->transform(cli::number(0, 1e6));
+        app.add_option("--global-clipnorm", f.global_clipnorm, "scale the reduced gradient to this global norm when above it "
+                                                               "(Keras's global_clipnorm; 0: off)")
+            ->transform(cli::number(0, 1e12))->capture_default_str();
+        app.add_option("--lr-schedule", f.lr_schedule, "learning-rate schedule: constant, or cosine (Keras's CosineDecay: linear "
+                                                 "warm-up from 0 over --warmup-epochs, then cosine decay to 0 at the last step)")
+            ->check(cli::one_of({"constant", "cosine"}));
+        app.add_option("--warmup-epochs", f.warmup_epochs, "--lr-schedule cosine: epochs of linear warm-up (default: the model's recipe)")
+            ->transform(cli::number(0, 1e6));
+        app.add_option("--sync-batch-norm", f.sync_batch_norm,
+                       "batch normalization's statistics over every replica's share of the global batch (Keras's "
+                       "synchronized=True): on, off, or auto (on for mirrored, central_storage and multi_worker_mirrored "
+                       "with more than one replica in sync; a model without batch normalization has none to sync)")
+            ->check(cli::one_of({"auto", "on", "off"}))->capture_default_str();
+        app.add_option("--augment", f.augment, "random crop after zero padding (--augment-pad) and, on fashion_mnist, random "
+                                               "horizontal flip of the training images, drawn from --seed and the epoch "
+                                               "whatever the replica count: on, off, or auto (the model's recipe: resnet on)")
+            ->check(cli::one_of({"auto", "on", "off"}))->capture_default_str();
+        app.add_option("--augment-pad", f.augment_pad, "--augment: pixels of zero padding on each side before the crop")
+            ->transform(cli::integer(0, 27))->capture_default_str();
     } else {
         f.data = std::string(datasets[0].default_dir);
         app.add_option("--data", f.data, "directory with the four MNIST IDX files (scripts/fetch-mnist DIR)")
@@ -485,6 +517,40 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
     if (piped && std::size_t(f.stages) > model.num_layers)
         throw cli::usage_error("--stages " + std::to_string(f.stages) + ": --model " + f.model + " has " +
                                std::to_string(model.num_layers) + " layers, and a stage takes one or more");
+    // The model's recipe for what no flag sets.
+    // (mnist_cnn declares none of strata_train's choices: its model's recipe is the defaults.)
+    const auto given = [&](const char* name) { return (tool.choices || std::string_view(name) == "--epochs") && app.count(name) > 0; };
+    const Recipe& recipe = model.recipe;
+    if (!given("--epochs")) f.epochs = recipe.epochs;
+    if (!given("--optimizer")) f.optimizer = std::string(recipe.optimizer);
+    if (!given("--learning-rate")) f.learning_rate = recipe.learning_rate;
+    if (!given("--weight-decay")) f.weight_decay = recipe.weight_decay;
+    if (!given("--lr-schedule")) f.lr_schedule = std::string(recipe.lr_schedule);
+    if (!given("--warmup-epochs")) f.warmup_epochs = recipe.warmup_epochs;
+    f.augmenting = f.augment == "on" || (f.augment == "auto" && recipe.augment);
+    if (given("--augment-pad") && !f.augmenting) throw cli::usage_error("--augment-pad needs --augment on");
+    if (f.augmenting && f.augment_pad >= 28)
+        throw cli::usage_error("--augment-pad " + std::to_string(f.augment_pad) + ": expected fewer pixels than the 28 of an image side");
+    if (f.optimizer != "adamw" && given("--weight-decay"))
+        throw cli::usage_error("--weight-decay is adamw's (decoupled weight decay); it means nothing for --optimizer " + f.optimizer);
+    if (f.lr_schedule != "cosine" && given("--warmup-epochs"))
+        throw cli::usage_error("--warmup-epochs is the cosine schedule's; give --lr-schedule cosine");
+    if (f.global_clipnorm > 0 && (ps || piped))
+        throw cli::usage_error("--global-clipnorm needs the whole model's gradient in one place, and --strategy " + f.strategy +
+                               " updates each " + (ps ? "server's shards" : "stage's layers") +
+                               " from its own part: use mirrored, central_storage or multi_worker_mirrored");
+    // Synchronized batch normalization: where the replicas step together, on shares of one batch.
+    const bool can_sync = f.strategy == "mirrored" || f.strategy == "central_storage" || f.strategy == "multi_worker_mirrored";
+    if (f.sync_batch_norm == "on") {
+        if (!model.has_sync_net)
+            throw cli::usage_error("--sync-batch-norm on: --model " + f.model + " has no batch normalization to synchronize");
+        if (!can_sync)
+            throw cli::usage_error("--sync-batch-norm on needs replicas that step together on shares of one global batch "
+                                   "(mirrored, central_storage, multi_worker_mirrored); --strategy " + f.strategy +
+                                   (ps ? "'s workers step on their own" : f.strategy == "one_device" ? " has one replica" :
+                                                                          "'s micro-batches are normalized one by one"));
+    }
+    f.sync_bn = model.has_sync_net && can_sync && f.sync_batch_norm != "off";
     if (app.count("--learning-rate") && !(f.learning_rate > 0))
         throw cli::usage_error("--learning-rate: expected a number > 0, found " + cli::detail::number_text(f.learning_rate));
     if (!(f.momentum < 1)) throw cli::usage_error("--momentum: expected a number in [0, 1), found " + cli::detail::number_text(f.momentum));
@@ -498,18 +564,26 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
 /// flags beside --momentum, checked in check_flags.
 strata::optim::Optimizer make_optimizer(const Flags& f, strata::optim::LearningRate learning_rate) {
     namespace so = strata::optim;
-    if (f.optimizer == "sgd") return so::SGD{.learning_rate = learning_rate, .momentum = f.momentum};
-    if (f.optimizer == "adam") return so::Adam{.learning_rate = learning_rate};
-    return so::RMSprop{.learning_rate = learning_rate, .momentum = f.momentum};
+    const double clip = f.global_clipnorm;
+    if (f.optimizer == "sgd") return so::SGD{.learning_rate = learning_rate, .momentum = f.momentum, .global_clipnorm = clip};
+    if (f.optimizer == "adam") return so::Adam{.learning_rate = learning_rate, .global_clipnorm = clip};
+    if (f.optimizer == "adamw")
+        return so::AdamW{.learning_rate = learning_rate, .weight_decay = f.weight_decay, .global_clipnorm = clip};
+    return so::RMSprop{.learning_rate = learning_rate, .momentum = f.momentum, .global_clipnorm = clip};
 }
 
 /// The learning rate the flags ask for: --learning-rate, or the optimizer's default (Keras's).
 /// The place for a schedule (--lr-schedule cosine: a strata::optim schedule over `total_steps`,
 /// the optimizer updates of the whole run; any callable double(step) is a LearningRate).
-strata::optim::LearningRate make_learning_rate(const Flags& f, std::int64_t total_steps) {
-    (void)total_steps;  // for the schedules to come
-    if (f.learning_rate > 0) return f.learning_rate;
-    return f.optimizer == "sgd" ? 0.01 : 0.001;
+strata::optim::LearningRate make_learning_rate(const Flags& f, std::int64_t total_steps, std::int64_t steps_per_epoch) {
+    const double peak = f.learning_rate > 0 ? f.learning_rate : f.optimizer == "sgd" ? 0.01 : 0.001;
+    if (f.lr_schedule != "cosine") return peak;
+    // Keras's CosineDecay(initial 0, warmup_target peak, warmup_steps, decay_steps: the rest).
+    const auto warmup = std::int64_t(std::llround(f.warmup_epochs * double(steps_per_epoch)));
+    const std::int64_t decay = std::max<std::int64_t>(total_steps - warmup, 1);
+    return strata::optim::CosineDecay{.initial_learning_rate = 0.0, .decay_steps = decay, .alpha = 0.0,
+                                      .warmup_target = warmup > 0 ? std::optional<double>(peak) : std::nullopt,
+                                      .warmup_steps = warmup};
 }
 
 /// The optimizer's text for the backup's configuration and the report: mnist_cnn's
@@ -524,7 +598,7 @@ std::string optimizer_text(const Flags& f, const strata::optim::Optimizer& o) {
 /// The dataset's four files from --data (every dataset has MNIST's format; the place for a
 /// dataset's own loader, whose errors name its fetch script).
 strata::data::Mnist load_dataset(const Dataset& dataset, const std::string& dir) {
-    (void)dataset;  // Fashion-MNIST: strata::data::load_fashion_mnist, once the library has it
+    if (dataset.name == "fashion_mnist") return strata::data::load_fashion_mnist(dir);
     return strata::data::load_mnist(dir);
 }
 
@@ -607,7 +681,7 @@ int run(const Tool& tool, int argc, char** argv) {
         // The optimizer updates of the whole run, for a learning-rate schedule.
         const std::int64_t batches = (std::int64_t(data.train.size()) + flags.batch_size - 1) / flags.batch_size;
         const std::int64_t total_steps = (flags.steps_per_epoch > 0 ? flags.steps_per_epoch : batches) * flags.epochs;
-        auto optimizer = make_optimizer(flags, make_learning_rate(flags, total_steps));
+        auto optimizer = make_optimizer(flags, make_learning_rate(flags, total_steps, flags.steps_per_epoch > 0 ? flags.steps_per_epoch : batches));
         std::string optimizer_description = optimizer_text(flags, optimizer);
         const Job job{flags, model, dataset, data, std::move(optimizer), std::move(optimizer_description)};
         // Compared by every strategy's process group when the ranks join (strata_train.hpp).
@@ -660,13 +734,25 @@ int run(const Tool& tool, int argc, char** argv) {
             break;
         }
         std::printf("\n%-28s %s (%s)\n", "device", device.c_str(), device_name.c_str());
-        const double learning_rate = std::visit([](const auto& o) { return o.learning_rate(0); }, job.optimizer);
+        // The rate at step 0, or a cosine schedule's peak (the rate after its warm-up).
+        const double learning_rate =
+            flags.lr_schedule == "cosine" ? (flags.learning_rate > 0 ? flags.learning_rate : flags.optimizer == "sgd" ? 0.01 : 0.001)
+                                          : std::visit([](const auto& o) { return o.learning_rate(0); }, job.optimizer);
         if (tool.choices) {
             std::printf("%-28s %s (%lld parameters)\n", "model", flags.model.c_str(), (long long)model.num_params);
             std::printf("%-28s %s\n", "dataset", flags.dataset.c_str());
             std::printf("%-28s %s, learning rate %g", "optimizer", flags.optimizer.c_str(), learning_rate);
-            if (flags.optimizer != "adam") std::printf(", momentum %g", flags.momentum);
+            if (flags.optimizer == "sgd" || flags.optimizer == "rmsprop") std::printf(", momentum %g", flags.momentum);
+            if (flags.optimizer == "adamw") std::printf(", weight decay %g", flags.weight_decay);
+            if (flags.global_clipnorm > 0) std::printf(", global clipnorm %g", flags.global_clipnorm);
             std::printf("\n");
+            if (flags.lr_schedule == "cosine")
+                std::printf("%-28s cosine decay to 0, after %g epochs of linear warm-up\n", "learning-rate schedule", flags.warmup_epochs);
+            if (model.has_sync_net)
+                std::printf("%-28s %s\n", "batch normalization", flags.sync_bn ? "synchronized across replicas" : "per replica");
+            if (flags.augmenting)
+                std::printf("%-28s pad %d and random crop%s\n", "augmentation", flags.augment_pad,
+                            flags.dataset == "fashion_mnist" ? ", horizontal flip" : "");
         }
         std::printf("%-28s %s\n", "strategy", flags.strategy.c_str());
         std::printf("%-28s %d\n", "replicas", used_replicas);
@@ -713,6 +799,14 @@ int run(const Tool& tool, int argc, char** argv) {
                 j["learning_rate"] = learning_rate;
                 j["momentum"] = flags.momentum;
                 j["optimizer_config"] = strata::optim::describe(job.optimizer);
+                j["weight_decay"] = flags.optimizer == "adamw" ? flags.weight_decay : 0.0;
+                j["global_clipnorm"] = flags.global_clipnorm;
+                j["lr_schedule"] = flags.lr_schedule;
+                j["warmup_epochs"] = flags.warmup_epochs;
+                j["sync_batch_norm"] = flags.sync_bn;
+                j["augment"] = flags.augmenting;
+                j["augment_pad"] = flags.augmenting ? flags.augment_pad : 0;
+                j["non_trainable_params"] = model.num_non_trainable;
             }
             j["device"] = device;
             j["device_name"] = device_name;

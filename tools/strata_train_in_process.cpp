@@ -7,6 +7,9 @@
 // The network's passes for every host strategy of the model, compiled here once
 // (strata_train_model.hpp declares them in the model's other units).
 template class strata::nn::Network<strata_train::Net, float, strata::place::Host>;
+#if STRATA_TRAIN_SYNC_NET
+template class strata::nn::Network<strata_train::SyncNet, float, strata::place::Host>;
+#endif
 
 namespace strata_train {
 
@@ -21,14 +24,20 @@ Report train_in_process(const Job& job, int& replicas_in_sync) {
         replicas_in_sync = 1;
         return train<Net>(s, job);
     }
+    // --sync-batch-norm: the network's form whose statistics span every replica.
+    auto train_net = [&](auto& s) {
+        if constexpr (has_sync_net<M>())
+            if (f.sync_bn) return train<typename M::SyncNet>(s, job);
+        return train<Net>(s, job);
+    };
     if (f.strategy == "mirrored") {
         sd::Mirrored<> s(f.replicas, opts);
         replicas_in_sync = s.num_replicas_in_sync();
-        return train<Net>(s, job);
+        return train_net(s);
     }
     sd::CentralStorage<> s(f.replicas, opts);
     replicas_in_sync = s.num_replicas_in_sync();
-    return train<Net>(s, job);
+    return train_net(s);
 }
 template Report train_in_process<Model>(const Job&, int&);
 

@@ -11,6 +11,11 @@
 #error "compile this unit with -DSTRATA_TRAIN_MODEL=NAME, NAME a model of tools/strata_train_models.hpp (tools/meson.build does)"
 #endif
 #define STRATA_TRAIN_TEXT_(x) #x
+// Whether the model has a form with synchronized batch normalization (tools/meson.build passes
+// -DSTRATA_TRAIN_SYNC_NET=1 for those that do).
+#ifndef STRATA_TRAIN_SYNC_NET
+#define STRATA_TRAIN_SYNC_NET 0
+#endif
 #define STRATA_TRAIN_TEXT(x) STRATA_TRAIN_TEXT_(x)
 
 namespace strata_train {
@@ -21,9 +26,18 @@ static_assert(model_position < std::tuple_size_v<Models>,
               "strata_train_models must list the names of Models");
 using Model = std::tuple_element_t<model_position < std::tuple_size_v<Models> ? model_position : 0, Models>;
 using Net = Model::Net;
+static_assert(has_sync_net<Model>() == bool(STRATA_TRAIN_SYNC_NET),
+              "tools/meson.build's strata_train_sync_models must list exactly the models with a SyncNet");
+#if STRATA_TRAIN_SYNC_NET
+/// Its form with synchronized batch normalization (--sync-batch-norm).
+using SyncNet = Model::SyncNet;
+#endif
 
 }  // namespace strata_train
 
 #ifndef STRATA_TRAIN_DEFINES_NETWORK
 extern template class strata::nn::Network<strata_train::Net, float, strata::place::Host>;
+#if STRATA_TRAIN_SYNC_NET
+extern template class strata::nn::Network<strata_train::SyncNet, float, strata::place::Host>;
+#endif
 #endif

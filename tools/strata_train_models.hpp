@@ -21,9 +21,22 @@
 #include <array>
 #include <cstddef>
 #include <string_view>
+#include <cstdint>
 #include <tuple>
 
 namespace strata_train {
+
+/// What a model trains with when no flag says otherwise (a model without one: the flags'
+/// defaults, mnist_cnn's).
+struct Recipe {
+    int epochs = 6;
+    std::string_view optimizer = "rmsprop";
+    double learning_rate = 0;   // 0: the optimizer's default
+    double weight_decay = 0.004;
+    std::string_view lr_schedule = "constant";
+    double warmup_epochs = 0;
+    bool augment = false;
+};
 
 /// The seed CNN: the network tools/mnist_cnn has always trained.
 struct Cnn {
@@ -33,8 +46,58 @@ struct Cnn {
     using Net = mnist_example::Net;
 };
 
+
+/// A small residual network for 28x28 images (ResNet-8-like: a stem and one residual block a
+/// stage, He et al. 2016's CIFAR layout at widths 16, 32, 64), with batch normalization:
+///   stem     Conv2D 16 3x3 (no bias) -> BatchNormalization -> ReLU                    28x28x16
+///   stage 1  Residual[Conv 16 -> BN -> ReLU -> Conv 16 -> BN] + x, ReLU               28x28x16
+///   stage 2  Residual[Conv 32 /2 -> BN -> ReLU -> Conv 32 -> BN] + 1x1 Conv 32 /2, ReLU  14x14x32
+///   stage 3  Residual[Conv 64 /2 -> BN -> ReLU -> Conv 64 -> BN] + 1x1 Conv 64 /2, ReLU    7x7x64
+///   GlobalAveragePooling2D -> Dense 10 softmax
+/// 78 042 variables (77 562 trained, 480 moving statistics); 9.4 M multiply-adds a 28x28 image
+/// forward (docs/second_model.md counts them). `Norm` is the batch normalization: plain, or
+/// synchronized across replicas (--sync-batch-norm).
+template <class Norm>
+struct ResNetOf {
+    template <std::int64_t F, std::int64_t S>
+    using Conv = strata::nn::Conv2D<F, 3, strata::nn::Linear, S, strata::nn::Padding::Same, false>;
+    using Relu = strata::nn::ActivationLayer<strata::nn::ReLU>;
+    template <std::int64_t F>
+    using Identity = strata::nn::Residual<Conv<F, 1>, Norm, Relu, Conv<F, 1>, Norm, strata::nn::ReLU>;
+    template <std::int64_t F>
+    using Down = strata::nn::Residual<strata::nn::Projection<F, 2>, Conv<F, 2>, Norm, Relu, Conv<F, 1>, Norm, strata::nn::ReLU>;
+    using Net = strata::nn::Sequential<strata::nn::Input<28, 28, 1>, Conv<16, 1>, Norm, Relu, Identity<16>, Down<32>, Down<64>,
+                                       strata::nn::GlobalAveragePooling2D, strata::nn::Dense<10, strata::nn::Softmax>>;
+};
+
+/// The small residual network (ResNetOf above) and its recipe: what `--model resnet` trains with
+/// when no flag says otherwise (docs/second_model.md measured it). SyncNet is the same network
+/// with synchronized batch normalization (--sync-batch-norm), for the strategies whose replicas
+/// step together.
+struct ResNet {
+    static constexpr std::string_view name = "resnet";
+    static constexpr std::string_view description =
+        "a small ResNet (16-32-64, a residual block a stage) with batch normalization, 78k variables";
+    using Net = ResNetOf<strata::nn::BatchNormalization<>>::Net;
+    using SyncNet = ResNetOf<strata::nn::SyncBatchNormalization<>>::Net;
+    static constexpr Recipe recipe{.epochs = 15, .optimizer = "adamw", .learning_rate = 2e-3, .weight_decay = 0.05,
+                                   .lr_schedule = "cosine", .warmup_epochs = 1, .augment = true};
+};
+
 /// Every model strata_train offers, in the order --help lists them. The first is the default.
-using Models = std::tuple<Cnn>;
+using Models = std::tuple<Cnn, ResNet>;
+
+/// Model M's recipe (the flags' defaults where it has none).
+template <class M>
+constexpr Recipe recipe_of() {
+    if constexpr (requires { M::recipe; }) return M::recipe;
+    else return Recipe{};
+}
+/// Whether model M has a form with synchronized batch normalization (`SyncNet`).
+template <class M>
+constexpr bool has_sync_net() {
+    return requires { typename M::SyncNet; };
+}
 
 /// Whether model M trains on the GPU (--device gpu): unless it says `on_gpu = false`.
 template <class M>

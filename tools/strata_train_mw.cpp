@@ -25,7 +25,11 @@ Report train_multi_worker(const Job& job, int& replicas_in_sync) {
     sd::MultiWorkerOptions mw{.transport = transport};
     sd::MultiWorkerMirrored<> s(f.replicas, {.cores_per_replica = f.threads, .timeout = std::chrono::milliseconds(f.timeout_ms)}, mw);
     replicas_in_sync = s.num_replicas_in_sync();
-    Report rep = train<typename M::Net>(s, job);
+    Report rep = [&] {
+        if constexpr (has_sync_net<M>())
+            if (f.sync_bn) return train<typename M::SyncNet>(s, job);  // --sync-batch-norm
+        return train<typename M::Net>(s, job);
+    }();
     const auto& pg = s.process_group();
     if (pg.rank() == 0 && pg.transport() == sc::Transport::Hierarchical) {
         const auto c = pg.cross_host_stats();  // rank 0 leads host 0

@@ -48,6 +48,9 @@ struct ModelEntry {
     Trainer in_process = nullptr, parameter_server = nullptr, pipeline = nullptr;
     Trainer multi_worker = nullptr;  // null where the build has no MPI
     Trainer gpu = nullptr;           // null where the build has no CUDA, or the model no GPU kernels (on_gpu)
+    Recipe recipe{};                 // the flags' defaults for it
+    std::int64_t num_non_trainable = 0;  // batch normalization's moving statistics
+    bool has_sync_net = false;       // a form with synchronized batch normalization (--sync-batch-norm)
 };
 
 /// Model M's entry: its facts and its trainers.
@@ -56,6 +59,9 @@ ModelEntry entry() {
     using Net = typename M::Net;
     ModelEntry e{M::name, M::description, Net::num_params, Net::num_layers, &Net::summary,
                  &train_in_process<M>, &train_parameter_server<M>, &train_pipeline<M>};
+    e.recipe = recipe_of<M>();
+    e.num_non_trainable = Net::num_non_trainable();
+    e.has_sync_net = has_sync_net<M>();
 #ifdef STRATA_TRAIN_HAVE_MPI
     e.multi_worker = &train_multi_worker<M>;
 #endif
