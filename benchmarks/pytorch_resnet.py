@@ -19,7 +19,7 @@ The model (78 042 variables, of which 480 moving statistics are not trained; ass
 Keras' "same" padding for a stride-2 3x3 convolution of an even image pads one row and column
 after the image and none before (pad_total = 1: floor(1/2) before); PyTorch's padding=1 would pad
 before too and shift every window, so the stride-2 convolutions here pad explicitly (0, 1, 0, 1).
-Batch normalization with Keras' settings: momentum 0.99 (PyTorch's momentum=0.01), epsilon 1e-3;
+Batch normalization as strata_train's resnet has it: momentum 0.9 (PyTorch's momentum=0.1), epsilon 1e-3;
 PyTorch keeps the unbiased variance as its running variance where Keras (and strata) keep the
 biased one, which changes only the moving statistics, by a factor n/(n-1) with n = batch x H x W
 (>= 6272 here).
@@ -114,7 +114,7 @@ def load(split):
 
 
 def bn(c):
-    return tnn.BatchNorm2d(c, eps=1e-3, momentum=0.01)
+    return tnn.BatchNorm2d(c, eps=1e-3, momentum=0.1)
 
 
 class SameConv(tnn.Module):

@@ -12,7 +12,9 @@ data set written here (IDX files; no download):
     --data defaults to data/fashion_mnist;
   * the optimizer flags reach the optimizer (JSON optimizer_config);
   * strata_train's defaults train what mnist_cnn trains, bit for bit (the same saved weights);
-  * with --mpirun: multi_worker_mirrored over 2 processes, one report naming the model.
+  * with --mpirun: multi_worker_mirrored over 2 processes, one report naming the model;
+  * --model resnet: its recipe by default, --sync-batch-norm auto/on/off, and the flags'
+    combinations a strategy cannot honour refused (exit 2).
 
   check_strata_train.py --strata-train PATH [--mnist-cnn PATH] [--mpirun PATH]
 
@@ -104,6 +106,37 @@ def check_runs(exe, data):
                      f"strata_train {' '.join(args)}: JSON {doc['optimizer']}, {doc['learning_rate']}, {doc['optimizer_config']!r}")
 
 
+def check_resnet(exe, data):
+    """--model resnet: its recipe where no flag says otherwise, batch normalization synchronized
+    where the strategy honours it (auto), and refused where it cannot be (exit 2)."""
+    fields = ["model", "model_params", "non_trainable_params", "optimizer", "weight_decay", "lr_schedule", "warmup_epochs",
+              "sync_batch_norm", "augment", "augment_pad", "learning_rate", "test_accuracy"]
+    base = ["--data", data, "--model", "resnet", "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "16", "--threads", "1",
+            "--verbose", "0", "--device", "cpu"]
+    doc = ce.json_run(exe, "strata_train", base, fields)
+    if doc:
+        ce.check(doc["model"] == "resnet" and doc["model_params"] == 78042 and doc["non_trainable_params"] == 480
+                 and doc["optimizer"] == "adamw" and doc["weight_decay"] == 0.05 and doc["lr_schedule"] == "cosine"
+                 and doc["warmup_epochs"] == 1 and doc["learning_rate"] == 0.002 and doc["augment"] and doc["augment_pad"] == 2
+                 and not doc["sync_batch_norm"], f"strata_train --model resnet (its recipe) JSON: {doc}")
+    for args, synced in ((["--strategy", "mirrored", "--replicas", "2"], True),
+                         (["--strategy", "mirrored", "--replicas", "2", "--sync-batch-norm", "off"], False),
+                         (["--strategy", "central_storage", "--replicas", "2", "--sync-batch-norm", "on", "--augment", "off",
+                           "--optimizer", "adam", "--lr-schedule", "constant", "--global-clipnorm", "1"], True)):
+        doc = ce.json_run(exe, "strata_train", base + args, fields)
+        if doc:
+            ce.check(doc["sync_batch_norm"] == synced, f"strata_train resnet {' '.join(args)}: sync_batch_norm {doc['sync_batch_norm']}")
+    missing = os.path.join(data, "no-such-dir")
+    for args, flag in ((["--model", "resnet", "--strategy", "parameter_server", "--sync-batch-norm", "on"], "--sync-batch-norm"),
+                       (["--model", "resnet", "--strategy", "pipeline", "--sync-batch-norm", "on"], "--sync-batch-norm"),
+                       (["--model", "cnn", "--strategy", "mirrored", "--sync-batch-norm", "on"], "--sync-batch-norm"),
+                       (["--model", "resnet", "--strategy", "pipeline", "--global-clipnorm", "1"], "--global-clipnorm"),
+                       (["--model", "resnet", "--optimizer", "adam", "--weight-decay", "0.1"], "--weight-decay"),
+                       (["--model", "cnn", "--warmup-epochs", "1"], "--warmup-epochs"),
+                       (["--model", "cnn", "--augment-pad", "3"], "--augment-pad")):
+        ce.bad_flag(exe, "strata_train", ["--data", missing] + args, flag)
+
+
 def check_same_as_mnist_cnn(exe, mnist_cnn, data):
     """strata_train's defaults are mnist_cnn's program: the same weights after the same steps."""
     with tempfile.TemporaryDirectory() as d:
@@ -143,6 +176,7 @@ def main():
         check_help(exe, a.mnist_cnn)
         check_usage_errors(exe, os.path.join(data, "no-such-dir"))
         check_runs(exe, data)
+        check_resnet(exe, data)
         if a.mnist_cnn:
             check_same_as_mnist_cnn(exe, a.mnist_cnn, data)
         if a.mpirun:

@@ -204,3 +204,27 @@ TEST_CASE("SyncBatchNormalization inside residual blocks: replicas equal one dev
         }
     }
 }
+
+TEST_CASE("batch normalization inside residual blocks: the optimizer moves exactly the moving statistics as averages") {
+    // A learning rate of 0: no trainable variable may change, every moving statistic must.
+    using N = ResBn;
+    dist::OneDevice<> one;
+    strata::Model<N, dist::OneDevice<>, double> model(one, 5);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::AdamW{.learning_rate = 0.0, .weight_decay = 0.5});
+    const auto before = model.get_weights();
+    model.fit(images(8, 3).batch(8), {.epochs = 1, .verbose = 0});
+    const auto after = model.get_weights();
+    std::int64_t moved = 0, still = 0;
+    for (const auto& p : N::parameters())
+        for (std::int64_t i = p.offset; i < p.offset + p.shape.size(); ++i) {
+            const bool changed = after[std::size_t(i)] != before[std::size_t(i)];
+            if (p.trainable) {
+                CHECK_MESSAGE(!changed, p.name, " changed with a learning rate of 0");
+                still += !changed;
+            } else {
+                moved += changed;
+            }
+        }
+    CHECK(moved == N::num_non_trainable());
+    CHECK(still == N::num_params - N::num_non_trainable());
+}
