@@ -12,7 +12,8 @@ data set written here (IDX files; no download):
     --data defaults to data/fashion_mnist;
   * the optimizer flags reach the optimizer (JSON optimizer_config);
   * strata_train's defaults train what mnist_cnn trains, bit for bit (the same saved weights);
-  * with --mpirun: multi_worker_mirrored over 2 processes, one report naming the model;
+  * with --mpirun: multi_worker_mirrored over 2 processes, one report naming the model; a rank
+    started with another learning rate or dataset is refused, naming it;
   * --model resnet: its recipe by default, --sync-batch-norm auto/on/off, and the flags'
     combinations a strategy cannot honour refused (exit 2).
 
@@ -162,6 +163,13 @@ def check_mpirun(exe, mpirun, data):
             doc = ce.strict_json(out)
             ce.check(doc["model"] == "cnn" and doc["replicas"] == 2 and r.stdout.count("test accuracy") == 1,
                      f"mpirun strata_train: JSON {doc}, {r.stdout.count('test accuracy')} reports")
+    # The dataset and the optimizer are among the settings every rank must share.
+    common = [exe, "--data", data, "--strategy", "multi_worker_mirrored", "--replicas", "1"] + SHORT
+    for extra, named in ((["--learning-rate", "0.002"], "optimizer: rank 0 has RMSprop(learning_rate=0.001), rank 1 has RMSprop("),
+                         (["--dataset", "fashion_mnist"], "--dataset: rank 0 has mnist, rank 1 has fashion_mnist")):
+        r = ce.run([mpirun, "-np", "1"] + common + [":", "-np", "1"] + common + extra, env, timeout=300)
+        ce.check(r.returncode != 0 and named in r.stderr,
+                 f"mpirun strata_train, {' '.join(extra)} on rank 1 only: exit {r.returncode}, {r.stderr[-600:]!r}")
 
 
 def main():

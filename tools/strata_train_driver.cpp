@@ -705,8 +705,7 @@ int run(const Tool& tool, int argc, char** argv) {
         } else if (flags.strategy == "pipeline" || flags.strategy == "hybrid") {
             rep = model.pipeline(job, used_replicas);
         } else {
-            used_replicas = flags.workers;
-            rep = model.parameter_server(job, used_replicas);
+            rep = model.parameter_server(job, used_replicas);  // used_replicas: the workers
         }
 
         if (!chief) return rep.interrupted_by ? 128 + rep.interrupted_by : 0;
