@@ -56,7 +56,6 @@ never the evaluation on the test set after each epoch.
 import argparse
 import json
 import os
-import platform
 import struct
 import sys
 import time
@@ -100,6 +99,9 @@ import ctypes  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_common import cpu_model, evaluate, keras_glorot_uniform_  # noqa: E402
 
 EXPECTED_PARAMETERS = 121_930
 
@@ -150,18 +152,6 @@ class Net(torch.nn.Module):
         return self.dense2(F.relu(self.dense1(x)))  # logits; softmax lives in the loss
 
 
-def keras_glorot_uniform_(weight, generator):
-    """Glorot-uniform with Keras' fans. torch layouts: conv [out, in, kh, kw], linear [out, in]."""
-    if weight.dim() == 4:
-        out_c, in_c, kh, kw = weight.shape
-        fan_in, fan_out = kh * kw * in_c, kh * kw * out_c
-    else:
-        fan_out, fan_in = weight.shape
-    limit = (6.0 / (fan_in + fan_out)) ** 0.5
-    with torch.no_grad():
-        weight.uniform_(-limit, limit, generator=generator)
-
-
 class KerasRMSprop(torch.optim.Optimizer):
     """keras.optimizers.RMSprop without momentum, not centred: epsilon inside the square root."""
 
@@ -183,18 +173,6 @@ class KerasRMSprop(torch.optim.Optimizer):
                 w.addcdiv_(w.grad, v.add(eps).sqrt_(), value=-lr)
 
 
-def evaluate(model, x, y, batch):
-    model.eval()
-    loss_sum, correct = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, x.shape[0], batch):
-            logits = model(x[i:i + batch])
-            loss_sum += F.cross_entropy(logits, y[i:i + batch], reduction="sum").item()
-            correct += (logits.argmax(1) == y[i:i + batch]).sum().item()
-    model.train()
-    return loss_sum / x.shape[0], correct / x.shape[0]
-
-
 def openblas_core():
     """The kernel set OpenBLAS chose (shared with torch's Linear layers); None if not OpenBLAS."""
     for name in ("libopenblas.so.0", "libopenblasp.so.0", "libblas.so.3"):
@@ -206,17 +184,6 @@ def openblas_core():
         fn.restype = ctypes.c_char_p
         return fn().decode()
     return None
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def conv_backend(model, x):

@@ -42,7 +42,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import struct
 import sys
 import time
@@ -85,6 +84,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as tnn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_common import cpu_model, evaluate, keras_glorot_uniform_  # noqa: E402
 
 EXPECTED_PARAMETERS = 78_042      # strata's count: trainable and moving statistics
 EXPECTED_NON_TRAINABLE = 480
@@ -176,23 +178,15 @@ def bn_names(prefix, m):
             (f"{prefix}/moving_variance", m.running_var)]
 
 
-def keras_glorot_uniform_(weight, generator):
-    if weight.dim() == 4:
-        out_c, in_c, kh, kw = weight.shape
-        fan_in, fan_out = kh * kw * in_c, kh * kw * out_c
-    else:
-        fan_out, fan_in = weight.shape
-    limit = (6.0 / (fan_in + fan_out)) ** 0.5
-    with torch.no_grad():
-        weight.uniform_(-limit, limit, generator=generator)
-
-
 def read_safetensors(path):
     """{name: numpy array} of a safetensors file (8-byte header length, JSON header, data)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        (n,) = struct.unpack("<Q", raw[:8])
+        header = json.loads(raw[8:8 + n])
+    except (OSError, struct.error, ValueError) as e:
+        sys.exit(f"pytorch_resnet: {path} is not a safetensors file strata wrote: {e}")
     base = 8 + n
     dtypes = {"F32": np.float32, "F64": np.float64}
     out = {}
@@ -266,29 +260,6 @@ def augment(x, gen, flip):
         c = padded[i, :, dy[i]:dy[i] + 28, dx[i]:dx[i] + 28]
         out[i] = c.flip(2) if flips[i] else c
     return out
-
-
-def evaluate(model, x, y, batch):
-    model.eval()
-    loss_sum, correct = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, x.shape[0], batch):
-            logits = model(x[i:i + batch])
-            loss_sum += F.cross_entropy(logits, y[i:i + batch], reduction="sum").item()
-            correct += (logits.argmax(1) == y[i:i + batch]).sum().item()
-    model.train()
-    return loss_sum / x.shape[0], correct / x.shape[0]
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main():
