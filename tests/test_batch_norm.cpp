@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <exception>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -343,4 +344,31 @@ TEST_CASE("ActivationLayer: forward is the activation, backward matches finite d
         CHECK(q.dx[i] == (x[i] > 0 ? w[i] : 0.0));
     }
     static_assert(L::num_params == 0);
+}
+
+TEST_CASE("SyncBatchNormalization: a replica that never reaches the layer's sum is named by the deadline, never a hang") {
+    coll::ReplicaGroup group(3, {std::chrono::milliseconds(200)});
+    const auto params = fresh_params<Synced>(9);
+    const auto x = random_values(std::size_t(2 * In::size), 91);
+    std::vector<std::string> errors(3);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r)
+        threads.emplace_back([&, r] {
+            if (r == 2) return;  // skips its forward pass (a rank out of step)
+            try {
+                auto sum = [&](std::span<double> v) { group.all_reduce(r, v, coll::ReduceOp::Sum); };
+                Synced layer;
+                std::vector<double> y(x.size());
+                layer.forward(params.data(), TensorView<double, Host>(const_cast<double*>(x.data()), In::batched(2)),
+                              TensorView<double, Host>(y.data(), In::batched(2)),
+                              Mode{.training = true, .global_examples = 6, .replica_sum = sum});
+            } catch (const strata::Error& e) {
+                errors[std::size_t(r)] = e.what();
+            }
+        });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 2; ++r) {
+        CAPTURE(r);
+        CHECK(errors[std::size_t(r)].find("replica 2 of 3 did not arrive within 200 ms") != std::string::npos);
+    }
 }
