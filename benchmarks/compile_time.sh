@@ -22,7 +22,7 @@
 #              two at a time as `meson compile -j 2` would on this 2-core machine, then linked
 #   mnist_cnn_header_only  the same units header-only, beside
 #   units      each unit alone, both ways (the slowest one bounds the parallel build)
-#   nvcc       tools/mnist_cnn_gpu.cu (--device gpu), where nvcc is found, once, with its own
+#   nvcc       tools/strata_train_gpu.cu (--device gpu, the seed CNN), where nvcc is found, once, with its own
 #              target (no slower than the ~50 s one CUDA model unit took): as built (with the
 #              CUDA place's compiled part, libstrata_cuda, built once beforehand, its time
 #              reported) and without it, with the kernels each compiles (benchmarks/nvcc_units.sh)
@@ -58,13 +58,16 @@ for n in seen:
 print("int main() { return 0; }")' > "$out/system.cpp"
 
 # tools/mnist_cnn's host units (as tools/meson.build lists them, without CUDA) and their flags.
-units=(tools/mnist_cnn.cpp tools/mnist_cnn_train.cpp tools/mnist_cnn_ps.cpp tools/mnist_cnn_pipeline.cpp)
+# (strata_train's driver and mnist_cnn's main, then the seed CNN's model units, -DSTRATA_TRAIN_MODEL=cnn.)
+units=(tools/mnist_cnn.cpp tools/strata_train_driver.cpp tools/strata_train_in_process.cpp tools/strata_train_ps.cpp
+       tools/strata_train_pipeline.cpp)
+flags+=(-DSTRATA_TRAIN_MODEL=cnn -DSTRATA_TRAIN_SYNC_NET=0)
 mpi_flags=() mpi_libs=()
 if command -v mpicxx >/dev/null 2>&1; then
   read -r -a mpi_flags <<<"$(mpicxx --showme:compile)"
   read -r -a mpi_libs <<<"$(mpicxx --showme:link)"
-  mpi_flags+=(-DMNIST_CNN_HAVE_MPI=1)
-  units+=(tools/mnist_cnn_mw.cpp)
+  mpi_flags+=(-DSTRATA_TRAIN_HAVE_MPI=1)
+  units+=(tools/strata_train_mw.cpp)
 fi
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)  # the machine may be shared: say how busy it was

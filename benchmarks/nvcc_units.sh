@@ -43,8 +43,8 @@ compile() {
 }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 compile libstrata_cuda -c src/strata_cuda.cu
-compile as_built -DSTRATA_SEPARATE_COMPILATION_CUDA -c tools/mnist_cnn_gpu.cu
-compile without -c tools/mnist_cnn_gpu.cu
+compile as_built -DSTRATA_SEPARATE_COMPILATION_CUDA -DSTRATA_TRAIN_MODEL=cnn -DSTRATA_TRAIN_SYNC_NET=0 -c tools/strata_train_gpu.cu
+compile without -DSTRATA_TRAIN_MODEL=cnn -DSTRATA_TRAIN_SYNC_NET=0 -c tools/strata_train_gpu.cu
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 printf '%-62s %9s %8s\n' "unit (nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), sm_90, once)" "seconds" "kernels"
