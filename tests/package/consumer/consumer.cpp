@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 int main() {
     auto a = strata::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
@@ -26,7 +29,9 @@ int main() {
     m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
     m.fit(std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, std::vector<std::int32_t>{0, 1, 0, 1},
           {.epochs = 1, .verbose = 0, .batch_size = 2});
-    const auto file = std::filesystem::temp_directory_path() / "strata_consumer.safetensors";
+    // One file per process: the package checks run side by side, and one's remove must not
+    // take another's checkpoint away between its save and its load.
+    const auto file = std::filesystem::temp_directory_path() / ("strata_consumer_" + std::to_string(::getpid()) + ".safetensors");
     m.save(file.string());
     strata::Model<Net> n(9);
     n.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
