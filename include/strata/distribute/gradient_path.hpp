@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <concepts>
+#include <mutex>
 #include <span>
 #include <cstdint>
 #include <string>
@@ -414,8 +415,10 @@ protected:
     /// `sum_over_replicas(r, values)` to route it.
     FunctionRef<void(std::span<double>)> replica_sum(int r) {
         if (strategy_->num_replicas_in_sync() <= 1) return nullptr;
-        if (summers_.empty())
+        // Every replica's thread asks at once: the list is built once, by whichever comes first.
+        std::call_once(summers_built_, [this] {
             for (int q = 0; q < units(); ++q) summers_.push_back({&self(), q});
+        });
         return summers_[std::size_t(r)];
     }
     void sum_over_replicas(int r, std::span<double> values) {
@@ -427,6 +430,7 @@ protected:
         void operator()(std::span<double> v) const { path->sum_over_replicas(r, v); }
     };
     std::vector<Summer> summers_;
+    std::once_flag summers_built_;
 
     Derived& self() { return static_cast<Derived&>(*this); }
     using LockstepBuffers<Strategy, T>::strategy_;
