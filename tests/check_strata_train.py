@@ -170,6 +170,12 @@ def check_mpirun(exe, mpirun, data):
         r = ce.run([mpirun, "-np", "1"] + common + [":", "-np", "1"] + common + extra, env, timeout=300)
         ce.check(r.returncode != 0 and named in r.stderr,
                  f"mpirun strata_train, {' '.join(extra)} on rank 1 only: exit {r.returncode}, {r.stderr[-600:]!r}")
+    # Synchronized batch normalization too: the same network on every rank, or a named refusal.
+    resnet = common + ["--model", "resnet"]
+    r = ce.run([mpirun, "-np", "1"] + resnet + ["--sync-batch-norm", "on", ":", "-np", "1"] + resnet + ["--sync-batch-norm", "off"],
+               env, timeout=300)
+    ce.check(r.returncode != 0 and r.stderr.count("--sync-batch-norm: rank 0 has on, rank 1 has off") == 2,
+             f"mpirun strata_train resnet, --sync-batch-norm on and off: exit {r.returncode}, {r.stderr[-600:]!r}")
 
 
 def main():
