@@ -79,7 +79,7 @@ struct ResNet {
     static constexpr std::string_view description =
         "a small ResNet (16-32-64, a residual block a stage) with batch normalization, 78k variables";
     // Momentum 0.9 (PyTorch's default, 0.1 there): Keras's 0.99 averages over ~100 steps, which
-    // lag the weights early in a short run (evaluation at 12% after 150 steps against 83%).
+    // lag the weights early in a short run.
     using Net = ResNetOf<strata::nn::BatchNormalization<strata::nn::BatchNormOptions{.momentum = 0.9}>>::Net;
     using SyncNet = ResNetOf<strata::nn::SyncBatchNormalization<0.9>>::Net;
     static constexpr Recipe recipe{.epochs = 15, .optimizer = "adamw", .learning_rate = 2e-3, .weight_decay = 0.05,
