@@ -228,3 +228,38 @@ TEST_CASE("batch normalization inside residual blocks: the optimizer moves exact
     CHECK(moved == N::num_non_trainable());
     CHECK(still == N::num_params - N::num_non_trainable());
 }
+
+TEST_CASE("batch normalization evaluated before it was trained: the model says so; trained, loaded or given weights it does not") {
+    dist::OneDevice<> one;
+    strata::Model<PlainNet, dist::OneDevice<>, double> model(one, 4);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    CHECK(model.statistics_untrained());
+    // Two layers of 4 + 5 channels: 2 x 9 statistics.
+    const std::string says = decltype(model)::untrained_statistics_message("evaluate");
+    CHECK(says.find("evaluate: the model has not been trained or loaded: its 18 batch normalization statistics") !=
+          std::string::npos);
+    // evaluate still answers (with the initial statistics: no division by a zero variance).
+    const auto before = model.evaluate(images(20, 6).batch(10));
+    CHECK(std::isfinite(before.loss));
+    CHECK(model.statistics_untrained());  // evaluating trains nothing
+    model.train_step(*images(10, 6).batch(10).iterate(0));
+    CHECK_FALSE(model.statistics_untrained());
+
+    strata::Model<PlainNet, dist::OneDevice<>, double> given(one, 5);
+    given.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    given.set_weights(model.get_weights());
+    CHECK_FALSE(given.statistics_untrained());
+    const std::string path = strata_test::temp_path("bn_untrained.safetensors");
+    model.save(path);
+    strata::Model<PlainNet, dist::OneDevice<>, double> loaded(one, 6);
+    loaded.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    loaded.load(path);
+    CHECK_FALSE(loaded.statistics_untrained());
+    std::filesystem::remove(path);
+
+    // A network without batch normalization has no such statistics (the negative control).
+    using NoNorm = Sequential<Input<6, 6, 2>, Flatten, Dense<3, Softmax>>;
+    strata::Model<NoNorm, dist::OneDevice<>, double> plain(one, 4);
+    plain.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    CHECK_FALSE(plain.statistics_untrained());
+}

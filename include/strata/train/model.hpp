@@ -373,6 +373,7 @@ public:
     template <class Y>
     std::optional<Evaluation> evaluate_unless_stopped(const data::Dataset<Y>& ds, bool stoppable) {
         require_compiled("evaluate");
+        warn_if_statistics_untrained("evaluate");
         STRATA_CHECK(ds.batch_size() > 0, ValueError, "evaluate: the dataset is not batched; call .batch(n) first");
         STRATA_CHECK(ds.cardinality() != data::infinite_cardinality, ValueError, "evaluate: the dataset repeats forever");
         build(std::int64_t(ds.batch_size()), false);
@@ -417,6 +418,7 @@ public:
     /// [examples, output_shape...]. Distributed like training.
     template <class Y>
     Tensor<T, place::Host> predict(const data::Dataset<Y>& ds) {
+        warn_if_statistics_untrained("predict");
         STRATA_CHECK(ds.batch_size() > 0, ValueError, "predict: the dataset is not batched; call .batch(n) first");
         STRATA_CHECK(ds.cardinality() != data::infinite_cardinality, ValueError, "predict: the dataset repeats forever");
         build(std::int64_t(ds.batch_size()), false);
@@ -464,6 +466,25 @@ public:
         STRATA_CHECK(std::int64_t(w.size()) == num_params, ShapeError, "set_weights: the model has ", num_params,
                      " parameters, got ", w.size());
         path_.set_weights(w);
+        weights_given_ = true;
+    }
+
+    /// Whether the network's statistics that are not trained by gradients (batch
+    /// normalization's moving mean and variance) still hold their initial values (0 and 1): the
+    /// model has such statistics and has taken no optimizer step, and no weights were given to
+    /// it (set_weights, load, a backup restored). evaluate and predict then say so once, on
+    /// stderr (the chief only): their figures are those of a network whose batch normalization
+    /// divides by sqrt(1 + epsilon), not by the variance of any data.
+    bool statistics_untrained() const {
+        return Net::num_non_trainable() > 0 && path_.iterations() == 0 && !weights_given_;
+    }
+
+    /// The sentence evaluate and predict print when statistics_untrained() holds.
+    static std::string untrained_statistics_message(const char* what) {
+        return std::string("strata: warning: ") + what + ": the model has not been trained or loaded: its " +
+               std::to_string(Net::num_non_trainable()) +
+               " batch normalization statistics (moving mean and variance) are still their initial values (0 and 1), "
+               "so these are the outputs of an untrained network";
     }
 
     // save(path, extra_metadata) and load(path, strict): train::ModelBase.
@@ -476,6 +497,14 @@ public:
     bool gathers_state() const override { return path_.gathers_state(); }
 
 private:
+    void warn_if_statistics_untrained(const char* what) {
+        if (untrained_warned_ || !statistics_untrained()) return;
+        untrained_warned_ = true;
+        if (is_chief()) std::fprintf(stderr, "%s\n", untrained_statistics_message(what).c_str());
+    }
+    bool weights_given_ = false;     // set_weights (and so load and a restored backup) gave them
+    bool untrained_warned_ = false;  // statistics_untrained() said once
+
     using Base = train::ModelBase<T>;
     using Base::class_weight_;
     using Base::compiled_;
