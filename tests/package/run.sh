@@ -111,6 +111,32 @@ install_strata() {
   exec 9>&-
 }
 
+# strata_object FLAGS...: prints the path of src/strata.cpp compiled with FLAGS (-c). With
+# STRATA_PACKAGE_CACHE, one object per state of the sources and flags, made under the cache's
+# lock by whichever mode comes first; without it, in this mode's own folder.
+strata_object() {
+  local key dir
+  if [ -z "${STRATA_PACKAGE_CACHE:-}" ]; then
+    ${CXX:-c++} "$@" -c "$src/src/strata.cpp" -o "$work/strata.o" >&2
+    echo "$work/strata.o"
+    return
+  fi
+  key=$( (cd "$src" && find include src -type f -print0 | sort -z | xargs -0 sha256sum; echo "${CXX:-c++} $*") |
+        sha256sum | cut -c1-16)
+  dir="$STRATA_PACKAGE_CACHE-objects"
+  mkdir -p "$dir"
+  exec 8>"$dir.lock"
+  flock 8
+  if [ ! -f "$dir/$key.o" ]; then
+    find "$dir" -mindepth 1 -maxdepth 1 -name '*.o' -delete  # an older state's objects
+    ${CXX:-c++} "$@" -c "$src/src/strata.cpp" -o "$dir/$key.o.tmp" >&2
+    mv "$dir/$key.o.tmp" "$dir/$key.o"
+    echo "compiled src/strata.cpp once for the plain compiled checks: $dir/$key.o" >&2
+  fi
+  exec 8>&-
+  echo "$dir/$key.o"
+}
+
 # After a plain `meson compile` of a consumer with strata as a subproject: strata's libraries
 # were built only where the consumer links them (a header-only consumer compiles nothing of
 # strata's).
@@ -237,18 +263,23 @@ case "$mode" in
     ;;
   plain)
     # The README's flags: no Thrust folder, since a host unit includes no Thrust (only the CUDA
-    # place runs on it). g++ -H lists every header the unit opens: none may be Thrust's.
+    # place runs on it). g++ -H lists every header the unit opens: none may be Thrust's. (Once,
+    # in the plain mode: the other plain modes compile the same includes.)
     extra=()
-    if ${CXX:-c++} -std=c++20 -fopenmp -I "$src/include" $blas_cflags -DSTRATA_BLAS_OPENBLAS -H -fsyntax-only \
+    if [ "$compiled" = 0 ] && [ "$pch" = 0 ] &&
+       ${CXX:-c++} -std=c++20 -fopenmp -I "$src/include" $blas_cflags -DSTRATA_BLAS_OPENBLAS -H -fsyntax-only \
          "$work/consumer/consumer.cpp" 2>&1 >/dev/null | grep -E '^\.+ .*/thrust/'; then
       echo "FAIL: a host unit of the consumer includes Thrust headers (above)"; exit 1
     fi
     sources=("$work/consumer/consumer.cpp")
-    if [ "$compiled" = 1 ]; then
-      extra+=(-DSTRATA_SEPARATE_COMPILATION)
-      sources+=("$src/src/strata.cpp")
-    fi
+    [ "$compiled" = 1 ] && extra+=(-DSTRATA_SEPARATE_COMPILATION)
     plain_flags=(-std=c++20 -O0 -fopenmp -I "$src/include" "${extra[@]}" $blas_cflags -DSTRATA_BLAS_OPENBLAS)
+    # The compiled part: src/strata.cpp with the same flags, compiled once for plain_compiled and
+    # plain_compiled_pch (strata_object) and linked as an object, as a Makefile would.
+    if [ "$compiled" = 1 ]; then
+      obj=$(strata_object "${plain_flags[@]}") || { echo "src/strata.cpp did not compile with the plain flags"; exit 1; }
+      sources+=("$obj")
+    fi
     if [ "$pch" = 1 ]; then
       # docs/building.md's lines: the umbrella precompiled with the program's flags, then
       # -include'd (g++ takes the .gch beside the named header).
@@ -259,7 +290,7 @@ case "$mode" in
         -o "$work/consumer.o" 2>"$work/compile.log" || { cat "$work/compile.log"; exit 1; }
       check_pch "$work/compile.log" "strata_pch\.hpp\.gch"
       objs=("$work/consumer.o")
-      [ "$compiled" = 1 ] && objs+=("$src/src/strata.cpp")
+      [ "$compiled" = 1 ] && objs+=("${sources[1]}")
       ${CXX:-c++} "${plain_flags[@]}" "${objs[@]}" -o "$work/consumer-plain" -lopenblas
     else
       ${CXX:-c++} "${plain_flags[@]}" "${sources[@]}" -o "$work/consumer-plain" -lopenblas
