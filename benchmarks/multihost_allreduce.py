@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""MultiWorkerMirrored across emulated hosts: flat MPI against hierarchical, by link speed
+(docs/benchmarks.md, "Across emulated hosts"). Needs root (scripts/multihost).
+
+  multihost_allreduce.py --mnist-cnn build/tools/mnist_cnn [--multihost scripts/multihost]
+                         [--hosts 2] [--per-host 2] [--links 1gbit,10gbit]
+                         [--transports mpi,hierarchical] [--reps 3] [--epochs 40]
+                         [--batch-size 48] [--data DIR] [--json FILE]
+
+Each run is `scripts/multihost --hosts H --per-host P --link RATE -- mnist_cnn --strategy
+multi_worker_mirrored --transport T --epochs E --batch-size B --threads 1 --verbose 0 --json F`:
+one Open MPI job of H x P ranks on H emulated hosts (network namespaces with their own host
+names; every host's link shaped to RATE with tc tbf). The runs are interleaved (repetition by
+repetition, every link and transport in each), so that load on the machine drifts over all of
+them alike; the table has medians over --reps. Columns:
+  images/s       the JSON's train_images_per_second (the epochs' time, not set-up or evaluation)
+  ms/step        batch / images/s
+  cross ms       hierarchical only: rank 0's cross-host stage per all-reduce (MPI_Iallreduce
+                 between the host leaders, arrival check included), from its report
+  MiB/call       hierarchical only: what rank 0 (host 0's leader) put into the cross-host stage
+                 per all-reduce call (the report's "MiB from this host" over its all-reduces)
+  x flat         images/s over flat MPI's on the same link
+--data: an MNIST directory; without it a tiny MNIST-shaped set (256 random images) is written to a
+temporary directory (the figures are rates: the images' content does not change them).
+Exit status 77 where scripts/multihost cannot run (not root, no network namespaces); 2 for bad
+flags. Standard library only.
+"""
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$|^none$")
+CROSS = re.compile(r"cross-host stage\s+(\d+) hosts; (\d+) all-reduces, ([\d.]+) MiB from this host, ([\d.]+) s "
+                   r"\(([\d.]+) ms each\)")
+TRANSPORTS = ("auto", "mpi", "hierarchical")
+
+
+def fake_mnist(directory, train=256, test=100):
+    """Four MNIST-named IDX files of random 28x28 images and labels 0..9."""
+    rng = random.Random(7)
+    for prefix, n in (("train", train), ("t10k", test)):
+        with open(os.path.join(directory, f"{prefix}-images-idx3-ubyte"), "wb") as f:
+            f.write(struct.pack(">IIII", 0x803, n, 28, 28) + rng.randbytes(n * 28 * 28))
+        with open(os.path.join(directory, f"{prefix}-labels-idx1-ubyte"), "wb") as f:
+            f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mnist-cnn", required=True)
+    ap.add_argument("--multihost", default=os.path.join(HERE, "..", "scripts", "multihost"))
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--per-host", type=int, default=2)
+    ap.add_argument("--links", default="1gbit,10gbit")
+    ap.add_argument("--transports", default="mpi,hierarchical")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=40)
+    ap.add_argument("--batch-size", type=int, default=48)
+    ap.add_argument("--data")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    for flag, v, lo, hi in (("--hosts", a.hosts, 1, 64), ("--per-host", a.per_host, 1, 64), ("--reps", a.reps, 1, 1000),
+                            ("--epochs", a.epochs, 1, 1000000), ("--batch-size", a.batch_size, 1, 1000000)):
+        if not lo <= v <= hi:
+            ap.error(f"{flag}: expected {lo} to {hi}, found {v}")
+    a.links = [x for x in a.links.split(",") if x]
+    a.transports = [x for x in a.transports.split(",") if x]
+    if not a.links or any(not RATE.match(x) for x in a.links):
+        ap.error(f"--links: expected comma-separated tc rates (1gbit, 10gbit, 500mbit) or none, found {','.join(a.links)!r}")
+    if not a.transports or any(t not in TRANSPORTS for t in a.transports):
+        ap.error(f"--transports: expected a comma-separated subset of {', '.join(TRANSPORTS)}, found {','.join(a.transports)!r}")
+    if a.batch_size % (a.hosts * a.per_host) != 0:
+        ap.error(f"--batch-size: expected a multiple of the {a.hosts * a.per_host} ranks, found {a.batch_size}")
+    for flag, path in (("--mnist-cnn", a.mnist_cnn), ("--multihost", a.multihost)):
+        if not os.access(path, os.X_OK):
+            ap.error(f"{flag}: {path} is not an executable file")
+    if a.data is not None and not os.path.isfile(os.path.join(a.data, "train-images-idx3-ubyte")):
+        ap.error(f"--data: no train-images-idx3-ubyte in {a.data}")
+    return a
+
+
+def machine():
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def one_run(a, data, link, transport, work):
+    out_json = os.path.join(work, "run.json")
+    if os.path.exists(out_json):
+        os.remove(out_json)
+    cmd = [a.multihost, "--hosts", str(a.hosts), "--per-host", str(a.per_host), "--link", link, "--deadline", "900",
+           "--", a.mnist_cnn, "--data", data, "--strategy", "multi_worker_mirrored", "--transport", transport,
+           "--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--threads", "1", "--verbose", "0",
+           "--json", out_json]
+    env = dict(os.environ)
+    env.update({"OMP_WAIT_POLICY": "passive", "STRATA_QUIET_BLAS": "1"})
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
+    if r.returncode == 77:
+        print(f"skipped: {r.stderr.strip()}")
+        sys.exit(77)
+    if r.returncode != 0 or not os.path.exists(out_json):
+        sys.exit(f"multihost_allreduce: {' '.join(cmd)}: exit {r.returncode}: {r.stderr[-1500:]}")
+    with open(out_json) as f:
+        doc = json.load(f)
+    row = {"link": link, "transport": transport, "images_per_second": doc["train_images_per_second"],
+           "train_seconds": doc["seconds"], "test_loss": doc["test_loss"]}
+    m = CROSS.search(r.stdout)
+    if m:
+        steps = int(m.group(2))
+        row.update({"cross_host_all_reduces": steps, "cross_host_mib": float(m.group(3)),
+                    "cross_host_ms_each": float(m.group(5))})
+    return row
+
+
+def main():
+    a = parse_args()
+    work = tempfile.mkdtemp(prefix="multihost-allreduce-")
+    data = a.data
+    if data is None:
+        data = os.path.join(work, "mnist")
+        os.mkdir(data)
+        fake_mnist(data)
+    load_before = load()
+    runs = []
+    t0 = time.time()
+    try:
+        for rep in range(a.reps):
+            for link in a.links:
+                for transport in a.transports:
+                    row = one_run(a, data, link, transport, work)
+                    row["rep"] = rep
+                    runs.append(row)
+                    print(f"  rep {rep + 1}/{a.reps} {link:>7} {transport:<12} {row['images_per_second']:9.1f} images/s",
+                          file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    load_after = load()
+
+    table = []
+    for link in a.links:
+        flat = None
+        for transport in a.transports:
+            rs = [r for r in runs if r["link"] == link and r["transport"] == transport]
+            ips = [r["images_per_second"] for r in rs]
+            med = statistics.median(ips)
+            t = {"link": link, "transport": transport, "images_per_second": med, "images_per_second_min": min(ips),
+                 "images_per_second_max": max(ips), "ms_per_step": a.batch_size / med * 1e3, "reps": len(rs)}
+            cross = [r for r in rs if "cross_host_ms_each" in r]
+            if cross:
+                t["cross_host_ms_each"] = statistics.median(r["cross_host_ms_each"] for r in cross)
+                t["cross_host_mib_per_call"] = statistics.median(r["cross_host_mib"] / r["cross_host_all_reduces"]
+                                                                 for r in cross)
+            if transport == "mpi":
+                flat = med
+            table.append(t)
+        for t in table:
+            if t["link"] == link and flat:
+                t["x_flat"] = t["images_per_second"] / flat
+
+    print(f"MultiWorkerMirrored across {a.hosts} emulated hosts x {a.per_host} processes (scripts/multihost), mnist_cnn "
+          f"seed CNN, batch {a.batch_size}, {a.epochs} epochs, --threads 1, median of {a.reps}")
+    m = machine()
+    print(f"machine: {m['cpu']}, {m['cores']} cores, kernel {m['kernel']}; load average {load_before:.2f} before, "
+          f"{load_after:.2f} after; {time.time() - t0:.0f} s")
+    print(f"{'link':>7} {'transport':<13} {'images/s':>9} {'(min-max)':>17} {'ms/step':>8} {'cross ms':>9} {'MiB/call':>9} "
+          f"{'x flat':>7}")
+    for t in table:
+        rng = f"{t['images_per_second_min']:.0f}-{t['images_per_second_max']:.0f}"
+        cross = f"{t['cross_host_ms_each']:.3f}" if "cross_host_ms_each" in t else "-"
+        mib = f"{t['cross_host_mib_per_call']:.3f}" if "cross_host_mib_per_call" in t else "-"
+        xf = f"{t['x_flat']:.2f}" if "x_flat" in t else "-"
+        print(f"{t['link']:>7} {t['transport']:<13} {t['images_per_second']:9.1f} {rng:>17} {t['ms_per_step']:8.2f} "
+              f"{cross:>9} {mib:>9} {xf:>7}")
+    if a.json:
+        doc = {"benchmark": "multihost_allreduce", "machine": m, "load_before": load_before, "load_after": load_after,
+               "hosts": a.hosts, "per_host": a.per_host, "epochs": a.epochs, "batch_size": a.batch_size,
+               "reps": a.reps, "data": a.data or "256 random MNIST-shaped images", "command": sys.argv,
+               "rows": table, "runs": runs}
+        with open(a.json, "w") as f:
+            json.dump(doc, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

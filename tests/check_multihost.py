@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""mnist_cnn --strategy multi_worker_mirrored across emulated hosts (scripts/multihost: network
+namespaces with their own host names, a bridge, every link shaped with tc tbf), and what it
+promises when a link between hosts goes down.
+
+  check_multihost.py --multihost PATH --mnist-cnn PATH
+
+  * 2 hosts x 1 process at 1gbit train like one device on the same global batches (the test
+    loss agrees to 1e-5), and strata sees 2 hosts: --transport shared_memory is refused, naming
+    them;
+  * host 1's link taken down (for good) once training runs: the job ends non-zero within the
+    timeout plus multihost's --grace plus a margin, well before multihost's --deadline, and
+    rank 0 names rank 1 as the one that did not arrive;
+  * host 1's link down for 1.5 s (under --timeout-ms) once training runs, then back: training
+    completes and saves the bytes of an undisturbed run;
+  * after every run nothing is left: no namespace of the run, no process of it (mpirun, orted,
+    mnist_cnn): every process of a run carries a marker in its environment, which is looked for
+    in every process of the machine. That check is itself checked: a namespace and a process
+    left on purpose are found.
+Skips (exit 77) where multihost cannot run: not root, no network namespaces, no Open MPI. The
+data is a tiny MNIST-shaped set written here. Standard library only.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_examples import check, failures, fake_mnist, strict_json  # noqa: E402 - beside this file
+
+MARKER = "CHECK_MULTIHOST_RUN"
+TIMEOUT_MS = 2000   # the fault's --timeout-ms
+GRACE = 5           # multihost --grace in the fault
+DEADLINE = 120      # multihost --deadline: never reached when all is well
+
+
+def env(tag):
+    e = dict(os.environ)
+    e.update({"STRATA_QUIET_BLAS": "1", "OMP_WAIT_POLICY": "passive", MARKER: tag})
+    return e
+
+
+def namespaces():
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+
+
+def marked_processes(tag):
+    """{pid: command name} of the live (not zombie) processes whose environment holds MARKER=tag."""
+    found = {}
+    want = f"{MARKER}={tag}".encode()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if want not in f.read().split(b"\0"):
+                    continue
+            found[int(pid)] = stat[stat.index("(") + 1:stat.rindex(")")]
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def left_behind(run_pid, tag):
+    """What a run left: its namespaces (strata-mh-PID-*) and its processes."""
+    left = [n for n in namespaces() if n.startswith(f"strata-mh-{run_pid}-")]
+    left += [f"process {pid} ({name})" for pid, name in sorted(marked_processes(tag).items())]
+    return left
+
+
+def multihost(args, tag, flags, command, timeout):
+    """Runs scripts/multihost FLAGS -- COMMAND; returns (exit status, stdout, stderr, seconds),
+    after checking that it left nothing behind."""
+    t0 = time.time()
+    p = subprocess.Popen([args.multihost] + flags + ["--"] + command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env(tag))
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.terminate()  # multihost cleans up on SIGTERM
+        try:
+            out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        check(False, f"{tag}: multihost still running after {timeout} s (a hang): {err[-1500:]!r}")
+    seconds = time.time() - t0
+    time.sleep(0.2)  # (SIGKILLed processes are gone by now; zombies are not counted)
+    left = left_behind(p.pid, tag)
+    check(not left, f"{tag}: left behind: {left}")
+    check("removed" in err and "COULD NOT REMOVE" not in err, f"{tag}: multihost did not say it cleaned up: {err[-800:]!r}")
+    return p.returncode, out, err, seconds
+
+
+def the_detector_detects():
+    """The leftover check can fail: a namespace named as a run's and a marked process, left on
+    purpose, are found; then removed."""
+    fake_pid = 9000000 + os.getpid()  # above any pid_max (4194304 at most): never a live run's
+    name = f"strata-mh-{fake_pid}-h0"
+    tag = f"detector-{os.getpid()}"
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        check(False, f"cannot make the namespace {name} for the detector's check")
+        return
+    sleeper = subprocess.Popen(["sleep", "60"], env=env(tag))
+    try:
+        time.sleep(0.1)
+        left = left_behind(fake_pid, tag)
+        check(name in left and any(f"process {sleeper.pid} (sleep)" == x for x in left),
+              f"the leftover check missed what was left on purpose: {left}")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    check(not left_behind(fake_pid, tag), "the detector's own namespace or process was not removed")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--multihost", required=True)
+    ap.add_argument("--mnist-cnn", required=True)
+    args = ap.parse_args()
+    exe = args.mnist_cnn
+    if os.geteuid() != 0:
+        print("skipped: scripts/multihost needs root (network namespaces)")
+        return 77
+    # Whether this machine can run it at all (network namespaces, tc, Open MPI): multihost says.
+    probe = subprocess.run([args.multihost, "--hosts", "1", "--per-host", "1", "--link", "none", "--", "true"],
+                           capture_output=True, text=True, env=env("probe"), timeout=120)
+    if probe.returncode == 77:
+        print(f"skipped: {probe.stderr.strip()}")
+        return 77
+    if not check(probe.returncode == 0, f"multihost -- true: exit {probe.returncode}: {probe.stderr[-800:]!r}"):
+        return 1
+    t_start = time.time()
+    the_detector_detects()
+
+    with tempfile.TemporaryDirectory() as d:
+        data = os.path.join(d, "mnist")
+        os.mkdir(data)
+        fake_mnist(data)
+        base = ["--data", data, "--batch-size", "24", "--verbose", "0", "--threads", "1"]
+        hosts = ["--hosts", "2", "--per-host", "1", "--link", "1gbit", "--deadline", str(DEADLINE)]
+        mw = ["--strategy", "multi_worker_mirrored"]
+
+        # 1. Like one device, to 1e-5, across 2 hosts; strata sees two hosts.
+        short = base + ["--epochs", "2", "--steps-per-epoch", "3"]
+        one_json, mh_json = os.path.join(d, "one.json"), os.path.join(d, "mh.json")
+        r = subprocess.run([exe] + short + ["--json", one_json], capture_output=True, text=True, env=env("one"), timeout=300)
+        check(r.returncode == 0, f"mnist_cnn one_device: exit {r.returncode}: {r.stderr[-500:]!r}")
+        rc, out, err, _ = multihost(args, "2 hosts", hosts, [exe] + short + mw + ["--json", mh_json], 300)
+        if check(rc == 0 and r.returncode == 0, f"2 hosts x 1 process: exit {rc}: {err[-1500:]!r}"):
+            one, mh = strict_json(one_json), strict_json(mh_json)
+            check(mh["replicas"] == 2 and out.count("test accuracy") == 1, f"2 hosts x 1 process: {mh} {out[-300:]!r}")
+            check(abs(one["test_loss"] - mh["test_loss"]) <= 1e-5 * abs(one["test_loss"]),
+                  f"2 hosts and one device disagree: test loss {mh['test_loss']} vs {one['test_loss']}")
+        rc, out, err, _ = multihost(args, "shared memory across hosts", hosts,
+                                    [exe] + short + mw + ["--transport", "shared_memory"], 300)
+        says = "the shared-memory transport needs every rank on one host; the 2 ranks are on 2 hosts"
+        check(rc != 0 and says in err, f"--transport shared_memory across 2 hosts: exit {rc}, expected {says!r}: {err[-1500:]!r}")
+
+        # 2. Host 1's link down for good once training runs (rank 0's TensorBoard event file
+        # exists once fit has begun): named, ended, nothing left.
+        tb = os.path.join(d, "tb_fault")
+        rc, out, err, seconds = multihost(
+            args, "link down", hosts + ["--grace", str(GRACE), "--start-file", tb, "--down-at", "1", "--down-host", "1"],
+            [exe] + base + mw + ["--epochs", "100000", "--timeout-ms", str(TIMEOUT_MS), "--tensorboard", tb], 300)
+        check("host 1 (strata-mh-" in err and "link down" in err, f"link down: the link never went down: {err[-1500:]!r}")
+        check(rc != 0, f"link down: the job exited 0: {err[-1500:]!r}")
+        # The link goes down within seconds of the start; the end comes at its timeout plus the
+        # grace (Open MPI's mpirun does not end by itself: its abort needs the lost host).
+        check("still running at the deadline" not in err and seconds < DEADLINE,
+              f"link down: the job ran to multihost's deadline ({seconds:.1f} s): {err[-1500:]!r}")
+        # (Only rank 0's words are heard: rank 1's output goes to mpirun through its host's link.)
+        named = check("rank 1 of 2 did not arrive within 2000 ms" in err,
+                      f"link down: rank 0 did not name rank 1 as the one that did not arrive: {err[-1500:]!r}")
+        if not named and "some rank (the transfer stopped part-way)" in err:
+            print("  (strata names no rank when the link drops during an MPI collective's transfer rather than before "
+                  "it: ProcessGroup::mpi_all_reduce's 'some rank (the transfer stopped part-way)'; issue 46)", flush=True)
+        print(f"link down: ended in {seconds:.1f} s with exit {rc}", flush=True)
+
+        # 3. Host 1's link down for 1.5 s, less than --timeout-ms, once training runs: the same
+        # bytes as undisturbed. 80 epochs of 11 steps: at 1gbit the gradients alone (122k floats,
+        # 2 ranks) take >= 3.4 s, so training still runs when the link comes back, on any machine.
+        longer = base + mw + ["--epochs", "80", "--timeout-ms", "10000"]
+        straight, healed = os.path.join(d, "straight.safetensors"), os.path.join(d, "healed.safetensors")
+        healed_json = os.path.join(d, "healed.json")
+        rc, out, err, _ = multihost(args, "undisturbed", hosts, [exe] + longer + ["--save", straight], 300)
+        check(rc == 0, f"undisturbed: exit {rc}: {err[-1500:]!r}")
+        tb = os.path.join(d, "tb_heal")
+        rc, out, err, seconds = multihost(
+            args, "link down and back",
+            hosts + ["--start-file", tb, "--down-at", "0.5", "--up-at", "2", "--down-host", "1"],
+            [exe] + longer + ["--save", healed, "--json", healed_json, "--tensorboard", tb], 300)
+        check("link down" in err and "link up" in err, f"link down and back: the link did not go down and up: {err[-1500:]!r}")
+        if check(rc == 0 and os.path.exists(healed) and os.path.exists(straight),
+                 f"link down for 1.5 s and back: exit {rc}: {err[-1500:]!r}"):
+            with open(straight, "rb") as a, open(healed, "rb") as b:
+                check(a.read() == b.read(), "link down for 1.5 s and back: the weights differ from the undisturbed run's")
+            check(strict_json(healed_json)["seconds"] > 2.0,
+                  f"link down and back: training took {strict_json(healed_json)['seconds']} s: it ended before the link "
+                  "came back (make it longer)")
+        check("did not arrive" not in err, f"link down and back: {err[-1500:]!r}")
+        print(f"link down and back: ended in {seconds:.1f} s", flush=True)
+    print(f"multihost checks: {time.time() - t_start:.1f} s", flush=True)
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("multihost: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
