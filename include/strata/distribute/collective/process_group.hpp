@@ -406,6 +406,19 @@ private:
     // ranks to those that did. Gives the MPI transport the same error messages as shared memory.
     STRATA_MPI_DECL void arrival_check(int lane, const SyncPoint& at);
 
+    // Polls a collective's data transfer, posted once every rank had arrived (arrival_check).
+    // Past the timeout a rank stopped, died or became unreachable part-way through it: the
+    // ranks still stuck in it tell each other so (silent_ranks), and the error names those not
+    // heard from, as the arrival check names those that did not come.
+    STRATA_MPI_DECL void wait_transfer(MPI_Request& req, int lane, const SyncPoint& at);
+    // After a transfer's timeout: sends "stuck at this collective" to every other rank on the
+    // lane's control communicator and collects theirs for a short window; returns the ranks
+    // not heard from. Every rank an all-reduce still needs is stuck in it too and times out
+    // within moments, so in an all-reduce these are the ranks that stopped or were cut off. (A
+    // rank that finished the transfer before the fault and went on is not stuck, and is named
+    // among them: the message says what was seen, "nothing has come from it since".)
+    STRATA_MPI_DECL std::vector<int> silent_ranks(int lane);
+
     template <Reducible T>
     void mpi_all_reduce(int lane, std::span<T> data, ReduceOp op, const SyncPoint& at);
 
@@ -431,6 +444,8 @@ private:
         std::int64_t answer = 0;
         std::vector<std::uint64_t> got;
         std::vector<int> late, late_in;
+        std::uint64_t stuck = 0;             // silent_ranks: what this rank sends,
+        std::vector<std::uint64_t> stuck_in;  // and what the others sent
     };
     std::unique_ptr<ControlBuffers[]> control_;
     std::vector<MPI_Comm> lane_comms_, control_comms_;
@@ -613,8 +628,7 @@ void ProcessGroup::mpi_all_reduce(int lane, std::span<T> data, ReduceOp op, cons
         MPI_Iallreduce(MPI_IN_PLACE, data.data(), int(data.size()), mpi::datatype<T>(), MPI_SUM,
                        lane_comms_[std::size_t(lane)], &req);
     }
-    auto d = fresh(options_.timeout);
-    wait_request(req, d, at, lane, "some rank (the transfer stopped part-way)");
+    wait_transfer(req, lane, at);
     if (op == ReduceOp::Mean)
         for (auto& v : data) v /= T(size_);
 }
@@ -628,8 +642,7 @@ void ProcessGroup::mpi_broadcast(int lane, std::span<T> data, int root, const Sy
         if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
         MPI_Ibcast(data.data(), int(data.size()), mpi::datatype<T>(), root, lane_comms_[std::size_t(lane)], &req);
     }
-    auto d = fresh(options_.timeout);
-    wait_request(req, d, at, lane, "some rank (the transfer stopped part-way)");
+    wait_transfer(req, lane, at);
 }
 
 #if STRATA_MPI_INSTANCES

@@ -711,6 +711,71 @@ STRATA_MPI_DECL void ProcessGroup::wait_request(MPI_Request& req, RunningDeadlin
     }
 }
 
+STRATA_MPI_DECL void ProcessGroup::wait_transfer(MPI_Request& req, int lane, const SyncPoint& at) {
+    RunningDeadline deadline = fresh(options_.timeout);
+    for (int spins = 0;; ++spins) {
+        int done = 0;
+        {
+            std::unique_lock lock(mpi_mutex_, std::defer_lock);
+            if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
+            MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        }
+        if (done) return;
+        if (deadline.expired()) break;
+        if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    const std::vector<int> silent = silent_ranks(lane);
+    mark_failed();
+    if (silent.empty())
+        throw_error<DistributedError>(where(at, lane), ": some rank did not arrive within ", options_.timeout.count(),
+                                      " ms (the transfer stopped part-way, and every rank says it is still waiting)");
+    throw_error<DistributedError>(where(at, lane), ": ", ranks_text(silent), " did not arrive within ", options_.timeout.count(),
+                                  " ms (the transfer stopped part-way, and nothing has come from ",
+                                  silent.size() == 1 ? "it" : "them", " since)");
+}
+
+STRATA_MPI_DECL std::vector<int> ProcessGroup::silent_ranks(int lane) {
+    MPI_Comm c = control_comms_[std::size_t(lane)];
+    // The buffers live in the group: requests still posted when this returns (to a rank that
+    // is gone) are left with the failed group, never pointing into a dead stack frame.
+    ControlBuffers& cb = control_[std::size_t(lane)];
+    cb.stuck = seq_[std::size_t(lane)];
+    cb.stuck_in.assign(std::size_t(size_), 0);
+    std::vector<MPI_Request> recvs(std::size_t(size_), MPI_REQUEST_NULL);
+    {
+        std::unique_lock lock(mpi_mutex_, std::defer_lock);
+        if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
+        for (int q = 0; q < size_; ++q) {
+            if (q == rank_) continue;
+            MPI_Request send;
+            MPI_Isend(&cb.stuck, 1, MPI_UINT64_T, q, 4, c, &send);
+            MPI_Request_free(&send);  // a few bytes, sent eagerly; a rank that is gone never takes them
+            MPI_Irecv(&cb.stuck_in[std::size_t(q)], 1, MPI_UINT64_T, q, 4, c, &recvs[std::size_t(q)]);
+        }
+    }
+    // The others' deadlines started within moments of this one's (they posted the same
+    // transfer after the same arrival check): half the timeout, at least 100 ms and at most
+    // 5 s, is ample for theirs to pass and their word to come.
+    const auto window = std::clamp(options_.timeout / 2, std::chrono::milliseconds(100), std::chrono::milliseconds(5000));
+    RunningDeadline deadline = fresh(window);
+    std::vector<int> silent;
+    for (int spins = 0;; ++spins) {
+        silent.clear();
+        {
+            std::unique_lock lock(mpi_mutex_, std::defer_lock);
+            if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
+            for (int q = 0; q < size_; ++q) {
+                if (q == rank_) continue;
+                int done = recvs[std::size_t(q)] == MPI_REQUEST_NULL;
+                if (!done) MPI_Test(&recvs[std::size_t(q)], &done, MPI_STATUS_IGNORE);
+                if (!done) silent.push_back(q);
+            }
+        }
+        if (silent.empty() || deadline.expired()) return silent;
+        if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+}
+
 STRATA_MPI_DECL void ProcessGroup::arrival_check(int lane, const SyncPoint& at) {
     throw_if_failed(at);
     MPI_Comm c = control_comms_[std::size_t(lane)];
