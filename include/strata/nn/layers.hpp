@@ -23,6 +23,7 @@
 #include "strata/nn/dropout.hpp"
 #include "strata/nn/flatten.hpp"
 #include "strata/nn/layer.hpp"
+#include "strata/nn/layer_normalization.hpp"
 #include "strata/nn/max_pooling2d.hpp"
 #include "strata/nn/residual.hpp"
 #include "strata/nn/sequential.hpp"
