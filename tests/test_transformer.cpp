@@ -135,8 +135,11 @@ std::vector<double> finite_differences(Run& run, std::vector<double>& v, const s
 
 /// The input and parameter gradients of `run` against finite differences; per named variable
 /// when `info` is given (a small variable's error is not hidden by a large one's scale).
+/// A variable named in `zero` has a gradient that is 0 in exact arithmetic (attention's key
+/// bias: it adds q·b to every score of a row, which the softmax ignores): both it and the finite
+/// differences must be at rounding level.
 template <class Run>
-void check_gradients(Run& run, std::uint64_t seed, const std::vector<ParamInfo>& info = {}) {
+void check_gradients(Run& run, std::uint64_t seed, const std::vector<ParamInfo>& info = {}, const std::vector<std::string>& zero = {}) {
     const auto w = reference_values(run.out_size(), seed + 7, -1, 1);
     const auto g = run.run(&w);
     const auto fd_x = finite_differences(run, run.x, w);
@@ -151,6 +154,13 @@ void check_gradients(Run& run, std::uint64_t seed, const std::vector<ParamInfo>&
     for (const auto& p : info) {
         const auto first = std::ptrdiff_t(p.offset), count = std::ptrdiff_t(p.shape.size());
         std::vector<double> a(fd_p.begin() + first, fd_p.begin() + first + count), b(g.dparams.begin() + first, g.dparams.begin() + first + count);
+        if (std::find(zero.begin(), zero.end(), p.name) != zero.end()) {
+            INFO(p.name << ": largest |gradient| " << max_abs_diff(b, std::vector<double>(b.size(), 0.0)) << ", largest |finite difference| "
+                        << max_abs_diff(a, std::vector<double>(a.size(), 0.0)));
+            CHECK(max_abs_diff(b, std::vector<double>(b.size(), 0.0)) <= 1e-12);
+            CHECK(max_abs_diff(a, std::vector<double>(a.size(), 0.0)) <= 1e-8);
+            continue;
+        }
         INFO(p.name << ": relative error " << relative_error(a, b));
         CHECK(relative_error(a, b) <= 1e-6);
         // A variable whose gradient is identically zero would pass the relative test trivially.
@@ -472,6 +482,308 @@ TEST_CASE("LayerNormalization: Keras' variables, initial values and summary; err
     CHECK(strata_test::has(msg, "the last forward had 0"));
 }
 
+// ---- gemm_strided_batched -------------------------------------------------------------------
+
+TEST_CASE_TEMPLATE("gemm_strided_batched equals one gemm per matrix, every transpose, with leading dimensions and beta", P, STRATA_TEST_PLACES) {
+    // 24 products of 32x32x32 (above the host's threshold for splitting the batch over threads)
+    // and 5 of odd sizes inside wider rows (leading dimensions larger than the matrices).
+    struct Case { std::int64_t m, n, k, pad, batch; };
+    for (const Case cs : {Case{32, 32, 32, 0, 24}, Case{3, 5, 4, 2, 5}}) {
+        for (const auto ta : {strata::Trans::No, strata::Trans::Yes})
+            for (const auto tb : {strata::Trans::No, strata::Trans::Yes}) {
+                const std::int64_t ar = ta == strata::Trans::No ? cs.m : cs.k, ac = ta == strata::Trans::No ? cs.k : cs.m;
+                const std::int64_t br = tb == strata::Trans::No ? cs.k : cs.n, bc = tb == strata::Trans::No ? cs.n : cs.k;
+                const std::int64_t lda = ac + cs.pad, ldb = bc + cs.pad, ldc = cs.n + cs.pad;
+                const std::int64_t sa = ar * lda + 1, sb = br * ldb + 3, sc = cs.m * ldc + 2;
+                const auto a = reference_values(sa * cs.batch, 1), b = reference_values(sb * cs.batch, 2), c0 = reference_values(sc * cs.batch, 3);
+                auto at = on_place<double, P>(a, Shape{sa * cs.batch}), bt = on_place<double, P>(b, Shape{sb * cs.batch});
+                auto ct = on_place<double, P>(c0, Shape{sc * cs.batch});
+                strata::gemm_strided_batched<double, P>(ta, tb, cs.m, cs.n, cs.k, 0.75, at.data(), lda, sa, bt.data(), ldb, sb, -0.5,
+                                                        ct.data(), ldc, sc, cs.batch);
+                const auto c = as_double(ct.view());
+                double worst = 0;
+                for (std::int64_t i = 0; i < cs.batch; ++i)
+                    for (std::int64_t r = 0; r < sc; ++r) {
+                        const std::int64_t row = r / ldc, col = r % ldc;
+                        double want = c0[std::size_t(i * sc + r)];  // outside the matrix: untouched
+                        if (row < cs.m && col < cs.n) {
+                            double s2 = 0;
+                            for (std::int64_t q = 0; q < cs.k; ++q) {
+                                const double av = ta == strata::Trans::No ? a[std::size_t(i * sa + row * lda + q)] : a[std::size_t(i * sa + q * lda + row)];
+                                const double bv = tb == strata::Trans::No ? b[std::size_t(i * sb + q * ldb + col)] : b[std::size_t(i * sb + col * ldb + q)];
+                                s2 += av * bv;
+                            }
+                            want = 0.75 * s2 - 0.5 * want;
+                        }
+                        worst = std::max(worst, std::abs(c[std::size_t(i * sc + r)] - want));
+                    }
+                CHECK(worst <= 1e-12);
+            }
+    }
+}
+
+// ---- MultiHeadAttention --------------------------------------------------------------------
+
+namespace {
+
+/// The float64 reference, written plainly from the formulas (Keras' MultiHeadAttention with
+/// query = value = key = x): per example and head, Q, K, V, scores / sqrt(Dk), masked softmax,
+/// the weighted sum, then the output projection summed over the heads.
+struct MhaDims {
+    std::int64_t S, F, H, Dk, Dv;
+    bool bias, causal;
+};
+std::vector<double> mha_reference(const std::vector<double>& x, const std::vector<double>& p, std::int64_t n, const MhaDims& d) {
+    const auto [S, F, H, Dk, Dv, bias, causal] = d;
+    // Keras' order: query kernel [F,H,Dk], bias [H,Dk], key ..., value kernel [F,H,Dv], bias
+    // [H,Dv], output kernel [H,Dv,F], bias [F].
+    std::int64_t at = 0;
+    auto take = [&](std::int64_t count) { const std::int64_t o = at; at += count; return o; };
+    const std::int64_t wq = take(F * H * Dk), bq = bias ? take(H * Dk) : -1, wk = take(F * H * Dk), bk = bias ? take(H * Dk) : -1;
+    const std::int64_t wv = take(F * H * Dv), bv = bias ? take(H * Dv) : -1, wo = take(H * Dv * F), bo = bias ? take(F) : -1;
+    REQUIRE(at == std::int64_t(p.size()));
+    auto P = [&](std::int64_t i) { return p[std::size_t(i)]; };
+    std::vector<double> y(std::size_t(n * S * F), 0.0);
+    for (std::int64_t e = 0; e < n; ++e) {
+        auto X = [&](std::int64_t s, std::int64_t f) { return x[std::size_t((e * S + s) * F + f)]; };
+        for (std::int64_t h = 0; h < H; ++h) {
+            using Matrix = std::vector<std::vector<double>>;
+            Matrix Q = Matrix(std::size_t(S), std::vector<double>(std::size_t(Dk))), K = Q;
+            Matrix V = Matrix(std::size_t(S), std::vector<double>(std::size_t(Dv)));
+            for (std::int64_t s = 0; s < S; ++s) {
+                for (std::int64_t j = 0; j < Dk; ++j) {
+                    double q = bias ? P(bq + h * Dk + j) : 0, k = bias ? P(bk + h * Dk + j) : 0;
+                    for (std::int64_t f = 0; f < F; ++f) {
+                        q += X(s, f) * P(wq + (f * H + h) * Dk + j);
+                        k += X(s, f) * P(wk + (f * H + h) * Dk + j);
+                    }
+                    Q[std::size_t(s)][std::size_t(j)] = q;
+                    K[std::size_t(s)][std::size_t(j)] = k;
+                }
+                for (std::int64_t j = 0; j < Dv; ++j) {
+                    double v = bias ? P(bv + h * Dv + j) : 0;
+                    for (std::int64_t f = 0; f < F; ++f) v += X(s, f) * P(wv + (f * H + h) * Dv + j);
+                    V[std::size_t(s)][std::size_t(j)] = v;
+                }
+            }
+            for (std::int64_t i = 0; i < S; ++i) {
+                std::vector<double> a(std::size_t(S), 0.0);
+                double m = -1e300, z = 0;
+                for (std::int64_t j = 0; j < S; ++j) {
+                    if (causal && j > i) continue;
+                    double sc = 0;
+                    for (std::int64_t c = 0; c < Dk; ++c) sc += Q[std::size_t(i)][std::size_t(c)] * K[std::size_t(j)][std::size_t(c)];
+                    a[std::size_t(j)] = sc / std::sqrt(double(Dk));
+                    m = std::max(m, a[std::size_t(j)]);
+                }
+                for (std::int64_t j = 0; j < S; ++j) {
+                    a[std::size_t(j)] = (causal && j > i) ? 0.0 : std::exp(a[std::size_t(j)] - m);
+                    z += a[std::size_t(j)];
+                }
+                for (std::int64_t c = 0; c < Dv; ++c) {
+                    double o = 0;
+                    for (std::int64_t j = 0; j < S; ++j) o += a[std::size_t(j)] / z * V[std::size_t(j)][std::size_t(c)];
+                    for (std::int64_t f = 0; f < F; ++f) y[std::size_t((e * S + i) * F + f)] += o * P(wo + (h * Dv + c) * F + f);
+                }
+            }
+        }
+        if (bias)
+            for (std::int64_t i = 0; i < S; ++i)
+                for (std::int64_t f = 0; f < F; ++f) y[std::size_t((e * S + i) * F + f)] += P(bo + f);
+    }
+    return y;
+}
+
+template <class Spec, std::int64_t S, std::int64_t F>
+MhaDims dims_of() {
+    using L = typename Spec::template bind<StaticShape<S, F>, double, Host>;
+    return {S, F, L::H, L::Dk, L::Dv, Spec::options.use_bias, Spec::options.causal};
+}
+
+template <class Spec, std::int64_t S, std::int64_t F, class T = double, class P = Host>
+LayerRun<Spec, StaticShape<S, F>, T, P> mha_run(std::int64_t n, std::uint64_t seed) {
+    using L = typename Spec::template bind<StaticShape<S, F>, double, Host>;
+    return LayerRun<Spec, StaticShape<S, F>, T, P>(n, reference_values(L::num_params, seed, -0.6, 0.6),
+                                                    reference_values(n * S * F, seed + 1, -1.5, 1.5));
+}
+
+constexpr MultiHeadAttentionOptions causal_mask{.causal = true};
+constexpr MultiHeadAttentionOptions no_bias{.use_bias = false};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("MultiHeadAttention matches a float64 reference: heads, key and value sizes, bias, causal mask", P, STRATA_TEST_PLACES) {
+    SUBCASE("2 heads, key 3, value 4, bias") {
+        using Spec = MultiHeadAttention<2, 3, 4>;
+        auto run = mha_run<Spec, 5, 6, double, P>(3, 1);
+        CHECK(max_abs_diff(run.forward(), mha_reference(run.x, run.params, 3, dims_of<Spec, 5, 6>())) <= 1e-13);
+    }
+    SUBCASE("causal") {
+        using Spec = MultiHeadAttention<2, 3, 4, causal_mask>;
+        auto run = mha_run<Spec, 5, 6, double, P>(2, 2);
+        const auto y = run.forward();
+        CHECK(max_abs_diff(y, mha_reference(run.x, run.params, 2, dims_of<Spec, 5, 6>())) <= 1e-13);
+        // The same variables without the mask give another output.
+        CHECK(max_abs_diff(y, mha_reference(run.x, run.params, 2, dims_of<MultiHeadAttention<2, 3, 4>, 5, 6>())) > 1e-3);
+    }
+    SUBCASE("3 heads of features / 3 (KeyDim 0), no bias") {
+        using Spec = MultiHeadAttention<3, 0, 0, no_bias>;
+        static_assert(Spec::bind<StaticShape<4, 6>, double, Host>::Dk == 2 && Spec::bind<StaticShape<4, 6>, double, Host>::Dv == 2);
+        auto run = mha_run<Spec, 4, 6, double, P>(2, 3);
+        CHECK(max_abs_diff(run.forward(), mha_reference(run.x, run.params, 2, dims_of<Spec, 4, 6>())) <= 1e-13);
+    }
+    SUBCASE("one token, one head") {
+        using Spec = MultiHeadAttention<1, 2>;
+        auto run = mha_run<Spec, 1, 3, double, P>(2, 4);
+        CHECK(max_abs_diff(run.forward(), mha_reference(run.x, run.params, 2, dims_of<Spec, 1, 3>())) <= 1e-13);
+    }
+    SUBCASE("float: 16 tokens of 32 features, 4 heads of 8, causal") {
+        using Spec = MultiHeadAttention<4, 8, 8, causal_mask>;
+        auto run = mha_run<Spec, 16, 32, float, P>(3, 5);
+        std::vector<double> pf(run.params.begin(), run.params.end()), xf(run.x.begin(), run.x.end());
+        for (auto& v : pf) v = double(float(v));
+        for (auto& v : xf) v = double(float(v));
+        const auto want = mha_reference(xf, pf, 3, dims_of<Spec, 16, 32>());
+        CHECK(relative_error(run.forward(), want) <= 1e-5);
+    }
+}
+
+TEST_CASE("MultiHeadAttention: the attention weights are distributions, masked ones exactly 0") {
+    using Spec = MultiHeadAttention<2, 3, 3, causal_mask>;
+    auto run = mha_run<Spec, 5, 4>(2, 11);
+    run.forward();
+    const auto a = run.layer.attention_weights();
+    REQUIRE(a.size() == 2 * 2 * 5 * 5);
+    for (std::size_t r = 0; r < 2 * 2 * 5; ++r) {
+        const std::size_t i = r % 5;
+        double s = 0;
+        for (std::size_t j = 0; j < 5; ++j) {
+            s += a[r * 5 + j];
+            if (j > i) CHECK(a[r * 5 + j] == 0.0);
+            else CHECK(a[r * 5 + j] > 0.0);
+        }
+        CHECK(s == doctest::Approx(1.0).epsilon(1e-15));
+    }
+}
+
+TEST_CASE("MultiHeadAttention gradients match finite differences: the input and every variable") {
+    SUBCASE("2 heads, key 3, value 4, bias") {
+        using Spec = MultiHeadAttention<2, 3, 4>;
+        auto run = mha_run<Spec, 4, 5>(2, 21);
+        check_gradients(run, 21, Spec::bind<StaticShape<4, 5>, double, Host>::param_info(), {"key/bias"});
+    }
+    SUBCASE("causal, 3 heads of 2") {
+        using Spec = MultiHeadAttention<3, 2, 2, causal_mask>;
+        auto run = mha_run<Spec, 5, 3>(2, 22);
+        check_gradients(run, 22, Spec::bind<StaticShape<5, 3>, double, Host>::param_info(), {"key/bias"});
+    }
+    SUBCASE("no bias, one head, value 1") {
+        using Spec = MultiHeadAttention<1, 3, 1, no_bias>;
+        auto run = mha_run<Spec, 3, 4>(3, 23);
+        check_gradients(run, 23, Spec::bind<StaticShape<3, 4>, double, Host>::param_info());
+    }
+}
+
+TEST_CASE_TEMPLATE("MultiHeadAttention's gradients on every place match the host's", P, STRATA_TEST_PLACES) {
+    using Spec = MultiHeadAttention<2, 4, 3, causal_mask>;
+    auto host = mha_run<Spec, 6, 5>(3, 31);
+    auto here = mha_run<Spec, 6, 5, double, P>(3, 31);
+    auto here_f = mha_run<Spec, 6, 5, float, P>(3, 31);
+    const auto w = reference_values(host.out_size(), 32);
+    const auto a = host.run(&w), b = here.run(&w), c = here_f.run(&w);
+    CHECK(relative_error(b.y, a.y) <= 1e-13);
+    CHECK(relative_error(b.dx, a.dx) <= 1e-12);
+    CHECK(relative_error(b.dparams, a.dparams) <= 1e-12);
+    CHECK(relative_error(c.y, a.y) <= 1e-5);
+    CHECK(relative_error(c.dx, a.dx) <= 1e-4);
+    CHECK(relative_error(c.dparams, a.dparams) <= 1e-4);
+}
+
+namespace {
+/// Perturbs token t of every example (t = 1..S-1) and measures how far the outputs of the
+/// tokens before t and of the others move.
+template <class Spec>
+void check_dependence_on_later_tokens(bool causal) {
+    constexpr std::int64_t S = 6, F = 4;
+    auto run = mha_run<Spec, S, F>(2, 41);
+    const auto y0 = run.forward();
+    for (std::int64_t t = 1; t < S; ++t) {
+        CAPTURE(t);
+        auto x = run.x;
+        for (std::int64_t e = 0; e < run.n; ++e)
+            for (std::int64_t f = 0; f < F; ++f) x[std::size_t((e * S + t) * F + f)] += 0.5 + 0.1 * double(f);
+        LayerRun<Spec, StaticShape<S, F>> perturbed(run.n, run.params, x);
+        const auto y1 = perturbed.forward();
+        double before = 0, rest = 0;
+        for (std::int64_t e = 0; e < run.n; ++e)
+            for (std::int64_t s = 0; s < S; ++s)
+                for (std::int64_t f = 0; f < F; ++f) {
+                    const auto i = std::size_t((e * S + s) * F + f);
+                    double& m = s < t ? before : rest;
+                    m = std::max(m, std::abs(y1[i] - y0[i]));
+                }
+        if (causal) CHECK(before == 0.0);  // bit for bit
+        else CHECK(before > 1e-3);         // the negative control: earlier tokens see the change
+        CHECK(rest > 1e-3);
+    }
+}
+}  // namespace
+
+TEST_CASE("the causal mask: an output token does not depend on later tokens; without the mask it does") {
+    check_dependence_on_later_tokens<MultiHeadAttention<2, 3, 3, causal_mask>>(true);
+    check_dependence_on_later_tokens<MultiHeadAttention<2, 3, 3>>(false);
+}
+
+TEST_CASE("MultiHeadAttention: Keras' variable names, shapes and order, initial values, summary; errors") {
+    using Spec = MultiHeadAttention<4, 8, 6>;
+    using L = Spec::bind<StaticShape<16, 32>, float, Host>;
+    const auto info = L::param_info();
+    const std::vector<std::string> names{"query/kernel", "query/bias", "key/kernel", "key/bias", "value/kernel", "value/bias",
+                                         "attention_output/kernel", "attention_output/bias"};
+    const std::vector<Shape> shapes{Shape{32, 4, 8}, Shape{4, 8}, Shape{32, 4, 8}, Shape{4, 8}, Shape{32, 4, 6}, Shape{4, 6}, Shape{4, 6, 32}, Shape{32}};
+    REQUIRE(info.size() == names.size());
+    std::int64_t offset = 0;
+    for (std::size_t i = 0; i < info.size(); ++i) {
+        CHECK(info[i].name == names[i]);
+        CHECK(info[i].shape == shapes[i]);
+        CHECK(info[i].offset == offset);
+        offset += shapes[i].size();
+    }
+    CHECK(L::num_params == offset);
+    CHECK(L::num_params == 2 * (32 * 32 + 32) + (32 * 24 + 24) + (24 * 32 + 32));
+    CHECK(MultiHeadAttention<4, 8, 6, no_bias>::bind<StaticShape<16, 32>, float, Host>::param_info().size() == 4);
+    // Initial values: zero biases, each kernel inside its Glorot limit with Keras' fans, and the
+    // four kernels drawn from different streams.
+    std::vector<float> p(std::size_t(L::num_params), 9.0f);
+    L().init(p.data(), 7, 16);
+    auto part = [&](std::size_t i) { return std::vector<float>(p.begin() + info[i].offset, p.begin() + info[i].offset + info[i].shape.size()); };
+    for (std::size_t i : {1u, 3u, 5u, 7u}) for (float v : part(i)) CHECK(v == 0.0f);
+    const double limits[4] = {std::sqrt(6.0 / (4 * 32 + 8 * 32)), std::sqrt(6.0 / (4 * 32 + 8 * 32)), std::sqrt(6.0 / (4 * 32 + 6 * 32)),
+                              std::sqrt(6.0 / (6 * 4 + 32 * 4))};
+    for (std::size_t k = 0; k < 4; ++k) {
+        const auto v = part(2 * k);
+        double largest = 0;
+        for (float f : v) largest = std::max(largest, double(std::abs(f)));
+        CHECK(largest <= limits[k]);
+        CHECK(largest > 0.9 * limits[k]);
+    }
+    CHECK(part(0) != part(2));
+    // In a Sequential: the layer's prefix, and its summary row.
+    using Seq = Sequential<Input<16, 32>, Spec, MultiHeadAttention<2, 4>>;
+    const auto all = Seq::parameters();
+    CHECK(all[0].name == "multi_head_attention/query/kernel");
+    CHECK(all[7].name == "multi_head_attention/attention_output/bias");
+    CHECK(all[8].name == "multi_head_attention_1/query/kernel");
+    CHECK(strata_test::has(Seq::summary(), "multi_head_attention (MultiHeadAttention)"));
+    static_assert(std::is_same_v<Seq::output_shape, StaticShape<16, 32>>);
+    // Backward without a forward on that batch: a typed error naming both batch sizes.
+    Spec::bind<StaticShape<2, 3>, double, Host> fresh;
+    std::vector<double> params(std::size_t(decltype(fresh)::num_params), 0.1), grads(params.size()), x(12), dx(12);
+    const TensorView<double, Host> xv(x.data(), Shape{2, 2, 3}), dxv(dx.data(), Shape{2, 2, 3});
+    const auto msg = strata_test::error_of<strata::ValueError>([&] { fresh.backward(params.data(), grads.data(), xv, xv, xv, dxv, Mode{}); });
+    CHECK(strata_test::has(msg, "MultiHeadAttention: backward on 2 examples"));
+}
+
 #if !defined(__CUDACC__)
 namespace {
 /// n sequences of 6 tokens × 4 features, class = which half of the tokens has the larger mean
@@ -514,6 +826,45 @@ TEST_CASE("a model with LayerNormalization and GELU trains (the loss falls) and 
     CHECK(f.contains("layer_normalization/beta"));
     CHECK(f.contains("dense/kernel"));
     strata::Model<LnNet> other(6);
+    other.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    CHECK(other.get_weights() != model.get_weights());
+    other.load(path);
+    CHECK(other.get_weights() == model.get_weights());
+    CHECK(other.evaluate(token_task(128, 77).batch(64)).loss == model.evaluate(token_task(128, 77).batch(64)).loss);
+    std::filesystem::remove(path);
+}
+#endif
+
+#if !defined(__CUDACC__)
+namespace {
+// A pre-norm attention block (LayerNormalization then MultiHeadAttention on the residual
+// branch, the identity shortcut), then a causal one, then the classifier.
+using AttnNet = Sequential<Input<6, 4>, Residual<LayerNormalization<>, MultiHeadAttention<2, 4>>,
+                           Residual<LayerNormalization<>, MultiHeadAttention<2, 0, 0, MultiHeadAttentionOptions{.causal = true}>>,
+                           LayerNormalization<>, Flatten, Dense<2, Softmax>>;
+}  // namespace
+
+TEST_CASE("a model of residual attention blocks trains (the loss falls) and saves and loads its variables by name") {
+    strata::Model<AttnNet> model(9);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    const auto before = model.evaluate(token_task(256, 3).batch(64));
+    const auto h = model.fit(token_task(256, 3).shuffle(256, 4).batch(32), {.epochs = 10, .verbose = 0});
+    const auto after = model.evaluate(token_task(256, 3).batch(64));
+    INFO("loss " << before.loss << " -> " << after.loss << ", accuracy " << after.accuracy);
+    CHECK(h["loss"].back() < 0.5 * h["loss"].front());
+    CHECK(after.loss < 0.5 * before.loss);
+    CHECK(after.accuracy > 0.9);
+
+    const auto path = strata_test::temp_path("attention.safetensors");
+    model.save(path);
+    auto f = strata::io::SafetensorsFile::load(path);
+    for (const char* name : {"residual/layer_normalization/gamma", "residual/multi_head_attention/query/kernel",
+                             "residual/multi_head_attention/key/bias", "residual/multi_head_attention/attention_output/kernel",
+                             "residual_1/multi_head_attention/value/bias", "layer_normalization/beta"}) {
+        CAPTURE(name);
+        CHECK(f.contains(name));
+    }
+    strata::Model<AttnNet> other(10);
     other.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
     CHECK(other.get_weights() != model.get_weights());
     other.load(path);

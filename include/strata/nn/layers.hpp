@@ -25,5 +25,6 @@
 #include "strata/nn/layer.hpp"
 #include "strata/nn/layer_normalization.hpp"
 #include "strata/nn/max_pooling2d.hpp"
+#include "strata/nn/multi_head_attention.hpp"
 #include "strata/nn/residual.hpp"
 #include "strata/nn/sequential.hpp"
