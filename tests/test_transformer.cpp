@@ -355,7 +355,8 @@ TEST_CASE_TEMPLATE("GELU layers on every place match the host's float64 values",
     LayerRun<ActivationLayer<GELU>, StaticShape<40>, float, P> f(2, {}, x);
     LayerRun<ActivationLayer<GELUTanh>, StaticShape<40>, double, P> d(2, {}, x);
     const auto w = reference_values(80, 9);
-    const auto rf = f.run(&w), rd = d.run(&w);
+    const auto rf = f.run(&w);
+    const auto rd = d.run(&w);
     for (std::size_t i = 0; i < x.size(); ++i) {
         CHECK(std::abs(rf.y[i] - GELU::apply(x[i])) <= 1e-6 * (1 + std::abs(x[i])));
         CHECK(std::abs(rf.dx[i] - GELU::grad_from_input(x[i], w[i])) <= 1e-6);
@@ -415,7 +416,9 @@ TEST_CASE_TEMPLATE("LayerNormalization gradients (input, gamma, beta) on every p
     LayerRun<LayerNormalization<>, In, double, Host> host(3, p, x);
     LayerRun<LayerNormalization<>, In, double, P> here(3, p, x);
     LayerRun<LayerNormalization<>, In, float, P> here_f(3, p, x);
-    const auto a = host.run(&w), b = here.run(&w), c = here_f.run(&w);
+    const auto a = host.run(&w);
+    const auto b = here.run(&w);
+    const auto c = here_f.run(&w);
     CHECK(relative_error(b.y, a.y) <= 1e-14);
     CHECK(relative_error(b.dx, a.dx) <= 1e-13);
     CHECK(relative_error(b.dparams, a.dparams) <= 1e-13);
@@ -690,7 +693,9 @@ TEST_CASE_TEMPLATE("MultiHeadAttention's gradients on every place match the host
     auto here = mha_run<Spec, 6, 5, double, P>(3, 31);
     auto here_f = mha_run<Spec, 6, 5, float, P>(3, 31);
     const auto w = reference_values(host.out_size(), 32);
-    const auto a = host.run(&w), b = here.run(&w), c = here_f.run(&w);
+    const auto a = host.run(&w);
+    const auto b = here.run(&w);
+    const auto c = here_f.run(&w);
     CHECK(relative_error(b.y, a.y) <= 1e-13);
     CHECK(relative_error(b.dx, a.dx) <= 1e-12);
     CHECK(relative_error(b.dparams, a.dparams) <= 1e-12);
@@ -784,6 +789,91 @@ TEST_CASE("MultiHeadAttention: Keras' variable names, shapes and order, initial 
     CHECK(strata_test::has(msg, "MultiHeadAttention: backward on 2 examples"));
 }
 
+// ---- TokenDense and the encoder block ---------------------------------------------------------
+
+TEST_CASE_TEMPLATE("TokenDense is Dense on every token: the same figures as Dense on the rows, on every place", P, STRATA_TEST_PLACES) {
+    using In = StaticShape<5, 7>;
+    static_assert(std::is_same_v<TokenDense<3>::bind<In, double, Host>::output_shape, StaticShape<5, 3>>);
+    static_assert(std::is_same_v<TokenDense<3>::bind<StaticShape<2, 4, 7>, double, Host>::output_shape, StaticShape<2, 4, 3>>);
+    const auto p = reference_values(7 * 3 + 3, 51, -0.5, 0.5);
+    const auto x = reference_values(2 * 35, 52, -2, 2);
+    const auto w = reference_values(2 * 15, 53);
+    LayerRun<TokenDense<3, GELU>, In, double, P> tok(2, p, x);
+    LayerRun<Dense<3, GELU>, StaticShape<7>, double, Host> rows(10, p, x);  // the 10 tokens as 10 examples
+    const auto a = tok.run(&w);
+    const auto b = rows.run(&w);
+    CHECK(max_abs_diff(a.y, b.y) <= 1e-14);
+    CHECK(max_abs_diff(a.dx, b.dx) <= 1e-14);
+    CHECK(max_abs_diff(a.dparams, b.dparams) <= 1e-13);
+}
+
+TEST_CASE("TokenDense gradients match finite differences; its variables are Dense's") {
+    auto run = random_run<TokenDense<4, Tanh>, StaticShape<3, 5>>(2, 61);
+    check_gradients(run, 61, TokenDense<4, Tanh>::bind<StaticShape<3, 5>, double, Host>::param_info());
+    auto no_bias = random_run<TokenDense<2, GELUTanh, false>, StaticShape<2, 2, 3>>(2, 62);
+    check_gradients(no_bias, 62);
+    using Seq = Sequential<Input<4, 6>, TokenDense<8, GELU>, TokenDense<6>>;
+    const auto names = Seq::parameters();
+    CHECK(names[0].name == "dense/kernel");
+    CHECK(names[0].shape == Shape{6, 8});
+    CHECK(names[3].name == "dense_1/bias");
+    CHECK(strata_test::has(Seq::summary(), "dense (TokenDense)"));
+}
+
+namespace {
+// A pre-norm transformer encoder block (Vaswani et al. 2017 with the normalization first, as in
+// GPT-2 and ViT): x + MHA(LN(x)), then x + MLP(LN(x)) with a GELU hidden layer.
+template <std::int64_t Heads, std::int64_t KeyDim, MultiHeadAttentionOptions O = MultiHeadAttentionOptions{}>
+using AttentionHalf = Residual<LayerNormalization<>, MultiHeadAttention<Heads, KeyDim, KeyDim, O>>;
+template <std::int64_t Features, std::int64_t Hidden>
+using MlpHalf = Residual<LayerNormalization<>, TokenDense<Hidden, GELU>, TokenDense<Features>>;
+using EncoderNet = Sequential<Input<5, 6>, TokenDense<6>, AttentionHalf<2, 3>, MlpHalf<6, 12>,
+                              AttentionHalf<3, 2, MultiHeadAttentionOptions{.causal = true}>, MlpHalf<6, 12>, LayerNormalization<>>;
+}  // namespace
+
+TEST_CASE("a pre-norm transformer encoder (two blocks) in a Network: finite-difference gradients of every variable") {
+    using Seq = EncoderNet;
+    Network<Seq, double, Host> net;
+    std::vector<double> params(std::size_t(Seq::num_params)), grads(params.size());
+    net.init(params.data(), 3);
+    // Perturb the initial values (gammas near 1, betas and biases away from 0) so that no
+    // variable's gradient is special.
+    const auto noise = reference_values(Seq::num_params, 4, -0.2, 0.2);
+    for (std::size_t i = 0; i < params.size(); ++i) params[i] += noise[i];
+    const std::int64_t n = 2;
+    auto x = on_place<double, Host>(reference_values(n * 30, 5, -1.5, 1.5), Seq::input_shape::batched(n));
+    const auto w = reference_values(n * 30, 6);
+    auto objective = [&] { return dot(w, as_double(net.forward(params.data(), x.view(), Mode{}))); };
+    objective();
+    std::copy(w.begin(), w.end(), net.output_grad().data());
+    net.backward(params.data(), grads.data(), Mode{});
+    std::vector<double> fd(params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        const double old = params[i];
+        params[i] = old + 1e-6;
+        const double fp = objective();
+        params[i] = old - 1e-6;
+        const double fm = objective();
+        params[i] = old;
+        fd[i] = (fp - fm) / 2e-6;
+    }
+    int checked = 0;
+    for (const auto& p : Seq::parameters()) {
+        const auto first = std::ptrdiff_t(p.offset), count = std::ptrdiff_t(p.shape.size());
+        std::vector<double> a(fd.begin() + first, fd.begin() + first + count), b(grads.begin() + first, grads.begin() + first + count);
+        CAPTURE(p.name);
+        if (strata_test::has(p.name, "key/bias")) {  // 0 in exact arithmetic (see check_gradients)
+            CHECK(max_abs_diff(b, std::vector<double>(b.size(), 0.0)) <= 1e-12);
+            continue;
+        }
+        INFO(p.name << ": relative error " << relative_error(a, b));
+        CHECK(relative_error(a, b) <= 1e-6);
+        CHECK(std::any_of(b.begin(), b.end(), [](double v) { return v != 0; }));
+        ++checked;
+    }
+    CHECK(checked == 2 + 2 * (2 + 7) + 2 * (2 + 4) + 2);  // every variable but the two key biases
+}
+
 #if !defined(__CUDACC__)
 namespace {
 /// n sequences of 6 tokens × 4 features, class = which half of the tokens has the larger mean
@@ -837,14 +927,15 @@ TEST_CASE("a model with LayerNormalization and GELU trains (the loss falls) and 
 
 #if !defined(__CUDACC__)
 namespace {
-// A pre-norm attention block (LayerNormalization then MultiHeadAttention on the residual
-// branch, the identity shortcut), then a causal one, then the classifier.
+// A pre-norm encoder block (LayerNormalization then MultiHeadAttention on a residual branch,
+// then LayerNormalization and a GELU MLP on another), a causal attention block, the classifier.
 using AttnNet = Sequential<Input<6, 4>, Residual<LayerNormalization<>, MultiHeadAttention<2, 4>>,
+                           Residual<LayerNormalization<>, TokenDense<8, GELU>, TokenDense<4>>,
                            Residual<LayerNormalization<>, MultiHeadAttention<2, 0, 0, MultiHeadAttentionOptions{.causal = true}>>,
                            LayerNormalization<>, Flatten, Dense<2, Softmax>>;
 }  // namespace
 
-TEST_CASE("a model of residual attention blocks trains (the loss falls) and saves and loads its variables by name") {
+TEST_CASE("a pre-norm transformer encoder (attention and MLP blocks) trains (the loss falls) and saves and loads its variables by name") {
     strata::Model<AttnNet> model(9);
     model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
     const auto before = model.evaluate(token_task(256, 3).batch(64));
@@ -860,7 +951,8 @@ TEST_CASE("a model of residual attention blocks trains (the loss falls) and save
     auto f = strata::io::SafetensorsFile::load(path);
     for (const char* name : {"residual/layer_normalization/gamma", "residual/multi_head_attention/query/kernel",
                              "residual/multi_head_attention/key/bias", "residual/multi_head_attention/attention_output/kernel",
-                             "residual_1/multi_head_attention/value/bias", "layer_normalization/beta"}) {
+                             "residual_1/dense/kernel", "residual_1/dense_1/bias",
+                             "residual_2/multi_head_attention/value/bias", "layer_normalization/beta"}) {
         CAPTURE(name);
         CHECK(f.contains(name));
     }

@@ -28,3 +28,4 @@
 #include "strata/nn/multi_head_attention.hpp"
 #include "strata/nn/residual.hpp"
 #include "strata/nn/sequential.hpp"
+#include "strata/nn/token_dense.hpp"
