@@ -187,7 +187,8 @@ public:
     static constexpr std::int64_t S = attention_tokens<Spec, In>();
     static constexpr std::int64_t F = attention_features<Spec, In>();
     static constexpr std::int64_t H = NumHeads;
-    static_assert(AttentionHeadsError<Spec, F, NumHeads, (KeyDim != 0 || F % NumHeads == 0)>::value);
+    static_assert(AttentionHeadsError<Spec, F, NumHeads, (KeyDim != 0 || F % NumHeads == 0)>::value,
+                  "strata::nn::MultiHeadAttention: NumHeads does not divide the features (KeyDim 0)");
     static constexpr std::int64_t Dk = KeyDim != 0 ? KeyDim : (F / NumHeads > 0 ? F / NumHeads : 1);
     static constexpr std::int64_t Dv = ValueDim != 0 ? ValueDim : Dk;
     static constexpr bool bias = O.use_bias;
