@@ -8,6 +8,7 @@
 /// not kept when `Mode::no_backward`).
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "strata/fwd.hpp"

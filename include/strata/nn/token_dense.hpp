@@ -13,6 +13,7 @@
 /// `Dense` on a sequence has the same variables.
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "strata/fwd.hpp"
