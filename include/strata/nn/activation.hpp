@@ -1,8 +1,12 @@
 #pragma once
 /// \file strata/nn/activation.hpp
-/// Activations: `Linear`, `ReLU`, `Sigmoid`, `Tanh`, `Softmax`, as tags layers take
-/// (`Dense<64, ReLU>`). Each gives its value and, for the backward pass, its derivative
-/// expressed through its output y (so no pre-activation buffer is kept).
+/// Activations: `Linear`, `ReLU`, `Sigmoid`, `Tanh`, `Softmax`, `GELU`, `GELUTanh`, as tags
+/// layers take (`Dense<64, ReLU>`). Each gives its value and, for the backward pass, its
+/// derivative expressed through its output y (so no pre-activation buffer is kept), except the
+/// GELUs: GELU is not monotonic (its minimum, about -0.17 at x ≈ -0.75, is reached from two
+/// sides), so its derivative is not a function of its output. They say so with
+/// `grad_needs_input = true` and give `grad_from_input(x, dy)` instead of `grad(y, dy)`; a layer
+/// that keeps no pre-activation refuses them at compile time (grad_needs_input_v).
 ///
 /// Every activation propagates NaN, forward and backward: a NaN input gives a NaN output, and a
 /// NaN output or incoming gradient gives a NaN gradient (as IEEE arithmetic, and TensorFlow's
@@ -55,6 +59,72 @@ struct Softmax {
     static constexpr const char* name = "softmax";
     static constexpr bool rowwise = true;
 };
+
+namespace detail {
+// The Gaussian CDF Φ(x) and x · φ(x) (φ the density), in T: Φ through erfc so that the far
+// negative tail keeps its digits (1 + erf(x/√2) is 0 in double below x ≈ -8.3, erfc is not).
+template <class T>
+STRATA_HD inline T gaussian_cdf(T x) {
+    using std::erfc;
+    return T(0.5) * erfc(-x * T(0.70710678118654752440));
+}
+template <class T>
+STRATA_HD inline T x_gaussian_pdf(T x) {
+    using std::exp;
+    // |x| >= 40: the density is 0 in double (e^-800), and x·0 would be NaN at ±inf.
+    return x * x < T(1600) ? x * (T(0.39894228040143267794) * exp(T(-0.5) * x * x)) : T(0);
+}
+}  // namespace detail
+
+/// The Gaussian error linear unit (Hendrycks & Gimpel, "Gaussian Error Linear Units (GELUs)",
+/// 2016), exact form: y = x · Φ(x) = x/2 · (1 + erf(x/√2)), Keras' `gelu` (`approximate=False`,
+/// its default) and PyTorch's `GELU()`. Derivative Φ(x) + x · φ(x), from the input x
+/// (`grad_needs_input`). GELU(-inf) = 0, GELU(+inf) = +inf, NaN stays NaN.
+///
+/// \code
+/// using Mlp = Sequential<Input<64>, Dense<256, GELU>, Dense<64>>;
+/// \endcode
+struct GELU {
+    static constexpr const char* name = "gelu";
+    static constexpr bool rowwise = false;
+    static constexpr bool grad_needs_input = true;
+    // Below -40, Φ(x) is 0 in double; the select keeps GELU(-inf) at 0 (-inf · 0 is NaN).
+    template <class T> STRATA_HD static T apply(T x) { return x < T(-40) ? T(0) : x * detail::gaussian_cdf(x); }
+    template <class T> STRATA_HD static T grad_from_input(T x, T dy) {
+        return dy * (detail::gaussian_cdf(x) + detail::x_gaussian_pdf(x));
+    }
+};
+/// GELU's tanh approximation (Hendrycks & Gimpel 2016, eq. in section 2; used by BERT and
+/// GPT-2): y = x/2 · (1 + tanh(u)), u = √(2/π) · (x + 0.044715 x³); Keras'
+/// `gelu(x, approximate=True)`, PyTorch's `GELU(approximate="tanh")`. Derivative
+/// (1 + t)/2 + x/2 · (1 − t²) · √(2/π) · (1 + 3 · 0.044715 x²) with t = tanh(u), from the input.
+struct GELUTanh {
+    static constexpr const char* name = "gelu_tanh";
+    static constexpr bool rowwise = false;
+    static constexpr bool grad_needs_input = true;
+    // Beyond |x| = 10, tanh(u) is ±1 in double: y is x or 0 (the selects also keep ±inf finite
+    // where x³ and x · 0 would give NaN); NaN fails both compares and stays NaN.
+    template <class T> STRATA_HD static T apply(T x) {
+        using std::tanh;
+        const T t = tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x));
+        return x > T(10) ? x : x < T(-10) ? T(0) : T(0.5) * x * (T(1) + t);
+    }
+    template <class T> STRATA_HD static T grad_from_input(T x, T dy) {
+        using std::tanh;
+        const T t = tanh(T(0.79788456080286535588) * (x + T(0.044715) * x * x * x));
+        const T d = T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * T(0.79788456080286535588) * (T(1) + T(3 * 0.044715) * x * x);
+        return dy * (x > T(10) ? T(1) : x < T(-10) ? T(0) : d);
+    }
+};
+
+/// Whether the activation's derivative needs its input (GELU, GELUTanh): then it has
+/// `grad_from_input(x, dy)` and no `grad(y, dy)`, and only a layer that keeps the
+/// pre-activation can use it (ActivationLayer, Dense).
+template <class A>
+inline constexpr bool grad_needs_input_v = [] {
+    if constexpr (requires { A::grad_needs_input; }) return bool(A::grad_needs_input);
+    else return false;
+}();
 
 /// Satisfied by the activation tags.
 template <class A>
@@ -118,6 +188,10 @@ void bias_activation(const TensorView<T, P>& y, const T* bias, std::int64_t chan
 /// `dy = dy * act'(x)` in place, computed from the activation's output `y`.
 template <class Act, class T, class P>
 void activation_backward(const TensorView<T, P>& y, const TensorView<T, P>& dy, bool skip_activation) {
+    static_assert(!grad_needs_input_v<Act>,
+                  "strata::nn::activation_backward: this activation's derivative needs its input (GELU, GELUTanh), not "
+                  "its output; the layer using it keeps no pre-activation: follow a Linear layer with "
+                  "ActivationLayer<GELU> instead");
     if (skip_activation || std::is_same_v<Act, Linear> || y.size() == 0) return;
     if constexpr (Act::rowwise) {
         const std::int64_t cols = y.dim(-1);

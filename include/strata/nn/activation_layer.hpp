@@ -19,7 +19,8 @@ template <class Act, class In, class T, class P>
 class ActivationLayerImpl;
 }
 
-/// y = act(x), element by element (Softmax: over the last axis of a flat input).
+/// y = act(x), element by element (Softmax: over the last axis of a flat input). GELU's
+/// derivative is taken from the layer's input x (backward receives it), the others' from y.
 ///
 /// \code
 /// using Unit = Sequential<Input<28, 28, 1>, Conv2D<16, 3, Linear, 1, Padding::Same, false>, BatchNormalization<>,
@@ -27,7 +28,7 @@ class ActivationLayerImpl;
 /// \endcode
 template <class Act>
 struct ActivationLayer {
-    static_assert(Activation<Act>, "strata::nn::ActivationLayer<Act>: Act must be an activation (Linear, ReLU, Sigmoid, Tanh, Softmax)");
+    static_assert(Activation<Act>, "strata::nn::ActivationLayer<Act>: Act must be an activation (Linear, ReLU, Sigmoid, Tanh, Softmax, GELU, GELUTanh)");
     static constexpr const char* name = "Activation";
     static constexpr const char* keras_name = "activation";
     using activation = Act;
@@ -49,6 +50,14 @@ struct ActivationGradInto {
     const T* dy;
     T* dx;
     STRATA_HD void operator()(std::int64_t i) const { dx[i] = Act::grad(y[i], dy[i]); }
+};
+// GELU's: from the layer's input x.
+template <class T, class Act>
+struct ActivationGradFromInputInto {
+    const T* x;
+    const T* dy;
+    T* dx;
+    STRATA_HD void operator()(std::int64_t i) const { dx[i] = Act::grad_from_input(x[i], dy[i]); }
 };
 
 template <class Act, class In, class T, class P>
@@ -82,12 +91,18 @@ public:
         const std::int64_t n = x.dim(0);
         if constexpr (!Act::rowwise && !std::is_same_v<Act, Linear>) {
             if (!mode.skip_activation) {
-                if (!dx.empty() && n > 0) place::for_each_n<P>(n * In::size, ActivationGradInto<T, Act>{y.data(), dy.data(), dx.data()});
+                if constexpr (grad_needs_input_v<Act>) {
+                    if (!dx.empty() && n > 0)
+                        place::for_each_n<P>(n * In::size, ActivationGradFromInputInto<T, Act>{x.data(), dy.data(), dx.data()});
+                } else {
+                    if (!dx.empty() && n > 0) place::for_each_n<P>(n * In::size, ActivationGradInto<T, Act>{y.data(), dy.data(), dx.data()});
+                }
                 return;
             }
         }
         const TensorView<T, P> dym(dy.data(), Shape{n, In::size});
-        activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, In::size}), dym, mode.skip_activation);
+        if constexpr (!grad_needs_input_v<Act>)  // (a skipped GELU is the identity)
+            activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, In::size}), dym, mode.skip_activation);
         if (!dx.empty()) copy(dym, TensorView<T, P>(dx.data(), Shape{n, In::size}));
     }
 };

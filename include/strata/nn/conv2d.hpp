@@ -336,6 +336,8 @@ struct Conv2DRect {
     static_assert(KernelH >= 1 && KernelW >= 1, "strata::nn::Conv2DRect<Filters, KernelH, KernelW, ...>: kernel extents must be >= 1");
     static_assert(StrideH >= 1 && StrideW >= 1, "strata::nn::Conv2DRect<..., StrideH, StrideW>: strides must be >= 1");
     static_assert(Activation<Act>, "strata::nn::Conv2DRect<..., Act>: Act must be an activation (Linear, ReLU, Sigmoid, Tanh, Softmax)");
+    static_assert(!grad_needs_input_v<Act>, "strata::nn::Conv2DRect<..., Act>: GELU's derivative needs the pre-activation, which a "
+                                            "convolution does not keep: write Linear here and ActivationLayer<GELU> after it");
     static constexpr const char* name = "Conv2D";
     static constexpr const char* keras_name = "conv2d";
     static constexpr std::int64_t filters = Filters, kernel_h = KernelH, kernel_w = KernelW;
@@ -363,6 +365,8 @@ struct Conv2D {
     static_assert(Kernel >= 1, "strata::nn::Conv2D<Filters, Kernel>: Kernel must be >= 1");
     static_assert(Stride >= 1, "strata::nn::Conv2D<Filters, Kernel, Act, Stride>: Stride must be >= 1");
     static_assert(Activation<Act>, "strata::nn::Conv2D<Filters, Kernel, Act>: Act must be an activation (Linear, ReLU, Sigmoid, Tanh, Softmax)");
+    static_assert(!grad_needs_input_v<Act>, "strata::nn::Conv2D<Filters, Kernel, Act>: GELU's derivative needs the pre-activation, which a "
+                                            "convolution does not keep: write Linear here and ActivationLayer<GELU> after it");
     static constexpr const char* name = "Conv2D";
     static constexpr const char* keras_name = "conv2d";
     static constexpr std::int64_t filters = Filters, kernel_h = Kernel, kernel_w = Kernel;

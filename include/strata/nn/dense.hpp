@@ -2,8 +2,13 @@
 /// \file strata/nn/dense.hpp
 /// `Dense<Units, Activation>`: y = act(x · kernel + bias), with Keras's layout (kernel is
 /// [inputs, units]) and initialisation (Glorot uniform kernel, zero bias).
+///
+/// With an activation whose derivative needs its input (GELU, GELUTanh: grad_needs_input_v),
+/// the layer keeps x · kernel + bias of its last forward for backward ([n, Units], one buffer;
+/// not kept when `Mode::no_backward`).
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "strata/fwd.hpp"
@@ -28,7 +33,7 @@ class DenseImpl;
 template <std::int64_t Units, class Act, bool UseBias>
 struct Dense {
     static_assert(Units >= 1, "strata::nn::Dense<Units>: Units must be >= 1");
-    static_assert(Activation<Act>, "strata::nn::Dense<Units, Act>: Act must be an activation (Linear, ReLU, Sigmoid, Tanh, Softmax)");
+    static_assert(Activation<Act>, "strata::nn::Dense<Units, Act>: Act must be an activation (Linear, ReLU, Sigmoid, Tanh, Softmax, GELU, GELUTanh)");
     static constexpr const char* name = "Dense";
     static constexpr const char* keras_name = "dense";
     using activation = Act;
@@ -37,8 +42,33 @@ struct Dense {
 };
 
 namespace detail {
+/// pre[i] = y[i] + bias[i % channels]; y[i] = act(pre[i]) (the pre-activation kept for an
+/// activation whose derivative needs it).
+template <class T, class Act>
+struct BiasActivateKeep {
+    T* y;
+    T* pre;
+    const T* bias;
+    std::int64_t channels;
+    STRATA_HD void operator()(std::int64_t i) const {
+        const T v = bias ? y[i] + bias[i % channels] : y[i];
+        pre[i] = v;
+        y[i] = Act::apply(v);
+    }
+};
+/// dy[i] = act'(pre[i]) · dy[i] in place.
+template <class T, class Act>
+struct ActivationGradFromInput {
+    const T* pre;
+    T* dy;
+    STRATA_HD void operator()(std::int64_t i) const { dy[i] = Act::grad_from_input(pre[i], dy[i]); }
+};
+struct NoBuffer {};
+
 template <std::int64_t Units, class Act, bool UseBias, class In, class T, class P>
 class DenseImpl {
+    static constexpr bool keeps_input = grad_needs_input_v<Act>;
+
     static_assert(LayerShapeError<Dense<Units, Act, UseBias>, AnyShapeOfRank<1>, In, In::rank == 1>::value,
                   "strata::nn::Dense: the input must be flat (rank 1 per example); put Flatten before Dense");
 
@@ -65,7 +95,21 @@ public:
         const TensorView<T, P> xm(x.data(), Shape{n, inputs}), ym(y.data(), Shape{n, Units});
         const TensorView<T, P> w(const_cast<T*>(params), Shape{inputs, Units});
         gemm(Trans::No, Trans::No, T(1), xm, w, T(0), ym);
-        bias_activation<Act>(ym, UseBias ? params + kernel_size : nullptr, Units, mode.skip_activation);
+        if constexpr (keeps_input) {
+            if (!mode.skip_activation && n > 0) {
+                if (mode.no_backward) {
+                    place::for_each_n<P>(n * Units, BiasActivate<T, Act>{y.data(), UseBias ? params + kernel_size : nullptr, Units});
+                } else {
+                    pre_.resize(Shape{n, Units});
+                    place::for_each_n<P>(n * Units, BiasActivateKeep<T, Act>{y.data(), pre_.data(),
+                                                                             UseBias ? params + kernel_size : nullptr, Units});
+                }
+                return;
+            }
+            bias_activation<Linear>(ym, UseBias ? params + kernel_size : nullptr, Units, false);
+        } else {
+            bias_activation<Act>(ym, UseBias ? params + kernel_size : nullptr, Units, mode.skip_activation);
+        }
     }
 
     void backward(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>& y,
@@ -74,8 +118,18 @@ public:
         const TensorView<T, P> xm(x.data(), Shape{n, inputs}), dym(dy.data(), Shape{n, Units});
         {
             STRATA_PROFILE_PHASE("backward.activation");
-            activation_backward_and_bias_grad<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, mode.skip_activation,
-                                                   UseBias ? grads + kernel_size : nullptr);
+            if constexpr (keeps_input) {
+                if (!mode.skip_activation && n > 0) {
+                    STRATA_CHECK(pre_.size() == n * Units, ValueError, "Dense<", Units, ", ", Act::name,
+                                 ">: backward needs the pre-activation of a forward on the same batch (", n,
+                                 " examples) without Mode::no_backward");
+                    place::for_each_n<P>(n * Units, ActivationGradFromInput<T, Act>{pre_.data(), dym.data()});
+                }
+                if (UseBias) sum(dym, 0, TensorView<T, P>(grads + kernel_size, Shape{Units}));
+            } else {
+                activation_backward_and_bias_grad<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, mode.skip_activation,
+                                                       UseBias ? grads + kernel_size : nullptr);
+            }
         }
         {
             STRATA_PROFILE_PHASE("backward.weights");
@@ -86,6 +140,9 @@ public:
             gemm(Trans::No, Trans::Yes, T(1), dym, TensorView<T, P>(const_cast<T*>(params), Shape{inputs, Units}), T(0),
                  TensorView<T, P>(dx.data(), Shape{n, inputs}));
     }
+
+private:
+    [[no_unique_address]] std::conditional_t<keeps_input, Tensor<T, P>, NoBuffer> pre_;
 };
 }  // namespace detail
 

@@ -173,7 +173,7 @@ struct ResidualParts {
             }(std::make_index_sequence<branch_size>{});
     }();
     static constexpr bool activation_ok = [] {
-        if constexpr (activated) return !activation::rowwise;
+        if constexpr (activated) return !activation::rowwise && !grad_needs_input_v<activation>;
         else return true;
     }();
     static constexpr bool ok = branch_size >= 1 && branch_ok && activation_ok;
@@ -222,8 +222,9 @@ struct Residual {
                   "strata::nn::Residual<...>: a Projection<...> shortcut comes first and the activation applied after "
                   "the add comes last; the parts between them are the residual branch's layer specs");
     static_assert(parts::activation_ok,
-                  "strata::nn::Residual<..., Act>: the activation after the add must be elementwise (ReLU, Tanh, Sigmoid, "
-                  "Linear), not Softmax");
+                  "strata::nn::Residual<..., Act>: the activation after the add must be elementwise with a derivative "
+                  "taken from its output (ReLU, Tanh, Sigmoid, Linear), not Softmax; GELU (its derivative needs the sum, "
+                  "which the block does not keep) goes in an ActivationLayer<GELU> after the block");
     static constexpr const char* name = "Residual";
     static constexpr const char* keras_name = "residual";
     /// Projection<...> or IdentityShortcut.

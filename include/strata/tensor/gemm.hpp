@@ -145,6 +145,85 @@ void gemm(Trans ta, Trans tb, T alpha, const TensorView<T, P>& a, const TensorVi
     }
 }
 
+namespace detail {
+/// C_b = beta · C_b for every matrix of a strided batch (a GEMM with k == 0), one value per index.
+template <class T>
+struct ScaleMatrices {
+    T* c;
+    std::int64_t m, n, ldc, stride_c;
+    T beta;
+    STRATA_HD void operator()(std::int64_t i) const {
+        const std::int64_t b = i / (m * n), r = i / n % m, j = i % n;
+        T& v = c[b * stride_c + r * ldc + j];
+        v = beta == T(0) ? T(0) : beta * v;
+    }
+};
+}  // namespace detail
+
+/// `batch` GEMMs of row-major matrices at fixed strides (BLAS' strided batched GEMM):
+/// C_b = alpha · op(A_b) · op(B_b) + beta · C_b for b in [0, batch), with X_b = x + b · stride_x,
+/// op(A_b) [m, k], op(B_b) [k, n], C_b [m, n], and leading dimensions lda, ldb, ldc (the row
+/// lengths of the stored matrices). Attention's per-head products (one [tokens, tokens] score
+/// matrix per example and head) are one call.
+///
+/// Host: the batch is split over the calling thread's OpenMP team, one single-threaded BLAS
+/// call per matrix (each is small; host_gemm's reasons for owning the threads hold), or serial
+/// below ~1 MFLOP in all. Cuda: one `cublas{S,D}gemmStridedBatched` launch on this thread's
+/// stream. The matrices of C must not overlap.
+template <class T, class P>
+void gemm_strided_batched(Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda,
+                          std::int64_t stride_a, const T* b, std::int64_t ldb, std::int64_t stride_b, T beta, T* c, std::int64_t ldc,
+                          std::int64_t stride_c, std::int64_t batch) {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "strata::gemm_strided_batched: T must be float or double");
+    STRATA_CHECK(m >= 0 && n >= 0 && k >= 0 && batch >= 0 && ldc >= n && lda >= (ta == Trans::No ? k : m) &&
+                     ldb >= (tb == Trans::No ? n : k),
+                 ShapeError, "gemm_strided_batched: m ", m, ", n ", n, ", k ", k, ", batch ", batch, " do not fit lda ", lda,
+                 ", ldb ", ldb, ", ldc ", ldc);
+    if (m == 0 || n == 0 || batch == 0) return;
+    if constexpr (std::is_same_v<P, place::Host>) {
+        auto one = [&](std::int64_t i) {
+            T* ci = c + i * stride_c;
+            if (k == 0) {  // BLAS implementations differ on k == 0; the answer is beta * C.
+                for (std::int64_t r = 0; r < m; ++r)
+                    for (std::int64_t j = 0; j < n; ++j) ci[r * ldc + j] = beta == T(0) ? T(0) : beta * ci[r * ldc + j];
+                return;
+            }
+            detail::cblas_gemm(ta, tb, m, n, k, alpha, a + i * stride_a, int(lda), b + i * stride_b, int(ldb), beta, ci, int(ldc));
+        };
+        detail::blas_init_once();
+#if STRATA_HAS_OPENMP
+        const int threads = omp_get_max_threads();
+        if (threads > 1 && batch > 1 && double(m) * double(n) * double(k) * double(batch) >= 5e5 && !omp_in_parallel()) {
+#pragma omp parallel for num_threads(int(batch < threads ? batch : threads)) schedule(static)
+            for (std::int64_t i = 0; i < batch; ++i) one(i);
+            return;
+        }
+#endif
+        for (std::int64_t i = 0; i < batch; ++i) one(i);
+    } else {
+#if STRATA_HAS_CUDA
+        if (k == 0) {
+            place::for_each_n<P>(batch * m * n, detail::ScaleMatrices<T>{c, m, n, ldc, stride_c, beta});
+            return;
+        }
+        // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+        const auto oa = ta == Trans::No ? CUBLAS_OP_N : CUBLAS_OP_T;
+        const auto ob = tb == Trans::No ? CUBLAS_OP_N : CUBLAS_OP_T;
+        auto h = detail::cublas_handle();
+        if constexpr (std::is_same_v<T, float>)
+            detail::cublas_check(cublasSgemmStridedBatched(h, ob, oa, int(n), int(m), int(k), &alpha, b, int(ldb), stride_b, a, int(lda),
+                                                           stride_a, &beta, c, int(ldc), stride_c, int(batch)),
+                                 "cublasSgemmStridedBatched");
+        else
+            detail::cublas_check(cublasDgemmStridedBatched(h, ob, oa, int(n), int(m), int(k), &alpha, b, int(ldb), stride_b, a, int(lda),
+                                                           stride_a, &beta, c, int(ldc), stride_c, int(batch)),
+                                 "cublasDgemmStridedBatched");
+#else
+        place::require_usable<P>();
+#endif
+    }
+}
+
 #if STRATA_INSTANCES
 // The host GEMMs depend on nothing of the user's network: compiled once in the compiled part.
 // (nvcc's units keep instantiating the Cuda ones.)
