@@ -83,7 +83,7 @@ if [ "$pch" = 1 ]; then
   for u in "$tree"/tools/strata_train_{in_process,pipeline,ps,mw}.cpp; do
     b=$(basename "$u" .cpp)
     [ "$b" = strata_train_mw ] && [ ${#mpi[@]} -eq 0 ] && continue
-    if awk '/^#include/ { exit 1 } /^#(define|undef)/ { exit 0 } END { exit 1 }' "$u"; then
+    if awk '/^#include/ { exit } /^#(define|undef)/ { found = 1; exit } END { exit !found }' "$u"; then
       echo "compile_parts.sh: $b defines a macro before its includes: a precompiled header -include'd first would change it; left out" >&2
       continue
     fi
