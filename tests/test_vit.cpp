@@ -389,6 +389,59 @@ TEST_CASE("GlobalAveragePooling1D gradients match finite differences") {
     check_gradients(run, 61);
 }
 
+// ---- ClassToken and FirstToken -----------------------------------------------------------------
+
+TEST_CASE_TEMPLATE("ClassToken prepends its variable to every example, FirstToken takes token 0; on every place", P, STRATA_TEST_PLACES) {
+    using In = StaticShape<4, 3>;
+    static_assert(std::is_same_v<typename ClassToken::bind<In, double, P>::output_shape, StaticShape<5, 3>>);
+    static_assert(std::is_same_v<typename FirstToken::bind<StaticShape<5, 3>, double, P>::output_shape, StaticShape<3>>);
+    const auto token = reference_values(3, 81);
+    const auto x = reference_values(2 * 12, 82, -2, 2);
+    const auto w = reference_values(2 * 15, 83);
+    LayerRun<ClassToken, In, double, P> run(2, token, x);
+    const auto r = run.run(&w);
+    for (std::size_t e = 0; e < 2; ++e)
+        for (std::size_t t = 0; t < 5; ++t)
+            for (std::size_t d = 0; d < 3; ++d) {
+                CHECK(r.y[(e * 5 + t) * 3 + d] == (t == 0 ? token[d] : x[(e * 4 + t - 1) * 3 + d]));
+                if (t > 0) CHECK(r.dx[(e * 4 + t - 1) * 3 + d] == w[(e * 5 + t) * 3 + d]);
+            }
+    for (std::size_t d = 0; d < 3; ++d) CHECK(std::abs(r.dparams[d] - (w[d] + w[15 + d])) <= 1e-15);
+    LayerRun<FirstToken, StaticShape<5, 3>, double, P> first(2, {}, r.y);
+    const auto w2 = reference_values(6, 84);
+    const auto f = first.run(&w2);
+    for (std::size_t e = 0; e < 2; ++e)
+        for (std::size_t d = 0; d < 3; ++d) {
+            CHECK(f.y[e * 3 + d] == token[d]);
+            for (std::size_t t = 0; t < 5; ++t) CHECK(f.dx[(e * 5 + t) * 3 + d] == (t == 0 ? w2[e * 3 + d] : 0.0));
+        }
+}
+
+TEST_CASE("ClassToken and FirstToken gradients match finite differences; the class token's variable, zeros at first") {
+    {
+        LayerRun<ClassToken, StaticShape<3, 4>> run(3, reference_values(4, 91), reference_values(36, 92, -2, 2));
+        check_gradients(run, 91);
+    }
+    {
+        LayerRun<FirstToken, StaticShape<3, 4>> run(3, {}, reference_values(36, 93, -2, 2));
+        check_gradients(run, 93);
+    }
+    using L = ClassToken::bind<StaticShape<49, 64>, float, Host>;
+    const auto info = L::param_info();
+    REQUIRE(info.size() == 1);
+    CHECK(info[0].name == "class_token");
+    CHECK(info[0].shape == Shape{1, 64});
+    std::vector<float> p(64, 9.0f);
+    L().init(p.data(), 1, 0);
+    for (float v : p) CHECK(v == 0.0f);
+    using Seq = Sequential<Input<28, 28, 1>, PatchEmbedding<4, 64>, ClassToken, PositionEmbedding<>, FirstToken, Dense<10, Softmax>>;
+    const auto names = Seq::parameters();
+    CHECK(names[2].name == "class_token/class_token");
+    CHECK(names[3].shape == Shape{50, 64});  // the positions cover the class token too
+    CHECK(strata_test::has(Seq::summary(), "class_token (ClassToken)"));
+    CHECK(strata_test::has(Seq::summary(), "(None, 50, 64)"));
+}
+
 // ---- a small ViT in a Network -----------------------------------------------------------------
 
 namespace {
@@ -399,6 +452,9 @@ using MlpHalf = Residual<LayerNormalization<>, TokenDense<Hidden, GELU>, TokenDe
 // 8x8 images of 2 channels, patch 4 (4 tokens of 6), one encoder block, mean pooling, 3 classes.
 using TinyVit = Sequential<Input<8, 8, 2>, PatchEmbedding<4, 6>, PositionEmbedding<>, AttentionHalf<2, 3>, MlpHalf<6, 8>,
                            LayerNormalization<>, GlobalAveragePooling1D, Dense<3>>;
+// The same with a class token (5 tokens) and its output as the representation.
+using TinyVitClassToken = Sequential<Input<8, 8, 2>, PatchEmbedding<4, 6>, ClassToken, PositionEmbedding<>, AttentionHalf<2, 3>,
+                                     MlpHalf<6, 8>, LayerNormalization<>, FirstToken, Dense<3>>;
 // The same without the position embedding (and without patches: 4 tokens given directly).
 using Encoder = Sequential<Input<4, 6>, AttentionHalf<2, 3>, MlpHalf<6, 8>, LayerNormalization<>>;
 using EncoderWithPositions = Sequential<Input<4, 6>, PositionEmbedding<>, AttentionHalf<2, 3>, MlpHalf<6, 8>, LayerNormalization<>>;
@@ -421,9 +477,10 @@ struct NetRun {
 };
 }  // namespace
 
-TEST_CASE("a small ViT (patches, positions, a pre-norm block, mean pooling) in a Network: finite-difference gradients of every variable") {
-    using Seq = TinyVit;
-    static_assert(std::is_same_v<Seq::output_shape, StaticShape<3>>);
+TEST_CASE_TEMPLATE("a small ViT (patches, positions, a pre-norm block, mean pooling or a class token) in a Network: finite-difference gradients of every variable",
+                   Seq, TinyVit, TinyVitClassToken) {
+    constexpr bool cls = std::is_same_v<Seq, TinyVitClassToken>;
+    static_assert(std::is_same_v<typename Seq::output_shape, StaticShape<3>>);
     NetRun<Seq> run(3);
     const std::int64_t n = 2;
     const auto x = reference_values(n * 128, 5, -1.5, 1.5);
@@ -457,7 +514,7 @@ TEST_CASE("a small ViT (patches, positions, a pre-norm block, mean pooling) in a
         CHECK(max_abs(a) > 0);
         ++checked;
     }
-    CHECK(checked == 2 + 1 + (2 + 7) + (2 + 4) + 2 + 2);  // every variable but the key bias
+    CHECK(checked == 2 + (cls ? 1 : 0) + 1 + (2 + 7) + (2 + 4) + 2 + 2);  // every variable but the key bias
 }
 
 TEST_CASE("the position embedding tells the tokens' order apart: an encoder without it is permutation-equivariant, with it not") {

@@ -18,6 +18,7 @@
 #include "strata/nn/activation_layer.hpp"
 #include "strata/nn/average_pooling2d.hpp"
 #include "strata/nn/batch_normalization.hpp"
+#include "strata/nn/class_token.hpp"
 #include "strata/nn/conv2d.hpp"
 #include "strata/nn/dense.hpp"
 #include "strata/nn/dropout.hpp"
