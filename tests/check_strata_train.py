@@ -15,7 +15,9 @@ data set written here (IDX files; no download):
   * with --mpirun: multi_worker_mirrored over 2 processes, one report naming the model; a rank
     started with another learning rate or dataset is refused, naming it;
   * --model resnet: its recipe by default, --sync-batch-norm auto/on/off, and the flags'
-    combinations a strategy cannot honour refused (exit 2).
+    combinations a strategy cannot honour refused (exit 2);
+  * --model vit: its size and recipe by default, on one device and mirrored over 2 replicas, and
+    --sync-batch-norm on refused (it has no batch normalization).
 
   check_strata_train.py --strata-train PATH [--mnist-cnn PATH] [--mpirun PATH]
 
@@ -45,7 +47,7 @@ def check_help(exe, mnist_cnn):
     r = ce.run([exe, "--help"])
     ce.check(r.returncode == 0, f"strata_train --help: exit {r.returncode}")
     for text in ("--model", "--dataset", "--optimizer", "--learning-rate", "--momentum", "Models", "Datasets",
-                 "  cnn ", "the seed CNN", "  mnist ", "  fashion_mnist ", "Zalando"):
+                 "  cnn ", "the seed CNN", "  vit ", "a Vision Transformer", "  mnist ", "  fashion_mnist ", "Zalando"):
         ce.check(text in r.stdout, f"strata_train --help does not show {text!r}")
     if mnist_cnn:
         missing = flags_in_help(mnist_cnn) - flags_in_help(exe)
@@ -138,6 +140,24 @@ def check_resnet(exe, data):
         ce.bad_flag(exe, "strata_train", ["--data", missing] + args, flag)
 
 
+def check_vit(exe, data):
+    """--model vit: its size and recipe where no flag says otherwise, one device and mirrored over
+    2 replicas (a couple of steps each), and --sync-batch-norm on refused (no batch norm)."""
+    fields = ["model", "model_params", "non_trainable_params", "optimizer", "weight_decay", "lr_schedule", "warmup_epochs",
+              "augment", "learning_rate", "replicas", "epoch_loss", "test_accuracy"]
+    base = ["--data", data, "--model", "vit"] + SHORT
+    for args, replicas in (([], 1), (["--strategy", "mirrored", "--replicas", "2"], 2)):
+        doc = ce.json_run(exe, "strata_train", base + args, fields)
+        if doc:
+            ce.check(doc["model"] == "vit" and doc["model_params"] == 138890 and doc["non_trainable_params"] == 0
+                     and doc["optimizer"] == "adamw" and doc["weight_decay"] == 0.05 and doc["lr_schedule"] == "cosine"
+                     and doc["warmup_epochs"] == 1 and doc["learning_rate"] == 0.001 and not doc["augment"]
+                     and doc["replicas"] == replicas and len(doc["epoch_loss"]) == 1,
+                     f"strata_train --model vit {' '.join(args)} JSON: {doc}")
+    ce.bad_flag(exe, "strata_train", ["--data", os.path.join(data, "no-such-dir"), "--model", "vit", "--strategy", "mirrored",
+                                      "--sync-batch-norm", "on"], "--sync-batch-norm")
+
+
 def check_same_as_mnist_cnn(exe, mnist_cnn, data):
     """strata_train's defaults are mnist_cnn's program: the same weights after the same steps."""
     with tempfile.TemporaryDirectory() as d:
@@ -191,6 +211,7 @@ def main():
         check_usage_errors(exe, os.path.join(data, "no-such-dir"))
         check_runs(exe, data)
         check_resnet(exe, data)
+        check_vit(exe, data)
         if a.mnist_cnn:
             check_same_as_mnist_cnn(exe, a.mnist_cnn, data)
         if a.mpirun:
