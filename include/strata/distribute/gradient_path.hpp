@@ -116,6 +116,11 @@ struct OptimizerCopies {
     }
     double learning_rate() const { return states.empty() ? 0.0 : states[0].current_learning_rate(); }
     void set_learning_rate(double lr);
+    /// The dynamic loss scale (every copy takes the same decisions: they see the same gradient).
+    optim::LossScaleState loss_scale_state() const { return states.empty() ? optim::LossScaleState{} : states[0].loss_scale_state(); }
+    void set_loss_scale_state(const optim::LossScaleState& s) {
+        for (auto& st : states) st.set_loss_scale_state(s);
+    }
     /// Every slot of state 0, as flat host vectors.
     std::vector<std::pair<std::string, std::vector<T>>> slots() const;
     /// Sets slot `name` in every copy; false when the optimizer has no such slot.
@@ -395,6 +400,8 @@ public:
     void set_iterations(std::int64_t it) { opt_.set_iterations(it); }
     double learning_rate() const { return opt_.learning_rate(); }
     void set_learning_rate(double lr) { opt_.set_learning_rate(lr); }
+    optim::LossScaleState loss_scale_state() const { return opt_.loss_scale_state(); }
+    void set_loss_scale_state(const optim::LossScaleState& s) { opt_.set_loss_scale_state(s); }
 
 protected:
     // Pieces of a step with nothing to do by default. Protected, as PathBase's defaults are: a
@@ -508,6 +515,8 @@ concept path_optimizer = requires(P& p, const P& cp, const std::string& name, co
     p.set_iterations(std::int64_t(0));
     { cp.learning_rate() } -> std::convertible_to<double>;
     p.set_learning_rate(0.0);
+    { cp.loss_scale_state() } -> std::convertible_to<optim::LossScaleState>;
+    p.set_loss_scale_state(optim::LossScaleState{});
 };
 template <class P>
 concept path_gradient_buckets = requires(const P& cp) { { cp.gradient_buckets() } -> std::convertible_to<std::size_t>; };
@@ -601,7 +610,8 @@ struct GradientPathCheck {
                   "inference_params(unit), get_weights(), set_weights(w), log_placement(); every path defines them");
     static_assert(path_optimizer<Path>,
                   "strata::distribute::GradientPath: the path lacks one of slots(), set_slot(name, v), optimizer_name(), "
-                  "iterations(), set_iterations(n), learning_rate(), set_learning_rate(lr) (the optimizer state checkpoints "
+                  "iterations(), set_iterations(n), learning_rate(), set_learning_rate(lr), loss_scale_state(), "
+                  "set_loss_scale_state(s) (the optimizer state checkpoints "
                   "and callbacks read); every path defines them (detail::LockstepPath does for the lockstep paths)");
     static_assert(path_gradient_buckets<Path>,
                   "strata::distribute::GradientPath: the path has no public gradient_buckets()" STRATA_PATH_DEFAULT("gradient_buckets"));

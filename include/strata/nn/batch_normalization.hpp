@@ -198,10 +198,11 @@ public:
 
     static std::vector<ParamInfo> param_info() {
         std::vector<ParamInfo> p;
-        if (O.scale) p.push_back({"gamma", Shape{C}, gamma_at});
-        if (O.center) p.push_back({"beta", Shape{C}, beta_at});
-        p.push_back({"moving_mean", Shape{C}, mean_at, false, O.momentum});
-        p.push_back({"moving_variance", Shape{C}, var_at, false, O.momentum});
+        // float32 under a mixed policy: the statistics and affine transform are float32 arithmetic.
+        if (O.scale) p.push_back({"gamma", Shape{C}, gamma_at, true, 0, true});
+        if (O.center) p.push_back({"beta", Shape{C}, beta_at, true, 0, true});
+        p.push_back({"moving_mean", Shape{C}, mean_at, false, O.momentum, true});
+        p.push_back({"moving_variance", Shape{C}, var_at, false, O.momentum, true});
         return p;
     }
 

@@ -35,6 +35,7 @@
 
 #include "strata/fwd.hpp"
 #include "strata/core/function_ref.hpp"
+#include "strata/core/precision.hpp"
 #include "strata/core/profile.hpp"
 #include "strata/core/shape.hpp"
 #include "strata/tensor/tensor_all.hpp"
@@ -67,6 +68,9 @@ struct Mode {
     /// it. Every replica calls it the same number of times in the same order (one whose share
     /// is empty too: Network::join_empty).
     FunctionRef<void(std::span<double>)> replica_sum = nullptr;
+    /// The precision policy's compute type (strata/core/precision.hpp): under a mixed policy
+    /// Network rounds what passes between layers, and the weights the layers read, to it.
+    precision::Compute compute = precision::Compute::Float32;
 };
 
 /// One variable of a layer: its Keras name ("kernel", "bias", "moving_mean"), shape and offset
@@ -84,6 +88,10 @@ struct ParamInfo {
     bool trainable = true;
     /// For a variable that is not trained: its moving average's momentum.
     double momentum = 0;
+    /// Read in float32 under a mixed precision policy (the normalization layers' variables:
+    /// their arithmetic is float32, as Keras keeps it); other variables are read rounded to the
+    /// compute type. Variables that are not trained are never rounded.
+    bool float32 = false;
 };
 
 /// The per-example input shape of a Sequential: `Input<28, 28, 1>`.

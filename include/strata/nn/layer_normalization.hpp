@@ -259,8 +259,9 @@ public:
 
     static std::vector<ParamInfo> param_info() {
         std::vector<ParamInfo> p;
-        if (O.scale) p.push_back({"gamma", Shape{C}, gamma_at});
-        if (O.center) p.push_back({"beta", Shape{C}, beta_at});
+        // float32 under a mixed policy: the normalization is float32 arithmetic.
+        if (O.scale) p.push_back({"gamma", Shape{C}, gamma_at, true, 0, true});
+        if (O.center) p.push_back({"beta", Shape{C}, beta_at, true, 0, true});
         return p;
     }
 

@@ -78,6 +78,27 @@ template <class S>
 std::string shape_text(std::int64_t batch_dim = -1) {
     return shape_text(batch_dim, std::span<const std::int64_t>(S::dims));
 }
+
+/// The ranges of the flat buffer a mixed precision policy rounds before the layers read them:
+/// the trained variables not marked float32 (ParamInfo::float32), merged where adjacent.
+STRATA_DECL std::vector<std::pair<std::int64_t, std::int64_t>> compute_rounded_spans(const std::vector<ParamInfo>& params);
+
+/// Rounds v[i] to the compute type `c` (BFloat16 or Float16), in place: what a mixed policy
+/// hands between layers. The value goes through float (a double network is never mixed).
+template <class T>
+struct RoundToCompute {
+    T* v;
+    precision::Compute c;
+    STRATA_HD void operator()(std::int64_t i) const {
+        const float x = float(v[i]);
+        v[i] = T(c == precision::Compute::BFloat16 ? round_to<bfloat16>(x) : round_to<float16>(x));
+    }
+};
+template <class T, class P>
+void round_to_compute(const TensorView<T, P>& v, precision::Compute c) {
+    if (v.empty() || !precision::is_mixed(c)) return;
+    place::for_each_n<P>(v.size(), RoundToCompute<T>{v.data(), c});
+}
 }  // namespace detail
 
 template <class Seq, class T, class P>
@@ -347,7 +368,8 @@ private:
 
     template <std::size_t... I>
     void forward_impl(const T* params, const Mode& mode, std::index_sequence<I...>) {
-        (forward_one<I>(params, mode), ...);
+        if (precision::is_mixed(mode.compute)) ((forward_one<I>(params, mode), round_output<I>()), ...);
+        else (forward_one<I>(params, mode), ...);
     }
     // Whether layer I runs layer I+1's forward on each chunk of its output (Conv2D then
     // MaxPooling2D on the host: the pooling reads the convolution's output from cache), when
@@ -406,6 +428,43 @@ private:
         std::get<I>(layers_).forward(p, in, out_[I], m);
     }
 
+    // Under a mixed policy: layer I's output, as the compute type hands it to the next layer.
+    // The model's output (the last layer's) stays float32 (the loss reads it: Keras' advice of a
+    // float32 last layer). A layer that views its input another way (Flatten) is not rounded
+    // again; a layer that ran the next one's forward (fused) has that one's output rounded.
+    template <std::size_t I>
+    void round_output() {
+        using Layer = std::tuple_element_t<I, Layers>;
+        if (!runs<I>()) return;
+        if constexpr (I > 0 && fuses_next<(I > 0 ? I - 1 : 0)>()) {
+            if (I > first_ && ran_next_[I - 1]) return;  // rounded with the layer before
+        }
+        std::size_t o = I;
+        if constexpr (fuses_next<I>()) {
+            if (ran_next_[I]) o = I + 1;
+        }
+        if (o == L - 1) return;
+        if constexpr (detail::aliases_input<Layer>()) {
+            if (o == I) return;
+        }
+        detail::round_to_compute(out_[o], compute_);
+    }
+
+    // The weights the layers read under a mixed policy: the variables of this network's layers
+    // copied and the trained, non-float32 ones rounded (compute_rounded_spans).
+    const T* rounded_params(const T* params) {
+        const std::int64_t count = offsets[last_] - base_;
+        if (count == 0) return params;
+        compute_params_.resize(Shape{count});
+        copy(TensorView<T, P>(const_cast<T*>(params), Shape{count}), compute_params_.view());
+        static const auto spans = detail::compute_rounded_spans(Seq::parameters());
+        for (const auto& [first, n] : spans) {
+            const std::int64_t lo = std::max(first, base_), hi = std::min(first + n, offsets[last_]);
+            if (lo < hi) detail::round_to_compute(TensorView<T, P>(compute_params_.data() + (lo - base_), Shape{hi - lo}), compute_);
+        }
+        return compute_params_.data();
+    }
+
     template <std::size_t K>
     STRATA_INLINE void backward_impl(const T* params, T* grads, const Mode& mode, ReadyHook on_ready) {
         if constexpr (K > 0) {
@@ -437,6 +496,8 @@ private:
                     // A first layer that only views its input another way (Flatten) leaves its
                     // output gradient where its input gradient is wanted.
                     if (I == first_ && !input_grad_.empty()) copy(dout_[I], input_grad_);
+                } else if (precision::is_mixed(mode.compute)) {
+                    detail::round_to_compute(dx, mode.compute);  // the gradient the layer before reads
                 }
                 if constexpr (offsets[I + 1] > offsets[I])
                     if (on_ready) on_ready(at, offsets[I + 1] - offsets[I]);
@@ -466,6 +527,9 @@ private:
     std::array<TensorView<T, P>, L> out_{}, dout_{};
     TensorView<T, P> input_{};
     TensorView<T, P> input_grad_{};       // where backward writes the input's gradient; empty: nowhere
+    precision::Compute compute_ = precision::Compute::Float32;  // the last forward's compute type
+    Tensor<T, P> compute_params_{};       // mixed policies: the weights as the layers read them
+    Tensor<T, P> input_copy_{};           // mixed policies: the model's input, rounded
     std::int64_t batch_ = -1;
     std::array<char, L> profile_keys_{};  // one address per layer for the step profiler
     std::int64_t reserved_[2] = {0, 0};   // the largest batch reserved for inference, for training
@@ -493,7 +557,22 @@ TensorView<T, P> Network<Seq, T, P>::forward(const T* params, const TensorView<T
         STRATA_CHECK(x.rank() >= 1 && x.shape() == layer_input_shape(first_, x.dim(0)), ShapeError, "Sequential: the input batch of layer ",
                      first_, " has shape ", x.shape(), ", the layer takes ", detail::shape_text(-1, input_dims(first_)));
     }
-    prepare(x);
+    compute_ = mode.compute;
+    if (precision::is_mixed(compute_)) {
+        // A mixed policy: the layers read the weights, and the model its input, as values of the
+        // compute type (Keras' autocast), from copies; the variables stay as they are.
+        params = rounded_params(params);
+        if (first_ == 0) {
+            input_copy_.resize(x.shape());
+            copy(x, input_copy_.view());
+            detail::round_to_compute(input_copy_.view(), compute_);
+            prepare(input_copy_.view());
+        } else {
+            prepare(x);
+        }
+    } else {
+        prepare(x);
+    }
     trained_ = mode.training;
     forward_impl(params, mode, std::make_index_sequence<L>{});
     return out_[last_ - 1];
@@ -528,6 +607,13 @@ void Network<Seq, T, P>::backward(const T* params, T* grads, const Mode& mode, R
         TensorView<T, P>& v;
         ~Clear() { v = {}; }
     } clear{input_grad_};
+    // Under a mixed policy the layers read the rounded weights the forward read.
+    if (precision::is_mixed(mode.compute)) {
+        STRATA_CHECK(compute_ == mode.compute && !compute_params_.empty(), ValueError,
+                     "Sequential: backward under precision ", precision::name_of(mode.compute), " follows a forward under ",
+                     precision::name_of(compute_));
+        params = compute_params_.data();
+    }
     backward_impl<L>(params, grads, mode, on_ready);
 }
 

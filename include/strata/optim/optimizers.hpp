@@ -16,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <numbers>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -151,6 +152,34 @@ private:
 /// is not finite makes every update NaN (as Keras's scale). The gradient the optimizer gets is
 /// the reduced one in every strategy, so N replicas clip as one device does.
 
+/// Dynamic loss scaling (the float16 policy's, precision::MixedFloat16; Keras'
+/// LossScaleOptimizer and PyTorch's GradScaler follow the same rule). The loss is multiplied by
+/// the scale S before backward, so that gradients too small for float16 (below 2^-24) survive
+/// the layers; the optimizer divides the reduced gradient by S before using it. A step whose
+/// gradient holds an inf or a NaN anywhere (the whole reduced gradient's sum of squares is not
+/// finite) is skipped: no variable, slot or iteration count moves, and S halves. After
+/// `growth_steps` applied steps in a row, S doubles. Every replica and process sees the same
+/// reduced gradient, so every copy of the state takes the same decision without a message.
+/// A scale that would fall below `floor` is an error naming the step (training on would be
+/// training on garbage). Model::compile turns it on under precision::MixedFloat16.
+struct LossScale {
+    bool enabled = false;
+    double initial_scale = 32768;     ///< 2^15, Keras' LossScaleOptimizer (PyTorch's GradScaler: 2^16)
+    std::int64_t growth_steps = 2000;  ///< both frameworks' default
+    double floor = 1;                 ///< a scale below this stops training with an error
+    /// (offset, "layer/variable") of each variable in the flat buffer, for the floor's error
+    /// to name the first non-finite gradient's layer; Model::compile fills it.
+    std::shared_ptr<const std::vector<std::pair<std::int64_t, std::string>>> names{};
+};
+
+/// Where a dynamic loss scale stands (checkpoints and backups keep it; History logs it).
+struct LossScaleState {
+    double scale = 1;
+    std::int64_t good_steps = 0;     ///< applied steps since the scale last changed
+    std::int64_t skipped_steps = 0;  ///< steps skipped for a non-finite gradient, in all
+    bool last_skipped = false;       ///< whether the last step was skipped
+};
+
 /// Stochastic gradient descent, with optional (Nesterov) momentum. Keras defaults.
 ///   momentum = 0:  w -= lr·g
 ///   momentum > 0:  v = momentum·v − lr·g;  w += v            (Nesterov: w += momentum·v − lr·g)
@@ -160,6 +189,7 @@ struct SGD {
     double momentum = 0.0;
     bool nesterov = false;
     double global_clipnorm = 0;  ///< 0: off (see above)
+    LossScale loss_scale{};      ///< off unless the float16 policy turns it on
 };
 
 /// RMSprop (Tieleman & Hinton 2012), Keras 3 form and defaults:
@@ -173,6 +203,7 @@ struct RMSprop {
     double epsilon = 1e-7;
     bool centered = false;
     double global_clipnorm = 0;  ///< 0: off (see SGD)
+    LossScale loss_scale{};      ///< off unless the float16 policy turns it on (see SGD)
 };
 
 /// Adam (Kingma & Ba 2015), Keras form and defaults:
@@ -185,6 +216,7 @@ struct Adam {
     double beta_2 = 0.999;
     double epsilon = 1e-7;
     double global_clipnorm = 0;  ///< 0: off (see SGD)
+    LossScale loss_scale{};      ///< off unless the float16 policy turns it on (see SGD)
 };
 
 /// Adam with decoupled weight decay (Loshchilov & Hutter 2019), Keras 3's AdamW and defaults:
@@ -198,6 +230,7 @@ struct AdamW {
     double beta_2 = 0.999;
     double epsilon = 1e-7;
     double global_clipnorm = 0;  ///< 0: off (see SGD)
+    LossScale loss_scale{};      ///< off unless the float16 policy turns it on (see SGD)
 };
 
 /// Any of the optimizers; `Model::compile` takes one. (New ones go at the end: the indices of
@@ -253,6 +286,9 @@ inline std::string describe(const optim::Optimizer& o) {
             else
                 static_assert(strata::detail::dependent_false<O>, "describe: an optimizer of the variant is not described");
             if (x.global_clipnorm != 0) s += ", global_clipnorm=" + num(x.global_clipnorm);
+            if (x.loss_scale.enabled)
+                s += ", loss_scale=(initial=" + num(x.loss_scale.initial_scale) +
+                     ", growth_steps=" + std::to_string(x.loss_scale.growth_steps) + ", floor=" + num(x.loss_scale.floor) + ")";
             return s + ")";
         },
         o);
@@ -625,6 +661,8 @@ public:
     /// One update: `params -= f(grads)`; the learning rate is the schedule's value at the
     /// current iteration count, which then advances. With global_clipnorm the norm is that of
     /// the whole `grads` (prepare_step, then apply_range over everything).
+    /// With a loss scale (LossScale::enabled), a step whose gradient is not finite is skipped
+    /// here: nothing moves but the scale (see LossScale).
     void apply(T* params, const T* grads) {
         prepare_step(grads);
         apply_range(params, grads, 0, size_);
@@ -643,8 +681,17 @@ public:
     /// The sum of squares, in double, of `grads` over this state's trainable elements (the moving
     /// ranges left out). Waits for the device on a device place.
     double squared_gradient_norm(const T* grads);
-    /// Whether a step needs prepare_step before apply_range (global_clipnorm is set).
-    bool clips_gradients() const { return clipnorm_ > 0; }
+    /// Whether a step needs prepare_step before apply_range (global_clipnorm is set, or a loss
+    /// scale: both read the whole gradient first).
+    bool clips_gradients() const { return clipnorm_ > 0 || scaling_; }
+    /// Whether this state divides gradients by a dynamic loss scale (LossScale::enabled).
+    bool scales_loss() const { return scaling_; }
+    /// The loss scale and its counters (scale 1 and zeros without one).
+    const LossScaleState& loss_scale_state() const { return scale_; }
+    /// Restores them (checkpoints, backups): the resumed run goes on with the same scale.
+    void set_loss_scale_state(const LossScaleState& s);
+    /// Whether the step prepared last is skipped (its gradient is not finite; loss scale only).
+    bool skips_step() const { return skip_ && prepared_for_ == iterations_; }
 
     /// The update of elements [first, first + count) only, without advancing the iteration
     /// count: replicas that each update a slice of one central copy call this, then one of
@@ -652,8 +699,10 @@ public:
     /// have run for this iteration first (ValueError otherwise). Elements of the moving ranges
     /// get the moving-average update, all others the optimizer's.
     void apply_range(T* params, const T* grads, std::int64_t first, std::int64_t count);
-    /// Counts one finished update.
-    void advance() { ++iterations_; }
+    /// Counts one finished update; after a skipped step, counts the skip instead (the
+    /// iteration count, and so the learning-rate schedule and Adam's bias correction, count
+    /// applied updates only).
+    void advance();
     std::int64_t size() const { return size_; }
     const std::vector<MovingAverageRange>& moving_ranges() const { return moving_; }
 
@@ -698,6 +747,16 @@ private:
     // [parts] their sum, [parts + 1] the step's scale; parts = trainable_.size().
     Tensor<double, P> clip_;
     std::int64_t prepared_for_ = -1;  // the iteration prepare_step ran for
+    // Dynamic loss scale (LossScale): on, its settings, where it stands, this step's skip.
+    bool scaling_ = false;
+    LossScale scale_config_{};
+    LossScaleState scale_{};
+    bool skip_ = false;
+    // What prepare_step decided from the whole gradient's sum of squares (clip and/or scale).
+    void set_step_sum(double sum_of_squares, const T* grads);
+    // The step is skipped: halve the scale, or stop at its floor (naming `grads`' first
+    // non-finite element where the caller has the gradient).
+    void skip_nonfinite(const T* grads);
 };
 
 // The members with the optimizers' code are defined out of the class, not inline, so that the
@@ -756,10 +815,82 @@ OptimizerState<T, P>::OptimizerState(Optimizer config, std::int64_t size, std::v
         end = r.first + r.count;
     }
     if (size > end) trainable_.emplace_back(end, size - end);
-    if (clipnorm_ > 0) {
+    scale_config_ = std::visit([](const auto& o) { return o.loss_scale; }, config_);
+    scaling_ = scale_config_.enabled;
+    if (scaling_) {
+        const LossScale& c = scale_config_;
+        STRATA_CHECK(std::isfinite(c.initial_scale) && c.initial_scale > 0 && std::isfinite(c.floor) && c.floor > 0 &&
+                         c.floor <= c.initial_scale,
+                     ValueError, "optimizer: the loss scale needs 0 < floor <= initial_scale, both finite; got floor ", c.floor,
+                     " and initial_scale ", c.initial_scale);
+        STRATA_CHECK(c.growth_steps >= 1, ValueError, "optimizer: the loss scale's growth_steps must be >= 1, got ",
+                     c.growth_steps);
+        scale_.scale = c.initial_scale;
+    }
+    if (clipnorm_ > 0 || scaling_) {
         clip_ = Tensor<double, P>(Shape{std::int64_t(trainable_.size()) + 2});
         fill(clip_.view(), 0.0);
     }
+}
+
+template <class T, class P>
+void OptimizerState<T, P>::set_loss_scale_state(const LossScaleState& s) {
+    STRATA_CHECK(!scaling_ || (std::isfinite(s.scale) && s.scale > 0 && s.good_steps >= 0 && s.skipped_steps >= 0), ValueError,
+                 "optimizer: a loss scale state needs a finite scale > 0 and counts >= 0, got scale ", s.scale, ", ",
+                 s.good_steps, " good steps and ", s.skipped_steps, " skipped");
+    if (scaling_) scale_ = s;
+}
+
+template <class T, class P>
+void OptimizerState<T, P>::advance() {
+    if (skips_step()) {
+        skip_ = false;
+        scale_.last_skipped = true;
+        prepared_for_ = -1;
+        return;
+    }
+    ++iterations_;
+    if (scaling_) {
+        scale_.last_skipped = false;
+        if (++scale_.good_steps >= scale_config_.growth_steps) {
+            scale_.good_steps = 0;
+            if (std::isfinite(scale_.scale * 2)) scale_.scale *= 2;
+        }
+    }
+}
+
+template <class T, class P>
+void OptimizerState<T, P>::skip_nonfinite(const T* grads) {
+    skip_ = true;
+    ++scale_.skipped_steps;
+    scale_.good_steps = 0;
+    const double next = scale_.scale / 2;
+    if (next >= scale_config_.floor) {
+        scale_.scale = next;
+        return;
+    }
+    std::string where = "the reduced gradient";
+    if (grads) {
+        const std::vector<T> g = to_vector(TensorView<T, P>(const_cast<T*>(grads), Shape{size_}));
+        for (const auto& [first, count] : trainable_) {
+            std::int64_t i = first;
+            while (i < first + count && std::isfinite(double(g[std::size_t(i)]))) ++i;
+            if (i < first + count) {
+                where = "variable element " + std::to_string(i) + " (" + std::to_string(double(g[std::size_t(i)])) + ")";
+                if (scale_config_.names)
+                    for (const auto& [offset, name] : *scale_config_.names)
+                        if (offset <= i) where = name + ", element " + std::to_string(i) + " of the flat buffer (" +
+                                                 std::to_string(double(g[std::size_t(i)])) + ")";
+                break;
+            }
+        }
+    }
+    throw NumericError("optimizer: at step " + std::to_string(iterations_) + " (after " + std::to_string(scale_.skipped_steps) +
+                       " skipped steps) the gradient is still not finite with the loss scale at " + std::to_string(scale_.scale) +
+                       ", and halving it would pass its floor " + std::to_string(scale_config_.floor) +
+                       ": the first non-finite gradient is " + where +
+                       ". The model diverged or overflows float16 even unscaled; lower the learning rate, clip "
+                       "(global_clipnorm) or train under precision::MixedBFloat16");
 }
 
 template <class T, class P>
@@ -802,9 +933,13 @@ double OptimizerState<T, P>::squared_gradient_norm(const T* grads) {
 template <class T, class P>
 void OptimizerState<T, P>::prepare_step(const T* grads) {
     prepared_for_ = iterations_;
-    if (clipnorm_ <= 0) return;
+    skip_ = false;
+    if (clipnorm_ <= 0 && !scaling_) return;
     STRATA_PROFILE_MODEL("optimizer (clip norm)");
-    if constexpr (!std::is_same_v<P, place::Cuda>) {
+    if (scaling_) {
+        // The skip is decided on the host: a device place waits for the sum here (one double).
+        set_step_sum(squared_gradient_norm(grads), grads);
+    } else if constexpr (!std::is_same_v<P, place::Cuda>) {
         set_clip_sum(detail::squared_norm_host(grads, trainable_));
     } else {
         queue_squared_norm(grads, clip_.data(), clipnorm_);
@@ -812,10 +947,35 @@ void OptimizerState<T, P>::prepare_step(const T* grads) {
 }
 
 template <class T, class P>
+void OptimizerState<T, P>::set_step_sum(double sum_of_squares, const T* grads) {
+    if (!scaling_) {
+        set_clip_sum(sum_of_squares);
+        return;
+    }
+    if (!std::isfinite(sum_of_squares)) {
+        skip_nonfinite(grads);
+        return;
+    }
+    // The unscaled gradient is g / S: its sum of squares, and the factor the update reads
+    // (1 / S, times global_clipnorm's scale of the unscaled norm).
+    const std::int64_t parts = std::int64_t(trainable_.size());
+    const double inv = 1.0 / scale_.scale;
+    const double unscaled = sum_of_squares * inv * inv;
+    double v[2] = {unscaled, inv * (clipnorm_ > 0 ? detail::clip_scale(unscaled, clipnorm_) : 1.0)};
+    if constexpr (!std::is_same_v<P, place::Cuda>) {
+        clip_.data()[parts] = v[0];
+        clip_.data()[parts + 1] = v[1];
+    } else {
+        copy(TensorView<double, place::Host>(v, Shape{2}), TensorView<double, P>(clip_.data() + parts, Shape{2}));
+    }
+}
+
+template <class T, class P>
 void OptimizerState<T, P>::prepare_step_from_squared_norm(double sum_of_squares) {
     prepared_for_ = iterations_;
-    if (clipnorm_ <= 0) return;
-    set_clip_sum(sum_of_squares);
+    skip_ = false;
+    if (clipnorm_ <= 0 && !scaling_) return;
+    set_step_sum(sum_of_squares, nullptr);
 }
 
 template <class T, class P>
@@ -834,13 +994,13 @@ template <class T, class P>
 void OptimizerState<T, P>::apply_range(T* params, const T* grads, std::int64_t first, std::int64_t count) {
     STRATA_CHECK(first >= 0 && count >= 0 && first + count <= size_, ShapeError, "optimizer: range [", first, ", ",
                  first + count, ") is outside the ", size_, " parameters");
-    if (count == 0) return;
+    if (count == 0 || skips_step()) return;
     STRATA_PROFILE_MODEL("optimizer");
     const double lr = std::visit([&](const auto& o) { return o.learning_rate(iterations_); }, config_);
     STRATA_CHECK(std::isfinite(lr) && lr >= 0, ValueError, "optimizer: the learning rate at step ", iterations_,
                  " is ", lr, "; it must be finite and >= 0");
     const double* clip = nullptr;
-    if (clipnorm_ > 0) {
+    if (clipnorm_ > 0 || scaling_) {
         STRATA_CHECK(prepared_for_ == iterations_, ValueError, "optimizer: global_clipnorm is set, and prepare_step(grads) "
                      "has not run over the whole gradient for step ", iterations_, " (apply does it; apply_range needs it first)");
         clip = clip_.data() + trainable_.size() + 1;

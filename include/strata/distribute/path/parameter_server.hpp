@@ -183,6 +183,12 @@ public:
     void set_learning_rate(double lr) {
         for (auto& srv : servers_) srv.opt.set_learning_rate(lr);
     }
+    // No loss scale here: Model refuses precision::MixedFloat16 under ParameterServer (each
+    // worker's gradient is applied alone: no global step for every worker to skip together).
+    optim::LossScaleState loss_scale_state() const { return compiled_ ? servers_[0].opt.loss_scale_state() : optim::LossScaleState{}; }
+    void set_loss_scale_state(const optim::LossScaleState& s) {
+        for (auto& srv : servers_) srv.opt.set_loss_scale_state(s);
+    }
 
     void log_placement() {
         if (!place::get_log_device_placement()) return;

@@ -349,6 +349,12 @@ public:
     void set_learning_rate(double lr) {
         for_each_local([&](Stage& d) { d.opt.set_learning_rate(lr); });
     }
+    // No loss scale here: Model refuses precision::MixedFloat16 under Pipeline (each stage
+    // applies its own part of the gradient; a skip would need every stage's verdict).
+    optim::LossScaleState loss_scale_state() const { return compiled_ ? local_state().loss_scale_state() : optim::LossScaleState{}; }
+    void set_loss_scale_state(const optim::LossScaleState& s) {
+        for_each_local([&](Stage& d) { d.opt.set_loss_scale_state(s); });
+    }
 
     /// One line per stage (its thread, layers and device) and per variable copy.
     void log_placement() {

@@ -62,6 +62,17 @@ STRATA_DECL std::vector<MovingAverageSpan> moving_average_spans(const std::vecto
     return out;
 }
 
+STRATA_DECL std::vector<std::pair<std::int64_t, std::int64_t>> compute_rounded_spans(const std::vector<ParamInfo>& params) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> out;
+    for (const auto& p : params) {
+        if (!p.trainable || p.float32) continue;
+        const std::int64_t n = p.shape.size();
+        if (!out.empty() && out.back().first + out.back().second == p.offset) out.back().second += n;
+        else out.emplace_back(p.offset, n);
+    }
+    return out;
+}
+
 STRATA_DECL std::string summary_table(std::span<const char* const> kinds, std::span<const char* const> types,
                                       std::span<const std::string> shapes, std::span<const std::int64_t> offsets,
                                       std::int64_t non_trainable) {
