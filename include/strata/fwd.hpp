@@ -36,10 +36,12 @@
 /// | `distribute::GradientPath` (the primary template)          | distribute/gradient_path.hpp      |
 /// | `Model`                                                    | train/model.hpp                   |
 ///
-/// No precision policy yet: element types are still Model's `T` (docs/design.md).
+/// | `precision::Float32`, `TF32`, `MixedBFloat16`, `MixedFloat16`, `Any` (Model's third argument) | core/precision.hpp (included here) |
 
 #include <cstddef>
 #include <cstdint>
+
+#include "strata/core/precision.hpp"
 
 namespace strata {
 
@@ -155,7 +157,9 @@ template <class Strategy, class Net, class T>
 class GradientPath;
 }  // namespace distribute
 
-template <class Net, class Strategy = distribute::Default, class T = float>
+/// `Precision`: float or double (every type that one), or a precision policy
+/// (strata/core/precision.hpp: variables float, layers computing in the policy's type).
+template <class Net, class Strategy = distribute::Default, class Precision = float>
 class Model;
 
 }  // namespace strata

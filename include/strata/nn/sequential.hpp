@@ -20,6 +20,7 @@
 
 #include "strata/fwd.hpp"
 #include "strata/core/function_ref.hpp"
+#include "strata/core/half.hpp"
 #include "strata/nn/layer.hpp"
 
 namespace strata::nn {

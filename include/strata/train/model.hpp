@@ -117,15 +117,21 @@ struct LastActivation<nn::Sequential<In, Specs...>> {
 /// `distribute::GradientPath` (variables, gradient aggregation, the step's schedule) and gives
 /// it one unit of work — forward, loss, backward of one mini-batch — to run where and when the
 /// path says.
-template <class Net, class Strategy, class T>
-class Model : public train::ModelBase<T> {
+template <class Net, class Strategy, class Precision>
+class Model : public train::ModelBase<precision::variable_t<Precision>> {
     static_assert(distribute::Strategy<Strategy>,
                   "strata::Model<Net, Strategy, T>: Strategy must be a strategy (strata::distribute::Default, OneDevice<P>, "
                   "Mirrored<P>, CentralStorage<P>, ParameterServer<P, Sync>, MultiWorkerMirrored<P>)");
-    static_assert(std::is_floating_point_v<T>, "strata::Model<Net, Strategy, T>: T must be float or double");
+    static_assert(std::is_floating_point_v<Precision> || precision::is_policy_v<Precision>,
+                  "strata::Model<Net, Strategy, T>: T must be float, double or a precision policy (strata::precision::"
+                  "Float32, TF32, MixedBFloat16, MixedFloat16, Any)");
+    /// The variables' element type (float under every precision policy).
+    using T = precision::variable_t<Precision>;
     using P = typename Strategy::place_type;  // the class's own shorthand; users name place_type
 
 public:
+    using precision_type = Precision;
+    using value_type = T;
     using place_type = typename Strategy::place_type;
     using path_type = distribute::GradientPath<Strategy, Net, T>;
     /// What each compute unit runs: the whole network (a Pipeline's unit runs its stages).
@@ -144,6 +150,12 @@ public:
     /// Whether the strategy steps all replicas in lockstep on one global batch (everything but
     /// ParameterServer); only then are the pieces of a step (compute_gradients, ...) offered.
     static constexpr bool lockstep = path_type::lockstep;
+    static_assert(precision::compute_of<Precision>() != precision::Compute::Float16 ||
+                      (lockstep && !path_type::pipelined),
+                  "strata::Model: precision::MixedFloat16 needs a strategy whose replicas step together on one reduced "
+                  "gradient, so that a step with a non-finite gradient is skipped by all of them (ParameterServer applies "
+                  "each worker's gradient alone; a Pipeline's stages apply their parts apart): use MixedBFloat16, which "
+                  "needs no loss scale");
 
     /// A model with its own Default strategy (one replica, all host cores).
     explicit Model(std::uint64_t seed = 0)
@@ -163,7 +175,19 @@ public:
     /// Sets the loss, the optimizer and the metrics (strata/metrics/metric.hpp: "accuracy",
     /// "sparse_top_k_categorical_accuracy" or metrics::sparse_top_k_categorical_accuracy(k),
     /// "precision", "recall"). Resets the optimizer state.
+    /// Under precision::MixedFloat16 the optimizer gets a dynamic loss scale (optim::LossScale,
+    /// with the settings `optimizer` gives it; Keras wraps it in a LossScaleOptimizer).
     void compile(loss::Loss loss, optim::Optimizer optimizer = optim::RMSprop{}, std::vector<metrics::Metric> metrics = {"accuracy"}) {
+        if (precision::scales_loss(compute_)) {
+            auto names = std::make_shared<std::vector<std::pair<std::int64_t, std::string>>>();
+            for (const auto& p : Net::parameters()) names->emplace_back(p.offset, p.name);
+            std::visit(
+                [&](auto& o) {
+                    o.loss_scale.enabled = true;
+                    o.loss_scale.names = names;
+                },
+                optimizer);
+        }
         this->compile_settings_for(std::move(loss), optimizer, metrics, output_size, last_is_softmax);
         path_.compile(optimizer);
         // A captured step holds the loss, the metrics and the softmax fusion it was captured with.
@@ -171,6 +195,29 @@ public:
             for (auto& u : units_) u->graph.reset();
         compiled_ = true;
     }
+
+    /// The precision the layers compute in (Precision's; under precision::Any, set_precision's).
+    precision::Compute dtype_policy() const { return compute_; }
+    /// precision::Any only: the policy, chosen at run time, before compile. Refuses (ValueError)
+    /// what the compile-time policy would refuse to compile: float16 under ParameterServer or
+    /// Pipeline.
+    void set_precision(precision::Compute c) {
+        static_assert(std::is_same_v<Precision, precision::Any>,
+                      "strata::Model::set_precision: the precision is fixed at compile time (Model's third argument); "
+                      "only precision::Any chooses it at run time");
+        STRATA_CHECK(!compiled_, ValueError, "set_precision: call it before compile (the optimizer's loss scale depends on it)");
+        STRATA_CHECK(c != precision::Compute::Float16 || (lockstep && !path_type::pipelined), ValueError,
+                     "set_precision: mixed_float16 needs a strategy whose replicas step together on one reduced gradient, so "
+                     "that a step with a non-finite gradient is skipped by all of them (ParameterServer applies each worker's "
+                     "gradient alone; a Pipeline's stages apply their parts apart): use mixed_bfloat16, which needs no loss scale");
+        STRATA_CHECK((!std::is_same_v<T, double> || c == precision::Compute::Float32), ValueError,
+                     "set_precision: a double model computes in double");
+        compute_ = c;
+    }
+    /// Optimizer updates applied (a step skipped by the loss scale is not one).
+    std::int64_t optimizer_iterations() const { return path_.iterations(); }
+    /// The dynamic loss scale's state (scale 1 and zeros unless the precision is mixed_float16).
+    optim::LossScaleState loss_scale() const { return path_.loss_scale_state(); }
 
     /// Number of units that compute every step: the replicas in sync, or the parameter
     /// server's workers.
@@ -393,7 +440,7 @@ public:
                 u.correct = 0;
                 if (b.size == 0) return;
                 const nn::Mode mode{.training = false, .skip_activation = settings_.fused_softmax, .step = step_, .seed = seed_,
-                                    .no_backward = true};
+                                    .no_backward = true, .compute = compute_};
                 auto x = stage_input(u, b.x.data(), b.size);
                 auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
                 auto out = u.net.forward(path_.inference_params(r), x, mode);
@@ -435,7 +482,8 @@ public:
                 const auto b = path_.unit_share(batch, r);
                 if (b.size == 0) return;
                 auto x = stage_input(u, b.x.data(), b.size);
-                const nn::Mode mode{.training = false, .skip_activation = false, .step = step_, .seed = seed_, .no_backward = true};
+                const nn::Mode mode{.training = false, .skip_activation = false, .step = step_, .seed = seed_, .no_backward = true,
+                                    .compute = compute_};
                 auto out = u.net.forward(path_.inference_params(r), x, mode);
                 copy(out, TensorView<T, place::Host>(all.data() + base + std::size_t(b.first * output_size), out.shape()));
             });
@@ -502,6 +550,7 @@ private:
         untrained_warned_ = true;
         if (is_chief()) std::fprintf(stderr, "%s\n", untrained_statistics_message(what).c_str());
     }
+    precision::Compute compute_ = precision::compute_of<Precision>();  // what the layers compute in
     bool weights_given_ = false;     // set_weights (and so load and a restored backup) gave them
     bool untrained_warned_ = false;  // statistics_untrained() said once
 
@@ -608,7 +657,7 @@ private:
         }
         nn::Mode mode(const distribute::ReplicaBatch<Y>& b, std::uint64_t step) const {
             return {.training = true, .skip_activation = m->settings_.fused_softmax, .step = step, .seed = m->seed_, .first_example = b.first,
-                    .global_examples = b.global_size};
+                    .global_examples = b.global_size, .compute = m->compute_};
         }
         // On the last stage's thread: the loss of examples [first, first + out.dim(0)) of unit
         // r's mini-batch, its gradient (scaled by 1 / denominator) into `out_grad`.
@@ -722,7 +771,7 @@ private:
                 if constexpr (Net::synchronizes_replicas) {
                     // The others' synchronized layers wait for this replica's (empty) statistics.
                     const nn::Mode mode{.training = true, .step = step, .seed = seed_, .first_example = b.first,
-                                        .global_examples = b.global_size, .replica_sum = path_.replica_sum(r)};
+                                        .global_examples = b.global_size, .replica_sum = path_.replica_sum(r), .compute = compute_};
                     u.net.join_empty(params, grads, mode, on_ready);
                 }
                 return {};
@@ -732,13 +781,18 @@ private:
             STRATA_CHECK(b.w.empty() || std::int64_t(b.w.size()) == b.size, ShapeError, "compute_gradients: ", b.size,
                          " examples need ", b.size, " sample weights (one each) or none, got ", b.w.size());
             const nn::Mode mode{.training = true, .skip_activation = settings_.fused_softmax, .step = step, .seed = seed_,
-                                .first_example = b.first, .global_examples = b.global_size, .replica_sum = path_.replica_sum(r)};
+                                .first_example = b.first, .global_examples = b.global_size, .replica_sum = path_.replica_sum(r),
+                                .compute = compute_};
+            // Under a loss scale S the loss's gradient is S times the loss's (the optimizer divides
+            // the reduced gradient by S): the denominator is divided by S.
+            if (precision::scales_loss(compute_)) denominator /= path_.loss_scale_state().scale;
             auto x = stage_input(u, b.x.data(), b.size);
             auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
 #if STRATA_HAS_CUDA
             if constexpr (graph_step_capable) {
                 // Nothing the host must read in the middle of the step: it can be one graph.
-                if (b.w.empty() && class_weight_.empty() && settings_.top_k == 0 && !settings_.precision && !settings_.recall)
+                if (b.w.empty() && class_weight_.empty() && settings_.top_k == 0 && !settings_.precision && !settings_.recall &&
+                    !precision::is_mixed(compute_))
                     return device_step(u, b.size, x, target, params, grads, denominator, mode, on_ready);
             }
 #endif

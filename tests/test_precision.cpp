@@ -1,0 +1,316 @@
+// The precision policies (issue 44) on the host: what a mixed policy rounds and what it keeps
+// float32, against a float64 reference that rounds at the same points (and a negative control
+// that does not); float16's underflow without a loss scale, and the loss scale's rules through
+// Model (skip, halve, grow, floor, one decision for every replica); N replicas against one
+// device under each policy; checkpoints across policies.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "test_images.hpp"
+#include "test_util.hpp"
+
+#include <strata/strata.hpp>
+
+using namespace strata::nn;
+namespace dist = strata::distribute;
+namespace prec = strata::precision;
+using strata_test::images;
+
+namespace {
+
+using strata::bfloat16;
+using strata::float16;
+
+double rnd(double x, prec::Compute c) {
+    if (c == prec::Compute::BFloat16) return strata::round_to<bfloat16>(float(x));
+    if (c == prec::Compute::Float16) return strata::round_to<float16>(float(x));
+    return x;
+}
+
+// Two Dense layers: 8 → 16 (ReLU) → 4.
+using Mlp = Sequential<Input<8>, Dense<16, ReLU>, Dense<4>>;
+constexpr std::int64_t B = 5;
+
+struct MlpRef {
+    std::vector<double> out;      // [B, 4]
+    std::vector<double> g;        // the gradient of every variable, flat
+};
+
+// Forward and backward of Mlp in float64, rounding (to `c`) where a mixed policy rounds: the
+// input, the weights (kernels and biases), the hidden output, the gradient handed from the
+// second layer to the first. `round_points` false: the float64 network without any rounding.
+MlpRef mlp_reference(const std::vector<float>& w, const std::vector<float>& x, const std::vector<float>& dy, prec::Compute c,
+                     bool round_points) {
+    auto r = [&](double v) { return round_points ? rnd(v, c) : v; };
+    const std::int64_t k1 = 0, b1 = 8 * 16, k2 = b1 + 16, b2 = k2 + 16 * 4;
+    MlpRef ref;
+    ref.out.assign(B * 4, 0);
+    ref.g.assign(w.size(), 0);
+    std::vector<double> h(B * 16), dh(B * 16);
+    for (std::int64_t n = 0; n < B; ++n) {
+        for (int j = 0; j < 16; ++j) {
+            double z = r(w[std::size_t(b1 + j)]);
+            for (int i = 0; i < 8; ++i) z += r(x[std::size_t(n * 8 + i)]) * r(w[std::size_t(k1 + i * 16 + j)]);
+            h[std::size_t(n * 16 + j)] = r(std::max(z, 0.0));
+        }
+        for (int j = 0; j < 4; ++j) {
+            double z = r(w[std::size_t(b2 + j)]);
+            for (int i = 0; i < 16; ++i) z += h[std::size_t(n * 16 + i)] * r(w[std::size_t(k2 + i * 4 + j)]);
+            ref.out[std::size_t(n * 4 + j)] = z;  // the last layer's output: float32, not rounded
+        }
+    }
+    for (std::int64_t n = 0; n < B; ++n) {
+        for (int j = 0; j < 4; ++j) {
+            const double d = dy[std::size_t(n * 4 + j)];
+            ref.g[std::size_t(b2 + j)] += d;
+            for (int i = 0; i < 16; ++i) ref.g[std::size_t(k2 + i * 4 + j)] += h[std::size_t(n * 16 + i)] * d;
+        }
+        for (int i = 0; i < 16; ++i) {
+            double s = 0;
+            for (int j = 0; j < 4; ++j) s += dy[std::size_t(n * 4 + j)] * r(w[std::size_t(k2 + i * 4 + j)]);
+            dh[std::size_t(n * 16 + i)] = h[std::size_t(n * 16 + i)] > 0 ? r(s) : 0.0;
+        }
+        for (int j = 0; j < 16; ++j) {
+            const double d = dh[std::size_t(n * 16 + j)];
+            ref.g[std::size_t(b1 + j)] += d;
+            for (int i = 0; i < 8; ++i) ref.g[std::size_t(k1 + i * 16 + j)] += r(x[std::size_t(n * 8 + i)]) * d;
+        }
+    }
+    return ref;
+}
+
+double max_rel(const std::vector<double>& ref, const std::vector<float>& got) {
+    double scale = 0, m = 0;
+    for (double v : ref) scale = std::max(scale, std::abs(v));
+    for (std::size_t i = 0; i < ref.size(); ++i) m = std::max(m, std::abs(ref[i] - double(got[i])));
+    return m / std::max(scale, 1e-30);
+}
+
+// The network's output and gradients for one forward and backward under `c`.
+std::pair<std::vector<float>, std::vector<float>> run_mlp(const std::vector<float>& w, const std::vector<float>& x,
+                                                          const std::vector<float>& dy, prec::Compute c) {
+    Network<Mlp, float, strata::place::Host> net;
+    std::vector<float> xs = x, grads(w.size(), 0.f);
+    const Mode mode{.training = true, .compute = c};
+    auto out = net.forward(w.data(), strata::TensorView<float>(xs.data(), strata::Shape{B, 8}), mode);
+    std::vector<float> o(out.data(), out.data() + out.size());
+    auto og = net.output_grad();
+    std::copy(dy.begin(), dy.end(), og.data());
+    net.backward(w.data(), grads.data(), mode);
+    return {o, grads};
+}
+
+std::vector<float> as_float(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+}  // namespace
+
+TEST_CASE("mixed policies: the layers read rounded inputs and weights, hand on rounded outputs; the model's output, "
+          "variables and their gradients stay float32") {
+    const auto w = as_float(strata_test::lcg(std::size_t(Mlp::num_params), 3, -0.7, 0.7));
+    const auto x = as_float(strata_test::lcg(std::size_t(B * 8), 4, -2, 2));
+    const auto dy = as_float(strata_test::lcg(std::size_t(B * 4), 5, -1, 1));
+    const std::vector<float> w_before = w, x_before = x;
+    for (prec::Compute c : {prec::Compute::BFloat16, prec::Compute::Float16}) {
+        CAPTURE(prec::name_of(c));
+        const auto [out, grads] = run_mlp(w, x, dy, c);
+        const MlpRef rounded = mlp_reference(w, x, dy, c, true);
+        const MlpRef plain = mlp_reference(w, x, dy, c, false);
+        // float32 accumulation of products of 16-bit values: float rounding only.
+        CHECK(max_rel(rounded.out, out) < 2e-6);
+        CHECK(max_rel(rounded.g, grads) < 2e-6);
+        // The negative control: without the rounding the reference is off by the 16-bit type's
+        // precision (2^-9 bfloat16, 2^-12 float16), far above float's.
+        const double unit = c == prec::Compute::BFloat16 ? 0x1p-9 : 0x1p-12;
+        CHECK(max_rel(plain.out, out) > unit / 16);
+        CHECK(max_rel(plain.g, grads) > unit / 16);
+        // The output is not rounded (some element is not a 16-bit value).
+        bool some_unrounded = false;
+        for (float v : out) some_unrounded |= double(v) != rnd(v, c);
+        CHECK(some_unrounded);
+        // Nothing the caller gave was written.
+        CHECK(w == w_before);
+        CHECK(x == x_before);
+    }
+    // Float32 and TF32 (on the host) round nothing: the plain reference.
+    for (prec::Compute c : {prec::Compute::Float32, prec::Compute::TF32}) {
+        const auto [out, grads] = run_mlp(w, x, dy, c);
+        const MlpRef plain = mlp_reference(w, x, dy, c, false);
+        CHECK(max_rel(plain.out, out) < 2e-6);
+        CHECK(max_rel(plain.g, grads) < 2e-6);
+    }
+}
+
+TEST_CASE("float16 without a loss scale: small gradients flush to zero between layers; scaled, they survive") {
+    const auto w = as_float(strata_test::lcg(std::size_t(Mlp::num_params), 3, -0.7, 0.7));
+    const auto x = as_float(strata_test::lcg(std::size_t(B * 8), 4, -2, 2));
+    auto dy = as_float(strata_test::lcg(std::size_t(B * 4), 5, -1, 1));
+    for (float& v : dy) v *= 1e-8f;  // below float16's smallest subnormal (2^-24 ≈ 6e-8) once summed
+    const auto [o32, g32] = run_mlp(w, x, dy, prec::Compute::Float32);
+    const auto [o16, g16] = run_mlp(w, x, dy, prec::Compute::Float16);
+    const std::int64_t first_kernel = 8 * 16;
+    int nonzero32 = 0, nonzero16 = 0;
+    for (std::int64_t i = 0; i < first_kernel; ++i) {
+        nonzero32 += g32[std::size_t(i)] != 0;
+        nonzero16 += g16[std::size_t(i)] != 0;
+    }
+    CHECK(nonzero32 > 64);
+    CHECK(nonzero16 < nonzero32 / 4);  // most of the first layer's gradient is lost
+    // Scaled by 2^15 (the loss scale's start), then divided back: float16's precision of float32's.
+    auto scaled = dy;
+    for (float& v : scaled) v *= 32768.f;
+    const auto [os, gs] = run_mlp(w, x, scaled, prec::Compute::Float16);
+    std::vector<double> back(gs.size());
+    for (std::size_t i = 0; i < gs.size(); ++i) back[i] = double(gs[i]) / 32768.0;
+    std::vector<double> ref(g32.begin(), g32.end());
+    CHECK(max_rel(ref, as_float(back)) < 2e-3);
+}
+
+namespace {
+
+using ImgNet = Sequential<Input<6, 6, 2>, Conv2D<4, 3, ReLU>, Flatten, Dense<8, ReLU>, Dense<3, Softmax>>;
+
+template <class Prec, class Strategy>
+std::unique_ptr<strata::Model<ImgNet, Strategy, Prec>> trained(Strategy& s, strata::optim::Optimizer opt, int epochs,
+                                                              std::size_t batch = 12, std::size_t n = 48) {
+    auto m = std::make_unique<strata::Model<ImgNet, Strategy, Prec>>(s, 7);
+    m->compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    m->fit(images(n, 5).batch(batch), {.epochs = epochs, .verbose = 0});
+    return m;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    double m = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(double(a[i]) - double(b[i])));
+    return m;
+}
+
+}  // namespace
+
+TEST_CASE("MixedFloat16: the loss scale starts at 2^15, grows after growth_steps clean steps, and divides out") {
+    dist::OneDevice<> one;
+    strata::optim::SGD sgd{.learning_rate = 0.05};
+    sgd.loss_scale.initial_scale = 8;
+    sgd.loss_scale.growth_steps = 2;
+    auto m = trained<prec::MixedFloat16>(one, sgd, 1);  // 4 steps: 8 → 16 → 32
+    CHECK(m->loss_scale().scale == 32);
+    CHECK(m->loss_scale().skipped_steps == 0);
+    CHECK(m->loss_scale().good_steps == 0);
+    // Defaults: Keras' start.
+    dist::OneDevice<> one2;
+    strata::Model<ImgNet, dist::OneDevice<>, prec::MixedFloat16> fresh(one2, 7);
+    fresh.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{});
+    CHECK(fresh.loss_scale().scale == 32768);
+    // The scale divides out: the same steps under float32 and under float16 with scale 1 or
+    // 2^15 end near each other (float16's rounding, not a factor of the scale).
+    dist::OneDevice<> a, b;
+    const auto w32 = trained<prec::Float32>(a, strata::optim::SGD{.learning_rate = 0.05}, 2)->get_weights();
+    const auto w16 = trained<prec::MixedFloat16>(b, strata::optim::SGD{.learning_rate = 0.05}, 2)->get_weights();
+    CHECK(max_abs_diff(w32, w16) < 5e-3);
+    CHECK(max_abs_diff(w32, w16) > 0);
+}
+
+TEST_CASE("MixedFloat16: a step whose gradient overflows is skipped (nothing moves, the scale halves), on every replica") {
+    strata::optim::SGD sgd{.learning_rate = 0.05, .momentum = 0.9};
+    sgd.loss_scale.initial_scale = 0x1p40;  // the loss's gradient times 2^40 overflows float16 (65504)
+    dist::OneDevice<> one;
+    strata::Model<ImgNet, dist::OneDevice<>, prec::MixedFloat16> m(one, 7);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, sgd);
+    const auto w0 = m.get_weights();
+    m.fit(images(12, 5).batch(12), {.epochs = 1, .verbose = 0});  // one step
+    CHECK(m.get_weights() == w0);
+    CHECK(m.loss_scale().skipped_steps == 1);
+    CHECK(m.loss_scale().scale == 0x1p39);
+    CHECK(m.loss_scale().last_skipped);
+    CHECK(m.optimizer_iterations() == 0);
+    // Until the scale fits: every step skipped halves it, then steps apply.
+    m.fit(images(12 * 40, 5).batch(12), {.epochs = 1, .verbose = 0});
+    const auto st = m.loss_scale();
+    CHECK(st.skipped_steps > 15);
+    CHECK(st.skipped_steps < 41);
+    CHECK(m.optimizer_iterations() == 41 - st.skipped_steps);
+    CHECK(st.scale == 0x1p40 / std::ldexp(1.0, int(st.skipped_steps)));
+    CHECK(m.get_weights() != w0);
+    // Two replicas (Mirrored) and CentralStorage take the same decisions on the same global
+    // batches, and end where one device does (float32 rounding of the sums).
+    const auto reference = m.get_weights();
+    {
+        dist::Mirrored<> two(2);
+        strata::Model<ImgNet, dist::Mirrored<>, prec::MixedFloat16> r(two, 7);
+        r.compile(strata::loss::SparseCategoricalCrossentropy{}, sgd);
+        r.fit(images(12, 5).batch(12), {.epochs = 1, .verbose = 0});
+        r.fit(images(12 * 40, 5).batch(12), {.epochs = 1, .verbose = 0});
+        CHECK(r.loss_scale().skipped_steps == st.skipped_steps);
+        CHECK(r.loss_scale().scale == st.scale);
+        CHECK(r.optimizer_iterations() == m.optimizer_iterations());
+        CHECK(max_abs_diff(r.get_weights(), reference) < 1e-3);
+    }
+    {
+        dist::CentralStorage<> two(2);
+        strata::Model<ImgNet, dist::CentralStorage<>, prec::MixedFloat16> r(two, 7);
+        r.compile(strata::loss::SparseCategoricalCrossentropy{}, sgd);
+        r.fit(images(12, 5).batch(12), {.epochs = 1, .verbose = 0});
+        r.fit(images(12 * 40, 5).batch(12), {.epochs = 1, .verbose = 0});
+        CHECK(r.loss_scale().skipped_steps == st.skipped_steps);
+        CHECK(r.loss_scale().scale == st.scale);
+        CHECK(max_abs_diff(r.get_weights(), reference) < 1e-3);
+    }
+}
+
+TEST_CASE("MixedFloat16: a scale that would fall below its floor stops with an error naming the step and the layer") {
+    strata::optim::Adam adam{};
+    adam.loss_scale.initial_scale = 0x1p40;
+    adam.loss_scale.floor = 0x1p38;  // two halvings allowed, the third refused
+    dist::OneDevice<> one;
+    strata::Model<ImgNet, dist::OneDevice<>, prec::MixedFloat16> m(one, 7);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, adam);
+    std::string what;
+    try {
+        m.fit(images(48, 5).batch(12), {.epochs = 1, .verbose = 0});
+    } catch (const strata::NumericError& e) {
+        what = e.what();
+    }
+    CAPTURE(what);
+    CHECK(what.find("at step 0 (after 3 skipped steps)") != std::string::npos);
+    CHECK(what.find("floor 274877906944") != std::string::npos);
+    // The first trained variable in the buffer whose gradient is not finite: the convolution's.
+    CHECK(what.find("conv2d/") != std::string::npos);
+    CHECK(m.loss_scale().skipped_steps == 3);
+}
+
+TEST_CASE("MixedBFloat16: two replicas and CentralStorage end where one device does; bfloat16 training tracks float32") {
+    const strata::optim::Optimizer opt = strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9};
+    dist::OneDevice<> one;
+    const auto ref = trained<prec::MixedBFloat16>(one, opt, 3)->get_weights();
+    dist::Mirrored<> two(2);
+    const auto mir = trained<prec::MixedBFloat16>(two, opt, 3)->get_weights();
+    dist::CentralStorage<> cs(2);
+    const auto cen = trained<prec::MixedBFloat16>(cs, opt, 3)->get_weights();
+    dist::OneDevice<> f32;
+    const auto w32 = trained<prec::Float32>(f32, opt, 3)->get_weights();
+    const double d_mir = max_abs_diff(ref, mir), d_cen = max_abs_diff(ref, cen), d_32 = max_abs_diff(ref, w32);
+    MESSAGE("bfloat16: Mirrored x2 ", d_mir, ", CentralStorage x2 ", d_cen, " from one device; float32 ", d_32);
+    CHECK(d_mir < 1e-3);
+    CHECK(d_cen < 1e-3);
+    // The policy changes the result (a bfloat16 run is not a float32 run) by more than the
+    // replicas do.
+    CHECK(d_32 > 4 * std::max(d_mir, d_cen));
+}
+
+TEST_CASE("precision::Any: chosen at run time, refused where the compile-time policy would not compile") {
+    dist::OneDevice<> one;
+    strata::Model<ImgNet, dist::OneDevice<>, prec::Any> m(one, 7);
+    CHECK(m.dtype_policy() == prec::Compute::Float32);
+    m.set_precision(prec::Compute::BFloat16);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
+    CHECK_THROWS_AS(m.set_precision(prec::Compute::Float16), strata::ValueError);  // after compile
+    m.fit(images(24, 5).batch(12), {.epochs = 1, .verbose = 0});
+    // The same as the compile-time policy, bit for bit.
+    dist::OneDevice<> two;
+    const auto fixed = trained<prec::MixedBFloat16>(two, strata::optim::SGD{.learning_rate = 0.1}, 1, 12, 24)->get_weights();
+    CHECK(m.get_weights() == fixed);
+}
