@@ -314,3 +314,58 @@ TEST_CASE("precision::Any: chosen at run time, refused where the compile-time po
     const auto fixed = trained<prec::MixedBFloat16>(two, strata::optim::SGD{.learning_rate = 0.1}, 1, 12, 24)->get_weights();
     CHECK(m.get_weights() == fixed);
 }
+
+TEST_CASE("MixedFloat16: the loss scale is in History and in checkpoints; a resumed run goes on bit for bit") {
+    strata::optim::Adam adam{.learning_rate = 0.01};
+    adam.loss_scale.initial_scale = 0x1p22;  // a few skipped steps first
+    adam.loss_scale.growth_steps = 3;
+    const auto data = images(96, 5).batch(12);  // 8 steps an epoch
+    dist::OneDevice<> a;
+    strata::Model<ImgNet, dist::OneDevice<>, prec::MixedFloat16> straight(a, 7);
+    straight.compile(strata::loss::SparseCategoricalCrossentropy{}, adam);
+    const auto history = straight.fit(data, {.epochs = 4, .verbose = 0});
+    REQUIRE(history.history.count("loss_scale") == 1);
+    REQUIRE(history.history.count("skipped_steps") == 1);
+    const auto& scales = history.history.at("loss_scale");
+    CHECK(scales.size() == 4);
+    CHECK(scales.back() == straight.loss_scale().scale);
+    CHECK(history.history.at("skipped_steps").back() == double(straight.loss_scale().skipped_steps));
+    CHECK(straight.loss_scale().skipped_steps > 0);
+
+    strata_test::TempDir dir;
+    const auto path = (dir.path / "resume.safetensors").string();
+    dist::OneDevice<> b;
+    strata::Model<ImgNet, dist::OneDevice<>, prec::MixedFloat16> first(b, 7);
+    first.compile(strata::loss::SparseCategoricalCrossentropy{}, adam);
+    first.fit(data, {.epochs = 2, .verbose = 0});
+    first.save(path);
+    dist::OneDevice<> c;
+    strata::Model<ImgNet, dist::OneDevice<>, prec::MixedFloat16> resumed(c, 99);
+    resumed.compile(strata::loss::SparseCategoricalCrossentropy{}, adam);
+    resumed.load(path);
+    CHECK(resumed.loss_scale().scale == first.loss_scale().scale);
+    CHECK(resumed.loss_scale().good_steps == first.loss_scale().good_steps);
+    CHECK(resumed.loss_scale().skipped_steps == first.loss_scale().skipped_steps);
+    resumed.fit(data, {.epochs = 4, .verbose = 0, .initial_epoch = 2});
+    CHECK(resumed.get_weights() == straight.get_weights());
+    CHECK(resumed.loss_scale().scale == straight.loss_scale().scale);
+    // The negative control: resumed with the scale reset to its start, the run differs.
+    dist::OneDevice<> d;
+    strata::Model<ImgNet, dist::OneDevice<>, prec::MixedFloat16> reset(d, 99);
+    reset.compile(strata::loss::SparseCategoricalCrossentropy{}, adam);
+    reset.load(path);
+    reset.gradient_path().set_loss_scale_state({.scale = 0x1p22});
+    reset.fit(data, {.epochs = 4, .verbose = 0, .initial_epoch = 2});
+    CHECK(reset.get_weights() != straight.get_weights());
+
+    // A checkpoint written under one policy loads under any other (the variables are float32).
+    dist::OneDevice<> e;
+    strata::Model<ImgNet, dist::OneDevice<>, prec::Float32> f32(e, 1);
+    f32.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    f32.load(path);
+    CHECK(f32.get_weights() == first.get_weights());
+    dist::OneDevice<> g;
+    strata::Model<ImgNet, dist::OneDevice<>, prec::MixedBFloat16> bf(g, 1);
+    bf.load(path);
+    CHECK(bf.get_weights() == first.get_weights());
+}

@@ -14,6 +14,7 @@
 /// | format, format_version       | metadata `format` = `strata-checkpoint`, `format_version` = `1` |
 /// | training position            | metadata `epoch`, `step`, `seed` (decimal integers)             |
 /// | optimizer                    | metadata `optimizer` (`Adam`), `optimizer_iterations`           |
+/// | dynamic loss scale (float16) | metadata `loss_scale`, `loss_scale_good_steps`, `loss_scale_skipped_steps` |
 /// | learning rate (optional)     | metadata `learning_rate` (a decimal number)                     |
 ///
 /// Tensors are F32 or F64 whatever the model's element type: values are converted on reading.
@@ -71,6 +72,9 @@ struct CheckpointData {
     std::vector<T> params;                                      ///< num_params values, in the spec's layout
     std::vector<std::pair<std::string, std::vector<T>>> slots;  ///< one per spec slot, in spec order; empty when not read
     std::optional<std::int64_t> optimizer_iterations;           ///< when the optimizer state was read and holds it
+    std::optional<double> loss_scale;                           ///< metadata `loss_scale` (with the optimizer state)
+    std::int64_t loss_scale_good_steps = 0;                     ///< metadata `loss_scale_good_steps`
+    std::int64_t loss_scale_skipped_steps = 0;                  ///< metadata `loss_scale_skipped_steps`
     int epoch = 0;                                              ///< metadata `epoch` (0 when absent)
     std::uint64_t step = 0;                                     ///< metadata `step` (0 when absent)
     std::optional<std::uint64_t> seed;                          ///< metadata `seed`

@@ -570,6 +570,14 @@ private:
     void path_set_slot(const std::string& name, const std::vector<T>& v) override { path_.set_slot(name, v); }
     std::int64_t path_iterations() const override { return path_.iterations(); }
     void path_set_iterations(std::int64_t it) override { path_.set_iterations(it); }
+    std::optional<typename Base::LossScaleFigures> path_loss_scale_state() const override {
+        if (!precision::scales_loss(compute_)) return std::nullopt;
+        const auto s = path_.loss_scale_state();
+        return typename Base::LossScaleFigures{s.scale, s.good_steps, s.skipped_steps};
+    }
+    void path_set_loss_scale_state(double scale, std::int64_t good, std::int64_t skipped) override {
+        if (precision::scales_loss(compute_)) path_.set_loss_scale_state({.scale = scale, .good_steps = good, .skipped_steps = skipped});
+    }
     double path_learning_rate() const override { return path_.learning_rate(); }
     void path_set_learning_rate(double lr) override { path_.set_learning_rate(lr); }
     void path_sum_over_workers(std::span<double> v) override { path_.sum_over_workers(v); }

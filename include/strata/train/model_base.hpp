@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -109,6 +110,13 @@ protected:
     virtual void path_set_slot(const std::string& name, const std::vector<T>& values) = 0;
     virtual std::int64_t path_iterations() const = 0;
     virtual void path_set_iterations(std::int64_t iterations) = 0;
+    /// The dynamic loss scale's (scale, good steps, skipped steps) where the model has one.
+    struct LossScaleFigures {
+        double scale;
+        std::int64_t good_steps, skipped_steps;
+    };
+    virtual std::optional<LossScaleFigures> path_loss_scale_state() const = 0;
+    virtual void path_set_loss_scale_state(double scale, std::int64_t good_steps, std::int64_t skipped_steps) = 0;
     virtual double path_learning_rate() const = 0;
     virtual void path_set_learning_rate(double lr) = 0;
     /// Across processes: `values` summed over every worker (one process: unchanged).

@@ -40,6 +40,10 @@ struct ModelState {
     /// One flat buffer per slot of slot_names, in that order; empty when the file held none.
     std::vector<std::vector<double>> slots;
     std::optional<std::int64_t> optimizer_iterations;
+    /// A dynamic loss scale's state (precision::MixedFloat16): scale, applied steps since it
+    /// last changed, steps skipped in all.
+    std::optional<double> loss_scale;
+    std::int64_t loss_scale_good_steps = 0, loss_scale_skipped_steps = 0;
     std::optional<double> learning_rate;
     int epoch = 0;               ///< epochs trained
     std::uint64_t step = 0;      ///< training steps taken (the dropout/step counter)

@@ -48,11 +48,12 @@ I parse_int(std::string_view where, std::string_view key, std::string_view text,
     return v;
 }
 
-inline double parse_rate(std::string_view where, std::string_view text) {
+inline double parse_rate(std::string_view where, std::string_view text, const char* key = "learning_rate",
+                         const char* like = "0.001") {
     double v = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, std::chars_format::general);
     if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(v) || v < 0)
-        throw_error<CheckpointError>(where, "metadata 'learning_rate': expected a finite number >= 0 (like 0.001), found ",
+        throw_error<CheckpointError>(where, "metadata '", key, "': expected a finite number >= 0 (like ", like, "), found ",
                                      io::in_quotes(text, 200));
     return v;
 }
@@ -209,10 +210,24 @@ CheckpointData<T> read_checkpoint(const std::filesystem::path& path, const Check
     if (const auto* s = meta("seed"))
         data.seed = detail::ckpt::parse_int<std::uint64_t>(where, "seed", *s, 0, std::numeric_limits<std::uint64_t>::max());
     if (const auto* s = meta("learning_rate")) data.learning_rate = detail::ckpt::parse_rate(where, *s);
-    if (read_slots)
+    if (read_slots) {
         if (const auto* s = meta("optimizer_iterations"))
             data.optimizer_iterations = detail::ckpt::parse_int<std::int64_t>(where, "optimizer_iterations", *s, 0,
                                                                               std::numeric_limits<std::int64_t>::max());
+        // A dynamic loss scale (precision::MixedFloat16): where it stood, so a resumed run goes on
+        // with the same scale.
+        if (const auto* s = meta("loss_scale")) {
+            const double scale = detail::ckpt::parse_rate(where, *s, "loss_scale", "32768");
+            if (scale <= 0)
+                throw_error<CheckpointError>(where, "metadata 'loss_scale': expected a finite number > 0, found ", io::in_quotes(*s, 200));
+            data.loss_scale = scale;
+            constexpr auto i64_max = std::numeric_limits<std::int64_t>::max();
+            if (const auto* g = meta("loss_scale_good_steps"))
+                data.loss_scale_good_steps = detail::ckpt::parse_int<std::int64_t>(where, "loss_scale_good_steps", *g, 0, i64_max);
+            if (const auto* k = meta("loss_scale_skipped_steps"))
+                data.loss_scale_skipped_steps = detail::ckpt::parse_int<std::int64_t>(where, "loss_scale_skipped_steps", *k, 0, i64_max);
+        }
+    }
 
     // Everything is validated: only now are the values copied, and each must be finite (a NaN
     // weight would train on silently: ReLU and pooling pass it on, the loss may not show it).
@@ -268,6 +283,13 @@ STRATA_DECL void write_checkpoint(const std::filesystem::path& path, const Model
             for (const auto& p : state.params) add("optimizer/" + state.slot_names[s] + "/" + p.name, p, state.slots[s]);
         w.set_metadata("optimizer", state.optimizer);
         if (state.optimizer_iterations) w.set_metadata("optimizer_iterations", std::to_string(*state.optimizer_iterations));
+        if (state.loss_scale) {
+            char v[40];
+            std::snprintf(v, sizeof v, "%.17g", *state.loss_scale);
+            w.set_metadata("loss_scale", v);
+            w.set_metadata("loss_scale_good_steps", std::to_string(state.loss_scale_good_steps));
+            w.set_metadata("loss_scale_skipped_steps", std::to_string(state.loss_scale_skipped_steps));
+        }
         if (state.learning_rate) {
             char lr[40];
             std::snprintf(lr, sizeof lr, "%.17g", *state.learning_rate);
@@ -301,6 +323,9 @@ STRATA_DECL ModelState read_model_state(const std::filesystem::path& path, const
     s.weights = std::move(data.params);
     for (auto& [name, values] : data.slots) s.slots.push_back(std::move(values));
     s.optimizer_iterations = data.optimizer_iterations;
+    s.loss_scale = data.loss_scale;
+    s.loss_scale_good_steps = data.loss_scale_good_steps;
+    s.loss_scale_skipped_steps = data.loss_scale_skipped_steps;
     s.learning_rate = data.learning_rate;
     s.epoch = data.epoch;
     s.step = data.step;

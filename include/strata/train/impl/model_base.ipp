@@ -72,6 +72,11 @@ ModelState ModelBase<T>::state(bool with_values) const {
         if (with_values) {
             s.optimizer_iterations = path_iterations();
             s.learning_rate = path_learning_rate();
+            if (const auto ls = path_loss_scale_state()) {
+                s.loss_scale = ls->scale;
+                s.loss_scale_good_steps = ls->good_steps;
+                s.loss_scale_skipped_steps = ls->skipped_steps;
+            }
         }
     }
     if (with_values) {
@@ -94,6 +99,7 @@ void ModelBase<T>::restore_state(const ModelState& s) {
         for (std::size_t i = 0; i < s.slots.size() && i < s.slot_names.size(); ++i)
             if (!s.slots[i].empty()) path_set_slot(s.slot_names[i], std::vector<T>(s.slots[i].begin(), s.slots[i].end()));
         if (s.optimizer_iterations) path_set_iterations(*s.optimizer_iterations);
+        if (s.loss_scale) path_set_loss_scale_state(*s.loss_scale, s.loss_scale_good_steps, s.loss_scale_skipped_steps);
         if (s.learning_rate && settings_.constant_learning_rate) path_set_learning_rate(*s.learning_rate);
     }
     epoch_ = s.epoch;
@@ -199,6 +205,12 @@ void ModelBase<T>::log_epoch_end(const Evaluation* validation, Logs& logs) {
         for (const auto& [name, value] : validation->metrics) logs.set(detail::metric_log_name(name, true), value);
     }
     logs.set("lr", learning_rate());
+    // A dynamic loss scale (precision::MixedFloat16): where it ends the epoch, and the steps it
+    // skipped so far (History, the progress line, --json and TensorBoard take them from here).
+    if (const auto ls = path_loss_scale_state()) {
+        logs.set("loss_scale", ls->scale);
+        logs.set("skipped_steps", double(ls->skipped_steps));
+    }
 }
 
 }  // namespace strata::train
