@@ -14,6 +14,7 @@
 #include "test_images.hpp"
 #include "test_util.hpp"
 
+#include <strata/distribute/pipeline.hpp>
 #include <strata/strata.hpp>
 
 using namespace strata::nn;
@@ -368,4 +369,19 @@ TEST_CASE("MixedFloat16: the loss scale is in History and in checkpoints; a resu
     strata::Model<ImgNet, dist::OneDevice<>, prec::MixedBFloat16> bf(g, 1);
     bf.load(path);
     CHECK(bf.get_weights() == first.get_weights());
+}
+
+TEST_CASE("MixedBFloat16 in a pipeline: the stages hand rounded activations and gradients across; one micro-batch is one device") {
+    const strata::optim::Optimizer opt = strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9};
+    dist::OneDevice<> one;
+    const auto ref = trained<prec::MixedBFloat16>(one, opt, 2)->get_weights();
+    using S = dist::Pipeline<strata::place::Host, dist::GPipe, dist::split::At<2>>;
+    S whole({.micro_batches = 1});
+    const auto w1 = trained<prec::MixedBFloat16>(whole, opt, 2)->get_weights();
+    CHECK(max_abs_diff(w1, ref) <= 1e-6);
+    S split({.micro_batches = 3});
+    const auto w3 = trained<prec::MixedBFloat16>(split, opt, 2)->get_weights();
+    CHECK(max_abs_diff(w3, ref) < 1e-3);
+    dist::OneDevice<> f32;
+    CHECK(max_abs_diff(trained<prec::Float32>(f32, opt, 2)->get_weights(), ref) > 1e-4);  // the policy is in force
 }
