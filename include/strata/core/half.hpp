@@ -17,7 +17,9 @@
 /// payload bits kept). Conversions to float are exact.
 ///
 /// The types are plain 16-bit wrappers (`bits`), trivially copyable, usable in host code and in
-/// CUDA device code (no cuda_bf16.h: a host build needs no CUDA). Their arithmetic goes through
+/// CUDA device code (no cuda_bf16.h: a host build needs no CUDA). Write them qualified
+/// (`strata::bfloat16`): OpenBLAS's cblas.h declares a global `bfloat16` (a uint16_t), which a
+/// `using strata::bfloat16;` at global scope would clash with. Their arithmetic goes through
 /// float and rounds the result back, which for + - * / is correctly rounded (float carries more
 /// than twice the 16-bit types' significant bits, so the double rounding is innocuous).
 ///
@@ -84,6 +86,8 @@ struct bfloat16 {
     /// The exact value as a float.
     STRATA_HD constexpr float to_float() const { return detail::float_of(std::uint32_t(bits) << 16); }
     STRATA_HD constexpr explicit operator float() const { return to_float(); }
+    /// Exact too (what reductions accumulate in).
+    STRATA_HD constexpr explicit operator double() const { return to_float(); }
 };
 
 /// float16 (IEEE 754 binary16): 1 sign bit, 5 exponent bits (bias 15), 10 fraction bits.
@@ -111,6 +115,8 @@ struct float16 {
         return detail::float_of(s | ((e + 112u) << 23) | (m << 13));
     }
     STRATA_HD constexpr explicit operator float() const { return to_float(); }
+    /// Exact too (what reductions accumulate in).
+    STRATA_HD constexpr explicit operator double() const { return to_float(); }
 
 private:
     // r is already a float16 value (round_bits_float16's result): re-encoding is exact.
