@@ -108,11 +108,20 @@ struct float16 {
     }
     /// The exact value as a float.
     STRATA_HD constexpr float to_float() const {
-        const std::uint32_t s = std::uint32_t(bits & 0x8000u) << 16;
-        const std::uint32_t e = (bits >> 10) & 0x1fu, m = bits & 0x3ffu;
-        if (e == 0x1fu) return detail::float_of(s | 0x7f800000u | (m << 13));
-        if (e == 0) return detail::float_of(s | detail::bits_of(float(m) * 0x1p-24f));  // exact: m < 2^10
-        return detail::float_of(s | ((e + 112u) << 23) | (m << 13));
+        const std::uint32_t s = std::uint32_t(bits & 0x8000u) << 16, mag = bits & 0x7fffu;
+        // Normal numbers rebias the exponent (15 to 127); inf and NaN keep an all-ones exponent;
+        // subnormals are m · 2^-24, exact in float. All three are computed and one is selected,
+        // so that a loop of conversions vectorises (written with branches, GCC -O3 left it
+        // scalar: 3.4 ns an element on this host's AVX-512 core, 0.44 ns selected).
+        const std::uint32_t normal = (mag << 13) + (112u << 23);
+        const std::uint32_t special = (mag << 13) | 0x7f800000u;
+        // m · 2^-24 = (2^-14 + m · 2^-24) - 2^-14, exact; the subtraction runs on every element
+        // (0 - 0 where not subnormal), which lets GCC keep it out of a branch under -ftrapping-math.
+        const std::uint32_t lifted = mag < 0x0400u ? (113u << 23) | (mag << 13) : (113u << 23);
+        const std::uint32_t subnormal = detail::bits_of(detail::float_of(lifted) - 0x1p-14f);
+        std::uint32_t r = mag < 0x0400u ? subnormal : normal;
+        r = mag >= 0x7c00u ? special : r;
+        return detail::float_of(s | r);
     }
     STRATA_HD constexpr explicit operator float() const { return to_float(); }
     /// Exact too (what reductions accumulate in).
