@@ -17,7 +17,9 @@
 /// payload bits kept). Conversions to float are exact.
 ///
 /// The types are plain 16-bit wrappers (`bits`), trivially copyable, usable in host code and in
-/// CUDA device code (no cuda_bf16.h: a host build needs no CUDA). Their arithmetic goes through
+/// CUDA device code (no cuda_bf16.h: a host build needs no CUDA). Write them qualified
+/// (`strata::bfloat16`): OpenBLAS's cblas.h declares a global `bfloat16` (a uint16_t), which a
+/// `using strata::bfloat16;` at global scope would clash with. Their arithmetic goes through
 /// float and rounds the result back, which for + - * / is correctly rounded (float carries more
 /// than twice the 16-bit types' significant bits, so the double rounding is innocuous).
 ///
@@ -84,6 +86,8 @@ struct bfloat16 {
     /// The exact value as a float.
     STRATA_HD constexpr float to_float() const { return detail::float_of(std::uint32_t(bits) << 16); }
     STRATA_HD constexpr explicit operator float() const { return to_float(); }
+    /// Exact too (what reductions accumulate in).
+    STRATA_HD constexpr explicit operator double() const { return to_float(); }
 };
 
 /// float16 (IEEE 754 binary16): 1 sign bit, 5 exponent bits (bias 15), 10 fraction bits.
@@ -104,13 +108,24 @@ struct float16 {
     }
     /// The exact value as a float.
     STRATA_HD constexpr float to_float() const {
-        const std::uint32_t s = std::uint32_t(bits & 0x8000u) << 16;
-        const std::uint32_t e = (bits >> 10) & 0x1fu, m = bits & 0x3ffu;
-        if (e == 0x1fu) return detail::float_of(s | 0x7f800000u | (m << 13));
-        if (e == 0) return detail::float_of(s | detail::bits_of(float(m) * 0x1p-24f));  // exact: m < 2^10
-        return detail::float_of(s | ((e + 112u) << 23) | (m << 13));
+        const std::uint32_t s = std::uint32_t(bits & 0x8000u) << 16, mag = bits & 0x7fffu;
+        // Normal numbers rebias the exponent (15 to 127); inf and NaN keep an all-ones exponent;
+        // subnormals are m · 2^-24, exact in float. All three are computed and one is selected,
+        // so that a loop of conversions vectorises (written with branches, GCC -O3 left it
+        // scalar: 3.4 ns an element on this host's AVX-512 core, 0.44 ns selected).
+        const std::uint32_t normal = (mag << 13) + (112u << 23);
+        const std::uint32_t special = (mag << 13) | 0x7f800000u;
+        // m · 2^-24 = (2^-14 + m · 2^-24) - 2^-14, exact; the subtraction runs on every element
+        // (0 - 0 where not subnormal), which lets GCC keep it out of a branch under -ftrapping-math.
+        const std::uint32_t lifted = mag < 0x0400u ? (113u << 23) | (mag << 13) : (113u << 23);
+        const std::uint32_t subnormal = detail::bits_of(detail::float_of(lifted) - 0x1p-14f);
+        std::uint32_t r = mag < 0x0400u ? subnormal : normal;
+        r = mag >= 0x7c00u ? special : r;
+        return detail::float_of(s | r);
     }
     STRATA_HD constexpr explicit operator float() const { return to_float(); }
+    /// Exact too (what reductions accumulate in).
+    STRATA_HD constexpr explicit operator double() const { return to_float(); }
 
 private:
     // r is already a float16 value (round_bits_float16's result): re-encoding is exact.

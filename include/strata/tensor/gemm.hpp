@@ -1,14 +1,18 @@
 #pragma once
 /// \file strata/tensor/gemm.hpp
 /// General matrix multiply on row-major 2-D tensors: `C = alpha * op(A) * op(B) + beta * C`,
-/// through CBLAS on the host and cuBLAS on CUDA.
+/// through CBLAS on the host and cuBLAS on CUDA. A and B may also be 16-bit floats
+/// (core/half.hpp) with C float (float accumulation), and float GEMMs may run on CUDA's TF32
+/// tensor cores (`gemm_tf32`).
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <vector>
 
+#include "strata/core/half.hpp"
 #include "strata/tensor/tensor.hpp"
 #include "strata/place/threads.hpp"
 
@@ -100,6 +104,25 @@ inline void cublas_check(cublasStatus_t s, const char* what) {
 }  // namespace detail
 #endif
 
+namespace detail {
+struct GemmExtents {
+    std::int64_t m, n, k;
+};
+/// m, n, k of `C = op(A) op(B)`; ShapeError naming the three shapes when they do not fit.
+inline GemmExtents gemm_extents(const char* name, Trans ta, Trans tb, const Shape& a, const Shape& b, const Shape& c) {
+    STRATA_CHECK(a.rank() == 2 && b.rank() == 2 && c.rank() == 2, ShapeError, name, ": operands must be matrices, got A ",
+                 a, ", B ", b, ", C ", c);
+    const std::int64_t m = ta == Trans::No ? a.dim(0) : a.dim(1);
+    const std::int64_t k = ta == Trans::No ? a.dim(1) : a.dim(0);
+    const std::int64_t kb = tb == Trans::No ? b.dim(0) : b.dim(1);
+    const std::int64_t n = tb == Trans::No ? b.dim(1) : b.dim(0);
+    STRATA_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, ShapeError, name, ": op(A) ", m, "x", k, " times op(B) ", kb, "x", n,
+                 " cannot give C ", c, " (A ", a, ta == Trans::Yes ? " transposed" : "", ", B ", b,
+                 tb == Trans::Yes ? " transposed" : "", ")");
+    return {m, n, k};
+}
+}  // namespace detail
+
 /// `C = alpha * op(A) * op(B) + beta * C` for row-major matrices, op(X) = X or X^T.
 /// op(A) is [m, k], op(B) is [k, n], C is [m, n]; anything else throws ShapeError naming the
 /// three shapes.
@@ -112,15 +135,7 @@ template <class T, class P>
 void gemm(Trans ta, Trans tb, T alpha, const TensorView<T, P>& a, const TensorView<T, P>& b, T beta,
           const TensorView<T, P>& c) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "strata::gemm: T must be float or double");
-    STRATA_CHECK(a.rank() == 2 && b.rank() == 2 && c.rank() == 2, ShapeError, "gemm: operands must be matrices, got A ",
-                 a.shape(), ", B ", b.shape(), ", C ", c.shape());
-    const std::int64_t m = ta == Trans::No ? a.dim(0) : a.dim(1);
-    const std::int64_t k = ta == Trans::No ? a.dim(1) : a.dim(0);
-    const std::int64_t kb = tb == Trans::No ? b.dim(0) : b.dim(1);
-    const std::int64_t n = tb == Trans::No ? b.dim(1) : b.dim(0);
-    STRATA_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, ShapeError, "gemm: op(A) ", m, "x", k, " times op(B) ", kb, "x", n,
-                 " cannot give C ", c.shape(), " (A ", a.shape(), ta == Trans::Yes ? " transposed" : "", ", B ", b.shape(),
-                 tb == Trans::Yes ? " transposed" : "", ")");
+    const auto [m, n, k] = detail::gemm_extents("gemm", ta, tb, a.shape(), b.shape(), c.shape());
     if (m == 0 || n == 0) return;
     const auto lda = int(a.dim(1)), ldb = int(b.dim(1)), ldc = int(c.dim(1));
     if constexpr (std::is_same_v<P, place::Host>) {
@@ -142,6 +157,101 @@ void gemm(Trans ta, Trans tb, T alpha, const TensorView<T, P>& a, const TensorVi
 #else
         place::require_usable<P>();
 #endif
+    }
+}
+
+namespace detail {
+/// A grow-only float buffer per thread for the host's 16-bit GEMM (`slot` 0 for A, 1 for B), so
+/// that a training step's steady state does not allocate.
+inline float* half_gemm_scratch(int slot, std::int64_t n) {
+    thread_local std::vector<float> buffers[2];
+    auto& v = buffers[slot];
+    if (std::int64_t(v.size()) < n) v.resize(std::size_t(n));
+    return v.data();
+}
+#if STRATA_HAS_CUDA
+template <class H>
+constexpr cudaDataType_t cuda_data_type() {
+    if constexpr (std::is_same_v<H, bfloat16>)
+        return CUDA_R_16BF;
+    else if constexpr (std::is_same_v<H, float16>)
+        return CUDA_R_16F;
+    else
+        return CUDA_R_32F;
+}
+#endif
+}  // namespace detail
+
+/// `C = alpha * op(A) * op(B) + beta * C` with A and B 16-bit floats (both `bfloat16` or both
+/// `float16`) and C float: the products of the 16-bit values are exact in float and are added
+/// in float (what mixed-precision training multiplies with). Shapes as in `gemm` (ShapeError
+/// otherwise).
+///
+/// Host: A and B are converted to float (exactly) and multiplied by the float GEMM; correct,
+/// not fast (no 16-bit arithmetic on the host). Cuda: `cublasGemmEx` with 16-bit inputs
+/// (CUDA_R_16BF / CUDA_R_16F), float output and CUBLAS_COMPUTE_32F.
+///
+/// \code
+/// strata::Tensor<strata::bfloat16> a({2, 3}), b({3, 4});
+/// strata::Tensor<float> c({2, 4});
+/// strata::gemm(strata::Trans::No, strata::Trans::No, 1.0f, a.view(), b.view(), 0.0f, c.view());
+/// \endcode
+template <class H, class P>
+    requires detail::is_half_v<H>
+void gemm(Trans ta, Trans tb, float alpha, const TensorView<H, P>& a, const TensorView<H, P>& b, float beta,
+          const TensorView<float, P>& c) {
+    const auto [m, n, k] = detail::gemm_extents("gemm", ta, tb, a.shape(), b.shape(), c.shape());
+    if (m == 0 || n == 0) return;
+    const auto lda = int(a.dim(1)), ldb = int(b.dim(1)), ldc = int(c.dim(1));
+    if constexpr (std::is_same_v<P, place::Host>) {
+        if (k == 0) {  // BLAS implementations differ on k == 0; the answer is beta * C.
+            for (std::int64_t i = 0; i < c.size(); ++i) c.data()[i] = beta == 0.0f ? 0.0f : beta * c.data()[i];
+            return;
+        }
+        float* af = detail::half_gemm_scratch(0, a.size());
+        float* bf = detail::half_gemm_scratch(1, b.size());
+        place::transform<P>(a.data(), a.size(), af, [](H x) { return float(x); });
+        place::transform<P>(b.data(), b.size(), bf, [](H x) { return float(x); });
+        detail::host_gemm(ta, tb, m, n, k, alpha, af, lda, bf, ldb, beta, c.data(), ldc);
+    } else {
+#if STRATA_HAS_CUDA
+        // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+        const auto oa = ta == Trans::No ? CUBLAS_OP_N : CUBLAS_OP_T;
+        const auto ob = tb == Trans::No ? CUBLAS_OP_N : CUBLAS_OP_T;
+        constexpr auto type = detail::cuda_data_type<std::remove_cv_t<H>>();
+        detail::cublas_check(cublasGemmEx(detail::cublas_handle(), ob, oa, int(n), int(m), int(k), &alpha, b.data(), type, ldb,
+                                          a.data(), type, lda, &beta, c.data(), CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT),
+                             "cublasGemmEx (16-bit inputs)");
+#else
+        place::require_usable<P>();
+#endif
+    }
+}
+
+/// The float `gemm`, allowed to use TF32 on CUDA: `cublasGemmEx` with
+/// CUBLAS_COMPUTE_32F_FAST_TF32, whose tensor cores round A and B to 10 fraction bits before
+/// multiplying (accumulation stays float). Where no TF32 exists (the host), it is the float
+/// `gemm` itself, exactly. A mixed-precision policy chooses between the two.
+template <class P>
+void gemm_tf32(Trans ta, Trans tb, float alpha, const TensorView<float, P>& a, const TensorView<float, P>& b, float beta,
+               const TensorView<float, P>& c) {
+    if constexpr (std::is_same_v<P, place::Cuda>) {
+#if STRATA_HAS_CUDA
+        const auto [m, n, k] = detail::gemm_extents("gemm_tf32", ta, tb, a.shape(), b.shape(), c.shape());
+        if (m == 0 || n == 0) return;
+        const auto lda = int(a.dim(1)), ldb = int(b.dim(1)), ldc = int(c.dim(1));
+        const auto oa = ta == Trans::No ? CUBLAS_OP_N : CUBLAS_OP_T;
+        const auto ob = tb == Trans::No ? CUBLAS_OP_N : CUBLAS_OP_T;
+        detail::cublas_check(cublasGemmEx(detail::cublas_handle(), ob, oa, int(n), int(m), int(k), &alpha, b.data(), CUDA_R_32F,
+                                          ldb, a.data(), CUDA_R_32F, lda, &beta, c.data(), CUDA_R_32F, ldc,
+                                          CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
+                             "cublasGemmEx (TF32)");
+#else
+        place::require_usable<P>();
+#endif
+    } else {
+        gemm(ta, tb, alpha, a, b, beta, c);
     }
 }
 

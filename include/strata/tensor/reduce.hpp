@@ -43,9 +43,10 @@
 
 namespace strata {
 
-/// The type reductions accumulate `T` in: double for floating point, int64 for integers.
+/// The type reductions accumulate `T` in: double for floating point (the 16-bit floats of
+/// core/half.hpp included: their sums must not truncate to an integer), int64 for integers.
 template <class T>
-using accumulate_t = std::conditional_t<std::is_floating_point_v<T>, double, std::int64_t>;
+using accumulate_t = std::conditional_t<std::is_floating_point_v<T> || detail::is_half_v<T>, double, std::int64_t>;
 
 namespace detail {
 /// A grow-only scratch buffer per thread and place: reductions need a few partial results and

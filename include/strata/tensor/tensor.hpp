@@ -13,13 +13,16 @@
 
 #include "strata/fwd.hpp"
 #include "strata/core/error.hpp"
+#include "strata/core/half.hpp"
 #include "strata/core/shape.hpp"
 #include "strata/place/algorithm.hpp"
 #include "strata/place/place.hpp"
 
 namespace strata {
 
-/// A non-owning view of `shape().size()` contiguous elements of type `T` on place `P`.
+/// A non-owning view of `shape().size()` contiguous elements of type `T` on place `P`: an
+/// arithmetic type, or one of the 16-bit floats of core/half.hpp (stored as they are; the ops
+/// that compute on them say so, tensor/convert.hpp converts them).
 /// Views are cheap to copy (like a pointer); they never outlive the tensor they view.
 ///
 /// \code
@@ -28,7 +31,9 @@ namespace strata {
 /// \endcode
 template <class T, class P>
 class TensorView {
-    static_assert(std::is_arithmetic_v<T>, "strata::TensorView<T, Place>: T must be an arithmetic type (float, double, int32_t, ...)");
+    static_assert(std::is_arithmetic_v<T> || detail::is_half_v<T>,
+                  "strata::TensorView<T, Place>: T must be an arithmetic type (float, double, int32_t, ...) or a 16-bit "
+                  "float (strata::bfloat16, strata::float16)");
     static_assert(place::Place<P>, "strata::TensorView<T, Place>: Place must be strata::place::Host or strata::place::Cuda");
 
 public:
