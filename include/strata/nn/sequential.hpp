@@ -575,6 +575,7 @@ TensorView<T, P> Network<Seq, T, P>::forward(const T* params, const TensorView<T
         prepare(x);
     }
     trained_ = mode.training;
+    const strata::detail::Tf32Scope<P> tf32(mode.compute == precision::Compute::TF32);
     forward_impl(params, mode, std::make_index_sequence<L>{});
     return out_[last_ - 1];
 }
@@ -615,6 +616,7 @@ void Network<Seq, T, P>::backward(const T* params, T* grads, const Mode& mode, R
                      precision::name_of(compute_));
         params = compute_params_.data();
     }
+    const strata::detail::Tf32Scope<P> tf32(mode.compute == precision::Compute::TF32);
     backward_impl<L>(params, grads, mode, on_ready);
 }
 

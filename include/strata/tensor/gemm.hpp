@@ -105,6 +105,41 @@ inline void cublas_check(cublasStatus_t s, const char* what) {
 #endif
 
 namespace detail {
+/// While alive (and `on`), this thread's cuBLAS handle runs float GEMMs (`gemm`,
+/// `gemm_strided_batched`) on TF32 tensor cores (CUBLAS_TF32_TENSOR_OP_MATH): what
+/// precision::TF32 asks of a network's pass on a CUDA place (nn::Network sets it around forward
+/// and backward). The handle's mode is restored at the end. On other places it does nothing.
+template <class P>
+class Tf32Scope {
+public:
+    explicit Tf32Scope(bool on) {
+#if STRATA_HAS_CUDA
+        if constexpr (std::is_same_v<P, place::Cuda>) {
+            if (!on) return;
+            handle_ = cublas_handle();
+            cublas_check(cublasGetMathMode(handle_, &before_), "cublasGetMathMode");
+            cublas_check(cublasSetMathMode(handle_, CUBLAS_TF32_TENSOR_OP_MATH), "cublasSetMathMode (TF32)");
+        }
+#endif
+        (void)on;
+    }
+    ~Tf32Scope() {
+#if STRATA_HAS_CUDA
+        if (handle_) cublasSetMathMode(handle_, before_);
+#endif
+    }
+    Tf32Scope(const Tf32Scope&) = delete;
+    Tf32Scope& operator=(const Tf32Scope&) = delete;
+
+private:
+#if STRATA_HAS_CUDA
+    cublasHandle_t handle_ = nullptr;
+    cublasMath_t before_ = CUBLAS_DEFAULT_MATH;
+#endif
+};
+}  // namespace detail
+
+namespace detail {
 struct GemmExtents {
     std::int64_t m, n, k;
 };
