@@ -95,6 +95,49 @@ TEST_CASE("MultiWorkerMirrored equals OneDevice on the same global batches (floa
     check_exact<float>(strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9}, 1e-6);
 }
 
+namespace {
+template <class Prec, class Strategy>
+std::vector<float> train_under(Strategy& s, strata::optim::Optimizer opt, const strata::data::Dataset<>& ds,
+                               strata::optim::LossScaleState* scale = nullptr) {
+    strata::Model<Cnn, Strategy, Prec> model(s, 11);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    model.fit(ds, {.epochs = 2, .verbose = 0});
+    if (scale) *scale = model.loss_scale();
+    return model.get_weights();
+}
+}  // namespace
+
+TEST_CASE("precision across processes: MixedBFloat16 equals one device; MixedFloat16 skips the same steps on every rank") {
+    namespace prec = strata::precision;
+    const auto ds = images(46, 5).batch(10);
+    const strata::optim::Optimizer sgd = strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9};
+    {
+        dist::OneDevice<> one;
+        const auto reference = train_under<prec::MixedBFloat16>(one, sgd, ds);
+        dist::MultiWorkerMirrored<> mw(2);
+        const auto w = train_under<prec::MixedBFloat16>(mw, sgd, ds);
+        CHECK(max_relative_difference(w, reference) <= 1e-5);
+        CHECK(same_on_every_rank(w));
+    }
+    {
+        // A start of 2^40 overflows float16 for the first steps: every rank skips the same ones
+        // (the reduced gradient is the same everywhere), as one device does.
+        strata::optim::SGD scaled{.learning_rate = 0.1, .momentum = 0.9};
+        scaled.loss_scale.initial_scale = 0x1p40;
+        strata::optim::LossScaleState one_state, mw_state;
+        dist::OneDevice<> one;
+        const auto reference = train_under<prec::MixedFloat16>(one, scaled, ds, &one_state);
+        dist::MultiWorkerMirrored<> mw(2);
+        const auto w = train_under<prec::MixedFloat16>(mw, scaled, ds, &mw_state);
+        CHECK(one_state.skipped_steps > 0);
+        CHECK(mw_state.skipped_steps == one_state.skipped_steps);
+        CHECK(mw_state.scale == one_state.scale);
+        CHECK(same_on_every_rank(std::vector<double>{mw_state.scale, double(mw_state.skipped_steps)}));
+        CHECK(same_on_every_rank(w));
+        CHECK(max_relative_difference(w, reference) <= 1e-3);
+    }
+}
+
 TEST_CASE("synchronized batch normalization: MultiWorkerMirrored equals OneDevice, moving statistics included (float64)") {
     // Statistics summed over every replica of every process, forward and backward; 10 per
     // global batch over 2 × 2 replicas leaves shards of 3 and 2.
