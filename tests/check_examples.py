@@ -771,7 +771,7 @@ def main():
             help_lists(exe, "mnist_cnn", ["--data", "--epochs", "--steps-per-epoch", "--batch-size", "--threads", "--seed",
                                           "--strategy", "--replicas", "--save", "--json", "--verbose", "--plot", "--tensorboard",
                                           "--backup-dir", "--backup-every-steps", "--device", "--logical-gpus",
-                                          "--gpu-memory-mb"])
+                                          "--gpu-memory-mb", "--precision"])
             common_checks(exe, "mnist_cnn", "--epochs")
             # Flag mistakes come before the data is read: the data directory does not exist here.
             for args, flag in ((["--batch-size", "0"], "--batch-size"), (["--replicas", "2"], "--replicas"),
