@@ -518,9 +518,10 @@ def mnist_cnn_backup_guards(exe, data):
     with tempfile.TemporaryDirectory() as d:
         backup_dir = os.path.join(d, "backup")
         backup = os.path.join(backup_dir, "backup.safetensors")
-        def flags(batch="8", seed="42"):
-            return ["--data", data, "--epochs", "3", "--steps-per-epoch", "24", "--batch-size", batch, "--seed", seed,
-                    "--threads", "1", "--verbose", "0", "--backup-dir", backup_dir, "--backup-every-steps", "5"]
+        def flags(batch="8", seed="42", precision=None):
+            return (["--data", data, "--epochs", "3", "--steps-per-epoch", "24", "--batch-size", batch, "--seed", seed,
+                     "--threads", "1", "--verbose", "0", "--backup-dir", backup_dir, "--backup-every-steps", "5"]
+                    + (["--precision", precision] if precision else []))
         p = subprocess.Popen([exe] + flags(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while not os.path.exists(backup) and p.poll() is None and time.monotonic() < deadline:
@@ -530,7 +531,8 @@ def mnist_cnn_backup_guards(exe, data):
         if not check(os.path.exists(backup), "mnist_cnn --backup-dir: no backup written before the kill"):
             return
         for changed, expected in (({"batch": "4"}, "batch size: the backup has 8, this run 4"),
-                                  ({"seed": "7"}, "seed: the backup has 42, this run 7")):
+                                  ({"seed": "7"}, "seed: the backup has 42, this run 7"),
+                                  ({"precision": "mixed_bfloat16"}, "precision: the backup has (not set), this run mixed_bfloat16")):
             r = run([exe] + flags(**changed), timeout=120)
             check(r.returncode == 1 and expected in r.stderr and backup_dir in r.stderr,
                   f"mnist_cnn resumed a backup with {changed}: exit {r.returncode}, stderr {r.stderr.strip()[-400:]!r}")
@@ -769,7 +771,7 @@ def main():
             help_lists(exe, "mnist_cnn", ["--data", "--epochs", "--steps-per-epoch", "--batch-size", "--threads", "--seed",
                                           "--strategy", "--replicas", "--save", "--json", "--verbose", "--plot", "--tensorboard",
                                           "--backup-dir", "--backup-every-steps", "--device", "--logical-gpus",
-                                          "--gpu-memory-mb"])
+                                          "--gpu-memory-mb", "--precision"])
             common_checks(exe, "mnist_cnn", "--epochs")
             # Flag mistakes come before the data is read: the data directory does not exist here.
             for args, flag in ((["--batch-size", "0"], "--batch-size"), (["--replicas", "2"], "--replicas"),

@@ -18,6 +18,12 @@ data set written here (IDX files; no download):
     combinations a strategy cannot honour refused (exit 2);
   * --model vit: its size and recipe by default, on one device and mirrored over 2 replicas, and
     --sync-batch-norm on refused (it has no batch normalization).
+  * --precision: float32 by default (the JSON says so, with no loss scale); tf32 trains what
+    float32 trains on a host, bit for bit; mixed_bfloat16 trains and says so; mixed_float16
+    reports its loss scale and skipped steps (mirrored over 2 replicas); an unknown name, and
+    mixed_float16 under parameter_server, pipeline or hybrid, are usage errors (exit 2) before
+    any data is read, in strata_train and mnist_cnn; under --mpirun a rank with another
+    --precision is refused, naming it.
 
   check_strata_train.py --strata-train PATH [--mnist-cnn PATH] [--mpirun PATH]
 
@@ -158,6 +164,57 @@ def check_vit(exe, data):
                                       "--sync-batch-norm", "on"], "--sync-batch-norm")
 
 
+def check_precision(exe, mnist_cnn, data):
+    """--precision: each policy a few steps on the tiny data set, and its usage errors."""
+    missing = os.path.join(data, "no-such-dir")
+    for prog, name in ((exe, "strata_train"), (mnist_cnn, "mnist_cnn")):
+        if not prog:
+            continue
+        if ce.bad_flag(prog, name, ["--data", missing, "--precision", "float8"], "--precision"):
+            r = ce.run([prog, "--data", missing, "--precision", "float8"])
+            ce.check("float32, tf32, mixed_bfloat16, mixed_float16" in r.stderr and "'float8'" in r.stderr,
+                     f"{name} --precision float8: the error does not list the policies: {r.stderr.strip()!r}")
+        # mixed_float16's loss scale needs one skip decision for every replica: refused, saying
+        # why and what to use instead.
+        for strategy in ("parameter_server", "pipeline", "hybrid"):
+            args = ["--data", missing, "--strategy", strategy, "--precision", "mixed_float16"]
+            if ce.bad_flag(prog, name, args, "--precision mixed_float16"):
+                r = ce.run([prog] + args)
+                ce.check(f"--strategy {strategy}" in r.stderr and "use --precision mixed_bfloat16" in r.stderr,
+                         f"{name} {' '.join(args)}: the error does not say why and what instead: {r.stderr.strip()!r}")
+    fields = ["precision", "strategy", "replicas", "epoch_loss", "test_accuracy", "test_loss"]
+    doc = ce.json_run(exe, "strata_train", ["--data", data] + SHORT, fields)
+    if doc:
+        ce.check(doc["precision"] == "float32" and "loss_scale" not in doc and "skipped_steps" not in doc,
+                 f"strata_train (default precision) JSON: {doc}")
+    doc = ce.json_run(exe, "strata_train", ["--data", data, "--precision", "mixed_bfloat16"] + SHORT, fields)
+    if doc:
+        ce.check(doc["precision"] == "mixed_bfloat16" and "loss_scale" not in doc and len(doc["epoch_loss"]) == 1
+                 and doc["epoch_loss"][0] is not None and 0 < doc["epoch_loss"][0] < 10 and doc["test_loss"] is not None,
+                 f"strata_train --precision mixed_bfloat16 JSON: {doc}")
+    doc = ce.json_run(exe, "strata_train", ["--data", data, "--precision", "mixed_float16", "--strategy", "mirrored",
+                                            "--replicas", "2"] + SHORT, fields + ["loss_scale", "skipped_steps", "optimizer_iterations"])
+    if doc:
+        # 2 steps from the initial scale 2^15: each skipped step halves it; the others are applied.
+        skipped = doc["skipped_steps"]
+        ce.check(doc["precision"] == "mixed_float16" and doc["replicas"] == 2 and isinstance(skipped, int)
+                 and 0 <= skipped <= 2 and doc["optimizer_iterations"] == 2 - skipped
+                 and doc["loss_scale"] == 32768.0 / 2 ** skipped and len(doc["epoch_loss"]) == 1,
+                 f"strata_train --precision mixed_float16 --strategy mirrored JSON: {doc}")
+    # tf32 is float32 on a host: the same weights after the same steps.
+    with tempfile.TemporaryDirectory() as d:
+        saved = {}
+        for policy in ("float32", "tf32"):
+            path = os.path.join(d, policy + ".safetensors")
+            r = ce.run([exe, "--data", data, "--precision", policy, "--save", path] + SHORT)
+            if ce.check(r.returncode == 0 and f"{'precision':<28} {policy}\n" in r.stdout,
+                        f"strata_train --precision {policy}: exit {r.returncode}, {r.stdout[-400:]!r} {r.stderr[-300:]!r}"):
+                with open(path, "rb") as f:
+                    saved[policy] = f.read()
+        if len(saved) == 2:
+            ce.check(saved["float32"] == saved["tf32"], "strata_train --precision tf32 and float32 saved different weights on a host")
+
+
 def check_same_as_mnist_cnn(exe, mnist_cnn, data):
     """strata_train's defaults are mnist_cnn's program: the same weights after the same steps."""
     with tempfile.TemporaryDirectory() as d:
@@ -186,7 +243,8 @@ def check_mpirun(exe, mpirun, data):
     # The dataset and the optimizer are among the settings every rank must share.
     common = [exe, "--data", data, "--strategy", "multi_worker_mirrored", "--replicas", "1"] + SHORT
     for extra, named in ((["--learning-rate", "0.002"], "optimizer: rank 0 has RMSprop(learning_rate=0.001), rank 1 has RMSprop("),
-                         (["--dataset", "fashion_mnist"], "--dataset: rank 0 has mnist, rank 1 has fashion_mnist")):
+                         (["--dataset", "fashion_mnist"], "--dataset: rank 0 has mnist, rank 1 has fashion_mnist"),
+                         (["--precision", "mixed_bfloat16"], "--precision: rank 0 has float32, rank 1 has mixed_bfloat16")):
         r = ce.run([mpirun, "-np", "1"] + common + [":", "-np", "1"] + common + extra, env, timeout=300)
         ce.check(r.returncode != 0 and named in r.stderr,
                  f"mpirun strata_train, {' '.join(extra)} on rank 1 only: exit {r.returncode}, {r.stderr[-600:]!r}")
@@ -212,6 +270,7 @@ def main():
         check_runs(exe, data)
         check_resnet(exe, data)
         check_vit(exe, data)
+        check_precision(exe, a.mnist_cnn, data)
         if a.mnist_cnn:
             check_same_as_mnist_cnn(exe, a.mnist_cnn, data)
         if a.mpirun:

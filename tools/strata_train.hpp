@@ -46,6 +46,10 @@ struct Flags {
     std::string augment = "auto";          // auto (the model's recipe) | on | off
     bool augmenting = false;               // what auto resolved to
     int augment_pad = 2;                   // zero padding before the random crop
+    // --precision: what the layers compute in (strata/core/precision.hpp; both programs). One
+    // Model<Net, Strategy, precision::Any> serves every policy: chosen at run time (set_precision).
+    std::string precision = "float32";
+    strata::precision::Compute compute = strata::precision::Compute::Float32;  // what check_flags parsed
     std::string data;          // empty: the dataset's default directory (data/mnist, data/fashion_mnist)
     int epochs = 6;
     std::int64_t steps_per_epoch = -1;  // -1: one full pass over the training set
@@ -106,11 +110,16 @@ struct Report {
     int interrupted_by = 0;  // SIGINT or SIGTERM stopped training (the state was saved if --save)
     std::optional<strata::train::TrainingPosition> resumed_from;  // --backup-dir held a backup
     int epochs_done = 0;
+    // The precision the model trained under (its dtype_policy()), its optimizer updates, and
+    // under mixed_float16 the dynamic loss scale's state after training.
+    strata::precision::Compute compute = strata::precision::Compute::Float32;
+    std::int64_t optimizer_iterations = 0;
+    strata::optim::LossScaleState loss_scale{};
 };
 
 // Across processes (every strategy: multi_worker_mirrored, parameter_server, pipeline, hybrid):
 // the flags that change the result or the files written, which every process must have alike
-// (the model, the dataset and the optimizer too).
+// (the model, the dataset, the precision and the optimizer too).
 // main() hands them to strata::distribute::set_job_settings before any strategy is built, and
 // every process group compares them when its ranks join, before anything else crosses
 // processes: one place for every strategy, so that a new one cannot forget them (issue 41:
@@ -137,6 +146,7 @@ inline strata::distribute::collective::Settings shared_settings(const Flags& f, 
             {"--model", f.model},
             {"--dataset", f.dataset},
             {"--sync-batch-norm", f.sync_bn ? "on" : "off"},
+            {"--precision", f.precision},
             {"--augment", f.augmenting ? "pad " + std::to_string(f.augment_pad) : "off"},
             {"optimizer", optimizer_text},  // --optimizer, --learning-rate, --momentum
             {"training images", std::to_string(mnist.train.size())},
@@ -177,10 +187,13 @@ private:
 };
 
 /// Trains `job`'s model, Net, under `strategy` with fit, saves what --save asks for, evaluates.
+/// One Model per network and strategy whatever --precision says (precision::Any: the policy is a
+/// run-time choice, set before compile; check_flags refused what set_precision would refuse).
 template <class Net, class Strategy>
 Report train(Strategy& strategy, const Job& job) {
     const Flags& flags = job.flags;
-    strata::Model<Net, Strategy> model(strategy, flags.seed);
+    strata::Model<Net, Strategy, strata::precision::Any> model(strategy, flags.seed);
+    model.set_precision(flags.compute);
     model.compile(strata::loss::SparseCategoricalCrossentropy{}, job.optimizer);
     int replicas = -1;
     if constexpr (requires { strategy.num_replicas_in_sync(); }) replicas = strategy.num_replicas_in_sync();
@@ -190,6 +203,10 @@ Report train(Strategy& strategy, const Job& job) {
     const auto t0 = std::chrono::steady_clock::now();
     auto history = model.fit(session.train, session.fit_options(model.epoch()));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The precision and the loss scale's state after training (every return below reports them).
+    session.report().compute = model.dtype_policy();
+    session.report().optimizer_iterations = model.optimizer_iterations();
+    session.report().loss_scale = model.loss_scale();
     if (session.trained(history, seconds, model.epoch())) {  // Ctrl-C or SIGTERM: save what --save asks for, report
         if (!flags.save.empty()) model.save(flags.save);
         return session.report();

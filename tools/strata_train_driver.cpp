@@ -86,6 +86,8 @@ Session::Session(const Job& job, int replicas_in_sync, std::function<std::pair<d
         if (flags.model != model_names[0]) config["model name"] = flags.model;
         if (flags.dataset != datasets[0].name) config["dataset"] = flags.dataset;
         if (replicas_in_sync >= 0) config["replicas in sync"] = std::to_string(replicas_in_sync);
+        // A policy other than float32 changes the arithmetic (float32's backups read as they did).
+        if (flags.compute != strata::precision::Compute::Float32) config["precision"] = flags.precision;
         if (flags.strategy == "parameter_server")
             for (const auto& [k, v] : std::map<std::string, std::string>{
                      {"workers", std::to_string(flags.workers)}, {"servers", std::to_string(flags.servers)},
@@ -276,6 +278,15 @@ void declare_flags(CLI::App& app, Flags& f, const Tool& tool) {
         ->transform(cli::integer(0, 4096))->capture_default_str();
     app.add_option("--seed", f.seed, "seed of the weights and the shuffle")
         ->transform(cli::integer<std::uint64_t>(0, std::numeric_limits<std::uint64_t>::max()))->capture_default_str();
+    app.add_option("--precision", f.precision, "what the layers compute in (Keras's dtype policies; variables stay float32): "
+                                               "float32, tf32 (TF32 GEMMs on a GPU; float32 on a host), mixed_bfloat16 or "
+                                               "mixed_float16 (values rounded to bfloat16 or float16 between layers; float16 "
+                                               "with a dynamic loss scale, not under parameter_server, pipeline or hybrid)")
+        ->check(cli::one_of({strata::precision::name_of(strata::precision::Compute::Float32),
+                             strata::precision::name_of(strata::precision::Compute::TF32),
+                             strata::precision::name_of(strata::precision::Compute::BFloat16),
+                             strata::precision::name_of(strata::precision::Compute::Float16)}))
+        ->capture_default_str();
     app.add_option("--strategy", f.strategy, "distribution strategy")
         ->check(cli::one_of({"one_device", "mirrored", "central_storage", "parameter_server", "multi_worker_mirrored", "pipeline", "hybrid"}))->capture_default_str();
     app.add_option("--workers", f.workers, "parameter_server: workers")->transform(cli::integer(1, 1024))->capture_default_str();
@@ -503,6 +514,18 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
     for (const char* name : {"--stages", "--micro-batches", "--schedule"})
         if (!piped && app.count(name))
             throw cli::usage_error(std::string(name) + " is a pipeline/hybrid flag; it means nothing for --strategy " + f.strategy);
+    // --precision (its name was checked by the flag): mixed_float16's loss scale skips a step whose
+    // gradient is not finite, a decision every replica must take alike on one reduced gradient,
+    // which the parameter server's workers (each applied alone) and a pipeline's stages (each
+    // updating its own layers) do not share: refused before any data is read, as set_precision would.
+    if (!strata::precision::parse(f.precision, f.compute))
+        throw cli::usage_error("--precision: expected one of float32, tf32, mixed_bfloat16, mixed_float16; found '" + f.precision + "'");
+    if (f.compute == strata::precision::Compute::Float16 && (ps || piped))
+        throw cli::usage_error("--precision mixed_float16 needs replicas that step together on one reduced gradient, so that a "
+                               "step whose gradient overflowed is skipped by all of them (its dynamic loss scale), and --strategy " +
+                               f.strategy + (ps ? " applies each worker's gradient on its own" : " updates each stage's layers apart") +
+                               ": use --precision mixed_bfloat16 (float32's range, no loss scale), or --strategy one_device, "
+                               "mirrored, central_storage or multi_worker_mirrored");
     if (f.strategy == "pipeline" && f.replicas != 1)
         throw cli::usage_error("--strategy pipeline takes --replicas 1 (R pipelines are --strategy hybrid), found --replicas " +
                                std::to_string(f.replicas));
@@ -753,6 +776,11 @@ int run(const Tool& tool, int argc, char** argv) {
                 std::printf("%-28s pad %d and random crop%s\n", "augmentation", flags.augment_pad,
                             flags.dataset == "fashion_mnist" ? ", horizontal flip" : "");
         }
+        std::printf("%-28s %s\n", "precision", strata::precision::name_of(rep.compute));
+        const bool scaled = strata::precision::scales_loss(rep.compute);
+        if (scaled)
+            std::printf("%-28s %g (%lld steps skipped, %lld updates applied)\n", "loss scale", rep.loss_scale.scale,
+                        (long long)rep.loss_scale.skipped_steps, (long long)rep.optimizer_iterations);
         std::printf("%-28s %s\n", "strategy", flags.strategy.c_str());
         std::printf("%-28s %d\n", "replicas", used_replicas);
         std::printf("%-28s %d\n", "threads", used_threads);
@@ -810,6 +838,12 @@ int run(const Tool& tool, int argc, char** argv) {
             j["device"] = device;
             j["device_name"] = device_name;
             j["strategy"] = flags.strategy;
+            j["precision"] = strata::precision::name_of(rep.compute);
+            if (scaled) {  // mixed_float16: the dynamic loss scale after training
+                j["loss_scale"] = rep.loss_scale.scale;
+                j["skipped_steps"] = rep.loss_scale.skipped_steps;
+                j["optimizer_iterations"] = rep.optimizer_iterations;
+            }
             j["replicas"] = used_replicas;
             j["threads"] = used_threads;
             j["epochs"] = flags.epochs;
