@@ -98,7 +98,16 @@ struct RoundToCompute {
 template <class T, class P>
 void round_to_compute(const TensorView<T, P>& v, precision::Compute c) {
     if (v.empty() || !precision::is_mixed(c)) return;
-    place::for_each_n<P>(v.size(), RoundToCompute<T>{v.data(), c});
+    const RoundToCompute<T> f{v.data(), c};
+    if constexpr (place::host_accessible_v<P>) {
+        // A few integer operations an element (under 1 ns): below 32 Ki elements a parallel
+        // region costs more than it saves (a bias, a small layer's weights, a batch's logits).
+        if (v.size() < (std::int64_t(1) << 15)) {
+            for (std::int64_t i = 0; i < v.size(); ++i) f(i);
+            return;
+        }
+    }
+    place::for_each_n<P>(v.size(), f);
 }
 }  // namespace detail
 
