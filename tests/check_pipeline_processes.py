@@ -28,6 +28,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -48,8 +49,25 @@ def signal_stop(mpirun, exe, data, d, how, n):
         os.mkdir(big)
         fake_mnist(big, train=256, test=10000)
     cmd = [mpirun, "-np", "2", exe, "--data", big, "--strategy", "pipeline", "--stages", "2", "--micro-batches", "2",
-           "--epochs", "100000", "--batch-size", "12", "--verbose", "0", "--threads", "1", "--save", save]
+           "--epochs", "100000", "--batch-size", "12", "--verbose", "2", "--threads", "1", "--save", save]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    # Rank 0's stdout is read on a thread, and the signal waits for its "Epoch 2/" line: a whole
+    # epoch has run. A fixed 2 s sleep here ended, under meson test's MALLOC_PERTURB_ (every
+    # allocation touches its pages: a slow start), before training began, and the job exited 1
+    # without --save; waiting for "Epoch 1/" (printed before the first step) failed the same
+    # way: a stop during the pipeline's first step is not saved (a known gap, docs/fault_tolerance.md).
+    lines, errs, training = [], [], threading.Event()
+
+    def read_stdout():
+        for line in p.stdout:
+            lines.append(line)
+            if line.startswith("Epoch 2/"):  # a whole epoch of steps has run
+                training.set()
+
+    readers = [threading.Thread(target=read_stdout, daemon=True),
+               threading.Thread(target=lambda: errs.extend(p.stderr), daemon=True)]
+    for r in readers:
+        r.start()
     try:
         ranks, deadline = {}, time.time() + 60
         while len(ranks) < 2 and p.poll() is None and time.time() < deadline:
@@ -57,15 +75,19 @@ def signal_stop(mpirun, exe, data, d, how, n):
             time.sleep(0.1)
         if not check(len(ranks) == 2, f"pipeline stop ({how}): the 2 processes did not start"):
             return
-        time.sleep(2.0)  # into training
+        if not check(training.wait(timeout=120), f"pipeline stop ({how}): training did not begin within 120 s"):
+            return
         os.kill(ranks[1] if how == "rank1" else p.pid, signal.SIGTERM if how == "rank1" else signal.SIGINT)
         try:
-            out, err = p.communicate(timeout=60)
+            p.wait(timeout=60)
         except subprocess.TimeoutExpired:
             p.kill()
-            out, err = p.communicate()
+            p.wait()
             check(False, f"pipeline stop ({how}): still running 60 s after the signal (a hang)")
             return
+        for r in readers:
+            r.join(timeout=10)
+        out, err = "".join(lines), "".join(errs)
         check(os.path.exists(save), f"pipeline stop ({how}, run {n}): --save was not written: exit {p.returncode}: "
                                     f"{out[-300:]!r} {err[-1200:]!r}")
         check("interrupted by SIGTERM" in out, f"pipeline stop ({how}, run {n}): rank 0 did not report the stop: {out[-300:]!r}")
