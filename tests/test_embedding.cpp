@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include <strata/loss/losses.hpp>
+#include <strata/metrics/accuracy.hpp>
 #include <strata/nn/layers.hpp>
 
 #include "test_places.hpp"
