@@ -475,6 +475,28 @@ TEST_CASE("a causal transformer learns next-token prediction; a random next toke
     CHECK(random_open.accuracy > 0.7);
 }
 
+TEST_CASE("per-token targets under Mirrored: two replicas split the [n, K] labels with the examples and end where one device does") {
+    using Net = SeqNet<true>;
+    const auto opt = strata::optim::SGD{.learning_rate = 0.1};
+    strata::Model<Net> one(3);
+    one.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    one.fit(next_token_task(96, 8, true).batch(12), {.epochs = 2, .verbose = 0});
+    strata::distribute::Mirrored<> two(2);
+    strata::Model<Net, strata::distribute::Mirrored<>> m(two, 3);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    m.fit(next_token_task(96, 8, true).batch(12), {.epochs = 2, .verbose = 0});
+    const auto a = one.get_weights(), b = m.get_weights();
+    REQUIRE(a.size() == b.size());
+    double diff = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, double(std::abs(a[i] - b[i])));
+    INFO("largest weight difference " << diff);
+    CHECK(diff < 1e-5);  // float32 rounding of the summed gradients
+    CHECK(a != std::vector<float>(a.size(), 0.0f));
+    const auto ea = one.evaluate(next_token_task(64, 9, true).batch(16)), eb = m.evaluate(next_token_task(64, 9, true).batch(16));
+    CHECK(ea.loss == doctest::Approx(eb.loss).epsilon(1e-5));
+    CHECK(ea.accuracy == doctest::Approx(eb.accuracy).epsilon(1e-12));
+}
+
 TEST_CASE("a sequence model saves and loads its embedding by name") {
     using Net = SeqNet<true>;
     strata::Model<Net> model(4);
