@@ -63,7 +63,7 @@ namespace strata::distribute {
 /// What one unit's work on one mini-batch returns.
 struct UnitWork {
     double loss_sum = 0;        ///< sum of the per-example losses
-    std::int64_t correct = 0;   ///< examples predicted right (accuracy metric)
+    double correct = 0;         ///< examples predicted right (accuracy metric; with per-token ids, shares of examples)
     std::int64_t examples = 0;  ///< examples in the mini-batch
 };
 

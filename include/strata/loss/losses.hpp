@@ -104,6 +104,9 @@ STRATA_HD RowLse<T> row_lse(const T* z, std::int64_t n) {
     return {m, s};
 }
 
+// One example's row (or, with `tokens` > 1, its `tokens` rows of `classes`: a per-token softmax
+// against per-token ids, whose loss is the mean over the tokens, as Keras averages a [n, K]
+// loss over every token).
 template <class T>
 struct SparseCeRow {
     const T* pred;
@@ -113,25 +116,36 @@ struct SparseCeRow {
     std::int64_t classes;
     T inv_denom;
     bool logits;
-    STRATA_HD void operator()(std::int64_t r) const {
+    std::int64_t tokens = 1;
+    STRATA_HD T one(std::int64_t row, T scale) const {
         using std::exp;
         using std::log;
-        const T* z = pred + r * classes;
-        T* g = grad + r * classes;
-        const auto label = std::int64_t(target[r]);
+        const T* z = pred + row * classes;
+        T* g = grad + row * classes;
+        const auto label = std::int64_t(target[row]);
         if (logits) {
             const auto lse = row_lse(z, classes);
-            for (std::int64_t c = 0; c < classes; ++c) g[c] = (lse.softmax(z[c]) - (c == label ? T(1) : T(0))) * inv_denom;
-            row_loss[r] = lse.log_sum_exp() - z[label];
+            for (std::int64_t c = 0; c < classes; ++c) g[c] = (lse.softmax(z[c]) - (c == label ? T(1) : T(0))) * scale;
+            return lse.log_sum_exp() - z[label];
         } else {
             const T eps = T(prob_epsilon);
             for (std::int64_t c = 0; c < classes; ++c) g[c] = 0;
             T p = z[label];
             const bool clipped = p < eps || p > T(1) - eps;
             p = p < eps ? eps : (p > T(1) - eps ? T(1) - eps : p);
-            g[label] = clipped ? T(0) : -inv_denom / p;
-            row_loss[r] = -log(p);
+            g[label] = clipped ? T(0) : -scale / p;
+            return -log(p);
         }
+    }
+    STRATA_HD void operator()(std::int64_t r) const {
+        if (tokens == 1) {
+            row_loss[r] = one(r, inv_denom);
+            return;
+        }
+        const T scale = inv_denom / T(tokens);
+        T s = 0;
+        for (std::int64_t k = 0; k < tokens; ++k) s += one(r * tokens + k, scale);
+        row_loss[r] = s / T(tokens);
     }
 };
 
@@ -247,8 +261,12 @@ struct LossScratchTag {};
 /// Returns the sum of the n per-example losses (a double on the host).
 ///
 /// `target` holds class ids as numbers ([n]) for SparseCategoricalCrossentropy, and the same
-/// shape as `pred` otherwise. Class ids must have been checked to be in range by the caller
-/// (the Model does, with a clear error, before the data reach a device).
+/// shape as `pred` otherwise. Sequences: with `pred` [n, K, classes] (rank >= 3; the axes before
+/// the last flattened) and `target` [n, K] (K > 1), each token's row is its own softmax against
+/// its own id, and an example's loss is the mean over its K tokens (so the batch's loss is the
+/// mean over every token, Keras' reduction of a [n, K] loss). Class ids must have been checked
+/// to be in range by the caller (the Model does, with a clear error, before the data reach a
+/// device).
 ///
 /// `weights`, when not null, points to n per-example weights on the place P (Keras's
 /// sample_weight): each example's loss and gradient are multiplied by its weight, and the
@@ -291,11 +309,18 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
         [&](const auto& l) {
             using L = std::decay_t<decltype(l)>;
             if constexpr (std::is_same_v<L, SparseCategoricalCrossentropy>) {
-                STRATA_CHECK(target.size() == n, ShapeError, "SparseCategoricalCrossentropy: ", n,
-                             " predictions need ", n, " class ids, got targets of shape ", target.shape());
+                // One class id per example, or (pred [n, ..., K, classes], target [n, K]) one per
+                // token: each of the K rows of classes its own softmax.
+                const std::int64_t tokens = target.size() / n;
+                const bool per_token = tokens > 1 && target.size() == n * tokens && pred.rank() >= 3 &&
+                                       pred.dim(pred.rank() - 1) * tokens == cols;
+                STRATA_CHECK(target.size() == n || per_token, ShapeError, "SparseCategoricalCrossentropy: ", n,
+                             " predictions of shape ", pred.shape(), " need ", n, " class ids, or one per token (", n,
+                             " × the tokens before the class axis), got targets of shape ", target.shape());
                 place::for_each_n<P>(n,
-                                   detail::SparseCeRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv,
-                                                          input == Input::Logits});
+                                   detail::SparseCeRow<T>{pred.data(), target.data(), grad.data(), rows,
+                                                          per_token ? cols / tokens : cols, inv, input == Input::Logits,
+                                                          per_token ? tokens : 1});
             } else if constexpr (std::is_same_v<L, CategoricalCrossentropy>) {
                 STRATA_CHECK(target.size() == pred.size(), ShapeError, "CategoricalCrossentropy: predictions ",
                              pred.shape(), " and targets ", target.shape(), " differ");

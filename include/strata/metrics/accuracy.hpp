@@ -3,6 +3,11 @@
 /// Accuracy metrics, computed per example on the place and summed in a fixed order:
 /// sparse categorical (argmax == class id), categorical (argmax == argmax of the target) and
 /// binary (one output, threshold 0.5), chosen like Keras's "accuracy" from the loss.
+///
+/// Sequences: sparse targets of K class ids per example (outputs [n, K, classes], targets
+/// [n, K]: a per-token softmax against per-token ids) count each example as the share of its K
+/// tokens predicted right, so the accuracy (the count over the examples) is the mean over every
+/// token, as Keras' sparse_categorical_accuracy averages a [n, K] match.
 
 #include <cstdint>
 
@@ -21,7 +26,21 @@ struct RowCorrect {
     T* flags;
     std::int64_t cols;
     AccuracyKind kind;
+    std::int64_t tokens = 1;  ///< sparse: class ids per example (rows of cols / tokens classes)
     STRATA_HD void operator()(std::int64_t r) const {
+        if (kind == AccuracyKind::SparseCategorical && tokens > 1) {
+            const std::int64_t classes = cols / tokens;
+            std::int64_t right = 0;
+            for (std::int64_t k = 0; k < tokens; ++k) {
+                const T* p = pred + r * cols + k * classes;
+                std::int64_t best = 0;
+                for (std::int64_t c = 1; c < classes; ++c)
+                    if (p[c] > p[best]) best = c;
+                right += best == std::int64_t(target[r * tokens + k]) ? 1 : 0;
+            }
+            flags[r] = T(double(right) / double(tokens));
+            return;
+        }
         const T* p = pred + r * cols;
         if (kind == AccuracyKind::Binary) {
             flags[r] = T((p[0] > T(0.5)) == (target[r * cols] > T(0.5)) ? 1 : 0);
@@ -43,21 +62,29 @@ struct RowCorrect {
 };
 }  // namespace detail
 
-/// Number of examples of `pred` ([n, classes]) whose prediction is right. For Binary with
-/// logits, pass `logits_threshold` semantics by giving probabilities (the Model does).
+/// Number of examples of `pred` ([n, classes]) whose prediction is right (a whole number); with
+/// sparse targets of K > 1 ids per example (`target` [n, K], `pred` [n, K, classes]), the sum
+/// over the examples of the share of their tokens that are right. For Binary with logits, pass
+/// `logits_threshold` semantics by giving probabilities (the Model does).
 template <class T, class P>
-std::int64_t count_correct(const TensorView<T, P>& pred, const TensorView<T, P>& target, AccuracyKind kind) {
+double count_correct(const TensorView<T, P>& pred, const TensorView<T, P>& target, AccuracyKind kind) {
     const std::int64_t n = pred.dim(0);
     if (n == 0) return 0;
     T* flags = strata::detail::scratch<T, P, detail::MetricScratchTag>(n);
-    place::for_each_n<P>(n,
-                       detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind});
+    const std::int64_t tokens = kind == AccuracyKind::SparseCategorical ? target.size() / n : 1;
+    place::for_each_n<P>(n, detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind, tokens});
     if constexpr (place::host_accessible_v<P>) {
+        if (tokens > 1) {
+            double s = 0;  // shares of tokens: summed in example order
+            for (std::int64_t i = 0; i < n; ++i) s += double(flags[i]);
+            return s;
+        }
         std::int64_t s = 0;
         for (std::int64_t i = 0; i < n; ++i) s += flags[i] > T(0.5);
-        return s;
+        return double(s);
     } else {
-        return std::int64_t(sum(TensorView<T, P>(flags, Shape{n})) + 0.5);
+        const double s = double(sum(TensorView<T, P>(flags, Shape{n})));
+        return tokens > 1 ? s : double(std::int64_t(s + 0.5));
     }
 }
 
@@ -71,22 +98,23 @@ void count_correct_to_device(const TensorView<T, place::Cuda>& pred, const Tenso
     const std::int64_t n = pred.dim(0);
     T* flags = n > 0 ? strata::detail::scratch<T, place::Cuda, detail::MetricScratchTag>(n) : nullptr;
     if (n > 0)
-        place::for_each_n<place::Cuda>(n, detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind});
+        place::for_each_n<place::Cuda>(n, detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind,
+                                                                kind == AccuracyKind::SparseCategorical ? target.size() / n : 1});
     strata::detail::cuda_reduce::sum_to_device(flags, n, out);
 }
 #endif
 
 #if STRATA_INSTANCES
 // The host's accuracy counts, compiled once in the compiled part.
-STRATA_TEMPLATE std::int64_t count_correct<float, place::Host>(const TensorView<float, place::Host>&,
+STRATA_TEMPLATE double count_correct<float, place::Host>(const TensorView<float, place::Host>&,
                                                                const TensorView<float, place::Host>&, AccuracyKind);
-STRATA_TEMPLATE std::int64_t count_correct<double, place::Host>(const TensorView<double, place::Host>&,
+STRATA_TEMPLATE double count_correct<double, place::Host>(const TensorView<double, place::Host>&,
                                                                 const TensorView<double, place::Host>&, AccuracyKind);
 #endif
 #if STRATA_CUDA_INSTANCES
 // The CUDA place's, in libstrata_cuda (strata/config.hpp).
-STRATA_CUDA_TEMPLATE std::int64_t count_correct<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, AccuracyKind);
-STRATA_CUDA_TEMPLATE std::int64_t count_correct<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, AccuracyKind);
+STRATA_CUDA_TEMPLATE double count_correct<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, AccuracyKind);
+STRATA_CUDA_TEMPLATE double count_correct<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, AccuracyKind);
 STRATA_CUDA_TEMPLATE void count_correct_to_device<float>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&,
                                                         AccuracyKind, double*);
 STRATA_CUDA_TEMPLATE void count_correct_to_device<double>(const TensorView<double, place::Cuda>&,

@@ -18,6 +18,8 @@
 /// //   void forward(const T* params, const TensorView<T,P>& x, const TensorView<T,P>& y, const Mode&);
 /// //   void backward(const T* params, T* grads, const TensorView<T,P>& x, const TensorView<T,P>& y,
 /// //                 const TensorView<T,P>& dy, const TensorView<T,P>& dx, const Mode&);
+/// //   static constexpr bool integer_input = true;    (optional: the input holds integer ids,
+/// //                                                   which a mixed policy must not round)
 /// \endcode
 ///
 /// `x` is [n, input_shape...], `y` is [n, output_shape...]. `backward` receives the layer's own
@@ -265,6 +267,16 @@ struct CheckedLayer {
     /// The bound layer, or a stand-in when a check failed (the static_assert above says why).
     using type = std::conditional_t<ok, bound, detail::InvalidLayer<In, T, P>>;
 };
+
+/// Whether bound layer L takes integer ids as its input (`static constexpr bool integer_input =
+/// true;`, as Embedding's bound layer has): under a mixed precision policy Network leaves the
+/// model's input as it is when its first layer does (bfloat16 keeps integers exactly only up to
+/// 256, float16 up to 2048). Optional; a layer without the member takes real values.
+template <class L>
+constexpr bool takes_integer_input() {
+    if constexpr (requires { L::integer_input; }) return bool(L::integer_input);
+    else return false;
+}
 
 /// The summary() name of a spec ("?" when it has none: CheckedLayer reports that).
 template <class Spec>

@@ -22,6 +22,7 @@
 #include "strata/nn/conv2d.hpp"
 #include "strata/nn/dense.hpp"
 #include "strata/nn/dropout.hpp"
+#include "strata/nn/embedding.hpp"
 #include "strata/nn/flatten.hpp"
 #include "strata/nn/global_average_pooling1d.hpp"
 #include "strata/nn/layer.hpp"

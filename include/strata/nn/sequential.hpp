@@ -572,7 +572,9 @@ TensorView<T, P> Network<Seq, T, P>::forward(const T* params, const TensorView<T
         // A mixed policy: the layers read the weights, and the model its input, as values of the
         // compute type (Keras' autocast), from copies; the variables stay as they are.
         params = rounded_params(params);
-        if (first_ == 0) {
+        // Token ids (a first layer with integer_input: Embedding) stay exact: bfloat16 keeps
+        // integers only up to 256, float16 up to 2048.
+        if (first_ == 0 && !takes_integer_input<std::tuple_element_t<0, Layers>>()) {
             input_copy_.resize(x.shape());
             copy(x, input_copy_.view());
             detail::round_to_compute(input_copy_.view(), compute_);

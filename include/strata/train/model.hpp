@@ -146,6 +146,10 @@ public:
     static constexpr std::int64_t num_params = Net::num_params;
     static constexpr std::int64_t input_size = Net::input_shape::size;
     static constexpr std::int64_t output_size = Net::output_shape::size;
+    /// Sparse targets of one class id per token: the output's positions before its last (class)
+    /// axis ([K, classes] gives K; a rank-1 output gives 1).
+    static constexpr std::int64_t sequence_tokens =
+        Net::output_shape::rank >= 2 ? output_size / Net::output_shape::dims[Net::output_shape::rank >= 2 ? Net::output_shape::rank - 1 : 0] : 1;
     static constexpr bool last_is_softmax = detail::LastActivation<Net>::softmax;
     /// Whether the strategy steps all replicas in lockstep on one global batch (everything but
     /// ParameterServer); only then are the pieces of a step (compute_gradients, ...) offered.
@@ -635,7 +639,7 @@ private:
         Tensor<T, place::Host> weights_host;
         metrics::Counts counts;                  // since the epoch or evaluated pass began
         double loss_sum = 0;
-        std::int64_t correct = 0;
+        double correct = 0;                      // examples right (per-token ids: the shares right)
         TensorView<T, P> staged_target;          // a pipelined unit's mini-batch (StagedWork)
         const T* staged_weights = nullptr;
     };
@@ -856,7 +860,7 @@ private:
         u.graph.run(key, body);
         u.results_ready.wait();
         u.loss_sum = host[0];
-        u.correct = accuracy ? std::int64_t(host[1] + 0.5) : 0;
+        u.correct = accuracy ? host[1] : 0;
         return {u.loss_sum, u.correct, n};
     }
 #endif
@@ -947,7 +951,7 @@ private:
         return c;
     }
 
-    std::int64_t correct_count(const TensorView<T, P>& out, const TensorView<T, P>& target) {
+    double correct_count(const TensorView<T, P>& out, const TensorView<T, P>& target) {
         return metrics::count_correct(out, target, settings_.accuracy_kind);
     }
 
@@ -963,13 +967,26 @@ private:
         check_input(batch, what);
         const std::int64_t n = std::int64_t(batch.size());
         if (loss::sparse_targets(loss_)) {
-            STRATA_CHECK(batch.y_per_example() == 1 || n == 0, ShapeError, what, ": ", loss::name(loss_),
-                         " takes one class id per example, got ", batch.y_per_example());
-            for (std::int64_t i = 0; i < n; ++i) {
+            // One class id per example, or one per token: the output [..., K, classes] and K ids
+            // per example (a per-token softmax, a sequence model's next-token prediction).
+            const std::int64_t per = std::int64_t(batch.y_per_example());
+            STRATA_CHECK(per == 1 || per == sequence_tokens || n == 0, ShapeError, what, ": ", loss::name(loss_),
+                         " takes one class id per example", sequence_tokens > 1 ? " or one per token (" : "",
+                         sequence_tokens > 1 ? std::to_string(sequence_tokens) : std::string(), sequence_tokens > 1 ? ")" : "",
+                         " (the model's output ", nn::detail::shape_text<typename Net::output_shape>(), "), got ", per);
+            const std::int64_t classes = per == 1 ? output_size : output_size / sequence_tokens;
+            STRATA_CHECK(per == 1 || class_weight_.empty() || n == 0, ValueError, what,
+                         ": class weights need one class id per example; with one per token, give sample weights");
+            for (std::int64_t i = 0; i < n * per; ++i) {
                 const double v = double(batch.y[std::size_t(i)]);
-                if (!(v >= 0 && v < double(output_size) && v == std::floor(v)))
-                    throw_error<ValueError>(what, ": label ", v, " of example ", i, " of the batch is not a class id in [0, ",
-                                            output_size, ") (the model has ", output_size, " outputs)");
+                if (!(v >= 0 && v < double(classes) && v == std::floor(v))) {
+                    if (per == 1)
+                        throw_error<ValueError>(what, ": label ", v, " of example ", i, " of the batch is not a class id in [0, ",
+                                                output_size, ") (the model has ", output_size, " outputs)");
+                    throw_error<ValueError>(what, ": label ", v, " of example ", i / per, ", token ", i % per,
+                                            " of the batch is not a class id in [0, ", classes, ") (the model has ", classes,
+                                            " classes per token)");
+                }
             }
         } else {
             STRATA_CHECK(std::int64_t(batch.y_per_example()) == output_size || n == 0, ShapeError, what, ": ",

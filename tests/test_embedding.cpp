@@ -1,0 +1,518 @@
+// Embedding (issue 43): the lookup against a float64 reference, its backward against finite
+// differences and against a plain scatter-add with repeated ids, the id errors (their message
+// checked), determinism across thread counts, Keras' variable and initializer, the ids under a
+// mixed precision policy (not rounded: a negative control shows what rounding would do),
+// per-token sparse cross-entropy and accuracy, and a small causal sequence task through the
+// data pipeline: next-token prediction that a causal transformer learns, and a random next
+// token it cannot (near 1/V) while the same model without the causal mask reads it from the
+// future (the mask blocks the future).
+//
+// The cases templated on the place also run on Cuda when this file is compiled by nvcc
+// (test_embedding.cu); the host is the oracle. Training through Model is host-only here.
+#include <doctest/doctest.h>
+
+#include "test_util.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <strata/loss/losses.hpp>
+#include <strata/metrics/accuracy.hpp>
+#include <strata/nn/layers.hpp>
+
+#include "test_places.hpp"
+
+#if !defined(__CUDACC__)
+#include <strata/strata.hpp>
+
+#include "training_util.hpp"
+#endif
+
+using strata::Shape;
+using strata::StaticShape;
+using strata::Tensor;
+using strata::TensorView;
+using namespace strata::nn;
+using strata_test::reference_values;
+
+namespace {
+
+using Host = strata::place::Host;
+
+template <class T, class P>
+Tensor<T, P> on_place(const std::vector<double>& v, const Shape& shape) {
+    std::vector<T> t(v.begin(), v.end());
+    return strata::copy_to<P>(strata::from_vector(t, shape).view());
+}
+
+template <class T, class P>
+std::vector<double> as_double(const TensorView<T, P>& t) {
+    auto v = strata::to_vector(t);
+    return std::vector<double>(v.begin(), v.end());
+}
+
+// n × S ids in [0, V), drawn reproducibly; `repeat` folds them onto the first V / 4 ids so that
+// many tokens share a row.
+std::vector<double> token_ids(std::int64_t count, std::int64_t V, std::uint64_t seed, bool repeat = false) {
+    const auto u = reference_values(count, seed, 0, 1);
+    std::vector<double> ids(static_cast<std::size_t>(count));
+    const std::int64_t range = repeat ? std::max<std::int64_t>(1, V / 4) : V;
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = double(std::min<std::int64_t>(range - 1, std::int64_t(u[i] * double(range))));
+    return ids;
+}
+
+// The reference lookup: y[t, d] = E[ids[t], d], in float64.
+std::vector<double> lookup_ref(const std::vector<double>& ids, const std::vector<double>& e, std::int64_t D) {
+    std::vector<double> y(ids.size() * std::size_t(D));
+    for (std::size_t t = 0; t < ids.size(); ++t)
+        for (std::int64_t d = 0; d < D; ++d) y[t * std::size_t(D) + std::size_t(d)] = e[std::size_t(std::int64_t(ids[t]) * D + d)];
+    return y;
+}
+// The reference scatter-add: g[v, d] = Σ_{t: ids[t] = v} dy[t, d], token by token, in float64.
+std::vector<double> scatter_ref(const std::vector<double>& ids, const std::vector<double>& dy, std::int64_t V, std::int64_t D) {
+    std::vector<double> g(std::size_t(V * D), 0.0);
+    for (std::size_t t = 0; t < ids.size(); ++t)
+        for (std::int64_t d = 0; d < D; ++d) g[std::size_t(std::int64_t(ids[t]) * D + d)] += dy[t * std::size_t(D) + std::size_t(d)];
+    return g;
+}
+
+/// Forward (and, given dy, backward) of Embedding<V, D> on [n, S] ids, on place P in type T.
+template <std::int64_t V, std::int64_t D, std::int64_t S, class T, class P>
+struct EmbeddingRun {
+    using L = typename Embedding<V, D>::template bind<StaticShape<S>, T, P>;
+    L layer{};
+    std::vector<double> y, dx, g;
+    void run(const std::vector<double>& params, const std::vector<double>& ids, const std::vector<double>* dy = nullptr) {
+        const std::int64_t n = std::int64_t(ids.size()) / S;
+        auto p = on_place<T, P>(params, Shape{V * D});
+        auto x = on_place<T, P>(ids, Shape{n, S});
+        Tensor<T, P> out(Shape{n, S, D});
+        layer.forward(p.data(), x.view(), out.view(), Mode{});
+        y = as_double(out.view());
+        if (!dy) return;
+        auto dyt = on_place<T, P>(*dy, Shape{n, S, D});
+        Tensor<T, P> dxt(Shape{n, S}), gt(Shape{V * D});
+        strata::fill(dxt.view(), T(7));
+        strata::fill(gt.view(), T(12345));  // backward must overwrite every slot
+        layer.backward(p.data(), gt.data(), x.view(), out.view(), dyt.view(), dxt.view(), Mode{});
+        dx = as_double(dxt.view());
+        g = as_double(gt.view());
+    }
+};
+
+// The message of the ValueError `f` throws ("" and a failed check when it throws none).
+template <class F>
+std::string value_error_of(F f) {
+    try {
+        f();
+    } catch (const strata::ValueError& e) {
+        return e.what();
+    }
+    FAIL("no strata::ValueError");
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("Embedding looks up each id's row: float64 reference, repeated ids, the first and last rows, on every place", P,
+                   STRATA_TEST_PLACES) {
+    constexpr std::int64_t V = 11, D = 5, S = 7;
+    const auto e = reference_values(V * D, 1, -2, 2);
+    SUBCASE("random ids, float64") {
+        auto ids = token_ids(3 * S, V, 2);
+        ids[0] = 0;
+        ids[1] = V - 1;  // both ends of the table
+        EmbeddingRun<V, D, S, double, P> r;
+        r.run(e, ids);
+        CHECK(r.y == lookup_ref(ids, e, D));  // a copy: exact
+    }
+    SUBCASE("float, every token the same id") {
+        const std::vector<double> ids(std::size_t(2 * S), 4.0);
+        EmbeddingRun<V, D, S, float, P> r;
+        r.run(e, ids);
+        std::vector<double> ef(e.size());
+        for (std::size_t i = 0; i < e.size(); ++i) ef[i] = double(float(e[i]));
+        CHECK(r.y == lookup_ref(ids, ef, D));
+    }
+    SUBCASE("a batch of 0 examples") {
+        EmbeddingRun<V, D, S, double, P> r;
+        r.run(e, {});
+        CHECK(r.y.empty());
+    }
+}
+
+TEST_CASE_TEMPLATE("Embedding backward is the scatter-add of dy into the rows used (repeated ids summed), no input gradient; on every place",
+                   P, STRATA_TEST_PLACES) {
+    constexpr std::int64_t V = 16, D = 3, S = 9;
+    const std::int64_t n = 5;
+    const auto e = reference_values(V * D, 3);
+    const auto ids = token_ids(n * S, V, 4, /*repeat=*/true);  // ids 0..3 only: rows 4..15 unused
+    const auto dy = reference_values(n * S * D, 5);
+    EmbeddingRun<V, D, S, double, P> r;
+    r.run(e, ids, &dy);
+    const auto ref = scatter_ref(ids, dy, V, D);
+    double diff = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) diff = std::max(diff, std::abs(r.g[i] - ref[i]));
+    CHECK(diff <= 1e-14);
+    for (std::size_t i = 4 * D; i < std::size_t(V * D); ++i) CHECK(r.g[i] == 0.0);  // unused rows: exactly 0
+    CHECK(std::count(ids.begin(), ids.end(), 0.0) > 1);                             // a row really is shared
+    CHECK(std::all_of(r.dx.begin(), r.dx.end(), [](double v) { return v == 0.0; }));
+    // Negative control: the last write per row (an assignment, not a sum) is not the gradient.
+    std::vector<double> last(std::size_t(V * D), 0.0);
+    for (std::size_t t = 0; t < ids.size(); ++t)
+        for (std::int64_t d = 0; d < D; ++d) last[std::size_t(std::int64_t(ids[t]) * D + d)] = dy[t * D + std::size_t(d)];
+    double far = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) far = std::max(far, std::abs(last[i] - r.g[i]));
+    CHECK(far > 0.1);
+}
+
+TEST_CASE("Embedding gradients match finite differences of sum(w ⊙ y) w.r.t. every entry of the table") {
+    constexpr std::int64_t V = 6, D = 4, S = 5;
+    auto e = reference_values(V * D, 6);
+    const auto ids = token_ids(3 * S, V, 7, true);
+    const auto w = reference_values(3 * S * D, 8);
+    EmbeddingRun<V, D, S, double, Host> r;
+    r.run(e, ids, &w);
+    const auto g = r.g;
+    auto f = [&] {
+        EmbeddingRun<V, D, S, double, Host> q;
+        q.run(e, ids);
+        double s = 0;
+        for (std::size_t i = 0; i < w.size(); ++i) s += w[i] * q.y[i];
+        return s;
+    };
+    double err = 0, scale = 0;
+    for (std::size_t i = 0; i < e.size(); ++i) {
+        const double old = e[i];
+        e[i] = old + 1e-6;
+        const double fp = f();
+        e[i] = old - 1e-6;
+        const double fm = f();
+        e[i] = old;
+        err = std::max(err, std::abs((fp - fm) / 2e-6 - g[i]));
+        scale = std::max(scale, std::abs(g[i]));
+    }
+    INFO("largest error " << err << " against the gradient's scale " << scale);
+    CHECK(scale > 0.5);
+    CHECK(err <= 1e-8 * scale);
+}
+
+TEST_CASE("Embedding's id errors: not an integer, negative, the vocabulary size or more, NaN; the message names the id, example, token and vocabulary") {
+    constexpr std::int64_t V = 10, D = 2, S = 4;
+    const auto e = reference_values(V * D, 9);
+    auto ids = token_ids(3 * S, V, 10);
+    auto message_for = [&](double bad, std::size_t at) {
+        auto x = ids;
+        x[at] = bad;
+        return value_error_of([&] {
+            EmbeddingRun<V, D, S, double, Host> r;
+            r.run(e, x);
+        });
+    };
+    {
+        const auto m = message_for(10, 6);  // example 1, token 2
+        INFO(m);
+        CHECK(strata_test::has(m, "Embedding<10, 2>"));
+        CHECK(strata_test::has(m, "token id 10 at example 1, token 2"));
+        CHECK(strata_test::has(m, "[0, 10)"));
+        CHECK(strata_test::has(m, "vocabulary size is 10"));
+    }
+    CHECK(strata_test::has(message_for(-1, 0), "token id -1 at example 0, token 0"));
+    CHECK(strata_test::has(message_for(2.5, 11), "token id 2.5 at example 2, token 3"));
+    CHECK(strata_test::has(message_for(std::numeric_limits<double>::quiet_NaN(), 3), "token id nan at example 0, token 3"));
+    CHECK(strata_test::has(message_for(1e9, 5), "token id 1e+09 at example 1, token 1"));
+    // The largest id and 0 are fine (positive control).
+    ids[0] = 9;
+    ids[1] = 0;
+    EmbeddingRun<V, D, S, double, Host> r;
+    r.run(e, ids);
+    CHECK(r.y.size() == std::size_t(3 * S * D));
+}
+
+TEST_CASE("Embedding's gradient is the same bit for bit on 1, 2, 3 and 8 threads (no atomics, a fixed order per row)") {
+    constexpr std::int64_t V = 37, D = 24, S = 16;
+    const std::int64_t n = 64;
+    const auto e = reference_values(V * D, 11);
+    const auto ids = token_ids(n * S, V, 12, true);  // 9 ids over 1024 tokens: long sums per row
+    const auto dy = reference_values(n * S * D, 13, -1e3, 1e3);
+    const int before = strata::num_threads();
+    std::vector<std::vector<double>> grads;
+    for (int threads : {1, 2, 3, 8}) {
+        strata::set_num_threads(threads);
+        EmbeddingRun<V, D, S, float, Host> r;  // float: a different order would change the sums' bits
+        r.run(e, ids, &dy);
+        grads.push_back(r.g);
+    }
+    strata::set_num_threads(before);
+    for (std::size_t i = 1; i < grads.size(); ++i) CHECK(grads[i] == grads[0]);
+    // The sums are long enough for order to matter: float's sum of a row in reverse differs.
+    const auto ref = scatter_ref(ids, dy, V, D);
+    float fwd = 0, rev = 0;
+    std::vector<float> terms;
+    for (std::size_t t = 0; t < ids.size(); ++t)
+        if (ids[t] == 0) terms.push_back(float(dy[t * D]));
+    for (float v : terms) fwd += v;
+    for (auto it = terms.rbegin(); it != terms.rend(); ++it) rev += *it;
+    CHECK(terms.size() > 50);
+    CHECK(std::abs(double(grads[0][0]) - ref[0]) <= 1e-3 * std::abs(ref[0]) + 1e-3);
+    INFO("float sum in order " << fwd << ", reversed " << rev);
+}
+
+TEST_CASE("Embedding: Keras' variable, uniform(-0.05, 0.05) from the seed, summary, integer_input") {
+    using L = Embedding<1000, 64>::bind<StaticShape<12>, float, Host>;
+    const auto info = L::param_info();
+    REQUIRE(info.size() == 1);
+    CHECK(info[0].name == "embeddings");
+    CHECK(info[0].shape == Shape{1000, 64});
+    CHECK(L::num_params == 64000);
+    CHECK(std::is_same_v<L::output_shape, StaticShape<12, 64>>);
+    static_assert(takes_integer_input<L>() && !takes_integer_input<Dense<4>::bind<StaticShape<3>, float, Host>>());
+    std::vector<float> p(std::size_t(L::num_params), 9.0f), q(p.size(), 9.0f), other(p.size(), 9.0f);
+    L().init(p.data(), 5, 16);
+    L().init(q.data(), 5, 16);
+    L().init(other.data(), 6, 16);
+    CHECK(p == q);
+    CHECK(p != other);
+    double lo = 1, hi = -1, mean = 0;
+    for (float v : p) {
+        lo = std::min(lo, double(v));
+        hi = std::max(hi, double(v));
+        mean += v;
+    }
+    mean /= double(p.size());
+    CHECK(lo >= -0.05);
+    CHECK(hi <= 0.05);
+    CHECK(lo < -0.0499);
+    CHECK(hi > 0.0499);
+    CHECK(std::abs(mean) < 1e-3);  // uniform: mean 0, sd 0.05/√3 / √64000 ≈ 1.1e-4
+    using Net = Sequential<Input<12>, Embedding<1000, 64>, TokenDense<3>>;
+    const auto names = Net::layer_names();
+    CHECK(names[0] == "embedding");
+    const auto params = Net::parameters();
+    CHECK(params[0].name == "embedding/embeddings");
+#if !defined(__CUDACC__)
+    const auto s = Net::summary();
+    INFO(s);
+    CHECK(strata_test::has(s, "Embedding"));
+    CHECK(strata_test::has(s, "(None, 12, 64)"));
+    CHECK(strata_test::has(s, "64,000"));
+#endif
+}
+
+TEST_CASE("under a mixed precision policy the token ids are not rounded: ids up to 1000 give float32's rows (rounded to bfloat16)") {
+    using Net = Sequential<Input<6>, Embedding<1024, 4>>;
+    Network<Net, float, Host> net;
+    std::vector<float> params(std::size_t(Net::num_params));
+    net.init(params.data(), 3);
+    // Ids bfloat16 cannot hold: bfloat16 keeps 8 significant bits, so 1001 rounds to 1000.
+    const std::vector<float> ids{1001, 999, 257, 1023, 513, 3};
+    CHECK(strata::round_to<strata::bfloat16>(1001.0f) == 1000.0f);
+    CHECK(strata::round_to<strata::float16>(2049.0f) == 2048.0f);
+    auto x = strata::from_vector(ids, Shape{1, 6});
+    const auto f32 = strata::to_vector(net.forward(params.data(), x.view(), Mode{}));
+    const auto bf16 = strata::to_vector(net.forward(params.data(), x.view(), Mode{.compute = strata::precision::Compute::BFloat16}));
+    REQUIRE(f32.size() == bf16.size());
+    int differ_from_rounded_id = 0;
+    for (std::size_t t = 0; t < ids.size(); ++t) {
+        for (std::size_t d = 0; d < 4; ++d) {
+            const float want = strata::round_to<strata::bfloat16>(params[std::size_t(ids[t]) * 4 + d]);
+            CHECK(bf16[t * 4 + d] == want);
+            CHECK(f32[t * 4 + d] == params[std::size_t(ids[t]) * 4 + d]);
+            // Negative control: the row of the id as bfloat16 would round it (1001 → 1000).
+            const auto rounded_id = std::size_t(strata::round_to<strata::bfloat16>(ids[t]));
+            if (rounded_id != std::size_t(ids[t]) && bf16[t * 4 + d] != strata::round_to<strata::bfloat16>(params[rounded_id * 4 + d]))
+                ++differ_from_rounded_id;
+        }
+    }
+    CHECK(differ_from_rounded_id > 8);
+    CHECK(x.data()[0] == 1001.0f);  // the caller's batch is not touched
+}
+
+TEST_CASE("SparseCategoricalCrossentropy and accuracy on [n, K, classes] against [n, K] ids: the mean over every token") {
+    constexpr std::int64_t n = 3, K = 4, C = 5;
+    const auto z = reference_values(n * K * C, 21, -2, 2);
+    const auto ids = token_ids(n * K, C, 22);
+    auto pred = strata::from_vector(std::vector<double>(z.begin(), z.end()), Shape{n, K, C});
+    auto target = strata::from_vector(ids, Shape{n, K});
+    Tensor<double, Host> grad(Shape{n, K, C}), grad_rows(Shape{n * K, C});
+    for (auto input : {strata::loss::Input::Logits, strata::loss::Input::Probabilities}) {
+        auto p = pred.clone();
+        if (input == strata::loss::Input::Probabilities)
+            for (std::int64_t r = 0; r < n * K; ++r) {
+                double s = 0;
+                for (std::int64_t c = 0; c < C; ++c) s += (p.data()[r * C + c] = std::exp(z[std::size_t(r * C + c)]));
+                for (std::int64_t c = 0; c < C; ++c) p.data()[r * C + c] /= s;
+            }
+        const double loss = strata::loss::loss_and_grad(strata::loss::Loss{strata::loss::SparseCategoricalCrossentropy{}}, p.view(),
+                                                        target.view(), grad.view(), double(n), input);
+        // The same rows as n·K examples of one id each, averaged over the n·K of them.
+        auto rows = p.view().reshape(Shape{n * K, C});
+        auto row_ids = target.view().reshape(Shape{n * K});
+        const double loss_rows = strata::loss::loss_and_grad(strata::loss::Loss{strata::loss::SparseCategoricalCrossentropy{}}, rows,
+                                                             row_ids, grad_rows.view(), double(n * K), input);
+        CHECK(loss / n == doctest::Approx(loss_rows / (n * K)).epsilon(1e-14));
+        for (std::int64_t i = 0; i < n * K * C; ++i) CHECK(grad.data()[i] == doctest::Approx(grad_rows.data()[i]).epsilon(1e-14));
+    }
+    // Accuracy: the share of tokens right. Make example 0 all right, example 1 half, 2 none.
+    auto p = strata::from_vector(std::vector<double>(std::size_t(n * K * C), 0.0), Shape{n, K, C});
+    for (std::int64_t e = 0; e < n; ++e)
+        for (std::int64_t k = 0; k < K; ++k) {
+            const auto id = std::int64_t(ids[std::size_t(e * K + k)]);
+            const bool right = e == 0 || (e == 1 && k < 2);
+            p.data()[(e * K + k) * C + (right ? id : (id + 1) % C)] = 1;
+        }
+    const double correct = strata::metrics::count_correct(p.view(), target.view(), strata::metrics::AccuracyKind::SparseCategorical);
+    CHECK(correct == doctest::Approx(1.5).epsilon(1e-15));
+    // Targets that fit neither one id per example nor one per token are a ShapeError.
+    auto bad = strata::from_vector(std::vector<double>(std::size_t(n * 3), 0.0), Shape{n, 3});
+    CHECK_THROWS_AS(strata::loss::loss_and_grad(strata::loss::Loss{strata::loss::SparseCategoricalCrossentropy{}}, pred.view(), bad.view(),
+                                                grad.view(), double(n), strata::loss::Input::Logits),
+                    strata::ShapeError);
+}
+
+#if !defined(__CUDACC__)
+namespace {
+
+constexpr std::int64_t kVocab = 8, kTokens = 8;
+
+// n sequences of kTokens + 1 tokens as float-encoded ids (x: the first kTokens, y: the last
+// kTokens, the next token at each position) through Dataset::from_arrays with kTokens labels per
+// example. `counting`: token t+1 = (token t + 1) mod V from a random start; otherwise every
+// token is drawn at random (nothing before a token tells it).
+strata::data::Dataset<> next_token_task(std::size_t n, std::uint64_t seed, bool counting) {
+    const auto u = strata_test::lcg(n * (kTokens + 1), seed, 0, 1);
+    std::vector<float> x(n * kTokens);
+    std::vector<std::int32_t> y(n * kTokens);
+    for (std::size_t i = 0; i < n; ++i) {
+        std::vector<std::int32_t> seq(kTokens + 1);
+        for (std::size_t t = 0; t <= kTokens; ++t) {
+            const auto r = std::min<std::int32_t>(kVocab - 1, std::int32_t(u[i * (kTokens + 1) + t] * kVocab));
+            seq[t] = counting ? (t == 0 ? r : (seq[t - 1] + 1) % std::int32_t(kVocab)) : r;
+        }
+        for (std::size_t t = 0; t < kTokens; ++t) {
+            x[i * kTokens + t] = float(seq[t]);
+            y[i * kTokens + t] = seq[t + 1];
+        }
+    }
+    return strata::data::Dataset<>::from_arrays(std::move(x), {std::size_t(kTokens)}, std::move(y), kTokens);
+}
+
+// A one-block pre-norm causal transformer (or the same without the mask) over token ids:
+// Embedding, a learned position embedding, attention and MLP residual blocks, a per-token
+// softmax over the vocabulary.
+template <bool Causal>
+using SeqNet = Sequential<Input<kTokens>, Embedding<kVocab, 16>, PositionEmbedding<>,
+                          Residual<LayerNormalization<>, MultiHeadAttention<2, 8, 0, MultiHeadAttentionOptions{.causal = Causal}>>,
+                          Residual<LayerNormalization<>, TokenDense<32, GELU>, TokenDense<16>>, LayerNormalization<>,
+                          TokenDense<kVocab, Softmax>>;
+
+template <bool Causal>
+strata::Evaluation train_on(bool counting, std::uint64_t seed) {
+    strata::Model<SeqNet<Causal>> model(seed);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    model.fit(next_token_task(512, seed + 1, counting).shuffle(512, seed + 2).batch(32), {.epochs = 12, .verbose = 0});
+    return model.evaluate(next_token_task(256, seed + 100, counting).batch(64));  // held out
+}
+
+}  // namespace
+
+TEST_CASE("token ids through the data pipeline: from_arrays with K labels per example, the per-token loss and accuracy, id errors at fit") {
+    using Net = SeqNet<true>;
+    strata::Model<Net> model(1);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    auto ds = next_token_task(64, 2, true);
+    CHECK(ds.example_size() == std::size_t(kTokens));
+    CHECK(ds.y_per_example() == std::size_t(kTokens));
+    const auto ev = model.evaluate(ds.batch(16));
+    // Accuracy as the share of tokens right, from predict (the mean over every token).
+    const auto probs = model.predict(ds.batch(16));
+    std::int64_t right = 0, tokens = 0;
+    for (const auto& b : ds.batch(64)) {
+        for (std::size_t i = 0; i < b.size() * kTokens; ++i) {
+            const float* p = probs.data() + i * kVocab;
+            const auto best = std::max_element(p, p + kVocab) - p;
+            right += best == b.y[i];
+            ++tokens;
+        }
+    }
+    CHECK(tokens == 64 * kTokens);
+    CHECK(ev.accuracy == doctest::Approx(double(right) / double(tokens)).epsilon(1e-12));
+    CHECK(ev.loss == doctest::Approx(std::log(double(kVocab))).epsilon(0.2));  // near uniform at first
+    // An id outside the vocabulary at fit time: the ValueError names it.
+    std::vector<float> x(std::size_t(2 * kTokens), 1.0f);
+    x[std::size_t(kTokens + 3)] = float(kVocab);
+    auto bad = strata::data::Dataset<>::from_arrays(std::move(x), {std::size_t(kTokens)}, std::vector<std::int32_t>(2 * kTokens, 0), kTokens);
+    const auto m = value_error_of([&] { model.fit(bad.batch(2), {.epochs = 1, .verbose = 0}); });
+    INFO(m);
+    CHECK(strata_test::has(m, "token id 8 at example 1, token 3"));
+    CHECK(strata_test::has(m, "vocabulary size is 8"));
+    // A label outside the classes: per token.
+    std::vector<std::int32_t> y(std::size_t(2 * kTokens), 0);
+    y[5] = std::int32_t(kVocab);
+    auto bad_y = strata::data::Dataset<>::from_arrays(std::vector<float>(std::size_t(2 * kTokens), 1.0f), {std::size_t(kTokens)}, std::move(y), kTokens);
+    CHECK_THROWS_WITH_AS(model.fit(bad_y.batch(2), {.epochs = 1, .verbose = 0}), doctest::Contains("example 0, token 5"), strata::ValueError);
+    // Labels that fit neither one per example nor one per token.
+    auto odd = strata::data::Dataset<>::from_arrays(std::vector<float>(std::size_t(2 * kTokens), 1.0f), {std::size_t(kTokens)},
+                                                    std::vector<std::int32_t>(6, 0), 3);
+    CHECK_THROWS_AS(model.fit(odd.batch(2), {.epochs = 1, .verbose = 0}), strata::ShapeError);
+}
+
+TEST_CASE("a causal transformer learns next-token prediction; a random next token stays near 1/V causally, and without the mask the model reads it from the future") {
+    const auto counting = train_on<true>(true, 11);
+    const auto random_causal = train_on<true>(false, 21);
+    const auto random_open = train_on<false>(false, 21);
+    MESSAGE("held-out per-token accuracy: counting, causal " << counting.accuracy << "; random next token, causal "
+                                                             << random_causal.accuracy << ", without the mask " << random_open.accuracy);
+    CHECK(counting.accuracy > 0.95);
+    // Chance is 1/V = 0.125; the causal model cannot beat it by more than noise.
+    CHECK(random_causal.accuracy < 0.2);
+    // Without the mask, position t reads token t+1 from the input: every position but the last
+    // ((K - 1)/K = 0.875 of the tokens) can be right.
+    CHECK(random_open.accuracy > 0.7);
+}
+
+TEST_CASE("per-token targets under Mirrored: two replicas split the [n, K] labels with the examples and end where one device does") {
+    using Net = SeqNet<true>;
+    const auto opt = strata::optim::SGD{.learning_rate = 0.1};
+    strata::Model<Net> one(3);
+    one.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    one.fit(next_token_task(96, 8, true).batch(12), {.epochs = 2, .verbose = 0});
+    strata::distribute::Mirrored<> two(2);
+    strata::Model<Net, strata::distribute::Mirrored<>> m(two, 3);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    m.fit(next_token_task(96, 8, true).batch(12), {.epochs = 2, .verbose = 0});
+    const auto a = one.get_weights(), b = m.get_weights();
+    REQUIRE(a.size() == b.size());
+    double diff = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, double(std::abs(a[i] - b[i])));
+    INFO("largest weight difference " << diff);
+    CHECK(diff < 1e-5);  // float32 rounding of the summed gradients
+    CHECK(a != std::vector<float>(a.size(), 0.0f));
+    const auto ea = one.evaluate(next_token_task(64, 9, true).batch(16)), eb = m.evaluate(next_token_task(64, 9, true).batch(16));
+    CHECK(ea.loss == doctest::Approx(eb.loss).epsilon(1e-5));
+    CHECK(ea.accuracy == doctest::Approx(eb.accuracy).epsilon(1e-12));
+}
+
+TEST_CASE("a sequence model saves and loads its embedding by name") {
+    using Net = SeqNet<true>;
+    strata::Model<Net> model(4);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    model.fit(next_token_task(64, 5, true).batch(16), {.epochs = 1, .verbose = 0});
+    const auto path = strata_test::temp_path("embedding.safetensors");
+    model.save(path);
+    auto f = strata::io::SafetensorsFile::load(path);
+    CHECK(f.contains("embedding/embeddings"));
+    CHECK(f.contains("position_embedding/embeddings"));
+    strata::Model<Net> other(6);
+    other.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    CHECK(other.get_weights() != model.get_weights());
+    other.load(path);
+    CHECK(other.get_weights() == model.get_weights());
+    CHECK(other.evaluate(next_token_task(32, 7, true).batch(16)).loss == model.evaluate(next_token_task(32, 7, true).batch(16)).loss);
+    std::filesystem::remove(path);
+}
+#endif
