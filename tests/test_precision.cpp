@@ -14,6 +14,7 @@
 #include "test_images.hpp"
 #include "test_util.hpp"
 
+#include <strata/distribute/parameter_server.hpp>
 #include <strata/distribute/pipeline.hpp>
 #include <strata/strata.hpp>
 
@@ -384,4 +385,21 @@ TEST_CASE("MixedBFloat16 in a pipeline: the stages hand rounded activations and 
     CHECK(max_abs_diff(w3, ref) < 1e-3);
     dist::OneDevice<> f32;
     CHECK(max_abs_diff(trained<prec::Float32>(f32, opt, 2)->get_weights(), ref) > 1e-4);  // the policy is in force
+}
+
+TEST_CASE("MixedBFloat16 under ParameterServer (synchronous, virtual clock): trains, and the policy is in force") {
+    namespace ss = strata::sync;
+    auto train = [](auto prec_tag) {
+        using Prec = decltype(prec_tag);
+        dist::ParameterServer<strata::place::Host, ss::Synchronous> ps(2, 1, {.clock = dist::Clock::Virtual});
+        strata::Model<ImgNet, decltype(ps), Prec> m(ps, 7);
+        m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
+        const auto h = m.fit(images(48, 5).batch(12), {.epochs = 3, .verbose = 0});
+        return std::pair{m.get_weights(), h.history.at("loss")};
+    };
+    const auto [wb, lb] = train(prec::MixedBFloat16{});
+    const auto [w32, l32] = train(prec::Float32{});
+    CHECK(lb.back() < lb.front());
+    CHECK(max_abs_diff(wb, w32) > 1e-4);  // bfloat16's rounding, not float32's arithmetic
+    CHECK(max_abs_diff(wb, w32) < 0.1);
 }
