@@ -23,7 +23,7 @@ import json, math, os, sys
 a, b = sys.argv[1], sys.argv[2]
 # Wall-clock figures: not reproducible from run to run.
 timing = ("images_per_second", "wall", "elapsed", "compile", "per_second", "ms", "time_s", "throughput", "machine",
-          "updates_per_second", "vs_sync", "real")
+          "updates_per_second", "vs_sync", "real", "train_seconds")
 def walk(x, y, path, out):
     if isinstance(x, dict) and isinstance(y, dict):
         for k in sorted(set(x) | set(y)):
