@@ -97,7 +97,7 @@ public:
     bool admitted(int w, PsEpochMoves& e) override {
         e.wait(w);
         if (e.pending() != e.round_started()) return true;
-        e.cancel_computing();  // nobody computes by then; kept for the same path as KSync
+        e.cancel_computing();  // nobody is computing by then (a no-op)
         if (!e.close()) return false;
         e.start_round();
         return true;
