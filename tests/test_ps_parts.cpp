@@ -1,10 +1,14 @@
 // The parameter-server strategy's parts: TF's variable partitioners (the outputs TF documents),
 // the "div" split, round-robin placement, and the seeded straggler model (determinism, moments,
 // the command-line form, its ranges, and the real clock's interruptible delay). Deterministic:
-// fixed seeds; the only timing is a delay that must end well before its length.
+// fixed seeds; the only timing is a delay that must end well before its length. Then the parts
+// of the path's core that stand alone: each sync mode's admission rule, moved by a scripted epoch
+// (ps_admission.hpp), and the virtual clock's order of events (ps_clock.hpp).
 #include <doctest/doctest.h>
 
 #include <strata/distribute/partitioner.hpp>
+#include <strata/distribute/ps_admission.hpp>
+#include <strata/distribute/ps_clock.hpp>
 #include <strata/distribute/straggler.hpp>
 
 #include <chrono>
@@ -319,4 +323,170 @@ TEST_CASE("stragglers: a real-clock delay is range-checked, ends when done, and 
     strata::stop_signal() = 0;
     CHECK(stopped);
     CHECK(took < std::chrono::seconds(2));
+}
+
+namespace {
+
+// An epoch as an admission rule sees it, which records the rule's moves as text.
+struct ScriptedEpoch final : sd::detail::PsEpochMoves {
+    int n = 4, open = 0, round = 4;
+    bool virtual_ = false, more_updates = true;
+    std::vector<int> waits, blocks;
+    std::vector<std::int64_t> leads = std::vector<std::int64_t>(4, 0);
+    std::int64_t gap = 0;
+    std::string moves;
+    int workers() const override { return n; }
+    int pending() const override { return open; }
+    int round_started() const override { return round; }
+    bool virtual_clock() const override { return virtual_; }
+    bool close() override {
+        moves += "close ";
+        open = 0;
+        return more_updates;
+    }
+    void cancel_computing() override { moves += "cancel "; }
+    void start_round() override { moves += "round "; }
+    void dispatch(int w) override { moves += "dispatch" + std::to_string(w) + " "; }
+    void wait(int w) override { waits.push_back(w); }
+    bool waiting(int w) const override { return std::find(waits.begin(), waits.end(), w) != waits.end(); }
+    void defer(int w) override { moves += "defer" + std::to_string(w) + " "; }
+    void clear_deferred() override { moves += "undefer "; }
+    std::int64_t lead(int w) const override { return leads[std::size_t(w)]; }
+    void block(int w) override { moves += "block" + std::to_string(w) + " "; blocks.push_back(w); }
+    bool blocked(int w) const override { return std::find(blocks.begin(), blocks.end(), w) != blocks.end(); }
+    void idle(int w) override { moves += "idle" + std::to_string(w) + " "; }
+    void record_ssp_gap(std::int64_t g) override { gap = std::max(gap, g); }
+};
+
+}  // namespace
+
+TEST_CASE("admission: each sync mode's rule closes, cancels and restarts as sync.hpp's table says") {
+    using sd::detail::make_admission;
+    using R = strata::sync::Rule;
+    SUBCASE("Synchronous: the round's last push closes the update, then a new round") {
+        auto rule = make_admission(R::Synchronous, 0, -1);
+        CHECK(rule->rounds());
+        CHECK(rule->needs_every_worker());
+        CHECK(rule->expected_updates(10, 4) == 3);
+        ScriptedEpoch e;
+        e.open = 3;
+        CHECK(rule->admitted(2, e));
+        CHECK(e.moves.empty());
+        CHECK(e.waiting(2));
+        e.open = 4;
+        CHECK(rule->admitted(1, e));
+        CHECK(e.moves == "cancel close round ");
+        e.open = 4;
+        e.more_updates = false;  // fit wants no more: no new round
+        e.moves.clear();
+        CHECK(!rule->admitted(0, e));
+        CHECK(e.moves == "cancel close ");
+    }
+    SUBCASE("KSync<2>: the second push closes, the rest are cancelled; a short round needs fewer") {
+        auto rule = make_admission(R::KSync, 2, -1);
+        CHECK(rule->rounds());
+        CHECK(!rule->needs_every_worker());
+        ScriptedEpoch e;
+        e.open = 1;
+        CHECK(rule->admitted(3, e));
+        CHECK(e.moves.empty());
+        e.open = 2;
+        CHECK(rule->admitted(0, e));
+        CHECK(e.moves == "cancel close round ");
+        e.moves.clear();
+        e.round = 1;  // the data ran out after one dispatch
+        e.open = 1;
+        CHECK(rule->admitted(0, e));
+        CHECK(e.moves == "cancel close round ");
+    }
+    SUBCASE("KBatchSync<2>: a push below K restarts the worker (deferred under the virtual clock)") {
+        auto rule = make_admission(R::KBatchSync, 2, -1);
+        CHECK(rule->expected_updates(10, 4) == -1);
+        ScriptedEpoch e;
+        e.open = 1;
+        CHECK(rule->admitted(3, e));
+        CHECK(e.moves == "dispatch3 ");
+        e.virtual_ = true;
+        e.moves.clear();
+        CHECK(rule->admitted(1, e));
+        CHECK(e.moves == "defer1 ");
+        e.open = 2;
+        e.moves.clear();
+        CHECK(rule->admitted(2, e));
+        CHECK(e.moves == "undefer cancel close round ");
+    }
+    SUBCASE("KAsync<2>: pushers wait; K pushes close and every waiting worker starts again") {
+        auto rule = make_admission(R::KAsync, 2, -1);
+        CHECK(!rule->rounds());
+        CHECK(rule->expected_updates(9, 4) == 5);
+        ScriptedEpoch e;
+        e.open = 1;
+        CHECK(rule->admitted(3, e));
+        CHECK(e.moves.empty());
+        e.open = 2;
+        CHECK(rule->admitted(1, e));
+        CHECK(e.moves == "close dispatch1 dispatch3 ");
+    }
+    SUBCASE("KBatchAsync<2>: the pusher goes on at once; every K-th push closes first") {
+        auto rule = make_admission(R::KBatchAsync, 2, -1);
+        ScriptedEpoch e;
+        e.open = 1;
+        CHECK(rule->admitted(2, e));
+        CHECK(e.moves == "dispatch2 ");
+        e.open = 2;
+        e.moves.clear();
+        CHECK(rule->admitted(0, e));
+        CHECK(e.moves == "close dispatch0 ");
+        e.open = 2;
+        e.more_updates = false;
+        e.moves.clear();
+        CHECK(!rule->admitted(0, e));
+        CHECK(e.moves == "close ");
+    }
+    SUBCASE("Asynchronous<1>: every push closes; a worker more than B ahead blocks until the slowest catches up") {
+        auto rule = make_admission(R::Asynchronous, 1, 1);
+        CHECK(rule->expected_updates(7, 4) == 7);
+        ScriptedEpoch e;
+        e.open = 1;
+        e.leads = {2, 0, 1, 0};
+        CHECK(rule->admitted(0, e));
+        CHECK(e.moves == "close block0 block0 ");  // blocked, and still blocked when the blocked are tried again
+        e.leads = {1, 0, 1, 0};  // the slowest finished one: worker 0 is within the bound again
+        e.open = 1;
+        e.moves.clear();
+        CHECK(rule->admitted(2, e));
+        CHECK(e.moves == "close idle2 dispatch2 idle0 dispatch0 ");
+        rule->dispatched(0, e);
+        CHECK(e.gap == 1);
+        auto unbounded = make_admission(R::Asynchronous, 1, -1);
+        e.leads = {100, 0, 0, 0};
+        e.open = 1;
+        e.blocks.clear();
+        e.moves.clear();
+        CHECK(unbounded->admitted(0, e));
+        CHECK(e.moves == "close idle0 dispatch0 ");
+    }
+}
+
+TEST_CASE("ps clock: the virtual clock's next event is the soonest finish, the lowest worker on a tie") {
+    const auto st = sd::Stragglers::none();
+    sd::detail::PsClock clock(true, st, 0, 0.5);
+    CHECK(clock.is_virtual());
+    CHECK(clock.begin_epoch(3) == 0.0);
+    clock.start(1, 0);
+    clock.start(2, 0);
+    const auto computing = [](int v) { return v != 0; };
+    CHECK(clock.soonest(3, computing) == 1);  // both finish at 0.5
+    clock.advance_to(1);
+    CHECK(clock.seconds() == 0.5);
+    CHECK(clock.now() == 0.5);  // virtual: only the events move the time
+    clock.start(1, 1);
+    CHECK(clock.finish(1) == 1.0);
+    CHECK(clock.soonest(3, computing) == 2);
+    CHECK(clock.soonest(3, [](int) { return false; }) == -1);
+    const auto slow = sd::Stragglers::slow(1, 3.0);
+    sd::detail::PsClock real(false, slow, 0, 0.5);
+    CHECK(!real.is_virtual());
+    CHECK(real.delay(1, 0, 0.1) == doctest::Approx(0.2));  // factor 3: twice the measured time more
+    CHECK(real.delay(0, 0, 0.1) == 0.0);
 }

@@ -2,19 +2,7 @@
 /// \file strata/distribute/path/parameter_server.hpp
 /// The gradient path of `ParameterServer<P, Sync>`: shards on servers, workers that pull
 /// version-stamped copies and push gradients, and a coordinator (the caller's thread) that
-/// admits pushes into updates by the sync mode's rule (sync.hpp's table):
-///
-///   Synchronous   every worker computes on w_j; the update closes when all have pushed.
-///   KSync<K>      every worker starts on w_j; the first K close the update, the rest are
-///                 cancelled (between layers of backward) and everyone restarts on w_{j+1}.
-///   KBatchSync<K> a worker that pushed starts another mini-batch on w_j at once; the K-th push
-///                 closes the update and cancels the unfinished ones.
-///   KAsync<K>     a worker that pushed waits; K pushes close the update and the waiting workers
-///                 pull w_{j+1}; nobody is cancelled, so later pushes can be stale.
-///   KBatchAsync<K> a worker that pushed pulls the current version and goes on; every K pushes
-///                 close an update.
-///   Asynchronous<B> each push is an update; a worker that has finished c mini-batches starts
-///                 its next only while c − min over workers ≤ B (stale synchronous parallel).
+/// admits pushes into updates by the sync mode's rule (sync.hpp's table; ps_admission.hpp).
 ///
 /// An update applies the mean gradient of its pushes: workers compute with the loss summed over
 /// their examples, and each server divides the sum of its inbox by the update's example count.
@@ -23,38 +11,44 @@
 /// An epoch ends when the data runs out (the last, partial update is applied) or when fit's
 /// steps_per_epoch updates are done; mini-batches still in flight then are cancelled, so work
 /// never straddles an epoch (evaluation and checkpoints see a quiet model).
+///
+/// The parts, each in its own header, one at a time:
+///   ps_shards.hpp       what a server and a worker hold (PsServer, PsWorkerCopy)
+///   ps_admission.hpp    one admission rule per sync mode (PsAdmission), chosen at run time
+///   ps_clock.hpp        the real or virtual clock and the straggler draws (PsClock)
+///   ps_worker_pool.hpp  the coordinator's hand-off to the worker threads (PsWorkerPool)
+///   ps_transport.hpp    pull, push and apply: in process, or the coordinator's messages (PsTransport)
+///   ps_messages.hpp     the messages across processes; ps_ranks.hpp the server and worker ranks' loops
+/// This file wires them: ParameterServerCore owns the state that outlives an epoch, and its
+/// Coordinator runs one epoch as a loop over them.
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <limits>
-#include <thread>
-#include <condition_variable>
-#include <deque>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "strata/core/stop_signal.hpp"
 #include "strata/distribute/gradient_path.hpp"
 #include "strata/distribute/parameter_server.hpp"
 #include "strata/distribute/parameter_server_stats.hpp"
+#include "strata/distribute/ps_admission.hpp"
+#include "strata/distribute/ps_clock.hpp"
+#include "strata/distribute/ps_messages.hpp"
+#include "strata/distribute/ps_ranks.hpp"
+#include "strata/distribute/ps_shards.hpp"
+#include "strata/distribute/ps_transport.hpp"
+#include "strata/distribute/ps_worker_pool.hpp"
 #include "strata/distribute/replica_pool.hpp"
 
 namespace strata::distribute {
 
 namespace detail {
-struct Cancelled {};  // thrown by backward's hook to stop a cancelled mini-batch between layers
-// Across processes: a worker rank that did not report by the deadline (killed, stopped, gone).
-struct WorkerLost : DistributedError {
-    using DistributedError::DistributedError;
-};
 
 /// What of ParameterServer's path depends on neither the network nor the sync type: the
 /// servers and their shards, the workers' copies, the coordinator that admits pushes by the
@@ -66,12 +60,9 @@ struct WorkerLost : DistributedError {
 template <class P, class T>
 class ParameterServerCore {
 public:
-    /// A unit of work on one mini-batch (Model's): worker w's batch, its copy of the variables,
-    /// its gradient buffer, the loss's denominator, the step, and the hook backward calls
-    /// between layers (a cancelled mini-batch stops there).
+    /// A unit of work on one mini-batch (Model's): ps_ranks.hpp's PsWork.
     template <class Y>
-    using Work = FunctionRef<UnitWork(int, const ReplicaBatch<Y>&, const T*, T*, double, std::uint64_t,
-                                      FunctionRef<void(std::int64_t, std::int64_t)>)>;
+    using Work = PsWork<T, Y>;
     /// The next mini-batch, or none when the data is exhausted.
     template <class Y>
     using Next = FunctionRef<std::optional<ReplicaBatch<Y>>()>;
@@ -103,7 +94,7 @@ public:
 
     /// Every worker pulls the current version (evaluate and predict compute with it).
     void prepare_inference() {
-        for (int w = 0; w < num_workers_; ++w) pull(w);
+        for (int w = 0; w < num_workers_; ++w) transport_.pull(w, version_);
     }
     const T* inference_params(int w) { return workers_[std::size_t(w)].params.data(); }
 
@@ -116,10 +107,7 @@ public:
 
     /// Updates an epoch over `batches` mini-batches is expected to make (-1: not known ahead).
     std::int64_t expected_updates(std::int64_t batches) const {
-        if (batches < 0) return -1;
-        if (rule_ == sync::Rule::Synchronous || rule_ == sync::Rule::KSync) return (batches + num_workers_ - 1) / num_workers_;
-        else if (rule_ == sync::Rule::KBatchSync) return -1;  // cancelled batches are not known ahead
-        else return (batches + k_ - 1) / k_;
+        return batches < 0 ? -1 : admission_->expected_updates(batches, num_workers_);
     }
 
     // ---- figures ----------------------------------------------------------------------------
@@ -130,7 +118,7 @@ public:
     /// Called after every update with its record (e.g. to plot error against time).
     void set_update_observer(std::function<void(const UpdateRecord&)> f) { observer_ = std::move(f); }
     /// Clock seconds since the path was built (virtual under Clock::Virtual).
-    double clock_seconds() const { return now_; }
+    double clock_seconds() const { return clock_.seconds(); }
     std::int64_t version() const { return version_; }
     /// Across processes: the workers lost so far (killed or stalled past the deadline) under a
     /// mode that goes on without them (every mode but Synchronous), in the order they were lost.
@@ -145,11 +133,11 @@ public:
 
     std::vector<T> get_weights() const {
         std::vector<T> out(static_cast<std::size_t>(num_params_));
-        for (const auto& srv : servers_) gather(srv, srv.params, out);
+        for (const auto& srv : servers_) srv.gather(srv.params, out);
         return out;
     }
     void set_weights(const std::vector<T>& w) {
-        for (auto& srv : servers_) scatter(srv, w, srv.params);
+        for (auto& srv : servers_) srv.scatter(w, srv.params);
         ++version_;  // workers holding an older copy pull again
     }
     std::vector<std::pair<std::string, std::vector<T>>> slots() const {
@@ -159,7 +147,7 @@ public:
             std::vector<T> v(static_cast<std::size_t>(num_params_));
             for (const auto& srv : servers_)
                 for (auto& [n2, t2] : const_cast<optim::OptimizerState<T, P>&>(srv.opt).slots())
-                    if (n2 == name) gather(srv, t2, v);
+                    if (n2 == name) srv.gather(t2, v);
             out.emplace_back(name, std::move(v));
         }
         return out;
@@ -169,7 +157,7 @@ public:
         for (auto& srv : servers_)
             for (auto& [n, t] : srv.opt.slots())
                 if (n == name) {
-                    scatter(srv, v, t);
+                    srv.scatter(v, t);
                     found = true;
                 }
         return found;
@@ -203,251 +191,376 @@ public:
     }
 
 private:
-    // A server: its shards as one compact buffer (shard after shard, in plan order), their
-    // optimizer slots, and the inbox of pushes for the open update.
-    struct Server {
-        std::vector<ShardRange> ranges;
-        std::vector<std::int64_t> compact;  // where each range starts in the compact buffers
-        std::int64_t size = 0;
-        Tensor<T, P> params;
-        optim::OptimizerState<T, P> opt;
-        std::vector<Tensor<T, P>> inbox;  // messages; reused across updates
-        int received = 0;
-    };
-    struct Worker {
-        Tensor<T, P> params, grads;
-        std::int64_t version = -1;   // the version its params hold
-        std::uint64_t batches = 0;   // mini-batches started (the straggler draws' counter)
-    };
+    using Role = ParameterServerProcesses::Role;
+    using Job = PsWorkerPool::Job;
+    using Result = PsWorkerPool::Result;
     enum class State { Idle, Computing, Waiting, Blocked, Lost };
-    struct Job {
-        bool pending = false;
-        std::uint64_t step = 0, n = 0;
-    };
-    struct Result {
-        bool ready = false, cancelled = false;
-        UnitWork work{};
-        // What a worker's exception said, taken on the worker's thread: the exception object
-        // itself never crosses threads (its reference count lives in libstdc++, which TSan
-        // does not see, so a cross-thread release reads as a race).
-        bool failed = false;
-        bool lost = false;  // across processes: the worker rank did not report by the deadline
-        std::string error{};
-    };
+    // One epoch as the coordinator runs it (defined below).
     template <class Y>
-    struct OwnedBatch {
-        std::vector<float> x;
-        std::vector<Y> y;
-        std::vector<float> w;  // sample weights; empty when the data has none
-        ReplicaBatch<Y> view() const {
-            ReplicaBatch<Y> b;
-            b.x = x;
-            b.y = y;
-            b.w = w;
-            b.size = size;
-            b.global_size = size;
-            b.example_size = example_size;
-            b.y_per_example = y_per_example;
-            return b;
-        }
-        std::int64_t size = 0, example_size = 0, y_per_example = 1;
-    };
+    class Coordinator;
 
     void plan();
-
-    // Server `srv`'s compact buffer `from` into the flat layout `out` (host).
-    void gather(const Server& srv, const Tensor<T, P>& from, std::vector<T>& out) const {
-        if (srv.size == 0) return;
-        const auto v = to_vector(const_cast<Tensor<T, P>&>(from).view());
-        for (std::size_t i = 0; i < srv.ranges.size(); ++i)
-            std::copy_n(v.begin() + srv.compact[i], srv.ranges[i].count, out.begin() + srv.ranges[i].first);
-    }
-    void scatter(const Server& srv, const std::vector<T>& flat, Tensor<T, P>& to) const {
-        for (std::size_t i = 0; i < srv.ranges.size(); ++i)
-            copy(TensorView<T, place::Host>(const_cast<T*>(flat.data()) + srv.ranges[i].first, Shape{srv.ranges[i].count}),
-                 TensorView<T, P>(to.data() + srv.compact[i], Shape{srv.ranges[i].count}));
-    }
-
-    // Pull: every server's reply (a copy of its shards at the current version) lands in the
-    // worker's own buffer.
-    void pull(int w) {
-        auto& wk = workers_[std::size_t(w)];
-        if (wk.version == version_) return;
-        for (auto& srv : servers_)
-            for (std::size_t i = 0; i < srv.ranges.size(); ++i)
-                copy(TensorView<T, P>(srv.params.data() + srv.compact[i], Shape{srv.ranges[i].count}),
-                     TensorView<T, P>(wk.params.data() + srv.ranges[i].first, Shape{srv.ranges[i].count}));
-        wk.version = version_;
-    }
-    // Push: one message per server, a copy of its shards of the worker's gradient.
-    void push(int w) {
-        auto& wk = workers_[std::size_t(w)];
-        for (auto& srv : servers_) {
-            if (srv.size == 0) continue;
-            if (int(srv.inbox.size()) <= srv.received) srv.inbox.emplace_back(Shape{srv.size});
-            auto& msg = srv.inbox[std::size_t(srv.received++)];
-            for (std::size_t i = 0; i < srv.ranges.size(); ++i)
-                copy(TensorView<T, P>(wk.grads.data() + srv.ranges[i].first, Shape{srv.ranges[i].count}),
-                     TensorView<T, P>(msg.data() + srv.compact[i], Shape{srv.ranges[i].count}));
-        }
-    }
-
-
-
-    // The smallest count of finished mini-batches among the workers still there (SSP).
-    static std::int64_t slowest(const std::vector<std::int64_t>& completed, const std::vector<State>& state) {
-        std::int64_t lo = std::numeric_limits<std::int64_t>::max();
-        for (std::size_t i = 0; i < completed.size(); ++i)
-            if (state[i] != State::Lost) lo = std::min(lo, completed[i]);
-        return lo == std::numeric_limits<std::int64_t>::max() ? 0 : lo;
-    }
-    // How long the coordinator waits for a worker's result: across processes longer than the
-    // proxy's own deadline, so that the proxy names the worker rank first.
-    std::chrono::milliseconds coordinator_wait() const { return remote_ ? 2 * timeout() + std::chrono::seconds(1) : timeout(); }
-
-    // ---- across processes (ParameterServerOptions::processes) ------------------------------------
-    using Role = ParameterServerProcesses::Role;
-    using Received = ParameterServerProcesses::Received;
-    // Message kinds.
-    static constexpr std::uint32_t kSendParams = 1, kParams = 2, kJob = 3, kDone = 4, kCancel = 5, kCancelled = 6,
-                                   kFailed = 7, kPushNow = 8, kDiscard = 9, kAdmit = 10, kPush = 11, kApply = 12, kAck = 13,
-                                   kEnd = 14, kState = 15, kAbort = 16;
-    [[noreturn]] void coordinator_stopped(const Received& m) {
-        remote_->mark_lost(-1);  // the job failed: no MPI_Finalize, which would wait for every rank
-        throw DistributedError("ParameterServer: the coordinator stopped the job: " +
-                               std::string(reinterpret_cast<const char*>(m.payload.data()), m.payload.size()));
-    }
-    std::chrono::milliseconds timeout() const { return config_->ps_options().timeout; }
-    // How long a server or worker waits for the coordinator's next word: the coordinator itself
-    // may wait a timeout for a worker first.
-    std::chrono::milliseconds idle_timeout() const { return 10 * timeout(); }
-
-    template <class V>
-    static void put(std::vector<std::byte>& out, const V* p, std::size_t n) {
-        if (n == 0) return;  // an empty vector's data() may be null
-        const auto* b = reinterpret_cast<const std::byte*>(p);
-        out.insert(out.end(), b, b + n * sizeof(V));
-    }
-    template <class V>
-    static const std::byte* get(const std::byte* in, V* p, std::size_t n) {
-        if (n == 0) return in;
-        std::memcpy(static_cast<void*>(p), in, n * sizeof(V));
-        return in + n * sizeof(V);
-    }
-
-    void apply_inbox(Server& srv, T inv) {
-        if (srv.size == 0 || srv.received == 0) return;
-        auto acc = srv.inbox[0].view();
-        for (int i = 1; i < srv.received; ++i) axpy(T(1), srv.inbox[std::size_t(i)].view(), acc);
-        scale(acc, inv, acc);
-        srv.opt.apply(srv.params.data(), acc.data());
-        srv.received = 0;
-    }
-
-    // Coordinator: the decision on a finished mini-batch (push it, or discard it).
-    void decide(int w, std::uint32_t kind, std::uint64_t step) { remote_->send(remote_->worker_rank(w), kind, step, {}); }
-    void remote_push(int w, std::uint64_t step) {
-        decide(w, kPushNow, step);
-        const std::int64_t who = w;
-        for (int sv = 0; sv < int(servers_.size()); ++sv)
-            remote_->send(remote_->server_rank(sv), kAdmit, step, std::as_bytes(std::span<const std::int64_t>(&who, 1)));
-    }
-    void remote_apply(T inv) {
-        for (int sv = 0; sv < int(servers_.size()); ++sv)
-            remote_->send(remote_->server_rank(sv), kApply, std::uint64_t(version_), std::as_bytes(std::span<const T>(&inv, 1)));
-        for (int sv = 0; sv < int(servers_.size()); ++sv) {
-            const auto m = remote_->receive(remote_->server_rank(sv), "ParameterServer: update acknowledgement", coordinator_wait());
-            STRATA_CHECK(m.kind == kAck, DistributedError, "ParameterServer: ", remote_->name(m.source), " sent message ", m.kind,
-                         " where an acknowledgement was expected");
-            std::int64_t stop = 0;
-            if (m.payload.size() >= sizeof stop) get(m.payload.data(), &stop, 1);
-            take_stop(int(stop));
-        }
-    }
-
-    // Coordinator, on worker w's proxy thread: the mini-batch computed by worker rank w.
-    template <class Y>
-    UnitWork remote_work(int w, const OwnedBatch<Y>& ob, const Job& job, std::atomic<bool>& cancel);
-
-    // Worker rank, on the thread of its worker index: the coordinator's jobs until the epoch ends.
-    template <class Y>
-    void work_epoch(int w, Work<Y> work);
-
-    // Server or worker rank: the coordinator's end of an epoch, with the ranks of the workers
-    // lost so far. Every rank must learn them: the servers do not send their state to them, and
-    // no rank may call MPI_Finalize at exit, which waits for every rank (a worker that was
-    // stopped, then killed while the others were in it, left them waiting there for ever).
-    // Its first word is the stop the coordinator decided (the signal, 0: none): every rank's
-    // stop_signal() takes it, so each rank's StopOnSignal ends fit after this epoch and the
-    // program exits with that signal's status on every rank.
-    void epoch_ended(const Received& m) {
-        const std::size_t words = m.payload.size() / sizeof(std::int64_t);
-        std::int64_t stop = 0;
-        if (words > 0) get(m.payload.data(), &stop, 1);
-        gone_ranks_.assign(words > 0 ? words - 1 : 0, 0);
-        if (!gone_ranks_.empty()) std::memcpy(gone_ranks_.data(), m.payload.data() + sizeof(std::int64_t), gone_ranks_.size() * sizeof(std::int64_t));
-        for (auto r : gone_ranks_) remote_->mark_lost(int(r));
-        take_stop(int(stop));
-    }
-    // A stop asked for on another rank (a signal that reached one worker, server or the
-    // coordinator alone): the highest signal wins, as in the lockstep strategies' agreement.
-    static void take_stop(int signal) {
-        int mine = stop_signal().load();
-        while (signal > mine && !stop_signal().compare_exchange_weak(mine, signal)) {
-        }
-    }
-    // The stop this rank asks for, sent with its next report (a worker's result, a server's
-    // acknowledgement): the parameter server's ranks never meet in lockstep, so the coordinator
-    // collects the requests and its epoch's end carries the decision to every rank.
-    static std::int64_t stop_request() { return std::int64_t(stop_signal().load()); }
-
-    // Server rank: the coordinator's commands until the epoch ends.
-    void serve_epoch();
-
-    // Every rank, after an epoch: each server sends its shards, optimizer slots and iteration
-    // count to every other rank, so that every rank's copy of the servers is the same.
-    void sync_mirror();
 
     ReplicaRuntime<P>* runtime_;
     const ParameterServerConfig* config_;
     std::int64_t num_params_;
     std::vector<nn::ParamInfo> infos_;  // the network's variables
     ParameterServerProcesses* remote_;  // across processes: roles and messages; null in one process
-    std::vector<int> lost_;                 // across processes: workers lost (their indices)
-    std::vector<std::int64_t> gone_ranks_;  // across processes: their ranks, as the last epoch's end said
-    sync::Rule rule_;        // the sync mode's admission rule (the type's, or chosen at run time)
-    bool lockstep_rounds_;   // Synchronous, KSync, KBatchSync: updates close rounds of dispatches
-    int num_workers_;     // W: the workers (lost ones included)
-    int k_;               // K of the K modes (0 otherwise)
-    int staleness_bound_; // B of Asynchronous<B> (-1: unbounded)
+    std::vector<int> lost_;             // across processes: workers lost (their indices)
+    int num_workers_;                   // W: the workers (lost ones included)
     std::vector<ShardRange> shards_;
-    std::vector<Server> servers_;
-    std::vector<Worker> workers_;
-    std::unique_ptr<ReplicaPool> server_pool_;
+    std::vector<PsServer<P, T>> servers_;
+    std::vector<PsWorkerCopy<P, T>> workers_;
+    PsTransport<P, T> transport_;              // pull, push, apply; the servers' threads
+    std::unique_ptr<PsAdmission> admission_;  // the sync mode's rule
+    PsClock clock_;
+    PsWorkerPool pool_;  // coordinator ↔ worker threads
     bool compiled_ = false, in_epoch_ = false;
     std::int64_t version_ = 0;
-    double now_ = 0;
     ParameterServerStats epoch_, total_;
     std::function<void(const UpdateRecord&)> observer_;
-
-    // Coordinator ↔ worker threads.
-    std::mutex mutex_;
-    std::condition_variable cv_;
-    bool stop_ = false;
-    std::vector<Job> jobs_;
-    std::vector<Result> results_;
-    std::deque<int> fifo_;
-    std::vector<std::unique_ptr<std::atomic<bool>>> cancel_;
 };
+
+/// One epoch of ParameterServerCore as the coordinator (the caller's thread) runs it: hands
+/// mini-batches to the workers, takes their results in the clock's order, admits each push and
+/// lets the sync mode's rule (PsAdmission) close updates and restart workers through the moves
+/// of PsEpochMoves. Owns what lasts an epoch: each worker's mini-batch and state, the open
+/// update's totals, the restarts deferred to the end of an instant (virtual clock).
+template <class P, class T>
+template <class Y>
+class ParameterServerCore<P, T>::Coordinator final : public PsEpochMoves {
+public:
+    Coordinator(ParameterServerCore& core, Next<Y> next, std::uint64_t& step, Work<Y> work, OnStep on_step)
+        : c_(core), rule_(*core.admission_), next_(next), step_(step), work_(work), on_step_(on_step),
+          owned_(std::size_t(core.num_workers_)), state_(std::size_t(core.num_workers_), State::Idle),
+          completed_(std::size_t(core.num_workers_), 0) {
+        for (int w : c_.lost_) state_[std::size_t(w)] = State::Lost;  // lost in an earlier epoch
+        c_.epoch_ = ParameterServerStats{};
+        epoch_start_ = c_.clock_.begin_epoch(c_.num_workers_);
+        // Under the virtual clock at most `slots` jobs compute at a time, soonest virtual finish
+        // first: the schedule depends on the drawn times only, so a mini-batch that will be
+        // cancelled before it would finish is never computed unless a core would otherwise be idle.
+        c_.pool_.begin_epoch(std::max(1, hardware_threads() / std::max(1, c_.runtime_->devices()[0].cores)));
+    }
+
+    /// The coordinator's loop: until the data runs out or fit wants no more updates.
+    void run() {
+        if (rule_.rounds()) start_round();
+        else
+            for (int w = 0; w < workers(); ++w) hand_out(w);
+        for (bool stopping = false; !stopping;) {
+            release_deferred();
+            if (computing() == 0) {
+                // Nothing in flight: the data ran out (apply what has arrived), or waiting
+                // workers can go on.
+                if (pending_ > 0 && !close()) break;
+                if (rule_.rounds()) start_round();
+                else
+                    for (int w = 0; w < workers(); ++w)
+                        if (state_[std::size_t(w)] != State::Computing) hand_out(w);
+                if (computing() == 0) break;
+                continue;
+            }
+            const int w = next_finished();
+            const Result r = take(w);
+            if (r.failed && r.lost) {
+                lose(w, r);
+                continue;
+            }
+            if (r.failed) fail(w, r.error);
+            state_[std::size_t(w)] = State::Idle;
+            ++completed_[std::size_t(w)];
+            if (rule_.rounds() && c_.workers_[std::size_t(w)].version != c_.version_) {  // finished after its update closed
+                c_.transport_.discard(w, c_.pool_.job(w).step);
+                ++c_.epoch_.dropped;
+                continue;
+            }
+            admit(w, r.work);
+            stopping = !rule_.admitted(w, *this);
+        }
+        cancel_computing();
+        c_.epoch_.seconds = c_.clock_.now() - epoch_start_;
+        c_.total_.add(c_.epoch_);
+        c_.pool_.finish();
+    }
+
+    /// Worker w's thread: computes the jobs handed to it until the epoch ends.
+    void serve(int w) {
+        c_.pool_.serve(w, [&](const Job& job, std::atomic<bool>& cancel) { return compute(w, job, cancel); });
+    }
+
+    // ---- PsEpochMoves: what the admission rule may do ----------------------------------------------
+
+    int workers() const override { return c_.num_workers_; }
+    int pending() const override { return pending_; }
+    int round_started() const override { return round_started_; }
+    bool virtual_clock() const override { return c_.clock_.is_virtual(); }
+    bool close() override;
+    void cancel_computing() override;
+    void start_round() override {
+        round_started_ = 0;
+        for (int w = 0; w < workers(); ++w) {
+            if (state_[std::size_t(w)] == State::Lost) continue;
+            if (!hand_out(w)) break;
+            ++round_started_;
+        }
+    }
+    void dispatch(int w) override { hand_out(w); }
+    void wait(int w) override { state_[std::size_t(w)] = State::Waiting; }
+    bool waiting(int w) const override { return state_[std::size_t(w)] == State::Waiting; }
+    void defer(int w) override { deferred_.push_back(w); }
+    void clear_deferred() override { deferred_.clear(); }
+    std::int64_t lead(int w) const override { return completed_[std::size_t(w)] - slowest(); }
+    void block(int w) override { state_[std::size_t(w)] = State::Blocked; }
+    bool blocked(int w) const override { return state_[std::size_t(w)] == State::Blocked; }
+    void idle(int w) override { state_[std::size_t(w)] = State::Idle; }
+    void record_ssp_gap(std::int64_t gap) override { c_.epoch_.ssp_gap_max = std::max(c_.epoch_.ssp_gap_max, gap); }
+
+private:
+    bool hand_out(int w);
+    UnitWork compute(int w, const Job& job, std::atomic<bool>& cancel);
+    int next_finished();
+    Result take(int w);
+    void admit(int w, const UnitWork& u);
+    void lose(int w, const Result& r);
+    [[noreturn]] void fail(int w, const std::string& what) const {
+        throw_error<DistributedError>("ParameterServer: worker ", w, " of ", workers(), " failed: ", what);
+    }
+
+    int computing() const {
+        int n = 0;
+        for (auto s : state_) n += s == State::Computing;
+        return n;
+    }
+    // The smallest count of finished mini-batches among the workers still there (SSP).
+    std::int64_t slowest() const {
+        std::int64_t lo = std::numeric_limits<std::int64_t>::max();
+        for (std::size_t i = 0; i < completed_.size(); ++i)
+            if (state_[i] != State::Lost) lo = std::min(lo, completed_[i]);
+        return lo == std::numeric_limits<std::int64_t>::max() ? 0 : lo;
+    }
+    // Virtual clock: posts the soonest unposted jobs while a core is free.
+    void pump() {
+        while (c_.clock_.is_virtual() && c_.pool_.running() < c_.pool_.slots()) {
+            const int best = c_.clock_.soonest(workers(), [&](int v) {
+                return state_[std::size_t(v)] == State::Computing && !c_.pool_.posted(v);
+            });
+            if (best < 0) return;
+            c_.pool_.post(best);
+        }
+    }
+    // Virtual clock: the deferred restarts, once no computing worker finishes at this instant.
+    void release_deferred() {
+        if (deferred_.empty()) return;
+        const int s = c_.clock_.soonest(workers(), [&](int v) { return state_[std::size_t(v)] == State::Computing; });
+        if (s >= 0 && !(c_.clock_.finish(s) > c_.clock_.seconds())) return;
+        for (int v : deferred_)
+            if (state_[std::size_t(v)] == State::Idle) hand_out(v);
+        deferred_.clear();
+    }
+
+    ParameterServerCore& c_;
+    PsAdmission& rule_;
+    Next<Y> next_;
+    std::uint64_t& step_;
+    Work<Y> work_;
+    OnStep on_step_;
+    std::vector<ps_msg::OwnedBatch<Y>> owned_;  // each worker's mini-batch
+    std::vector<State> state_;
+    std::vector<std::int64_t> completed_;  // mini-batches each worker finished this epoch (SSP)
+    std::vector<int> deferred_;            // virtual clock: restarts held until the instant's other arrivals
+    double epoch_start_ = 0;
+    bool exhausted_ = false;
+    int round_started_ = 0;
+    int pending_ = 0;  // pushes in the open update
+    std::int64_t pending_max_staleness_ = 0;
+    StepTotals totals_;  // the open update's
+};
+
+// Hands worker w its next mini-batch (pulling first if its copy is older than the current
+// version); false when the data is exhausted.
+template <class P, class T>
+template <class Y>
+bool ParameterServerCore<P, T>::Coordinator<Y>::hand_out(int w) {
+    if (exhausted_ || state_[std::size_t(w)] == State::Lost) return false;
+    auto b = next_();
+    if (!b) {
+        exhausted_ = true;
+        return false;
+    }
+    owned_[std::size_t(w)].assign(*b);
+    c_.transport_.pull(w, c_.version_);
+    const std::uint64_t n = c_.workers_[std::size_t(w)].batches++;
+    c_.clock_.start(w, n);
+    c_.pool_.prepare(w, Job{true, ++step_, n});
+    c_.transport_.send_shards(w, step_);
+    state_[std::size_t(w)] = State::Computing;
+    if (!c_.clock_.is_virtual()) c_.pool_.post(w);
+    rule_.dispatched(w, *this);
+    return true;
+}
+
+// On worker w's thread: its mini-batch computed here (or by its rank, across processes), then,
+// under the real clock, the straggler model's delay slept.
+template <class P, class T>
+template <class Y>
+UnitWork ParameterServerCore<P, T>::Coordinator<Y>::compute(int w, const Job& job, std::atomic<bool>& cancel) {
+    bool reported = false;  // across processes: the worker rank finished and awaits a decision
+    // Cancelled after it finished: across processes the worker rank is told to discard it.
+    auto stop_if_cancelled = [&] {
+        if (!cancel.load()) return;
+        if (reported) c_.transport_.discard(w, job.step);
+        throw Cancelled{};
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    UnitWork u;
+    if (c_.remote_) {
+        u = c_.transport_.compute_remote(w, owned_[std::size_t(w)], job.step, cancel);
+        reported = true;
+    } else {
+        auto& wk = c_.workers_[std::size_t(w)];
+        u = work_(w, owned_[std::size_t(w)].view(), wk.params.data(), wk.grads.data(), 1.0, job.step, [&](std::int64_t, std::int64_t) {
+            if (cancel.load(std::memory_order_relaxed)) throw Cancelled{};
+        });
+    }
+    stop_if_cancelled();
+    if (!c_.clock_.is_virtual()) {
+        const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double delay = c_.clock_.delay(w, job.n, measured);
+        if (delay > 0) c_.pool_.sleep(delay, cancel);
+        stop_if_cancelled();
+    }
+    return u;
+}
+
+// The next worker to finish: under the virtual clock the soonest finish (the time jumps there,
+// and its job is computed now if it was not yet); under the real clock the first to report.
+template <class P, class T>
+template <class Y>
+int ParameterServerCore<P, T>::Coordinator<Y>::next_finished() {
+    if (c_.clock_.is_virtual()) {
+        const int w = c_.clock_.soonest(workers(), [&](int v) { return state_[std::size_t(v)] == State::Computing; });
+        c_.clock_.advance_to(w);
+        pump();
+        if (!c_.pool_.posted(w)) c_.pool_.post(w);
+        return w;
+    }
+    const auto w = c_.pool_.first_finished(c_.transport_.coordinator_wait());
+    if (!w) {
+        std::string who;
+        for (int v = 0; v < workers(); ++v)
+            if (state_[std::size_t(v)] == State::Computing) who += (who.empty() ? "" : ", ") + std::to_string(v);
+        throw_error<DistributedError>("ParameterServer: worker(s) ", who, " of ", workers(), " did not finish a mini-batch within ",
+                                      c_.transport_.timeout().count(), " ms");
+    }
+    c_.clock_.now();
+    return *w;
+}
+
+template <class P, class T>
+template <class Y>
+typename ParameterServerCore<P, T>::Result ParameterServerCore<P, T>::Coordinator<Y>::take(int w) {
+    auto r = c_.pool_.take_result(w, c_.transport_.coordinator_wait());
+    if (!r)
+        throw_error<DistributedError>("ParameterServer: worker ", w, " of ", workers(), " did not finish its mini-batch within ",
+                                      c_.transport_.timeout().count(), " ms");
+    return *r;
+}
+
+// Worker w's push into the open update.
+template <class P, class T>
+template <class Y>
+void ParameterServerCore<P, T>::Coordinator<Y>::admit(int w, const UnitWork& u) {
+    const std::int64_t staleness = c_.version_ - c_.workers_[std::size_t(w)].version;
+    c_.transport_.push(w, c_.pool_.job(w).step);
+    ++pending_;
+    totals_.loss_sum += u.loss_sum;
+    totals_.correct += double(u.correct);
+    totals_.examples += u.examples;
+    auto& e = c_.epoch_;
+    ++e.gradients;
+    e.staleness_sum += staleness;
+    e.staleness_max = std::max(e.staleness_max, staleness);
+    pending_max_staleness_ = std::max(pending_max_staleness_, staleness);
+    if (std::size_t(staleness) >= e.histogram.size()) e.histogram.resize(std::size_t(staleness) + 1);
+    ++e.histogram[std::size_t(staleness)];
+}
+
+template <class P, class T>
+template <class Y>
+bool ParameterServerCore<P, T>::Coordinator<Y>::close() {
+    if (pending_ == 0) return true;
+    const T inv = T(1) / T(totals_.examples > 0 ? totals_.examples : 1);
+    c_.transport_.apply(inv, c_.version_);
+    ++c_.version_;
+    ++c_.epoch_.updates;
+    const StepTotals t = totals_;
+    const int g = pending_;
+    totals_ = StepTotals{};
+    pending_ = 0;
+    if (c_.observer_) c_.observer_(UpdateRecord{c_.version_, c_.clock_.now(), g, pending_max_staleness_});
+    pending_max_staleness_ = 0;
+    return on_step_(t);
+}
+
+template <class P, class T>
+template <class Y>
+void ParameterServerCore<P, T>::Coordinator<Y>::cancel_computing() {
+    for (int w = 0; w < workers(); ++w)
+        if (state_[std::size_t(w)] == State::Computing) c_.pool_.cancel(w);
+    c_.pool_.notify();
+    for (int w = 0; w < workers(); ++w) {
+        if (state_[std::size_t(w)] != State::Computing) continue;
+        if (!c_.pool_.posted(w)) {  // virtual clock: never started for real, nothing to stop
+            state_[std::size_t(w)] = State::Idle;
+            ++c_.epoch_.cancelled;
+            continue;
+        }
+        const Result r = take(w);
+        state_[std::size_t(w)] = State::Idle;
+        if (r.failed && r.lost) {
+            lose(w, r);
+            continue;
+        }
+        if (r.failed) fail(w, r.error);
+        if (!r.cancelled) c_.transport_.discard(w, c_.pool_.job(w).step);
+        // Virtual clock: it was cancelled at this virtual time, whatever the threads did.
+        // Real clock: one that finished before it saw the cancellation is a late push.
+        if (r.cancelled || c_.clock_.is_virtual()) ++c_.epoch_.cancelled;
+        else ++c_.epoch_.dropped;
+    }
+}
+
+// A worker rank that did not report: every mode but Synchronous goes on without it (its
+// mini-batch dropped); Synchronous, which needs every worker, stops naming it.
+template <class P, class T>
+template <class Y>
+void ParameterServerCore<P, T>::Coordinator<Y>::lose(int w, const Result& r) {
+    const int rank = c_.transport_.lose(w);
+    if (rule_.needs_every_worker()) fail(w, r.error + " (Synchronous needs every worker; the asynchronous and K modes go on without a lost one)");
+    state_[std::size_t(w)] = State::Lost;
+    c_.lost_.push_back(w);
+    c_.epoch_.lost_workers.push_back(w);  // into the report and the JSON (stats())
+    c_.epoch_.lost_ranks.push_back(rank);
+    ++c_.epoch_.dropped;
+    int left = 0;
+    for (auto st : state_) left += st != State::Lost;
+    if (left == 0) fail(w, r.error + " (no worker left)");
+    std::fprintf(stderr, "strata: warning: ParameterServer: %s; its mini-batch is dropped and training goes on with %d "
+                         "of %d workers\n", r.error.c_str(), left, workers());
+}
 
 template <class P, class T>
 ParameterServerCore<P, T>::ParameterServerCore(ReplicaRuntime<P>& runtime, const ParameterServerConfig& config, std::int64_t num_params,
                                                std::vector<nn::ParamInfo> infos, FunctionRef<collective::Settings()> model_settings,
                                                FunctionRef<void(T*)> init)
     : runtime_(&runtime), config_(&config), num_params_(num_params), infos_(std::move(infos)),
-      remote_(config.ps_options().processes.get()), rule_(config.rule()),
-      lockstep_rounds_(rule_ == sync::Rule::Synchronous || rule_ == sync::Rule::KSync || rule_ == sync::Rule::KBatchSync),
-      num_workers_(runtime.num_replicas_in_sync()), k_(config.k()), staleness_bound_(config.staleness_bound()) {
+      remote_(config.ps_options().processes.get()), num_workers_(runtime.num_replicas_in_sync()),
+      transport_(servers_, workers_, remote_, config.ps_options().timeout),
+      admission_(make_admission(config.rule(), config.k(), config.staleness_bound())),
+      clock_(config.ps_options().clock == Clock::Virtual, config.ps_options().stragglers, config.ps_options().straggler_seed,
+             config.ps_options().virtual_batch_seconds),
+      pool_(num_workers_) {
     plan();
     distribute::detail::check_units_fit_memory("ParameterServer", "workers", num_workers_, 2 * std::uint64_t(num_params_) * sizeof(T),
                                                "a pulled copy of the variables and a gradient");
@@ -456,8 +569,8 @@ ParameterServerCore<P, T>::ParameterServerCore(ReplicaRuntime<P>& runtime, const
         workers_[std::size_t(w)].params.resize(Shape{num_params_});
         workers_[std::size_t(w)].grads.resize(Shape{num_params_});
     });
-    server_pool_ = std::make_unique<ReplicaPool>(config_->num_servers(), [](int) { set_num_threads(1); }, true);
-    server_pool_->run([&](int sv) {
+    transport_.start_servers();
+    transport_.on_servers([&](int sv) {
         auto& srv = servers_[std::size_t(sv)];
         srv.params.resize(Shape{srv.size});
     });
@@ -471,9 +584,6 @@ ParameterServerCore<P, T>::ParameterServerCore(ReplicaRuntime<P>& runtime, const
         remote_->agree(same, "the model");
     }
     set_weights(host);
-    for (int i = 0; i < num_workers_; ++i) cancel_.push_back(std::make_unique<std::atomic<bool>>(false));
-    jobs_.resize(std::size_t(num_workers_));
-    results_.resize(std::size_t(num_workers_));
 }
 
 template <class P, class T>
@@ -485,7 +595,7 @@ void ParameterServerCore<P, T>::compile(const optim::Optimizer& o) {
                  ") needs the norm of the whole model's gradient, and each server updates its shards from its own part; "
                  "train without it, or under Mirrored, CentralStorage or MultiWorkerMirrored");
     if (remote_) remote_->agree({{"optimizer", optim::describe(o)}}, "the optimizer");  // every rank the same one
-    server_pool_->run([&](int sv) {
+    transport_.on_servers([&](int sv) {
         auto& srv = servers_[std::size_t(sv)];
         // The moving statistics among the server's ranges, at their places in its compact buffer.
         std::vector<optim::MovingAverageRange> moving;
@@ -505,678 +615,31 @@ template <class Y>
 void ParameterServerCore<P, T>::epoch_run(Next<Y> next, std::uint64_t& step, Work<Y> work, OnStep on_step) {
     STRATA_CHECK(compiled_, ValueError, "ParameterServer: the model is not compiled");
     STRATA_CHECK(!in_epoch_, ValueError, "ParameterServer: fit or train_step called from inside an epoch (a callback)");
-    if (remote_ && remote_->role() != Role::Coordinator) {
-        // A server or worker rank serves the coordinator's epoch, then takes the state.
-        in_epoch_ = true;
-        struct Guard {
-            bool& flag;
-            ~Guard() { flag = false; }
-        } g{in_epoch_};
-        if (remote_->role() == Role::Server) serve_epoch();
-        else runtime_->run_replicas([&](int t) {
-                if (t == remote_->index()) work_epoch<Y>(t, work);
-            });
-        sync_mirror();
-        return;
-    }
-    const auto& opt = config_->ps_options();
-    const bool virtual_clock = opt.clock == Clock::Virtual;
-    std::vector<OwnedBatch<Y>> owned(static_cast<std::size_t>(num_workers_));
-    std::vector<State> state(std::size_t(num_workers_), State::Idle);
-    for (int w : lost_) state[std::size_t(w)] = State::Lost;  // lost in an earlier epoch
-    std::vector<double> finish(std::size_t(num_workers_), 0.0);
-    std::vector<std::int64_t> completed(std::size_t(num_workers_), 0);
-    epoch_ = ParameterServerStats{};
-    const double epoch_start = now_;
-    const auto real_start = std::chrono::steady_clock::now();
-    const double real_base = now_;
-    bool exhausted = false, stopping = false;
-    std::vector<int> deferred;  // virtual clock: restarts held until the instant's other arrivals
-    int round_started = 0;
-    StepTotals totals;
-    int pending = 0;
-    std::int64_t pending_max_staleness = 0;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        stop_ = false;
-        fifo_.clear();
-        for (auto& r : results_) r = Result{};
-        for (auto& j : jobs_) j = Job{};
-    }
     in_epoch_ = true;
     struct EpochGuard {
         bool& flag;
         ~EpochGuard() { flag = false; }
     } guard{in_epoch_};
-
-    auto clock_now = [&] {
-        if (!virtual_clock) now_ = real_base + std::chrono::duration<double>(std::chrono::steady_clock::now() - real_start).count();
-        return now_;
-    };
-    auto computing = [&] {
-        int n = 0;
-        for (auto s : state) n += s == State::Computing;
-        return n;
-    };
-    // Jobs are handed to the worker threads by post(). Under the real clock at once; under
-    // the virtual clock at most `slots` at a time, soonest virtual finish first: the schedule
-    // depends on the drawn times only, so a mini-batch that will be cancelled before it
-    // would finish is never computed unless a core would otherwise be idle.
-    std::vector<Job> job_of(static_cast<std::size_t>(num_workers_));
-    std::vector<char> posted(std::size_t(num_workers_), 0);
-    int running = 0;
-    const int slots = std::max(1, hardware_threads() / std::max(1, runtime_->devices()[0].cores));
-    auto post = [&](int w) {
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            jobs_[std::size_t(w)] = job_of[std::size_t(w)];
-        }
-        posted[std::size_t(w)] = 1;
-        ++running;
-        cv_.notify_all();
-    };
-    auto pump = [&] {
-        while (virtual_clock && running < slots) {
-            int best = -1;
-            for (int v = 0; v < num_workers_; ++v)
-                if (state[std::size_t(v)] == State::Computing && !posted[std::size_t(v)] &&
-                    (best < 0 || finish[std::size_t(v)] < finish[std::size_t(best)]))
-                    best = v;
-            if (best < 0) return;
-            post(best);
-        }
-    };
-    // Hands worker w its next mini-batch (pulling first if its copy is older than the
-    // current version); false when the data is exhausted.
-    auto dispatch = [&](int w) -> bool {
-        if (exhausted || state[std::size_t(w)] == State::Lost) return false;
-        auto b = next();
-        if (!b) {
-            exhausted = true;
-            return false;
-        }
-        auto& ob = owned[std::size_t(w)];
-        ob.x.assign(b->x.begin(), b->x.end());
-        ob.y.assign(b->y.begin(), b->y.end());
-        ob.w.assign(b->w.begin(), b->w.end());
-        ob.size = b->size;
-        ob.example_size = b->example_size;
-        ob.y_per_example = b->y_per_example;
-        pull(w);
-        auto& wk = workers_[std::size_t(w)];
-        const std::uint64_t n = wk.batches++;
-        if (virtual_clock) finish[std::size_t(w)] = now_ + opt.stragglers.compute_seconds(opt.straggler_seed, w, n, opt.virtual_batch_seconds);
-        cancel_[std::size_t(w)]->store(false);
-        job_of[std::size_t(w)] = Job{true, ++step, n};
-        if (remote_) {  // every server sends worker w its shards as they are now, tagged with the job
-            const std::int64_t who = w;
-            for (int sv = 0; sv < int(servers_.size()); ++sv)
-                remote_->send(remote_->server_rank(sv), kSendParams, step, std::as_bytes(std::span<const std::int64_t>(&who, 1)));
-        }
-        state[std::size_t(w)] = State::Computing;
-        posted[std::size_t(w)] = 0;
-        if (!virtual_clock) post(w);
-        if (rule_ == sync::Rule::Asynchronous) {
-            const std::int64_t lo = slowest(completed, state);
-            epoch_.ssp_gap_max = std::max(epoch_.ssp_gap_max, completed[std::size_t(w)] - lo);
-        }
-        return true;
-    };
-    auto take_result = [&](int w) -> Result {
-        std::unique_lock<std::mutex> lock(mutex_);
-        const bool ok = wait_running(cv_, lock, coordinator_wait(), [&] { return results_[std::size_t(w)].ready; });  // a suspended job does not time out
-        if (!ok)
-            throw_error<DistributedError>("ParameterServer: worker ", w, " of ", num_workers_, " did not finish its mini-batch within ",
-                                          opt.timeout.count(), " ms");
-        Result r = results_[std::size_t(w)];
-        results_[std::size_t(w)] = Result{};
-        posted[std::size_t(w)] = 0;
-        --running;
-        fifo_.erase(std::remove(fifo_.begin(), fifo_.end(), w), fifo_.end());
-        return r;
-    };
-    auto take_any = [&]() -> int {
-        std::unique_lock<std::mutex> lock(mutex_);
-        const bool ok = wait_running(cv_, lock, coordinator_wait(), [&] { return !fifo_.empty(); });
-        if (!ok) {
-            std::string who;
-            for (int w = 0; w < num_workers_; ++w)
-                if (state[std::size_t(w)] == State::Computing) who += (who.empty() ? "" : ", ") + std::to_string(w);
-            throw_error<DistributedError>("ParameterServer: worker(s) ", who, " of ", num_workers_, " did not finish a mini-batch within ",
-                                          opt.timeout.count(), " ms");
-        }
-        return fifo_.front();
-    };
-    auto fail = [&](int w, const std::string& what) {
-        throw_error<DistributedError>("ParameterServer: worker ", w, " of ", num_workers_, " failed: ", what);
-    };
-    // A worker rank that did not report: every mode but Synchronous goes on without it (its
-    // mini-batch dropped); Synchronous, which needs every worker, stops naming it.
-    auto lose = [&](int w, const Result& r) {
-        remote_->mark_lost(remote_->worker_rank(w));
-        if (rule_ == sync::Rule::Synchronous)
-            fail(w, r.error + " (Synchronous needs every worker; the asynchronous and K modes go on without a lost one)");
-        state[std::size_t(w)] = State::Lost;
-        lost_.push_back(w);
-        epoch_.lost_workers.push_back(w);  // into the report and the JSON (stats())
-        epoch_.lost_ranks.push_back(remote_->worker_rank(w));
-        ++epoch_.dropped;
-        int left = 0;
-        for (auto st : state) left += st != State::Lost;
-        if (left == 0) fail(w, r.error + " (no worker left)");
-        std::fprintf(stderr, "strata: warning: ParameterServer: %s; its mini-batch is dropped and training goes on with %d "
-                             "of %d workers\n", r.error.c_str(), left, num_workers_);
-    };
-    // Stops every computing worker (between layers of its backward) and waits for it.
-    auto cancel_computing = [&] {
-        for (int w = 0; w < num_workers_; ++w)
-            if (state[std::size_t(w)] == State::Computing) cancel_[std::size_t(w)]->store(true);
-        cv_.notify_all();
-        for (int w = 0; w < num_workers_; ++w) {
-            if (state[std::size_t(w)] != State::Computing) continue;
-            if (!posted[std::size_t(w)]) {  // virtual clock: never started for real, nothing to stop
-                state[std::size_t(w)] = State::Idle;
-                ++epoch_.cancelled;
-                continue;
-            }
-            const Result r = take_result(w);
-            state[std::size_t(w)] = State::Idle;
-            if (r.failed && r.lost) {
-                lose(w, r);
-                continue;
-            }
-            if (r.failed) fail(w, r.error);
-            if (remote_ && !r.cancelled) decide(w, kDiscard, job_of[std::size_t(w)].step);
-            // Virtual clock: it was cancelled at this virtual time, whatever the threads did.
-            // Real clock: one that finished before it saw the cancellation is a late push.
-            if (r.cancelled || virtual_clock) ++epoch_.cancelled;
-            else ++epoch_.dropped;
-        }
-    };
-    auto admit = [&](int w, const UnitWork& u) {
-        const std::int64_t staleness = version_ - workers_[std::size_t(w)].version;
-        if (remote_) remote_push(w, job_of[std::size_t(w)].step);
-        else push(w);
-        ++pending;
-        totals.loss_sum += u.loss_sum;
-        totals.correct += double(u.correct);
-        totals.examples += u.examples;
-        ++epoch_.gradients;
-        epoch_.staleness_sum += staleness;
-        epoch_.staleness_max = std::max(epoch_.staleness_max, staleness);
-        pending_max_staleness = std::max(pending_max_staleness, staleness);
-        if (std::size_t(staleness) >= epoch_.histogram.size()) epoch_.histogram.resize(std::size_t(staleness) + 1);
-        ++epoch_.histogram[std::size_t(staleness)];
-    };
-    // Applies the open update on every server; false when fit wants no more updates.
-    auto close = [&]() -> bool {
-        if (pending == 0) return true;
-        const T inv = T(1) / T(totals.examples > 0 ? totals.examples : 1);
-        if (remote_) remote_apply(inv);
-        else server_pool_->run([&](int sv) { apply_inbox(servers_[std::size_t(sv)], inv); });
-        ++version_;
-        ++epoch_.updates;
-        const StepTotals t = totals;
-        const int g = pending;
-        totals = StepTotals{};
-        pending = 0;
-        if (observer_) observer_(UpdateRecord{version_, clock_now(), g, pending_max_staleness});
-        pending_max_staleness = 0;
-        return on_step(t);
-    };
-    auto start_round = [&] {
-        round_started = 0;
-        for (int w = 0; w < num_workers_; ++w) {
-            if (state[std::size_t(w)] == State::Lost) continue;
-            if (!dispatch(w)) break;
-            ++round_started;
-        }
-    };
-    // SSP: worker w may start its next mini-batch only within B of the slowest.
-    auto ssp_try = [&](int w) {
-        if (staleness_bound_ >= 0) {
-            const std::int64_t lo = slowest(completed, state);
-            if (completed[std::size_t(w)] - lo > staleness_bound_) {
-                state[std::size_t(w)] = State::Blocked;
-                return;
-            }
-        }
-        state[std::size_t(w)] = State::Idle;
-        dispatch(w);
-    };
-
-    // The worker threads serve jobs until the coordinator is done with the epoch.
-    auto worker_loop = [&](int w) {
-        auto& wk = workers_[std::size_t(w)];
-        auto& cancel = *cancel_[std::size_t(w)];
-        for (;;) {
-            Job job;
-            {
-                std::unique_lock<std::mutex> lock(mutex_);
-                cv_.wait(lock, [&] { return stop_ || jobs_[std::size_t(w)].pending; });
-                if (!jobs_[std::size_t(w)].pending) return;
-                job = jobs_[std::size_t(w)];
-                jobs_[std::size_t(w)].pending = false;
-            }
-            Result r;
-            bool reported = false;  // across processes: the worker rank finished and awaits a decision
-            // Cancelled after it finished: across processes the worker rank is told to discard it.
-            auto stop_if_cancelled = [&] {
-                if (!cancel.load()) return;
-                if (reported) decide(w, kDiscard, job.step);
-                throw detail::Cancelled{};
-            };
-            try {
-                const auto t0 = std::chrono::steady_clock::now();
-                if (remote_) {
-                    r.work = remote_work(w, owned[std::size_t(w)], job, cancel);
-                    reported = true;
-                } else {
-                    r.work = work(w, owned[std::size_t(w)].view(), wk.params.data(), wk.grads.data(), 1.0, job.step,
-                                  [&](std::int64_t, std::int64_t) {
-                                      if (cancel.load(std::memory_order_relaxed)) throw detail::Cancelled{};
-                                  });
-                }
-                stop_if_cancelled();
-                if (!virtual_clock) {
-                    const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                    const double delay = opt.stragglers.delay_seconds(opt.straggler_seed, w, job.n, measured);
-                    if (delay > 0) {  // range-checked, and cut short by Ctrl-C (the step then ends as usual)
-                        std::unique_lock<std::mutex> lock(mutex_);
-                        Stragglers::sleep(cv_, lock, delay, [&] { return cancel.load() || stop_; });
-                    }
-                    stop_if_cancelled();
-                }
-            } catch (const detail::Cancelled&) {
-                r.cancelled = true;
-            } catch (const detail::WorkerLost& ex) {
-                r.failed = true;
-                r.lost = true;
-                r.error = ex.what();
-            } catch (const std::exception& ex) {
-                r.failed = true;
-                r.error = ex.what();
-            } catch (...) {
-                r.failed = true;
-                r.error = "an exception that is not a std::exception";
-            }
-            {
-                std::lock_guard<std::mutex> lock(mutex_);
-                r.ready = true;
-                results_[std::size_t(w)] = r;
-                fifo_.push_back(w);
-            }
-            cv_.notify_all();
-        }
-    };
-
-    auto coordinator = [&] {
-        if (lockstep_rounds_) start_round();
-        else
-            for (int w = 0; w < num_workers_; ++w) dispatch(w);
-        while (!stopping) {
-            if (!deferred.empty()) {
-                double soonest = 0;
-                bool any = false;
-                for (int v = 0; v < num_workers_; ++v)
-                    if (state[std::size_t(v)] == State::Computing && (!any || finish[std::size_t(v)] < soonest)) {
-                        soonest = finish[std::size_t(v)];
-                        any = true;
-                    }
-                if (!any || soonest > now_) {
-                    for (int v : deferred)
-                        if (state[std::size_t(v)] == State::Idle) dispatch(v);
-                    deferred.clear();
-                }
-            }
-            if (computing() == 0) {
-                // Nothing in flight: the data ran out (apply what has arrived), or waiting
-                // workers can go on.
-                if (pending > 0 && !close()) break;
-                if (lockstep_rounds_) start_round();
-                else
-                    for (int w = 0; w < num_workers_; ++w)
-                        if (state[std::size_t(w)] != State::Computing) dispatch(w);
-                if (computing() == 0) break;
-                continue;
-            }
-            int w = -1;
-            if (virtual_clock) {
-                for (int v = 0; v < num_workers_; ++v)
-                    if (state[std::size_t(v)] == State::Computing && (w < 0 || finish[std::size_t(v)] < finish[std::size_t(w)])) w = v;
-                now_ = finish[std::size_t(w)];
-                pump();
-                if (!posted[std::size_t(w)]) post(w);
-            } else {
-                w = take_any();
-                clock_now();
-            }
-            const Result r = take_result(w);
-            if (r.failed && r.lost) {
-                lose(w, r);
-                continue;
-            }
-            if (r.failed) fail(w, r.error);
-            state[std::size_t(w)] = State::Idle;
-            ++completed[std::size_t(w)];
-            if (lockstep_rounds_) {
-                if (workers_[std::size_t(w)].version != version_) {  // finished after its update closed
-                    if (remote_) decide(w, kDiscard, job_of[std::size_t(w)].step);
-                    ++epoch_.dropped;
-                    continue;
-                }
-            }
-            admit(w, r.work);
-            if (rule_ == sync::Rule::Synchronous || rule_ == sync::Rule::KSync) {
-                state[std::size_t(w)] = State::Waiting;
-                const int need = rule_ == sync::Rule::Synchronous ? round_started : std::min(k_, round_started);
-                if (pending == need) {
-                    cancel_computing();
-                    if (!close()) stopping = true;
-                    else start_round();
-                }
-            } else if (rule_ == sync::Rule::KBatchSync) {
-                if (pending == k_) {
-                    deferred.clear();
-                    cancel_computing();
-                    if (!close()) stopping = true;
-                    else start_round();
-                } else if (virtual_clock) {
-                    // Workers that finish at the same instant all arrive before any of them
-                    // starts again (a restart cannot finish at this instant): with equal
-                    // compute times K-batch-sync is then exactly synchronous.
-                    deferred.push_back(w);
-                } else {
-                    dispatch(w);
-                }
-            } else if (rule_ == sync::Rule::KAsync) {
-                state[std::size_t(w)] = State::Waiting;
-                if (pending == k_) {
-                    if (!close()) stopping = true;
-                    else
-                        for (int v = 0; v < num_workers_; ++v)
-                            if (state[std::size_t(v)] == State::Waiting) dispatch(v);
-                }
-            } else if (rule_ == sync::Rule::KBatchAsync) {
-                if (pending == k_ && !close()) stopping = true;
-                else dispatch(w);
-            } else {  // Asynchronous<B>
-                if (!close()) {
-                    stopping = true;
-                } else {
-                    ssp_try(w);
-                    for (int v = 0; v < num_workers_; ++v)
-                        if (state[std::size_t(v)] == State::Blocked) ssp_try(v);
-                }
-            }
-        }
-        cancel_computing();
-        epoch_.seconds = clock_now() - epoch_start;
-        total_.add(epoch_);
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            stop_ = true;
-        }
-        cv_.notify_all();
-    };
-    auto stop_workers = [&] {
-        for (auto& c : cancel_) c->store(true);
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            stop_ = true;
-            for (auto& j : jobs_) j.pending = false;
-        }
-        cv_.notify_all();
-    };
+    if (remote_ && remote_->role() != Role::Coordinator) {
+        // A server or worker rank serves the coordinator's epoch, then takes the state.
+        if (remote_->role() == Role::Server) PsServerRank<P, T>(transport_).serve_epoch();
+        else runtime_->run_replicas([&](int t) {
+                if (t == remote_->index()) PsWorkerRank<P, T>(transport_, t).template work_epoch<Y>(work);
+            });
+        transport_.sync_mirror();
+        return;
+    }
+    Coordinator<Y> epoch(*this, next, step, work, on_step);
     try {
-        runtime_->pool().run_with(worker_loop, [](int) {}, coordinator, stop_workers);
+        runtime_->pool().run_with([&](int w) { epoch.serve(w); }, [](int) {}, [&] { epoch.run(); }, [&] { pool_.stop_all(); });
     } catch (const std::exception& e) {
-        for (auto& srv : servers_) srv.received = 0;  // the open update is abandoned
-        if (remote_) {  // the other ranks stop now, with the reason, instead of at their deadline
-            remote_->mark_lost(-1);
-            const std::string why = e.what();
-            for (int r = 1; r < remote_->processes(); ++r)
-                remote_->send(r, kAbort, 0, std::as_bytes(std::span<const char>(why.data(), why.size())));
-        }
+        transport_.abandon(e.what());
         throw;
     } catch (...) {
-        for (auto& srv : servers_) srv.received = 0;
+        for (auto& srv : servers_) srv.received = 0;  // the open update is abandoned
         throw;
     }
-    if (remote_) {
-        std::vector<std::int64_t> gone;
-        for (int w : lost_) gone.push_back(remote_->worker_rank(w));
-        // First word: the stop decided here (a signal on this rank, or one a worker or server
-        // reported); every rank takes it (epoch_ended), so SIGTERM to any one rank stops all.
-        std::vector<std::int64_t> end{stop_request()};
-        end.insert(end.end(), gone.begin(), gone.end());
-        for (int r = 1; r < remote_->processes(); ++r)
-            if (std::find(gone.begin(), gone.end(), r) == gone.end())
-                remote_->send(r, kEnd, 0, std::as_bytes(std::span<const std::int64_t>(end)));
-        gone_ranks_ = gone;
-        sync_mirror();
-    }
-}
-
-template <class P, class T>
-template <class Y>
-UnitWork ParameterServerCore<P, T>::remote_work(int w, const OwnedBatch<Y>& ob, const Job& job, std::atomic<bool>& cancel) {
-    const int rank = remote_->worker_rank(w);
-    std::vector<std::byte> bytes;
-    const std::int64_t head[6] = {ob.size, ob.example_size, ob.y_per_example, std::int64_t(ob.x.size()),
-                                  std::int64_t(ob.y.size()), std::int64_t(ob.w.size())};
-    put(bytes, head, 6);
-    put(bytes, ob.x.data(), ob.x.size());
-    put(bytes, ob.y.data(), ob.y.size());
-    put(bytes, ob.w.data(), ob.w.size());
-    remote_->send(rank, kJob, job.step, bytes);
-    bool cancel_sent = false;
-    // The worker first pulls from every server, each pull with the timeout, and reports a
-    // server that does not answer; so its report may come up to a timeout later than its
-    // computation alone would take, and is waited for that long: a server's death is then
-    // named by the worker's pull, not mistaken for the worker's.
-    const auto report_wait = 2 * timeout();
-    RunningDeadline d(report_wait, std::chrono::milliseconds(2));
-    for (int spins = 0;; ++spins) {
-        if (auto m = remote_->try_receive(rank)) {
-            if (m->step != job.step) continue;
-            if (m->kind == kCancelled) throw detail::Cancelled{};
-            if (m->kind == kFailed)
-                throw DistributedError(std::string(reinterpret_cast<const char*>(m->payload.data()), m->payload.size()));
-            UnitWork u;
-            const std::byte* in = m->payload.data();
-            in = get(in, &u.loss_sum, 1);
-            in = get(in, &u.correct, 1);
-            in = get(in, &u.examples, 1);
-            std::int64_t stop = 0;
-            if (m->payload.size() >= 4 * sizeof(std::int64_t)) get(in, &stop, 1);
-            take_stop(int(stop));  // the worker's rank caught a signal: stop after this update
-            return u;
-        }
-        if (!cancel_sent && cancel.load()) {
-            remote_->send(rank, kCancel, job.step, {});
-            cancel_sent = true;
-        }
-        if (d.expired())
-            throw detail::WorkerLost(remote_->name(rank) + " did not report its mini-batch within " +
-                                     std::to_string(report_wait.count()) + " ms (twice the timeout: its pulls, then its computation)");
-        if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-}
-
-template <class P, class T>
-template <class Y>
-void ParameterServerCore<P, T>::work_epoch(int w, Work<Y> work) {
-    const int coord = remote_->coordinator_rank();
-    auto& wk = workers_[std::size_t(w)];
-    OwnedBatch<Y> ob;
-    for (;;) {
-        const auto m = remote_->receive(coord, "ParameterServer: the coordinator's next mini-batch", idle_timeout());
-        if (m.kind == kEnd) return epoch_ended(m);
-        if (m.kind == kAbort) coordinator_stopped(m);
-        if (m.kind != kJob) continue;  // a cancellation or decision that came too late
-        std::int64_t head[6];
-        const std::byte* in = get(m.payload.data(), head, 6);
-        ob.size = head[0];
-        ob.example_size = head[1];
-        ob.y_per_example = head[2];
-        ob.x.resize(std::size_t(head[3]));
-        ob.y.resize(std::size_t(head[4]));
-        ob.w.resize(std::size_t(head[5]));
-        in = get(in, ob.x.data(), ob.x.size());
-        in = get(in, ob.y.data(), ob.y.size());
-        get(in, ob.w.data(), ob.w.size());
-        std::string pull_error;
-        for (int sv = 0; sv < int(servers_.size()) && pull_error.empty(); ++sv) {
-            const auto& srv = servers_[std::size_t(sv)];
-            for (;;) {  // shards sent for jobs cancelled before they were posted are older: skipped
-                Received p;
-                try {
-                    p = remote_->receive(remote_->server_rank(sv), "ParameterServer: pull reply", timeout());
-                } catch (const DistributedError& e) {  // the coordinator hears why, and names the server
-                    pull_error = e.what();
-                    break;
-                }
-                if (p.step != m.step) continue;
-                const T* v = reinterpret_cast<const T*>(p.payload.data());
-                for (std::size_t i = 0; i < srv.ranges.size(); ++i)
-                    copy(TensorView<T, place::Host>(const_cast<T*>(v) + srv.compact[i], Shape{srv.ranges[i].count}),
-                         TensorView<T, P>(wk.params.data() + srv.ranges[i].first, Shape{srv.ranges[i].count}));
-                break;
-            }
-        }
-        if (!pull_error.empty()) {
-            remote_->send(coord, kFailed, m.step, std::as_bytes(std::span<const char>(pull_error.data(), pull_error.size())));
-            continue;
-        }
-        UnitWork u;
-        std::string error;
-        bool cancelled = false;
-        try {
-            u = work(w, ob.view(), wk.params.data(), wk.grads.data(), 1.0, m.step, [&](std::int64_t, std::int64_t) {
-                while (auto c = remote_->try_receive(coord)) {
-                    if (c->kind == kAbort) coordinator_stopped(*c);
-                    if (c->kind == kCancel && c->step == m.step) throw detail::Cancelled{};
-                }
-            });
-        } catch (const detail::Cancelled&) {
-            cancelled = true;
-        } catch (const std::exception& e) {
-            error = std::string("worker ") + std::to_string(w) + ": " + e.what();
-        }
-        if (cancelled) {
-            remote_->send(coord, kCancelled, m.step, {});
-            continue;
-        }
-        if (!error.empty()) {
-            remote_->send(coord, kFailed, m.step, std::as_bytes(std::span<const char>(error.data(), error.size())));
-            continue;
-        }
-        std::vector<std::byte> done;
-        put(done, &u.loss_sum, 1);
-        put(done, &u.correct, 1);
-        put(done, &u.examples, 1);
-        const std::int64_t stop = stop_request();  // a signal here: the coordinator stops the job
-        put(done, &stop, 1);
-        remote_->send(coord, kDone, m.step, done);
-        for (;;) {
-            const auto dcs = remote_->receive(coord, "ParameterServer: the coordinator's decision on a mini-batch", idle_timeout());
-            if (dcs.kind == kAbort) coordinator_stopped(dcs);
-            if (dcs.step != m.step || dcs.kind == kCancel) continue;
-            if (dcs.kind == kPushNow) {
-                const auto g = to_vector(wk.grads.view());
-                for (int sv = 0; sv < int(servers_.size()); ++sv) {
-                    const auto& srv = servers_[std::size_t(sv)];
-                    std::vector<T> mine(std::size_t(srv.size));
-                    for (std::size_t i = 0; i < srv.ranges.size(); ++i)
-                        std::copy_n(g.begin() + srv.ranges[i].first, srv.ranges[i].count, mine.begin() + srv.compact[i]);
-                    remote_->send(remote_->server_rank(sv), kPush, m.step, std::as_bytes(std::span<const T>(mine)));
-                }
-            }
-            break;  // pushed, or discarded
-        }
-    }
-}
-
-template <class P, class T>
-void ParameterServerCore<P, T>::serve_epoch() {
-    const int coord = remote_->coordinator_rank();
-    auto& srv = servers_[std::size_t(remote_->index())];
-    for (;;) {
-        const auto m = remote_->receive(coord, "ParameterServer: the coordinator's next command", idle_timeout());
-        if (m.kind == kAbort) coordinator_stopped(m);
-        if (m.kind == kEnd) return epoch_ended(m);
-        if (m.kind == kSendParams || m.kind == kAdmit) {
-            std::int64_t w = 0;
-            get(m.payload.data(), &w, 1);
-            if (m.kind == kSendParams) {
-                const auto v = to_vector(srv.params.view());
-                remote_->send(remote_->worker_rank(int(w)), kParams, m.step, std::as_bytes(std::span<const T>(v)));
-            } else {
-                // A worker that died between its report and its push: the update goes on without
-                // it (the coordinator finds the worker lost at its next mini-batch).
-                std::optional<Received> got;
-                try {
-                    got = remote_->receive(remote_->worker_rank(int(w)), "ParameterServer: push", timeout());
-                } catch (const DistributedError& e) {
-                    std::fprintf(stderr, "strata: warning: %s; the update goes on without it\n", e.what());
-                    continue;
-                }
-                const auto& p = *got;
-                STRATA_CHECK(p.kind == kPush && p.step == m.step, DistributedError, "ParameterServer: ",
-                             remote_->name(p.source), " pushed mini-batch ", p.step, " (message ", p.kind, "), expected ", m.step);
-                if (srv.size == 0) continue;
-                if (int(srv.inbox.size()) <= srv.received) srv.inbox.emplace_back(Shape{srv.size});
-                copy(TensorView<T, place::Host>(reinterpret_cast<T*>(const_cast<std::byte*>(p.payload.data())), Shape{srv.size}),
-                     srv.inbox[std::size_t(srv.received++)].view());
-            }
-        } else if (m.kind == kApply) {
-            T inv{};
-            get(m.payload.data(), &inv, 1);
-            apply_inbox(srv, inv);
-            const std::int64_t stop = stop_request();  // a signal here: the coordinator stops the job
-            remote_->send(coord, kAck, m.step, std::as_bytes(std::span<const std::int64_t>(&stop, 1)));
-        }
-    }
-}
-
-template <class P, class T>
-void ParameterServerCore<P, T>::sync_mirror() {
-    const int me_server = remote_->role() == Role::Server ? remote_->index() : -1;
-    for (int sv = 0; sv < int(servers_.size()); ++sv) {
-        auto& srv = servers_[std::size_t(sv)];
-        const int from = remote_->server_rank(sv);
-        if (sv == me_server) {
-            std::vector<std::byte> bytes;
-            const auto p = to_vector(srv.params.view());
-            put(bytes, p.data(), p.size());
-            for (auto& [name, t] : srv.opt.slots()) {
-                const auto v = to_vector(t.view());
-                put(bytes, v.data(), v.size());
-            }
-            const std::int64_t it = srv.opt.iterations();
-            put(bytes, &it, 1);
-            for (int r = 0; r < remote_->processes(); ++r)
-                if (r != from && std::find(gone_ranks_.begin(), gone_ranks_.end(), r) == gone_ranks_.end())
-                    remote_->send(r, kState, 0, bytes);
-            continue;
-        }
-        const auto m = remote_->receive(from, "ParameterServer: the servers' state after the epoch", idle_timeout());
-        if (m.kind == kAbort) coordinator_stopped(m);
-        STRATA_CHECK(m.kind == kState, DistributedError, "ParameterServer: ", remote_->name(from), " sent message ", m.kind,
-                     " where its state was expected");
-        const std::byte* in = m.payload.data();
-        auto take = [&](Tensor<T, P>& t, std::int64_t n) {
-            std::vector<T> v(static_cast<std::size_t>(n));
-            in = get(in, v.data(), v.size());
-            if (n > 0) copy(TensorView<T, place::Host>(v.data(), Shape{n}), t.view());
-        };
-        take(srv.params, srv.size);
-        for (auto& [name, t] : srv.opt.slots()) take(t, srv.size);
-        std::int64_t it = 0;
-        get(in, &it, 1);
-        srv.opt.set_iterations(it);
-    }
+    transport_.end_epoch(lost_);
 }
 
 template <class P, class T>

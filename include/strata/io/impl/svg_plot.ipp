@@ -146,20 +146,23 @@ STRATA_DECL std::string LinePlot::header(int w, int h) {
            "\" height=\"" + std::to_string(h) + "\" fill=\"white\"/>\n";
 }
 
-STRATA_DECL std::string LinePlot::group(double left, double top) const {
-    using namespace detail::svg;
-    STRATA_CHECK(width >= 120 && height >= 100, ValueError, "LinePlot: expected a size of at least 120 x 100 pixels, found ",
-                 width, " x ", height);
-    const bool log_x = x_scale == Scale::Log;
-    auto usable = [&](double x, double y) { return std::isfinite(x) && std::isfinite(y) && (!log_x || x > 0); };
+namespace detail::svg {
 
+// A point is drawn when both values are finite (and x > 0 on a log x axis).
+inline bool usable(double x, double y, bool log_x) { return std::isfinite(x) && std::isfinite(y) && (!log_x || x > 0); }
+
+// The tick values of both axes over the points that are drawn.
+struct Ticks {
+    std::vector<double> x, y;
+};
+inline Ticks plot_ticks(const std::vector<Series>& series, bool log_x, int width, int height) {
     // The data's range over the points that are drawn.
     double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
     for (const auto& s : series) {
         STRATA_CHECK(s.x.size() == s.y.size(), ShapeError, "LinePlot: series ", in_quotes(s.name), " has ", s.x.size(),
                      " x values and ", s.y.size(), " y values; expected as many of each");
         for (std::size_t i = 0; i < s.x.size(); ++i)
-            if (usable(s.x[i], s.y[i])) {
+            if (usable(s.x[i], s.y[i], log_x)) {
                 x0 = std::min(x0, s.x[i]), x1 = std::max(x1, s.x[i]);
                 y0 = std::min(y0, s.y[i]), y1 = std::max(y1, s.y[i]);
             }
@@ -167,117 +170,138 @@ STRATA_DECL std::string LinePlot::group(double left, double top) const {
     if (!(x0 <= x1)) x0 = log_x ? 1 : 0, x1 = log_x ? 10 : 1, y0 = 0, y1 = 1;  // nothing to draw: an empty frame
     // A margin of 5% above and below (matplotlib's), so no point sits on the frame.
     const double ym = (y1 - y0) * 0.05;
-    std::vector<double> xt = log_x ? log_ticks(x0, x1) : nice_ticks(x0, x1, std::max(2, width / 110));
-    const std::vector<double> yt = nice_ticks(y0 - ym, y1 + ym, std::max(2, height / 70));
+    Ticks t{log_x ? log_ticks(x0, x1) : nice_ticks(x0, x1, std::max(2, width / 110)), nice_ticks(y0 - ym, y1 + ym, std::max(2, height / 70))};
     // Whole-number x values (epochs, steps) get whole-number ticks, not 1.5.
     bool whole_x = !log_x;
     for (const auto& s : series)
         for (std::size_t i = 0; i < s.x.size() && whole_x; ++i)
-            if (usable(s.x[i], s.y[i]) && s.x[i] != std::floor(s.x[i])) whole_x = false;
-    if (whole_x && xt.size() > 1 && xt[1] - xt[0] < 1) {
-        xt.clear();
-        for (double t = std::floor(x0); t <= std::ceil(x1) || xt.size() < 2; t += 1) xt.push_back(t);
+            if (usable(s.x[i], s.y[i], log_x) && s.x[i] != std::floor(s.x[i])) whole_x = false;
+    if (whole_x && t.x.size() > 1 && t.x[1] - t.x[0] < 1) {
+        t.x.clear();
+        for (double v = std::floor(x0); v <= std::ceil(x1) || t.x.size() < 2; v += 1) t.x.push_back(v);
     }
-    const double xa = xt.front(), xb = xt.back(), ya = yt.front(), yb = yt.back();
+    return t;
+}
 
-    // The frame: room on the left for the y labels, below for the x labels, above for the title.
-    const double pl = left + 64, pr = left + width - 16, pt = top + (title.empty() ? 16 : 36),
-                 pb = top + height - (x_label.empty() ? 30 : 48);
-    auto fx = [&](double x) {
+// Where the data lands: the frame's edges in pixels and the axes' ranges (their outer ticks).
+struct Frame {
+    double pl, pr, pt, pb;
+    double xa, xb, ya, yb;
+    bool log_x;
+    double fx(double x) const {
         const double u = log_x ? (std::log10(x) - std::log10(xa)) / (std::log10(xb) - std::log10(xa)) : (x - xa) / (xb - xa);
         return pl + u * (pr - pl);
-    };
-    auto fy = [&](double y) { return pb - (y - ya) / (yb - ya) * (pb - pt); };
+    }
+    double fy(double y) const { return pb - (y - ya) / (yb - ya) * (pb - pt); }
+};
 
-    std::string o = "<g class=\"plot\">\n";
-    if (!title.empty())
-        o += "<text x=\"" + px((pl + pr) / 2) + "\" y=\"" + px(top + 22) + "\" class=\"title\" text-anchor=\"middle\" font-size=\"15\">" +
-             escape(title) + "</text>\n";
-    // Grid and tick labels.
+// The title, the grid, the tick labels, the frame and the axis labels.
+inline std::string axes_svg(const LinePlot& p, const Frame& f, const Ticks& t, double left, double top) {
+    std::string o;
+    if (!p.title.empty())
+        o += "<text x=\"" + px((f.pl + f.pr) / 2) + "\" y=\"" + px(top + 22) + "\" class=\"title\" text-anchor=\"middle\" font-size=\"15\">" +
+             escape(p.title) + "</text>\n";
     o += "<g class=\"grid\" stroke=\"#e0e0e0\" stroke-width=\"1\">\n";
-    for (double t : xt) o += "<line x1=\"" + px(fx(t)) + "\" y1=\"" + px(pt) + "\" x2=\"" + px(fx(t)) + "\" y2=\"" + px(pb) + "\"/>\n";
-    for (double t : yt) o += "<line x1=\"" + px(pl) + "\" y1=\"" + px(fy(t)) + "\" x2=\"" + px(pr) + "\" y2=\"" + px(fy(t)) + "\"/>\n";
+    for (double v : t.x) o += "<line x1=\"" + px(f.fx(v)) + "\" y1=\"" + px(f.pt) + "\" x2=\"" + px(f.fx(v)) + "\" y2=\"" + px(f.pb) + "\"/>\n";
+    for (double v : t.y) o += "<line x1=\"" + px(f.pl) + "\" y1=\"" + px(f.fy(v)) + "\" x2=\"" + px(f.pr) + "\" y2=\"" + px(f.fy(v)) + "\"/>\n";
     o += "</g>\n<g class=\"ticks\" fill=\"#333\">\n";
-    const double xstep = xt.size() > 1 ? xt[1] - xt[0] : 1, ystep = yt.size() > 1 ? yt[1] - yt[0] : 1;
-    for (double t : xt)
-        o += "<text x=\"" + px(fx(t)) + "\" y=\"" + px(pb + 16) + "\" text-anchor=\"middle\">" +
-             escape(log_x ? tick_label(t, t) : tick_label(t, xstep)) + "</text>\n";
-    for (double t : yt)
-        o += "<text x=\"" + px(pl - 6) + "\" y=\"" + px(fy(t) + 4) + "\" text-anchor=\"end\">" + escape(tick_label(t, ystep)) +
+    const double xstep = t.x.size() > 1 ? t.x[1] - t.x[0] : 1, ystep = t.y.size() > 1 ? t.y[1] - t.y[0] : 1;
+    for (double v : t.x)
+        o += "<text x=\"" + px(f.fx(v)) + "\" y=\"" + px(f.pb + 16) + "\" text-anchor=\"middle\">" +
+             escape(f.log_x ? tick_label(v, v) : tick_label(v, xstep)) + "</text>\n";
+    for (double v : t.y)
+        o += "<text x=\"" + px(f.pl - 6) + "\" y=\"" + px(f.fy(v) + 4) + "\" text-anchor=\"end\">" + escape(tick_label(v, ystep)) +
              "</text>\n";
-    o += "</g>\n<rect x=\"" + px(pl) + "\" y=\"" + px(pt) + "\" width=\"" + px(pr - pl) + "\" height=\"" + px(pb - pt) +
+    o += "</g>\n<rect x=\"" + px(f.pl) + "\" y=\"" + px(f.pt) + "\" width=\"" + px(f.pr - f.pl) + "\" height=\"" + px(f.pb - f.pt) +
          "\" fill=\"none\" stroke=\"#333\"/>\n";
-    if (!x_label.empty())
-        o += "<text x=\"" + px((pl + pr) / 2) + "\" y=\"" + px(pb + 36) + "\" text-anchor=\"middle\">" + escape(x_label) +
+    if (!p.x_label.empty())
+        o += "<text x=\"" + px((f.pl + f.pr) / 2) + "\" y=\"" + px(f.pb + 36) + "\" text-anchor=\"middle\">" + escape(p.x_label) +
              "</text>\n";
-    if (!y_label.empty())
-        o += "<text transform=\"translate(" + px(left + 16) + " " + px((pt + pb) / 2) +
-             ") rotate(-90)\" text-anchor=\"middle\">" + escape(y_label) + "</text>\n";
+    if (!p.y_label.empty())
+        o += "<text transform=\"translate(" + px(left + 16) + " " + px((f.pt + f.pb) / 2) +
+             ") rotate(-90)\" text-anchor=\"middle\">" + escape(p.y_label) + "</text>\n";
+    return o;
+}
 
-    // The series: one polyline per unbroken run of drawable points, and a circle per point.
+// Series s in `color`: one polyline per unbroken run of drawable points, and a circle per point.
+inline std::string series_svg(const LinePlot& p, const Series& s, const std::string& color, const Frame& f) {
+    const std::string dash = s.dashed ? " stroke-dasharray=\"6 4\"" : "";
+    std::string o = "<g class=\"series\" data-name=\"" + escape(s.name) + "\" stroke=\"" + escape(color) + "\" fill=\"" +
+                    escape(color) + "\">\n";
+    std::string run;
+    auto flush = [&] {
+        if (!run.empty()) o += "<polyline fill=\"none\" stroke-width=\"2\"" + dash + " points=\"" + run + "\"/>\n";
+        run.clear();
+    };
+    for (std::size_t i = 0; i < s.x.size(); ++i) {
+        if (!usable(s.x[i], s.y[i], f.log_x)) {
+            flush();
+            continue;
+        }
+        // Appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on "literal" + string.
+        if (!run.empty()) run += ' ';
+        run += px(f.fx(s.x[i]));
+        run += ',';
+        run += px(f.fy(s.y[i]));
+    }
+    flush();
+    for (std::size_t i = 0; i < s.x.size(); ++i)
+        if (usable(s.x[i], s.y[i], f.log_x))
+            o += "<circle cx=\"" + px(f.fx(s.x[i])) + "\" cy=\"" + px(f.fy(s.y[i])) + "\" r=\"2.5\" data-x=\"" + exact(s.x[i]) +
+                 "\" data-y=\"" + exact(s.y[i]) + "\"><title>" + escape(s.name) + ": " + escape(p.x_label.empty() ? "x" : p.x_label) +
+                 " " + exact(s.x[i]) + ", " + exact(s.y[i]) + "</title></circle>\n";
+    return o + "</g>\n";
+}
+
+// The legend, in the corner of the frame that hides the fewest points (matplotlib's "best"),
+// the top right one on a tie.
+inline std::string legend_svg(const LinePlot& p, const std::vector<std::string>& colors, const Frame& f) {
+    const auto& series = p.series;
+    std::size_t longest = 0;
+    for (const auto& s : series) longest = std::max(longest, s.name.size());
+    const double lw = 40 + 7.0 * double(longest), lh = 8 + 18.0 * double(series.size());
+    double lx = f.pr - lw - 8, ly = f.pt + 8;
+    std::size_t fewest = std::numeric_limits<std::size_t>::max();
+    for (const auto& [cx, cy] : {std::pair{f.pr - lw - 8, f.pt + 8}, std::pair{f.pl + 8, f.pt + 8},
+                                 std::pair{f.pr - lw - 8, f.pb - lh - 8}, std::pair{f.pl + 8, f.pb - lh - 8}}) {
+        std::size_t hidden = 0;
+        for (const auto& s : series)
+            for (std::size_t i = 0; i < s.x.size(); ++i)
+                if (usable(s.x[i], s.y[i], f.log_x)) {
+                    const double X = f.fx(s.x[i]), Y = f.fy(s.y[i]);
+                    hidden += X >= cx - 4 && X <= cx + lw + 4 && Y >= cy - 4 && Y <= cy + lh + 4;
+                }
+        if (hidden < fewest) fewest = hidden, lx = cx, ly = cy;
+    }
+    std::string o = "<g class=\"legend\">\n<rect x=\"" + px(lx) + "\" y=\"" + px(ly) + "\" width=\"" + px(lw) + "\" height=\"" +
+                    px(lh) + "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#999\"/>\n";
+    for (std::size_t k = 0; k < series.size(); ++k) {
+        const double yy = ly + 14 + 18.0 * double(k);
+        o += "<line x1=\"" + px(lx + 6) + "\" y1=\"" + px(yy - 4) + "\" x2=\"" + px(lx + 30) + "\" y2=\"" + px(yy - 4) +
+             "\" stroke=\"" + escape(colors[k]) + "\" stroke-width=\"2\"" + (series[k].dashed ? " stroke-dasharray=\"6 4\"" : "") +
+             "/>\n<text x=\"" + px(lx + 36) + "\" y=\"" + px(yy) + "\">" + escape(series[k].name) + "</text>\n";
+    }
+    return o + "</g>\n";
+}
+
+}  // namespace detail::svg
+
+STRATA_DECL std::string LinePlot::group(double left, double top) const {
+    using namespace detail::svg;
+    STRATA_CHECK(width >= 120 && height >= 100, ValueError, "LinePlot: expected a size of at least 120 x 100 pixels, found ",
+                 width, " x ", height);
+    const bool log_x = x_scale == Scale::Log;
+    const Ticks t = plot_ticks(series, log_x, width, height);
+    // The frame: room on the left for the y labels, below for the x labels, above for the title.
+    const Frame f{left + 64, left + width - 16, top + (title.empty() ? 16 : 36), top + height - (x_label.empty() ? 30 : 48),
+                  t.x.front(), t.x.back(), t.y.front(), t.y.back(), log_x};
+    std::string o = "<g class=\"plot\">\n" + axes_svg(*this, f, t, left, top);
     std::vector<std::string> colors;
     for (std::size_t k = 0; k < series.size(); ++k) {
-        const Series& s = series[k];
-        colors.push_back(s.color.empty() ? palette(k) : s.color);
-        const std::string dash = s.dashed ? " stroke-dasharray=\"6 4\"" : "";
-        o += "<g class=\"series\" data-name=\"" + escape(s.name) + "\" stroke=\"" + escape(colors[k]) + "\" fill=\"" +
-             escape(colors[k]) + "\">\n";
-        std::string run;
-        auto flush = [&] {
-            if (!run.empty()) o += "<polyline fill=\"none\" stroke-width=\"2\"" + dash + " points=\"" + run + "\"/>\n";
-            run.clear();
-        };
-        for (std::size_t i = 0; i < s.x.size(); ++i) {
-            if (!usable(s.x[i], s.y[i])) {
-                flush();
-                continue;
-            }
-            // Appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on "literal" + string.
-            if (!run.empty()) run += ' ';
-            run += px(fx(s.x[i]));
-            run += ',';
-            run += px(fy(s.y[i]));
-        }
-        flush();
-        for (std::size_t i = 0; i < s.x.size(); ++i)
-            if (usable(s.x[i], s.y[i]))
-                o += "<circle cx=\"" + px(fx(s.x[i])) + "\" cy=\"" + px(fy(s.y[i])) + "\" r=\"2.5\" data-x=\"" +
-                     exact(s.x[i]) + "\" data-y=\"" + exact(s.y[i]) + "\"><title>" + escape(s.name) + ": " +
-                     escape(x_label.empty() ? "x" : x_label) + " " + exact(s.x[i]) + ", " + exact(s.y[i]) +
-                     "</title></circle>\n";
-        o += "</g>\n";
+        colors.push_back(series[k].color.empty() ? palette(k) : series[k].color);
+        o += series_svg(*this, series[k], colors[k], f);
     }
-
-    // The legend goes in the corner of the frame that hides the fewest points (matplotlib's
-    // "best"), the top right one on a tie.
-    if (!series.empty()) {
-        std::size_t longest = 0;
-        for (const auto& s : series) longest = std::max(longest, s.name.size());
-        const double lw = 40 + 7.0 * double(longest), lh = 8 + 18.0 * double(series.size());
-        double lx = pr - lw - 8, ly = pt + 8;
-        std::size_t fewest = std::numeric_limits<std::size_t>::max();
-        for (const auto& [cx, cy] : {std::pair{pr - lw - 8, pt + 8}, std::pair{pl + 8, pt + 8},
-                                     std::pair{pr - lw - 8, pb - lh - 8}, std::pair{pl + 8, pb - lh - 8}}) {
-            std::size_t hidden = 0;
-            for (const auto& s : series)
-                for (std::size_t i = 0; i < s.x.size(); ++i)
-                    if (usable(s.x[i], s.y[i])) {
-                        const double X = fx(s.x[i]), Y = fy(s.y[i]);
-                        hidden += X >= cx - 4 && X <= cx + lw + 4 && Y >= cy - 4 && Y <= cy + lh + 4;
-                    }
-            if (hidden < fewest) fewest = hidden, lx = cx, ly = cy;
-        }
-        o += "<g class=\"legend\">\n<rect x=\"" + px(lx) + "\" y=\"" + px(ly) + "\" width=\"" + px(lw) + "\" height=\"" + px(lh) +
-             "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#999\"/>\n";
-        for (std::size_t k = 0; k < series.size(); ++k) {
-            const double yy = ly + 14 + 18.0 * double(k);
-            o += "<line x1=\"" + px(lx + 6) + "\" y1=\"" + px(yy - 4) + "\" x2=\"" + px(lx + 30) + "\" y2=\"" + px(yy - 4) +
-                 "\" stroke=\"" + escape(colors[k]) + "\" stroke-width=\"2\"" +
-                 (series[k].dashed ? " stroke-dasharray=\"6 4\"" : "") + "/>\n<text x=\"" + px(lx + 36) + "\" y=\"" + px(yy) +
-                 "\">" + escape(series[k].name) + "</text>\n";
-        }
-        o += "</g>\n";
-    }
+    if (!series.empty()) o += legend_svg(*this, colors, f);
     return o + "</g>\n";
 }
 

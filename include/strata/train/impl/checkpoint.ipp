@@ -105,33 +105,39 @@ STRATA_DECL std::uint64_t parse_metadata_uint(std::string_view key, std::string_
     return detail::ckpt::parse_int<std::uint64_t>("", key, text, 0, max);
 }
 
-template <std::floating_point T>
-CheckpointData<T> read_checkpoint(const std::filesystem::path& path, const CheckpointSpec& spec) {
-    detail::ckpt::check_spec(spec);
-    const auto f = io::SafetensorsFile::load(path);
-    const std::string where = "checkpoint " + io::in_quotes(path.string(), 200) + ": ";
-    auto meta = [&](std::string_view key) -> const std::string* {
-        const auto& m = f.metadata();
-        const auto it = m.find(key);
-        return it == m.end() ? nullptr : &it->second;
-    };
+namespace detail::ckpt {
 
-    // Format first: a file of another kind or version should say so, not list missing tensors.
-    const std::string* format = meta("format");
+// A metadata value of the file, or null.
+inline const std::string* metadata(const io::SafetensorsFile& f, std::string_view key) {
+    const auto& m = f.metadata();
+    const auto it = m.find(key);
+    return it == m.end() ? nullptr : &it->second;
+}
+
+// Format first: a file of another kind or version should say so, not list missing tensors.
+inline void check_format(const io::SafetensorsFile& f, const std::string& where, const CheckpointSpec& spec) {
+    const std::string* format = metadata(f, "format");
     if (!format || *format != "strata-checkpoint")
         throw_error<CheckpointError>(where, "not a strata checkpoint: expected metadata format = 'strata-checkpoint', found ",
                                      format ? io::in_quotes(*format, 200) : std::string("none"));
-    const std::string* version = meta("format_version");
+    const std::string* version = metadata(f, "format_version");
     if (!version)
         throw_error<CheckpointError>(where, "expected metadata format_version = ", spec.format_version, ", found none");
-    const auto v = detail::ckpt::parse_int<std::int64_t>(where, "format_version", *version, 0, std::numeric_limits<int>::max());
+    const auto v = parse_int<std::int64_t>(where, "format_version", *version, 0, std::numeric_limits<int>::max());
     if (v != spec.format_version)
         throw_error<CheckpointError>(where, "checkpoint format version ", v, "; this strata reads version ", spec.format_version);
+}
 
-    std::set<std::string_view> used;  // tensor names the model reads or deliberately ignores
-    std::vector<std::string> missing;
-    // A tensor the model expects: present, F32 or F64, of the expected shape.
-    auto expect = [&](const std::string& name, const std::vector<std::size_t>& dims) -> const io::TensorInfo* {
+// The tensors the model reads, checked before any value is copied: each present, F32 or F64, of
+// the expected shape; the missing ones named together; the names used (read or deliberately
+// ignored), so that a strict read can refuse the others.
+struct TensorPlan {
+    const io::SafetensorsFile& f;
+    const std::string& where;
+    std::set<std::string_view> used{};
+    std::vector<std::string> missing{};
+
+    const io::TensorInfo* expect(const std::string& name, const std::vector<std::size_t>& dims) {
         if (!f.contains(name)) {
             missing.push_back(name);
             return nullptr;
@@ -144,113 +150,137 @@ CheckpointData<T> read_checkpoint(const std::filesystem::path& path, const Check
             throw_error<CheckpointError>(where, "tensor ", io::in_quotes(name, 200), ": the model expects shape ", io::shape_text(dims),
                                          ", the checkpoint holds ", io::shape_text(t.shape));
         return &t;
-    };
-    auto refuse_missing = [&](const char* what) {
+    }
+    void refuse_missing(const char* what) const {
         if (missing.empty()) return;
         throw_error<CheckpointError>(where, missing.size() == 1 ? "missing " : std::to_string(missing.size()) + " missing ",
-                                     what, missing.size() == 1 ? " tensor " : " tensors ", detail::ckpt::some_names(missing));
-    };
+                                     what, missing.size() == 1 ? " tensor " : " tensors ", some_names(missing));
+    }
+};
 
+inline const std::string optimizer_prefix = "optimizer/";
+
+// The optimizer's state is read only when it is the same optimizer with the same slots;
+// anything else is refused when strict and left out (the optimizer starts afresh) when not.
+// Returns whether the slots are read, their tensors (slot by slot, variable by variable) in
+// `slot_tensors`.
+inline bool plan_slots(TensorPlan& plan, const CheckpointSpec& spec, std::vector<std::vector<const io::TensorInfo*>>& slot_tensors) {
+    if (spec.optimizer.empty()) return false;
+    const std::string* saved = metadata(plan.f, "optimizer");
+    if (!saved) {
+        if (spec.strict)
+            throw_error<CheckpointError>(plan.where, "the checkpoint holds no optimizer state (it was saved before compile); "
+                                         "the model is compiled with ", spec.optimizer,
+                                         " (load with strict = false to take the weights alone)");
+        return false;
+    }
+    if (*saved != spec.optimizer) {
+        if (spec.strict)
+            throw_error<CheckpointError>(plan.where, "the checkpoint holds ", io::clipped(*saved), " state; the model is compiled with ",
+                                         spec.optimizer, " (load with strict = false to take the weights alone)");
+        return false;
+    }
+    bool read_slots = true;
+    for (const auto& slot : spec.slots) {
+        slot_tensors.emplace_back();
+        for (const auto& p : spec.params) slot_tensors.back().push_back(plan.expect(optimizer_prefix + slot + "/" + p.name, p.dims));
+    }
+    if (!plan.missing.empty() && !spec.strict) {
+        // Another configuration of the same optimizer (SGD with momentum saved, without loaded).
+        read_slots = false;
+        plan.missing.clear();
+    }
+    plan.refuse_missing("optimizer slot");
+    return read_slots;
+}
+
+// Strict: a tensor the model does not have is refused. Optimizer tensors the model does not read
+// (not compiled, or another optimizer when not strict) are deliberately ignored, not unknown:
+// evaluating a trained model must work.
+inline void refuse_unknown(TensorPlan& plan, const CheckpointSpec& spec, bool read_slots) {
+    if (!read_slots)
+        for (const auto& t : plan.f.tensors())
+            if (std::string_view(t.name).starts_with(optimizer_prefix)) plan.used.insert(t.name);
+    if (!spec.strict) return;
+    std::vector<std::string> unknown;
+    for (const auto& t : plan.f.tensors())
+        if (!plan.used.contains(t.name)) unknown.push_back(t.name);
+    if (!unknown.empty())
+        throw_error<CheckpointError>(plan.where, "the checkpoint holds ", unknown.size(), unknown.size() == 1 ? " tensor" : " tensors",
+                                     " the model does not have: ", some_names(unknown),
+                                     " (a checkpoint of another model? load with strict = false to ignore them)");
+}
+
+// The counters and rates of the metadata; the optimizer's (its iterations, a dynamic loss scale)
+// only with its slots.
+template <class T>
+void read_metadata(CheckpointData<T>& data, const io::SafetensorsFile& f, const std::string& where, bool read_slots) {
+    constexpr auto int_max = std::numeric_limits<int>::max();
+    constexpr auto u64_max = std::numeric_limits<std::uint64_t>::max();
+    constexpr auto i64_max = std::numeric_limits<std::int64_t>::max();
+    if (const auto* s = metadata(f, "epoch")) data.epoch = static_cast<int>(parse_int<std::int64_t>(where, "epoch", *s, 0, int_max));
+    if (const auto* s = metadata(f, "step")) data.step = parse_int<std::uint64_t>(where, "step", *s, 0, u64_max);
+    if (const auto* s = metadata(f, "seed")) data.seed = parse_int<std::uint64_t>(where, "seed", *s, 0, u64_max);
+    if (const auto* s = metadata(f, "learning_rate")) data.learning_rate = parse_rate(where, *s);
+    if (!read_slots) return;
+    if (const auto* s = metadata(f, "optimizer_iterations"))
+        data.optimizer_iterations = parse_int<std::int64_t>(where, "optimizer_iterations", *s, 0, i64_max);
+    // A dynamic loss scale (precision::MixedFloat16): where it stood, so a resumed run goes on
+    // with the same scale.
+    if (const auto* s = metadata(f, "loss_scale")) {
+        const double scale = parse_rate(where, *s, "loss_scale", "32768");
+        if (scale <= 0)
+            throw_error<CheckpointError>(where, "metadata 'loss_scale': expected a finite number > 0, found ", io::in_quotes(*s, 200));
+        data.loss_scale = scale;
+        if (const auto* g = metadata(f, "loss_scale_good_steps"))
+            data.loss_scale_good_steps = parse_int<std::int64_t>(where, "loss_scale_good_steps", *g, 0, i64_max);
+        if (const auto* k = metadata(f, "loss_scale_skipped_steps"))
+            data.loss_scale_skipped_steps = parse_int<std::int64_t>(where, "loss_scale_skipped_steps", *k, 0, i64_max);
+    }
+}
+
+// Tensor `t` (named `name`) into `dst`; each value must be finite (a NaN weight would train on
+// silently: ReLU and pooling pass it on, the loss may not show it).
+template <class T>
+void read_finite(const io::SafetensorsFile& f, const io::TensorInfo& t, T* dst, const std::string& name, const std::string& where) {
+    read_values(f, t, dst);
+    const std::size_t n = t.numel();
+    for (std::size_t k = 0; k < n; ++k)
+        if (!std::isfinite(dst[k]))
+            throw_error<CheckpointError>(where, "tensor ", io::in_quotes(name, 200), " holds ", dst[k], " at index ", k,
+                                         " (row-major, of ", n, " values): a checkpoint's values must be finite");
+}
+
+}  // namespace detail::ckpt
+
+template <std::floating_point T>
+CheckpointData<T> read_checkpoint(const std::filesystem::path& path, const CheckpointSpec& spec) {
+    using namespace detail::ckpt;
+    check_spec(spec);
+    const auto f = io::SafetensorsFile::load(path);
+    const std::string where = "checkpoint " + io::in_quotes(path.string(), 200) + ": ";
+    check_format(f, where, spec);
+    TensorPlan plan{f, where};
     std::vector<const io::TensorInfo*> params;
     params.reserve(spec.params.size());
-    for (const auto& p : spec.params) params.push_back(expect(p.name, p.dims));
-    refuse_missing("parameter");
-
-    // The optimizer's state is read only when it is the same optimizer with the same slots;
-    // anything else is refused when strict and left out (the optimizer starts afresh) when not.
-    const std::string prefix = "optimizer/";
-    bool read_slots = false;
+    for (const auto& p : spec.params) params.push_back(plan.expect(p.name, p.dims));
+    plan.refuse_missing("parameter");
     std::vector<std::vector<const io::TensorInfo*>> slot_tensors;
-    if (!spec.optimizer.empty()) {
-        const std::string* saved = meta("optimizer");
-        if (!saved) {
-            if (spec.strict)
-                throw_error<CheckpointError>(where, "the checkpoint holds no optimizer state (it was saved before compile); "
-                                             "the model is compiled with ", spec.optimizer,
-                                             " (load with strict = false to take the weights alone)");
-        } else if (*saved != spec.optimizer) {
-            if (spec.strict)
-                throw_error<CheckpointError>(where, "the checkpoint holds ", io::clipped(*saved), " state; the model is compiled with ",
-                                             spec.optimizer, " (load with strict = false to take the weights alone)");
-        } else {
-            read_slots = true;
-            for (const auto& slot : spec.slots) {
-                slot_tensors.emplace_back();
-                for (const auto& p : spec.params) slot_tensors.back().push_back(expect(prefix + slot + "/" + p.name, p.dims));
-            }
-            if (!missing.empty() && !spec.strict) {
-                // Another configuration of the same optimizer (SGD with momentum saved, without loaded).
-                read_slots = false;
-                missing.clear();
-            }
-            refuse_missing("optimizer slot");
-        }
-    }
-    // Optimizer tensors the model does not read (not compiled, or another optimizer when not
-    // strict) are deliberately ignored, not unknown: evaluating a trained model must work.
-    if (!read_slots)
-        for (const auto& t : f.tensors())
-            if (std::string_view(t.name).starts_with(prefix)) used.insert(t.name);
-
-    if (spec.strict) {
-        std::vector<std::string> unknown;
-        for (const auto& t : f.tensors())
-            if (!used.contains(t.name)) unknown.push_back(t.name);
-        if (!unknown.empty())
-            throw_error<CheckpointError>(where, "the checkpoint holds ", unknown.size(), unknown.size() == 1 ? " tensor" : " tensors",
-                                         " the model does not have: ", detail::ckpt::some_names(unknown),
-                                         " (a checkpoint of another model? load with strict = false to ignore them)");
-    }
+    const bool read_slots = plan_slots(plan, spec, slot_tensors);
+    refuse_unknown(plan, spec, read_slots);
 
     CheckpointData<T> data;
-    constexpr auto int_max = std::numeric_limits<int>::max();
-    if (const auto* s = meta("epoch")) data.epoch = static_cast<int>(detail::ckpt::parse_int<std::int64_t>(where, "epoch", *s, 0, int_max));
-    if (const auto* s = meta("step"))
-        data.step = detail::ckpt::parse_int<std::uint64_t>(where, "step", *s, 0, std::numeric_limits<std::uint64_t>::max());
-    if (const auto* s = meta("seed"))
-        data.seed = detail::ckpt::parse_int<std::uint64_t>(where, "seed", *s, 0, std::numeric_limits<std::uint64_t>::max());
-    if (const auto* s = meta("learning_rate")) data.learning_rate = detail::ckpt::parse_rate(where, *s);
-    if (read_slots) {
-        if (const auto* s = meta("optimizer_iterations"))
-            data.optimizer_iterations = detail::ckpt::parse_int<std::int64_t>(where, "optimizer_iterations", *s, 0,
-                                                                              std::numeric_limits<std::int64_t>::max());
-        // A dynamic loss scale (precision::MixedFloat16): where it stood, so a resumed run goes on
-        // with the same scale.
-        if (const auto* s = meta("loss_scale")) {
-            const double scale = detail::ckpt::parse_rate(where, *s, "loss_scale", "32768");
-            if (scale <= 0)
-                throw_error<CheckpointError>(where, "metadata 'loss_scale': expected a finite number > 0, found ", io::in_quotes(*s, 200));
-            data.loss_scale = scale;
-            constexpr auto i64_max = std::numeric_limits<std::int64_t>::max();
-            if (const auto* g = meta("loss_scale_good_steps"))
-                data.loss_scale_good_steps = detail::ckpt::parse_int<std::int64_t>(where, "loss_scale_good_steps", *g, 0, i64_max);
-            if (const auto* k = meta("loss_scale_skipped_steps"))
-                data.loss_scale_skipped_steps = detail::ckpt::parse_int<std::int64_t>(where, "loss_scale_skipped_steps", *k, 0, i64_max);
-        }
-    }
-
-    // Everything is validated: only now are the values copied, and each must be finite (a NaN
-    // weight would train on silently: ReLU and pooling pass it on, the loss may not show it).
-    auto finite = [&](const std::string& name, const T* v, std::size_t n) {
-        for (std::size_t k = 0; k < n; ++k)
-            if (!std::isfinite(v[k]))
-                throw_error<CheckpointError>(where, "tensor ", io::in_quotes(name, 200), " holds ", v[k], " at index ", k,
-                                             " (row-major, of ", n, " values): a checkpoint's values must be finite");
-    };
+    read_metadata(data, f, where, read_slots);
+    // Everything is validated: only now are the values copied.
     data.params.resize(static_cast<std::size_t>(spec.num_params));
-    for (std::size_t i = 0; i < spec.params.size(); ++i) {
-        T* dst = data.params.data() + spec.params[i].offset;
-        detail::ckpt::read_values(f, *params[i], dst);
-        finite(spec.params[i].name, dst, params[i]->numel());
-    }
+    for (std::size_t i = 0; i < spec.params.size(); ++i)
+        read_finite(f, *params[i], data.params.data() + spec.params[i].offset, spec.params[i].name, where);
     if (read_slots) {
         for (std::size_t s = 0; s < spec.slots.size(); ++s) {
             std::vector<T> values(static_cast<std::size_t>(spec.num_params));
-            for (std::size_t i = 0; i < spec.params.size(); ++i) {
-                T* dst = values.data() + spec.params[i].offset;
-                detail::ckpt::read_values(f, *slot_tensors[s][i], dst);
-                finite(prefix + spec.slots[s] + "/" + spec.params[i].name, dst, slot_tensors[s][i]->numel());
-            }
+            for (std::size_t i = 0; i < spec.params.size(); ++i)
+                read_finite(f, *slot_tensors[s][i], values.data() + spec.params[i].offset,
+                            optimizer_prefix + spec.slots[s] + "/" + spec.params[i].name, where);
             data.slots.emplace_back(spec.slots[s], std::move(values));
         }
     }
