@@ -37,12 +37,10 @@
 /// | `distribute::GradientPath` (the primary template)          | distribute/gradient_path.hpp      |
 /// | `Model`                                                    | train/model.hpp                   |
 ///
-/// | `precision::Float32`, `TF32`, `MixedBFloat16`, `MixedFloat16`, `Any` (Model's third argument) | core/precision.hpp (included here) |
+/// | `precision::Float32`, `TF32`, `MixedBFloat16`, `MixedFloat16`, `Any` (Model's third argument) | core/precision.hpp |
 
 #include <cstddef>
 #include <cstdint>
-
-#include "strata/core/precision.hpp"
 
 namespace strata {
 
@@ -57,6 +55,14 @@ template <class T, class P = place::Host>
 class TensorView;
 template <class T, class P = place::Host>
 class Tensor;
+
+namespace precision {
+struct Float32;
+struct TF32;
+struct MixedBFloat16;
+struct MixedFloat16;
+struct Any;
+}  // namespace precision
 
 namespace sync {
 struct Synchronous;
