@@ -292,6 +292,32 @@ TEST_CASE("checkpoint: metadata integers are strict") {
         CHECK(has(m, std::string("metadata '") + c.key + "': expected a decimal integer in " + c.range));
         CHECK(has(m, std::string("found '") + c.text + "'"));
     }
+    // The dynamic loss scale (precision::MixedFloat16): a corrupt scale or count is refused, named.
+    const Case scales[] = {{"loss_scale", "nan", "a finite number >= 0"},  {"loss_scale", "-2", "a finite number >= 0"},
+                           {"loss_scale", "inf", "a finite number >= 0"},  {"loss_scale", "0", "a finite number > 0"},
+                           {"loss_scale", "x", "a finite number >= 0"}};
+    for (const auto& c : scales) {
+        INFO(c.key, " = '", c.text, "'");
+        auto w = checkpoint();
+        w.set_metadata(c.key, c.text);
+        const auto m = fx.error(w, spec());
+        CHECK(has(m, std::string("metadata 'loss_scale': expected ") + c.range));
+        CHECK(has(m, std::string("'") + c.text + "'"));
+    }
+    {
+        auto w = checkpoint();
+        w.set_metadata("loss_scale", "32768");
+        w.set_metadata("loss_scale_skipped_steps", "-1");
+        CHECK(has(fx.error(w, spec()), "metadata 'loss_scale_skipped_steps': expected a decimal integer in [0, 9223372036854775807]"));
+        auto ok = checkpoint();
+        ok.set_metadata("loss_scale", "1024");
+        ok.set_metadata("loss_scale_good_steps", "7");
+        ok.set_metadata("loss_scale_skipped_steps", "3");
+        const auto d = read_checkpoint<float>(fx.save(ok), spec());
+        CHECK(d.loss_scale == 1024.0);
+        CHECK(d.loss_scale_good_steps == 7);
+        CHECK(d.loss_scale_skipped_steps == 3);
+    }
     // optimizer_iterations is not read (so not checked) when the optimizer state is not.
     auto w = checkpoint();
     w.set_metadata("optimizer_iterations", "junk");
