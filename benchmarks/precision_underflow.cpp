@@ -58,21 +58,7 @@ std::vector<double> gradient(const std::vector<float>& w, std::vector<float> x, 
 }
 
 int run(const Options& o) {
-    const bool real = std::filesystem::exists(std::filesystem::path(o.data) / "train-images-idx3-ubyte");
-    std::vector<float> train_x, test_x;
-    std::vector<std::int32_t> train_y, test_y;
-    if (real) {
-        auto m = strata::data::load_mnist(o.data);
-        train_x = std::move(m.train.images.data);
-        train_y = std::move(m.train.labels.data);
-        test_x = std::move(m.test.images.data);
-        test_y = std::move(m.test.labels.data);
-    } else {
-        train_x = bench::synthetic_x(6000);
-        train_y = bench::synthetic_y(6000);
-        test_x = bench::synthetic_x(1000);
-        test_y = bench::synthetic_y(1000);
-    }
+    auto [real, train_x, test_x, train_y, test_y] = bench::mnist_or_synthetic(o.data, 6000, 1000);
     strata::Model<Net, strata::distribute::Default, prec::Float32> model(1);
     model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::RMSprop{});
     if (o.train_steps > 0) {

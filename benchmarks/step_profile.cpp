@@ -165,21 +165,7 @@ int run(const Options& o) {
     machine.hardware_threads = strata::hardware_threads();
 
     // Data: MNIST when present, else synthetic images of its shape.
-    const bool real = std::filesystem::exists(std::filesystem::path(o.data) / "train-images-idx3-ubyte");
-    std::vector<float> train_x, test_x;
-    std::vector<std::int32_t> train_y, test_y;
-    if (real) {
-        auto m = strata::data::load_mnist(o.data);
-        train_x = std::move(m.train.images.data);
-        train_y = std::move(m.train.labels.data);
-        test_x = std::move(m.test.images.data);
-        test_y = std::move(m.test.labels.data);
-    } else {
-        train_x = bench::synthetic_x(60000);
-        train_y = bench::synthetic_y(60000);
-        test_x = bench::synthetic_x(10000);
-        test_y = bench::synthetic_y(10000);
-    }
+    auto [real, train_x, test_x, train_y, test_y] = bench::mnist_or_synthetic(o.data, 60000, 10000);
     auto train = strata::data::Dataset<>::from_arrays(train_x, {28, 28, 1}, train_y)
                      .shuffle(10000, 42)
                      .batch(std::size_t(o.batch))

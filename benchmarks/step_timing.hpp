@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 namespace bench {
@@ -29,6 +31,32 @@ inline std::vector<std::int32_t> synthetic_y(std::int64_t n) {
     std::vector<std::int32_t> y(static_cast<std::size_t>(n));
     for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::int32_t(i % 10);
     return y;
+}
+
+/// MNIST's four arrays from `dir` when its files are there (`real`), else synthetic images and
+/// labels of its shape (train_n and test_n of them): what the benchmarks that train the seed
+/// CNN read.
+struct MnistArrays {
+    bool real = false;
+    std::vector<float> train_x, test_x;
+    std::vector<std::int32_t> train_y, test_y;
+};
+inline MnistArrays mnist_or_synthetic(const std::string& dir, std::int64_t train_n, std::int64_t test_n) {
+    MnistArrays a;
+    a.real = std::filesystem::exists(std::filesystem::path(dir) / "train-images-idx3-ubyte");
+    if (a.real) {
+        auto m = strata::data::load_mnist(dir);
+        a.train_x = std::move(m.train.images.data);
+        a.train_y = std::move(m.train.labels.data);
+        a.test_x = std::move(m.test.images.data);
+        a.test_y = std::move(m.test.labels.data);
+    } else {
+        a.train_x = synthetic_x(train_n);
+        a.train_y = synthetic_y(train_n);
+        a.test_x = synthetic_x(test_n);
+        a.test_y = synthetic_y(test_n);
+    }
+    return a;
 }
 
 /// A lockstep configuration measured two ways in the same samples, so that load from other
