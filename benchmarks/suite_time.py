@@ -20,11 +20,17 @@ def tests_of(build):
         lines = open(path).read().splitlines()
     except OSError as e:
         sys.exit(f"suite_time.py: no test log in {build} ({e.strerror}): run meson test or scripts/test there first")
+    # scripts/test runs the suite 'alone' in a lane of its own, logged apart (alone.json).
+    lane = os.path.join(build, "meson-logs", "alone.json")
+    if os.path.exists(lane) and os.path.getmtime(lane) >= os.path.getmtime(path) - 3600:
+        lines += open(lane).read().splitlines()
     # Whether a test runs beside others is the build's (meson-info), not the log's.
     parallel = {}
     try:
         for t in json.load(open(os.path.join(build, "meson-info", "intro-tests.json"))):
-            parallel[t["name"]] = bool(t.get("is_parallel", True))
+            # "lane": the suite 'alone', which scripts/test runs one at a time beside the rest
+            lane = any(s.split(":")[-1] == "alone" for s in t.get("suite", []))
+            parallel[t["name"]] = "lane" if lane else bool(t.get("is_parallel", True))
     except (OSError, ValueError):
         pass
     rows = []
@@ -66,10 +72,13 @@ def main():
     top = (lambda xs: xs[:a.top]) if a.top else (lambda xs: xs)
     print(f"| test | seconds | result | runs beside others |\n|---|---:|---|---|")
     for t in top(tests):
-        print(f"| `{t['name'].split(' / ')[-1]}` | {t['seconds']:.1f} | {t['result']} | {'yes' if t['parallel'] else 'no'} |")
-    alone = sum(t["seconds"] for t in tests if not t["parallel"])
+        beside = {"lane": "in its own lane", True: "yes", False: "no"}[t["parallel"]]
+        print(f"| `{t['name'].split(' / ')[-1]}` | {t['seconds']:.1f} | {t['result']} | {beside} |")
+    alone = sum(t["seconds"] for t in tests if t["parallel"] is False)
+    lane = sum(t["seconds"] for t in tests if t["parallel"] == "lane")
     print(f"\n{len(tests)} tests, {sum(t['seconds'] for t in tests):.0f} s one after the other; "
-          f"{alone:.0f} s of it in tests that run alone (is_parallel: false).\n")
+          f"{alone:.0f} s of it in other tests that run alone (is_parallel: false), {lane:.0f} s in the suite 'alone' "
+          "(scripts/test: one at a time, beside the rest).\n")
     if outs:
         print(f"| build output | compiler seconds |\n|---|---:|")
         for o, s in top(outs):
