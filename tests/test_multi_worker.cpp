@@ -469,7 +469,7 @@ TEST_CASE("processes whose settings differ are refused on every rank, naming who
 
 using Mlp = Sequential<Input<6, 6, 2>, Flatten, Dense<5, Tanh>, Dense<3, Softmax>>;
 
-TEST_CASE("a process with another model, optimizer or global batch size is refused on every rank before it trains") {
+TEST_CASE("a process with another model, optimizer, precision or global batch size is refused on every rank before it trains") {
     const int me = world_rank();
     dist::MultiWorkerMirrored<> mw(1, {.timeout = std::chrono::seconds(20)});
     // The model: checked when it is built, before its initial variables are broadcast.
@@ -484,8 +484,25 @@ TEST_CASE("a process with another model, optimizer or global batch size is refus
     const auto o = strata_test::error_of<strata::ValueError>([&] {
         model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = me == 1 ? 0.05 : 0.1});
     });
-    CHECK(o.find("the ranks disagree on optimizer: optimizer: ") != std::string::npos);
+    CHECK(o.find("the ranks disagree on compile's settings: optimizer: ") != std::string::npos);
     CHECK(o.find("rank 1 has SGD(learning_rate=0.050000000000000003, momentum=0, nesterov=false)") != std::string::npos);
+    CHECK(o.find("precision") == std::string::npos);  // the ranks agree on it
+    // The precision, chosen at run time (precision::Any): compared at compile with the optimizer.
+    // A policy without a loss scale (bfloat16) leaves the optimizer's description unchanged, so
+    // only this comparison can see it.
+    {
+        strata::Model<Mlp, dist::MultiWorkerMirrored<>, strata::precision::Any> any(mw, 1);
+        if (me == 1) any.set_precision(strata::precision::Compute::BFloat16);
+        const auto p = strata_test::error_of<strata::ValueError>(
+            [&] { any.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1}); });
+        CHECK(p.find("the ranks disagree on compile's settings: precision: ") != std::string::npos);
+        CHECK(p.find("rank 1 has mixed_bfloat16") != std::string::npos);
+        CHECK(p.find("optimizer") == std::string::npos);  // the optimizer is the same on every rank
+        if (me == 1) any.set_precision(strata::precision::Compute::Float32);
+        any.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});  // agreed
+        any.fit(images(24, 1).batch(8), {.epochs = 1, .verbose = 0});
+        CHECK(same_on_every_rank(any.get_weights()));
+    }
     // The global batch: checked when an epoch starts, before its first step.
     model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
     const auto before = model.get_weights();

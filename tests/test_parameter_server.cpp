@@ -383,7 +383,7 @@ TEST_CASE("a worker that throws is named, and nothing hangs") {
     using PS = dist::ParameterServer<Host, ss::KBatchSync<2>>;
     PS ps(3, 1, {.timeout = std::chrono::seconds(20)});
     dist::GradientPath<PS, Mlp, float> path(ps, [](float* p) { std::fill_n(p, Mlp::num_params, 0.1f); });
-    path.compile(strata::optim::SGD{.learning_rate = 0.1});
+    path.compile(strata::optim::SGD{.learning_rate = 0.1}, {});
     const auto data = dataset<Mlp>(40, 2).batch(2);
     auto it = data.iterate(0);
     dist::detail::IteratorSource<std::int32_t, decltype(it)> source(it);
@@ -405,7 +405,7 @@ TEST_CASE("a worker that throws is named, and nothing hangs") {
     SUBCASE("a worker that does not finish is named at the timeout") {
         PS slow_ps(2, 1, {.timeout = std::chrono::milliseconds(200)});
         dist::GradientPath<PS, Mlp, float> p2(slow_ps, [](float* p) { std::fill_n(p, Mlp::num_params, 0.1f); });
-        p2.compile(strata::optim::SGD{.learning_rate = 0.1});
+        p2.compile(strata::optim::SGD{.learning_rate = 0.1}, {});
         auto it2 = data.iterate(0);
         dist::detail::IteratorSource<std::int32_t, decltype(it2)> src2(it2);
         auto stuck = [&](int w, const dist::ReplicaBatch<std::int32_t>& b, const float*, float* grads, double, std::uint64_t,
@@ -542,7 +542,7 @@ TEST_CASE("cancelled work stops between layers of backward, not at the end of th
     using PS = dist::ParameterServer<Host, ss::KSync<1>>;
     PS ps(2, 1, {.timeout = std::chrono::seconds(30)});
     dist::GradientPath<PS, Mlp, float> path(ps, [](float* p) { std::fill_n(p, Mlp::num_params, 0.1f); });
-    path.compile(strata::optim::SGD{.learning_rate = 0.1});
+    path.compile(strata::optim::SGD{.learning_rate = 0.1}, {});
     const auto data = dataset<Mlp>(16, 2).batch(2);
     auto it = data.iterate(0);
     dist::detail::IteratorSource<std::int32_t, decltype(it)> source(it);

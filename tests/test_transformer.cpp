@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -536,7 +537,11 @@ struct MhaDims {
     std::int64_t S, F, H, Dk, Dv;
     bool bias, causal;
 };
-std::vector<double> mha_reference(const std::vector<double>& x, const std::vector<double>& p, std::int64_t n, const MhaDims& d) {
+/// `keep(e, h, i, j)`, when given, multiplies attention weight (example e, head h, query i, key j)
+/// after the softmax (attention dropout: 0 or 1 / (1 − rate)).
+using KeepFn = std::function<double(std::int64_t, std::int64_t, std::int64_t, std::int64_t)>;
+std::vector<double> mha_reference(const std::vector<double>& x, const std::vector<double>& p, std::int64_t n, const MhaDims& d,
+                                  const KeepFn& keep = {}) {
     const auto [S, F, H, Dk, Dv, bias, causal] = d;
     // Keras' order: query kernel [F,H,Dk], bias [H,Dk], key ..., value kernel [F,H,Dv], bias
     // [H,Dv], output kernel [H,Dv,F], bias [F].
@@ -585,7 +590,8 @@ std::vector<double> mha_reference(const std::vector<double>& x, const std::vecto
                 }
                 for (std::int64_t c = 0; c < Dv; ++c) {
                     double o = 0;
-                    for (std::int64_t j = 0; j < S; ++j) o += a[std::size_t(j)] / z * V[std::size_t(j)][std::size_t(c)];
+                    for (std::int64_t j = 0; j < S; ++j)
+                        o += a[std::size_t(j)] / z * (keep ? keep(e, h, i, j) : 1.0) * V[std::size_t(j)][std::size_t(c)];
                     for (std::int64_t f = 0; f < F; ++f) y[std::size_t((e * S + i) * F + f)] += o * P(wo + (h * Dv + c) * F + f);
                 }
             }
@@ -733,6 +739,111 @@ void check_dependence_on_later_tokens(bool causal) {
     }
 }
 }  // namespace
+
+namespace {
+/// The attention dropout's mask as its contract states it (strata/nn/multi_head_attention.hpp):
+/// weight g of the global batch's [examples, heads, queries, keys] is kept when 24 bits of
+/// Philox(seed; counter (bit 63 | stream << 40 | g / 4, step)), lane g % 4, reach ceil(rate·2^24).
+KeepFn dropout_mask(double rate, std::int64_t H, std::int64_t S, std::uint64_t seed, std::uint64_t step, std::uint64_t stream,
+                    std::int64_t first_example) {
+    return [=](std::int64_t e, std::int64_t h, std::int64_t i, std::int64_t j) {
+        const auto g = std::uint64_t((((first_example + e) * H + h) * S + i) * S + j);
+        const auto r = strata::random::Philox4x32::generate(seed, (std::uint64_t(1) << 63) | (stream << 40) | (g >> 2), step);
+        const auto threshold = std::uint32_t(std::ceil(rate * 16777216.0));
+        return (r.v[g & 3] >> 8) >= threshold ? 1.0 / (1.0 - rate) : 0.0;
+    };
+}
+constexpr MultiHeadAttentionOptions with_dropout{.dropout = 0.25};
+/// A layer that draws random numbers has set_stream (what a Network and a Model look for).
+template <class L>
+constexpr bool draws_random = requires(L& l) { l.set_stream(std::uint64_t(0)); };
+constexpr MultiHeadAttentionOptions causal_dropout{.causal = true, .dropout = 0.5};
+}  // namespace
+
+TEST_CASE_TEMPLATE("MultiHeadAttention's dropout (Keras' dropout): the stated mask in training, nothing in inference", P, STRATA_TEST_PLACES) {
+    using Spec = MultiHeadAttention<2, 3, 4, with_dropout>;
+    using Plain = MultiHeadAttention<2, 3, 4>;
+    auto run = mha_run<Spec, 5, 6, double, P>(3, 51);
+    auto plain = mha_run<Plain, 5, 6, double, P>(3, 51);
+    const auto dims = dims_of<Spec, 5, 6>();
+    // Inference: the layer without dropout, bit for bit.
+    const auto y_plain = plain.forward();
+    CHECK(run.forward() == y_plain);
+    // Training: the weights dropped as the contract's mask says, against the float64 reference.
+    run.mode = Mode{.training = true, .step = 3, .seed = 7};
+    run.layer.set_stream(32);
+    const auto y = run.forward();
+    CHECK(max_abs_diff(y, mha_reference(run.x, run.params, 3, dims, dropout_mask(0.25, 2, 5, 7, 3, 32, 0))) <= 1e-13);
+    CHECK(max_abs_diff(y, y_plain) > 1e-3);  // the negative control: something was dropped
+    // The mask of another step, seed or stream is another one.
+    CHECK(max_abs_diff(y, mha_reference(run.x, run.params, 3, dims, dropout_mask(0.25, 2, 5, 7, 4, 32, 0))) > 1e-3);
+    run.mode.step = 4;
+    CHECK(max_abs_diff(run.forward(), mha_reference(run.x, run.params, 3, dims, dropout_mask(0.25, 2, 5, 7, 4, 32, 0))) <= 1e-13);
+    run.layer.set_stream(48);
+    CHECK(max_abs_diff(run.forward(), mha_reference(run.x, run.params, 3, dims, dropout_mask(0.25, 2, 5, 7, 4, 48, 0))) <= 1e-13);
+    // A replica's share (examples 1 and 2 of the 3, first_example 1) draws what the whole batch
+    // draws for those examples: its outputs are the whole batch's rows (to rounding: the GEMMs
+    // have other sizes).
+    run.mode = Mode{.training = true, .step = 3, .seed = 7};
+    const auto whole = run.forward();
+    LayerRun<Spec, StaticShape<5, 6>, double, P> share(2, run.params, std::vector<double>(run.x.begin() + 30, run.x.end()),
+                                                       Mode{.training = true, .step = 3, .seed = 7, .first_example = 1});
+    share.layer.set_stream(48);
+    const auto mine = share.forward();
+    CHECK(max_abs_diff(mine, std::vector<double>(whole.begin() + 30, whole.end())) <= 1e-13);
+    // The negative control: the same share keyed as the batch's start draws another mask.
+    share.mode.first_example = 0;
+    CHECK(max_abs_diff(share.forward(), mine) > 1e-3);
+}
+
+TEST_CASE("MultiHeadAttention's dropout: the rate dropped, the causal mask kept, gradients against finite differences") {
+    SUBCASE("the share of weights dropped is the rate") {
+        // 8 examples × 4 heads × 16² weights; the rate 0.25 ± 0.02 (four standard deviations).
+        using Spec = MultiHeadAttention<4, 4, 4, with_dropout>;
+        auto run = mha_run<Spec, 16, 8>(8, 52);
+        const auto keep = dropout_mask(0.25, 4, 16, 11, 5, 0, 0);
+        std::int64_t dropped = 0, all = 0;
+        for (std::int64_t e = 0; e < 8; ++e)
+            for (std::int64_t h = 0; h < 4; ++h)
+                for (std::int64_t i = 0; i < 16; ++i)
+                    for (std::int64_t j = 0; j < 16; ++j, ++all) dropped += keep(e, h, i, j) == 0.0;
+        CHECK(std::abs(double(dropped) / double(all) - 0.25) <= 0.02);
+        run.mode = Mode{.training = true, .step = 5, .seed = 11};
+        CHECK(max_abs_diff(run.forward(), mha_reference(run.x, run.params, 8, dims_of<Spec, 16, 8>(), keep)) <= 1e-12);
+    }
+    SUBCASE("causal, rate 0.5: an output token still does not depend on later tokens") {
+        using Spec = MultiHeadAttention<2, 3, 3, causal_dropout>;
+        auto run = mha_run<Spec, 6, 4>(2, 53);
+        run.mode = Mode{.training = true, .step = 1, .seed = 2};
+        const auto y0 = run.forward();
+        CHECK(max_abs_diff(y0, mha_reference(run.x, run.params, 2, dims_of<Spec, 6, 4>(), dropout_mask(0.5, 2, 6, 2, 1, 0, 0))) <= 1e-13);
+        auto x = run.x;
+        for (std::int64_t e = 0; e < 2; ++e) x[std::size_t((e * 6 + 5) * 4)] += 1.0;  // the last token
+        LayerRun<Spec, StaticShape<6, 4>> later(2, run.params, x, run.mode);
+        const auto y1 = later.forward();
+        for (std::int64_t e = 0; e < 2; ++e)
+            for (std::int64_t i = 0; i < 5 * 4; ++i) CHECK(y1[std::size_t(e * 24 + i)] == y0[std::size_t(e * 24 + i)]);
+    }
+    SUBCASE("gradients in training: the input and every variable") {
+        using Spec = MultiHeadAttention<2, 3, 4, with_dropout>;
+        auto run = mha_run<Spec, 4, 5>(2, 54);
+        run.mode = Mode{.training = true, .step = 2, .seed = 9};
+        check_gradients(run, 54, Spec::bind<StaticShape<4, 5>, double, Host>::param_info(), {"key/bias"});
+    }
+    SUBCASE("a backward in another mode than its forward is refused") {
+        using Spec = MultiHeadAttention<2, 3, 4, with_dropout>;
+        using L = Spec::bind<StaticShape<4, 5>, double, Host>;
+        L layer;
+        Tensor<double, Host> params(Shape{L::num_params}), grads(Shape{L::num_params}), x(Shape{2, 4, 5}), y(Shape{2, 4, 5}),
+            dx(Shape{2, 4, 5});
+        strata::fill(params.view(), 0.1);
+        strata::fill(x.view(), 0.5);
+        layer.forward(params.data(), x.view(), y.view(), Mode{.training = true, .step = 1, .seed = 1});
+        const auto msg = strata_test::error_of<strata::ValueError>(
+            [&] { layer.backward(params.data(), grads.data(), x.view(), y.view(), y.view(), dx.view(), Mode{}); });
+        CHECK(msg.find("backward in inference mode after a forward in training mode") != std::string::npos);
+    }
+}
 
 TEST_CASE("the causal mask: an output token does not depend on later tokens; without the mask it does") {
     check_dependence_on_later_tokens<MultiHeadAttention<2, 3, 3, causal_mask>>(true);
@@ -963,5 +1074,44 @@ TEST_CASE("a pre-norm transformer encoder (attention and MLP blocks) trains (the
     CHECK(other.get_weights() == model.get_weights());
     CHECK(other.evaluate(token_task(128, 77).batch(64)).loss == model.evaluate(token_task(128, 77).batch(64)).loss);
     std::filesystem::remove(path);
+}
+
+TEST_CASE("attention dropout under Mirrored and CentralStorage (2 replicas) trains as one device does on the same batches (float64)") {
+    // The masks are keyed on each weight's place in the global batch (Mode::first_example), so
+    // the replicas' shares draw one device's mask; a model with dropout also never replays a
+    // captured step (the layer has set_stream).
+    using DropNet = Sequential<Input<6, 4>, Residual<LayerNormalization<>, MultiHeadAttention<2, 4, 0, MultiHeadAttentionOptions{.dropout = 0.3}>>,
+                               LayerNormalization<>, Flatten, Dense<2, Softmax>>;
+    // Only the layer with dropout draws random numbers (has set_stream), so only it turns graphs off.
+    static_assert(draws_random<MultiHeadAttention<2, 4, 0, MultiHeadAttentionOptions{.dropout = 0.3}>::bind<StaticShape<6, 4>, double, Host>>);
+    static_assert(!draws_random<MultiHeadAttention<2, 4>::bind<StaticShape<6, 4>, double, Host>>);
+    const strata::optim::Optimizer opt = strata::optim::Adam{.learning_rate = 0.01};
+    auto train = [&]<class S>(S& strategy) {
+        strata::Model<DropNet, S, double> model(strategy, 12);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+        model.fit(token_task(64, 5).batch(10), {.epochs = 2, .verbose = 0});
+        return model.get_weights();
+    };
+    strata::distribute::OneDevice<> one;
+    const auto reference = train(one);
+    strata::distribute::Mirrored<> mirrored(2);
+    strata::distribute::CentralStorage<> central(2);
+    for (const auto& w : {train(mirrored), train(central)}) {
+        REQUIRE(w.size() == reference.size());
+        double diff = 0;
+        for (std::size_t i = 0; i < w.size(); ++i) diff = std::max(diff, std::abs(w[i] - reference[i]) / std::max(1.0, std::abs(reference[i])));
+        INFO("largest relative weight difference " << diff);
+        CHECK(diff <= 1e-12);
+    }
+    // The negative control: the same model without dropout ends elsewhere.
+    using PlainNet = Sequential<Input<6, 4>, Residual<LayerNormalization<>, MultiHeadAttention<2, 4>>, LayerNormalization<>, Flatten,
+                                Dense<2, Softmax>>;
+    strata::Model<PlainNet, strata::distribute::OneDevice<>, double> plain(one, 12);
+    plain.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    plain.fit(token_task(64, 5).batch(10), {.epochs = 2, .verbose = 0});
+    const auto p = plain.get_weights();
+    double moved = 0;
+    for (std::size_t i = 0; i < p.size(); ++i) moved = std::max(moved, std::abs(p[i] - reference[i]));
+    CHECK(moved > 1e-4);
 }
 #endif

@@ -29,7 +29,7 @@ public:
     bool is_cheif() const { return rank_ == 0; }  // meant: is_chief
 
     T* params(int) { return params_.data(); }
-    void compile(const optim::Optimizer& o) { this->opt_.states.assign(1, optim::OptimizerState<T, place::Host>(o, Net::num_params)); }
+    void compile(const optim::Optimizer& o, const distribute::collective::Settings&) { this->opt_.states.assign(1, optim::OptimizerState<T, place::Host>(o, Net::num_params)); }
     void apply(int r) { this->opt_.states[0].apply(params_.data(), this->grads(r)); }
     std::vector<T> get_weights() const { return to_vector(params_.view()); }
     void set_weights(const std::vector<T>& w) { std::copy(w.begin(), w.end(), params_.data()); }

@@ -22,7 +22,9 @@
 /// it):
 ///   units()                          compute units (replicas, or parameter-server workers)
 ///   run_units(f)                     f(unit) on every unit's thread, inside its device scope
-///   compile(optimizer)               optimizer slots where the variables live
+///   compile(optimizer, agreed)       optimizer slots where the variables live; across processes,
+///                                    every rank's `agreed` (compile's settings: the optimizer
+///                                    and the precision, train/model.hpp) compared first
 ///   run_epoch(source, work, on_step) the schedule: takes mini-batches from `source`, calls
 ///                                    `work` on units, combines and applies gradients; calls
 ///                                    `on_step(StepTotals)` after every update (false: stop)
@@ -54,6 +56,7 @@
 #include "strata/distribute/combinations.hpp"
 #include "strata/distribute/distributed_dataset.hpp"
 #include "strata/distribute/rendezvous.hpp"
+#include "strata/distribute/settings.hpp"
 #include "strata/place/devices.hpp"
 #include "strata/nn/layer.hpp"
 #include "strata/optim/optimizers.hpp"
@@ -498,8 +501,9 @@ concept path_schedule = requires(P& p, SourceArchetype& source, std::uint64_t& s
     { p.train_step(batch, step, work) } -> std::same_as<StepTotals>;
 };
 template <class P>
-concept path_variables = requires(P& p, const P& cp, int unit, const optim::Optimizer& opt, std::vector<typename P::value_type> w) {
-    p.compile(opt);
+concept path_variables = requires(P& p, const P& cp, int unit, const optim::Optimizer& opt, const collective::Settings& agreed,
+                                  std::vector<typename P::value_type> w) {
+    p.compile(opt, agreed);
     p.prepare_inference();
     { p.inference_params(unit) } -> std::convertible_to<const typename P::value_type*>;
     { cp.get_weights() } -> std::same_as<std::vector<typename P::value_type>>;
@@ -606,7 +610,7 @@ struct GradientPathCheck {
                   "train_step(batch, step, work) returning StepTotals (fit's schedule and one update); every path defines "
                   "them (detail::LockstepPath does for the lockstep paths)");
     static_assert(path_variables<Path>,
-                  "strata::distribute::GradientPath: the path lacks one of compile(optimizer), prepare_inference(), "
+                  "strata::distribute::GradientPath: the path lacks one of compile(optimizer, agreed), prepare_inference(), "
                   "inference_params(unit), get_weights(), set_weights(w), log_placement(); every path defines them");
     static_assert(path_optimizer<Path>,
                   "strata::distribute::GradientPath: the path lacks one of slots(), set_slot(name, v), optimizer_name(), "

@@ -170,7 +170,6 @@ public:
     void agree_model() {
         pg_.agree(detail::model_settings<Net, T>(), "the model");
     }
-    void agree_optimizer(const optim::Optimizer& o) { pg_.agree("optimizer", optim::describe(o)); }
     void agree_global_batch(std::int64_t size) {
         pg_.agree("global batch size", size < 0 ? std::string("none (no data)") : std::to_string(size));
     }

@@ -29,8 +29,14 @@
 /// batch · S · (NumHeads · (2·KeyDim + 2·ValueDim + S) + NumHeads · ValueDim) values, and the
 /// buffers backward fills are as many again (sized on the first pass of a batch size, grow-only).
 ///
-/// Dropout on the attention weights (Keras' `dropout`) is not implemented: a rate other than 0
-/// does not compile.
+/// Dropout on the attention weights (Keras' `dropout`, MultiHeadAttentionOptions::dropout = p):
+/// in training, each weight A_h[i, j] is kept with probability 1 − p and scaled by 1 / (1 − p)
+/// after the softmax (the softmax itself is not changed), so inference is unchanged. The mask is
+/// Dropout's (strata/nn/dropout.hpp): a pure function of (Mode::seed, Mode::step, the layer's
+/// stream, the weight's index g in the global batch's [examples, heads, queries, keys]), so a
+/// replica's share of the batch draws what one device draws for the same examples, on every
+/// place. Backward recomputes it; the dropped weights are kept for dV (batch · NumHeads · S²
+/// more values, only with a rate above 0).
 
 #include <cmath>
 #include <cstdint>
@@ -39,6 +45,7 @@
 
 #include "strata/fwd.hpp"
 #include "strata/nn/activation.hpp"
+#include "strata/nn/dropout.hpp"
 #include "strata/nn/initializers.hpp"
 #include "strata/nn/layer.hpp"
 #include "strata/tensor/gemm.hpp"
@@ -51,7 +58,7 @@ namespace strata::nn {
 struct MultiHeadAttentionOptions {
     bool use_bias = true;
     bool causal = false;
-    double dropout = 0;  ///< on the attention weights; not implemented: must be 0
+    double dropout = 0;  ///< on the attention weights, in training (Keras' `dropout`): in [0, 1)
 };
 
 namespace detail {
@@ -74,8 +81,9 @@ struct MultiHeadAttention {
     static_assert(NumHeads >= 1, "strata::nn::MultiHeadAttention<NumHeads, KeyDim>: NumHeads must be >= 1");
     static_assert(KeyDim >= 0, "strata::nn::MultiHeadAttention<NumHeads, KeyDim>: KeyDim must be >= 1 (or 0: features / NumHeads)");
     static_assert(ValueDim >= 0, "strata::nn::MultiHeadAttention<NumHeads, KeyDim, ValueDim>: ValueDim must be >= 1 (or 0: KeyDim)");
-    static_assert(O.dropout == 0, "strata::nn::MultiHeadAttention: dropout on the attention weights is not implemented yet; "
-                                  "leave MultiHeadAttentionOptions::dropout at 0 (a Dropout layer after the block drops outputs)");
+    static_assert(O.dropout >= 0 && O.dropout < 1,
+                  "strata::nn::MultiHeadAttention: MultiHeadAttentionOptions::dropout is the probability of dropping an attention "
+                  "weight in training and must be in [0, 1)");
     static constexpr const char* name = "MultiHeadAttention";
     static constexpr const char* keras_name = "multi_head_attention";
     static constexpr std::int64_t num_heads = NumHeads;
@@ -192,6 +200,15 @@ public:
     static constexpr std::int64_t Dk = KeyDim != 0 ? KeyDim : (F / NumHeads > 0 ? F / NumHeads : 1);
     static constexpr std::int64_t Dv = ValueDim != 0 ? ValueDim : Dk;
     static constexpr bool bias = O.use_bias;
+    /// Whether training drops attention weights (MultiHeadAttentionOptions::dropout > 0).
+    static constexpr bool drops = O.dropout > 0;
+    /// ceil(dropout · 2^24): a weight is kept when its 24 random bits reach it (as Dropout's).
+    static constexpr std::uint32_t dropout_threshold = [] {
+        const double t = O.dropout * 16777216.0;
+        auto u = std::uint64_t(t);
+        if (double(u) < t) ++u;
+        return std::uint32_t(u);
+    }();
     // Offsets in the layer's block, Keras' order.
     static constexpr std::int64_t q_kernel = 0, q_bias = q_kernel + F * H * Dk;
     static constexpr std::int64_t k_kernel = q_bias + (bias ? H * Dk : 0), k_bias = k_kernel + F * H * Dk;
@@ -228,7 +245,17 @@ public:
 
     void reserve(std::int64_t n, bool) { size_buffers(n); }
 
-    void forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode&) {
+    /// The stream that separates this layer's dropout masks from other layers' (a Network sets
+    /// it to the layer's index × 16, as init's); only with a dropout rate above 0, so that a Model
+    /// knows the layer draws random numbers.
+    void set_stream(std::uint64_t stream)
+        requires drops
+    {
+        stream_ = stream;
+    }
+    std::uint64_t stream() const { return stream_; }
+
+    void forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode& mode) {
         const std::int64_t n = x.dim(0);
         n_ = n;
         if (n == 0) return;
@@ -243,7 +270,9 @@ public:
         gemm_strided_batched<T, P>(Trans::No, Trans::Yes, S, S, Dk, T(scale()), q_.data(), Dk, S * Dk, k_.data(), Dk, S * Dk, T(0),
                                    a_.data(), S, S * S, nh);
         place::for_each_n<P>(nh * S, AttentionSoftmaxRows<T>{a_.data(), S, O.causal});
-        gemm_strided_batched<T, P>(Trans::No, Trans::No, S, Dv, S, T(1), a_.data(), S, S * S, v_.data(), Dv, S * Dv, T(0), o_.data(), Dv,
+        dropped_ = drops && mode.training;
+        if (dropped_) drop(a_.data(), ad_.data(), nh * S * S, mode);  // the weights the values are summed with
+        gemm_strided_batched<T, P>(Trans::No, Trans::No, S, Dv, S, T(1), weights(), S, S * S, v_.data(), Dv, S * Dv, T(0), o_.data(), Dv,
                                    S * Dv, nh);
         place::for_each_n<P>(rows * H * Dv, MergeHeads<T>{o_.data(), merged_.data(), S, H, Dv});
         const TensorView<T, P> ym(y.data(), Shape{rows, F});
@@ -252,7 +281,7 @@ public:
     }
 
     void backward(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>&, const TensorView<T, P>& dy,
-                  const TensorView<T, P>& dx, const Mode&) {
+                  const TensorView<T, P>& dx, const Mode& mode) {
         const std::int64_t n = x.dim(0);
         STRATA_CHECK(n == n_, ValueError, "MultiHeadAttention: backward on ", n,
                      " examples needs the attention weights of a forward on the same batch; the last forward had ", n_);
@@ -269,11 +298,16 @@ public:
         const TensorView<T, P> dmerged(rows_.data(), Shape{rows, H * Dv});
         gemm(Trans::No, Trans::Yes, T(1), dym, TensorView<T, P>(w + o_kernel, Shape{H * Dv, F}), T(0), dmerged);
         place::for_each_n<P>(rows * H * Dv, SplitHeads<T>{rows_.data(), nullptr, do_.data(), S, H, Dv});
-        // Through the weighted sum and the softmax: dA = dO · Vᵀ, dV = Aᵀ · dO, dS = softmax'(dA).
+        // Through the weighted sum and the softmax: dA = dO · Vᵀ, dV = Aᵀ · dO, dS = softmax'(dA)
+        // (with dropout, A is the dropped weights in dV, and dA goes back through the same mask).
+        STRATA_CHECK(dropped_ == (drops && mode.training), ValueError, "MultiHeadAttention: backward in ",
+                     mode.training ? "training" : "inference", " mode after a forward in ", dropped_ ? "training" : "inference",
+                     " mode: the attention dropout must be the forward's");
         gemm_strided_batched<T, P>(Trans::No, Trans::Yes, S, S, Dv, T(1), do_.data(), Dv, S * Dv, v_.data(), Dv, S * Dv, T(0), da_.data(), S,
                                    S * S, nh);
-        gemm_strided_batched<T, P>(Trans::Yes, Trans::No, S, Dv, S, T(1), a_.data(), S, S * S, do_.data(), Dv, S * Dv, T(0), dv_.data(), Dv,
+        gemm_strided_batched<T, P>(Trans::Yes, Trans::No, S, Dv, S, T(1), weights(), S, S * S, do_.data(), Dv, S * Dv, T(0), dv_.data(), Dv,
                                    S * Dv, nh);
+        if (dropped_) drop(da_.data(), da_.data(), nh * S * S, mode);
         place::for_each_n<P>(nh * S, AttentionSoftmaxGradRows<T>{a_.data(), da_.data(), S});
         // Through the scaled scores: dQ = c · dS · K, dK = c · dSᵀ · Q.
         gemm_strided_batched<T, P>(Trans::No, Trans::No, S, Dk, S, T(scale()), da_.data(), S, S * S, k_.data(), Dk, S * Dk, T(0), dq_.data(),
@@ -297,6 +331,18 @@ public:
 
 private:
     static constexpr double scale() { return 1.0 / std::sqrt(double(Dk)); }
+
+    // The weights the values are summed with: the dropped ones after a forward in training.
+    const T* weights() const { return dropped_ ? ad_.data() : a_.data(); }
+    // out = in ⊙ mask / (1 − p) over `count` attention weights (in place when out == in); the
+    // mask of weight i of this batch is the global batch's weight first_example · H·S² + i, as
+    // Dropout draws (bit 63 marks dropout counters, the stream bits 40..62).
+    void drop(const T* in, T* out, std::int64_t count, const Mode& mode) const {
+        const std::uint64_t base = (std::uint64_t(1) << 63) | ((stream_ & ((std::uint64_t(1) << 23) - 1)) << 40);
+        const auto offset = std::uint64_t(mode.first_example) * std::uint64_t(H * S * S);
+        place::for_each_n<P>(count, DropoutElements<T>{in, out, offset, mode.seed, mode.step, base, dropout_threshold,
+                                                       T(1.0 / (1.0 - O.dropout))});
+    }
 
     // x [rows, F] · kernel [F, H·D] (+ bias), split into heads: out [n·H, S, D].
     void project(const TensorView<T, P>& xm, T* kernel, const T* b, std::int64_t D, T* out) {
@@ -324,6 +370,7 @@ private:
         k_.resize(Shape{nh, S, Dk});
         v_.resize(Shape{nh, S, Dv});
         a_.resize(Shape{nh, S, S});
+        if constexpr (drops) ad_.resize(Shape{nh, S, S});
         o_.resize(Shape{nh, S, Dv});
         merged_.resize(Shape{rows, H * Dv});
         do_.resize(Shape{nh, S, Dv});
@@ -334,8 +381,11 @@ private:
     }
 
     // rows_: a projection's [rows, H·D] before the split (and its gradient after the merge).
-    Tensor<T, P> rows_, q_, k_, v_, a_, o_, merged_, do_, da_, dq_, dk_, dv_;
+    // ad_: the attention weights after dropout (only with a rate above 0).
+    Tensor<T, P> rows_, q_, k_, v_, a_, ad_, o_, merged_, do_, da_, dq_, dk_, dv_;
     std::int64_t n_ = 0;
+    bool dropped_ = false;         // the last forward dropped weights (training, rate > 0)
+    std::uint64_t stream_ = 0;     // set_stream's (dropout masks)
 };
 
 }  // namespace detail

@@ -193,7 +193,11 @@ public:
                 optimizer);
         }
         this->compile_settings_for(std::move(loss), optimizer, metrics, output_size, last_is_softmax);
-        path_.compile(optimizer);
+        // What compile decided, which every process of a job must share (the path compares it
+        // across processes, a ValueError on every rank naming who has what): under
+        // precision::Any each rank's set_precision may have chosen another policy.
+        path_.compile(optimizer, distribute::collective::Settings{{"optimizer", optim::describe(optimizer)},
+                                                                  {"precision", precision::name_of(compute_)}});
         // A captured step holds the loss, the metrics and the softmax fusion it was captured with.
         if constexpr (!std::is_same_v<graph_t, NoGraph>)
             for (auto& u : units_) u->graph.reset();

@@ -37,7 +37,7 @@ public:
 
     T* params(int) { return params_.data(); }
 
-    void compile(const optim::Optimizer& o) {
+    void compile(const optim::Optimizer& o, const collective::Settings&) {  // one process: nothing to agree
         this->opt_.states.clear();
         this->opt_.states.resize(1);
         this->run_units([&](int r) {

@@ -75,8 +75,8 @@ struct OneProcess {
     /// When the path's variables are built: make every process start from the same model.
     template <class Net, class T, class Path>
     void start(Path&) {}
-    /// At compile: check that every process uses the same optimizer.
-    void compiled(const optim::Optimizer&) {}
+    /// At compile: check that every process compiled with the same settings (optimizer, precision).
+    void compiled(const collective::Settings&) {}
     /// After the chief wrote a checkpoint: wait until the file is complete.
     void after_save() const {}
     /// Makes a step's totals global.
@@ -285,8 +285,8 @@ public:
     /// Gradient buckets a step all-reduces (StrategyOptions::bucket_bytes; 1 = after backward).
     std::size_t gradient_buckets() const { return copies_.gradient_buckets(); }
 
-    void compile(const optim::Optimizer& o) {
-        across_.compiled(o);
+    void compile(const optim::Optimizer& o, const collective::Settings& agreed) {
+        across_.compiled(agreed);
         this->opt_.states.clear();
         this->opt_.states.resize(std::size_t(this->units()));
         const auto moving = detail::moving_ranges<Net>();

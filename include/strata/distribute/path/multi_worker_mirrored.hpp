@@ -42,7 +42,7 @@ public:
         s_->process_group().broadcast(0, std::span<T>(w), 0, SyncPoint{"broadcast", "initial variables"});
         path.set_weights(w);
     }
-    void compiled(const optim::Optimizer& o) { s_->agree_optimizer(o); }
+    void compiled(const collective::Settings& agreed) { s_->agree(agreed, "compile's settings"); }
     void after_save() const { s_->process_group().barrier(0, SyncPoint{"barrier", "save"}); }
     void combine_totals(StepTotals& t) {
         double v[3] = {t.loss_sum, t.correct, double(t.examples)};

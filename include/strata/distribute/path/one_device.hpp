@@ -29,7 +29,7 @@ public:
         init(params_.data());
     }
     T* params(int) { return params_.data(); }
-    void compile(const optim::Optimizer& o) {
+    void compile(const optim::Optimizer& o, const collective::Settings&) {  // one process: nothing to agree
         this->opt_.states.clear();
         this->run_units([&](int) { this->opt_.states.emplace_back(o, num_params, moving_ranges<Net>()); });
     }

@@ -90,7 +90,7 @@ public:
         runtime_->run_replicas(f);
     }
 
-    void compile(const optim::Optimizer& o);
+    void compile(const optim::Optimizer& o, const collective::Settings& agreed);
 
     /// Every worker pulls the current version (evaluate and predict compute with it).
     void prepare_inference() {
@@ -590,11 +590,11 @@ template <class P, class T>
 ParameterServerCore<P, T>::~ParameterServerCore() = default;
 
 template <class P, class T>
-void ParameterServerCore<P, T>::compile(const optim::Optimizer& o) {
+void ParameterServerCore<P, T>::compile(const optim::Optimizer& o, const collective::Settings& agreed) {
     STRATA_CHECK(optim::global_clipnorm_of(o) == 0, ValueError, "ParameterServer: global_clipnorm (", optim::global_clipnorm_of(o),
                  ") needs the norm of the whole model's gradient, and each server updates its shards from its own part; "
                  "train without it, or under Mirrored, CentralStorage or MultiWorkerMirrored");
-    if (remote_) remote_->agree({{"optimizer", optim::describe(o)}}, "the optimizer");  // every rank the same one
+    if (remote_) remote_->agree(agreed, "compile's settings");  // every rank the same optimizer and precision
     transport_.on_servers([&](int sv) {
         auto& srv = servers_[std::size_t(sv)];
         // The moving statistics among the server's ranges, at their places in its compact buffer.

@@ -211,11 +211,11 @@ public:
     template <class N>
     void bind_unit(int r, N& net) { net.bind(*this, r); }
 
-    void compile(const optim::Optimizer& o) {
+    void compile(const optim::Optimizer& o, const collective::Settings& agreed) {
         STRATA_CHECK(optim::global_clipnorm_of(o) == 0, ValueError, "Pipeline: global_clipnorm (", optim::global_clipnorm_of(o),
                      ") needs the norm of the whole model's gradient, and each stage updates its own layers from its own part; "
                      "train without it, or under Mirrored, CentralStorage or MultiWorkerMirrored");
-        if (across()) strategy_->processes().agree({{"optimizer", optim::describe(o)}}, "the optimizer");
+        if (across()) strategy_->processes().agree(agreed, "compile's settings");
         const auto infos = Net::parameters();
         run_all([&](int r, int st) {
             auto& d = stage(r, std::size_t(st));
