@@ -57,6 +57,43 @@ namespace strata::profile {
 /// Whether this program was compiled with the probes on (`STRATA_PROFILE`).
 inline constexpr bool enabled = STRATA_PROFILE != 0;
 
+}  // namespace strata::profile
+
+// The probes change the layout of the classes they live in (Network holds one key per layer when
+// they are on), so a unit compiled with STRATA_PROFILE=1 must not share strata's code with one
+// compiled without: with the compiled part, libstrata (src/strata.cpp) defines the one of these
+// two symbols that says how it was built, and every unit that uses it refers to the one that
+// says how the unit was built. A mismatch is a link error naming the setting
+// ("undefined reference to `strata::detail::compiled_part_built_with_STRATA_PROFILE_1'"), not
+// a program that corrupts memory. (Header-only units each compile their own code; mixing the
+// setting across them in one program is not checked: use one setting per program.)
+namespace strata::detail {
+#if STRATA_PROFILE
+extern const int compiled_part_built_with_STRATA_PROFILE_1;
+#else
+extern const int compiled_part_built_with_STRATA_PROFILE_0;
+#endif
+}  // namespace strata::detail
+#if defined(STRATA_BUILDING_COMPILED_PART)
+namespace strata::detail {
+#if STRATA_PROFILE
+extern const int compiled_part_built_with_STRATA_PROFILE_1 = 1;
+#else
+extern const int compiled_part_built_with_STRATA_PROFILE_0 = 0;
+#endif
+}  // namespace strata::detail
+#elif !STRATA_HEADER_ONLY && defined(__GNUC__)
+namespace {
+#if STRATA_PROFILE
+[[maybe_unused]] __attribute__((used)) const int* const strata_profile_setting = &strata::detail::compiled_part_built_with_STRATA_PROFILE_1;
+#else
+[[maybe_unused]] __attribute__((used)) const int* const strata_profile_setting = &strata::detail::compiled_part_built_with_STRATA_PROFILE_0;
+#endif
+}  // namespace
+#endif
+
+namespace strata::profile {
+
 /// One line of the report: the time a phase of a group took, summed over its calls.
 struct Row {
     std::string group;  ///< "conv2d_1", "model", ...
