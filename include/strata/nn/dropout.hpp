@@ -29,6 +29,12 @@ namespace detail {
 // of the Philox block g / 4. The counter's low word carries a domain bit (so masks never reuse
 // the counters that parameter initialisation uses), the layer's stream and the block index;
 // the high word is the step.
+// The Philox counter's fixed part for a layer's masks: bit 63 marks dropout counters (init's never
+// set it), the stream takes bits 40..62, and DropoutElements adds the block index (bits 0..39).
+constexpr std::uint64_t dropout_counter_base(std::uint64_t stream) {
+    return (std::uint64_t(1) << 63) | ((stream & ((std::uint64_t(1) << 23) - 1)) << 40);
+}
+
 template <class T>
 struct DropoutElements {
     const T* in;
@@ -118,8 +124,7 @@ private:
             if (in.data() != out.data()) copy(in, out.reshape(in.shape()));
             return;
         }
-        // Bit 63 marks dropout counters; the stream takes bits 40..62, the block index bits 0..39.
-        const std::uint64_t base = (std::uint64_t(1) << 63) | ((stream_ & ((std::uint64_t(1) << 23) - 1)) << 40);
+        const std::uint64_t base = dropout_counter_base(stream_);
         const auto offset = std::uint64_t(mode.first_example) * std::uint64_t(In::size);
         if (in.size() > 0)
             place::for_each_n<P>(in.size(),

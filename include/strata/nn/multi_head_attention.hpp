@@ -335,10 +335,10 @@ private:
     // The weights the values are summed with: the dropped ones after a forward in training.
     const T* weights() const { return dropped_ ? ad_.data() : a_.data(); }
     // out = in ⊙ mask / (1 − p) over `count` attention weights (in place when out == in); the
-    // mask of weight i of this batch is the global batch's weight first_example · H·S² + i, as
-    // Dropout draws (bit 63 marks dropout counters, the stream bits 40..62).
+    // mask of weight i of this batch is the global batch's weight first_example · H·S² + i, drawn
+    // as Dropout draws.
     void drop(const T* in, T* out, std::int64_t count, const Mode& mode) const {
-        const std::uint64_t base = (std::uint64_t(1) << 63) | ((stream_ & ((std::uint64_t(1) << 23) - 1)) << 40);
+        const std::uint64_t base = dropout_counter_base(stream_);
         const auto offset = std::uint64_t(mode.first_example) * std::uint64_t(H * S * S);
         place::for_each_n<P>(count, DropoutElements<T>{in, out, offset, mode.seed, mode.step, base, dropout_threshold,
                                                        T(1.0 / (1.0 - O.dropout))});
