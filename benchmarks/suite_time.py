@@ -20,10 +20,15 @@ def tests_of(build):
         lines = open(path).read().splitlines()
     except OSError as e:
         sys.exit(f"suite_time.py: no test log in {build} ({e.strerror}): run meson test or scripts/test there first")
-    # scripts/test runs the suite 'alone' in a lane of its own, logged apart (alone.json).
+    # scripts/test runs the suite 'alone' in a lane of its own, logged apart (alone.json). A later
+    # plain `meson test` of everything logs those tests in testlog.json too: the lane's log is
+    # then an older run's, and left out.
     lane = os.path.join(build, "meson-logs", "alone.json")
-    if os.path.exists(lane) and os.path.getmtime(lane) >= os.path.getmtime(path) - 3600:
-        lines += open(lane).read().splitlines()
+    if os.path.exists(lane):
+        lane_lines = open(lane).read().splitlines()
+        names = {json.loads(l).get("name") for l in lines if l.strip()}
+        if not any(json.loads(l).get("name") in names for l in lane_lines if l.strip()):
+            lines += lane_lines
     # Whether a test runs beside others is the build's (meson-info), not the log's.
     parallel = {}
     try:
