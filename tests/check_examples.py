@@ -882,6 +882,24 @@ def main():
             check(len(stages) == 2 and all(0 < s["peak_bytes"] <= s["limit_bytes"] for s in stages),
                   f"pipeline_dense: stage memory not within the limits: {stages}")
 
+    if "vit_tensor_parallel" in bins:
+        exe = bins["vit_tensor_parallel"]
+        common_checks(exe, "vit_tensor_parallel", "--replicas")
+        bad_flag(exe, "vit_tensor_parallel", ["--shards", "3"], "--shards")
+        for shards, replicas in (("2", "1"), ("4", "2")):
+            doc = json_run(exe, "vit_tensor_parallel", ["--shards", shards, "--replicas", replicas, "--examples", "64", "--batch-size", "16"],
+                           ["model_params", "shards", "replicas", "per_shard", "split", "unsplit", "max_relative_weight_difference"])
+            if doc:
+                # The point of the program: the split model trains as the unsplit one (float32
+                # rounding apart), its shards on their own logical devices, each holding memory.
+                diff = doc["max_relative_weight_difference"]
+                check(0 <= diff <= 1e-4, f"vit_tensor_parallel --shards {shards}: the split and unsplit models differ by {diff}")
+                per = doc["per_shard"]
+                check(len(per) == int(shards) and len({s["device"] for s in per}) == int(shards) and all(s["peak_bytes"] > 0 for s in per),
+                      f"vit_tensor_parallel --shards {shards}: shards not each on a device of their own with memory: {per}")
+                check(abs(doc["split"]["test_loss"] - doc["unsplit"]["test_loss"]) <= 1e-4 * abs(doc["unsplit"]["test_loss"]),
+                      f"vit_tensor_parallel --shards {shards}: test losses differ: {doc['split']} vs {doc['unsplit']}")
+
     quick = ["--reps", "1", "--warmup", "0"]
     if "bench_reduce" in bins:
         exe = bins["bench_reduce"]

@@ -369,6 +369,21 @@ TEST_CASE("SparseCategoricalCrossentropy and accuracy on [n, K, classes] against
         }
     const double correct = strata::metrics::count_correct(p.view(), target.view(), strata::metrics::AccuracyKind::SparseCategorical);
     CHECK(correct == doctest::Approx(1.5).epsilon(1e-15));
+    // Top-k per token: every token a row, against a count of the classes scoring strictly higher.
+    for (int k : {1, 2, 4}) {
+        CAPTURE(k);
+        std::int64_t in = 0;
+        for (std::int64_t r = 0; r < n * K; ++r) {
+            const double mine = z[std::size_t(r * C + std::int64_t(ids[std::size_t(r)]))];
+            std::int64_t higher = 0;
+            for (std::int64_t c = 0; c < C; ++c) higher += z[std::size_t(r * C + c)] > mine;
+            in += higher < k;
+        }
+        CHECK(strata::metrics::count_in_top_k(pred.view(), target.view(), k, K) == in);
+    }
+    CHECK(strata::metrics::count_in_top_k(pred.view(), target.view(), C, K) == n * K);
+    // Read as one id per example (the rows of K·C outputs), the K ids do not fit: a ShapeError.
+    CHECK_THROWS_AS(strata::metrics::count_in_top_k(pred.view(), target.view(), 2), strata::ShapeError);
     // Targets that fit neither one id per example nor one per token are a ShapeError.
     auto bad = strata::from_vector(std::vector<double>(std::size_t(n * 3), 0.0), Shape{n, 3});
     CHECK_THROWS_AS(strata::loss::loss_and_grad(strata::loss::Loss{strata::loss::SparseCategoricalCrossentropy{}}, pred.view(), bad.view(),
@@ -461,6 +476,35 @@ TEST_CASE("token ids through the data pipeline: from_arrays with K labels per ex
     auto odd = strata::data::Dataset<>::from_arrays(std::vector<float>(std::size_t(2 * kTokens), 1.0f), {std::size_t(kTokens)},
                                                     std::vector<std::int32_t>(6, 0), 3);
     CHECK_THROWS_AS(model.fit(odd.batch(2), {.epochs = 1, .verbose = 0}), strata::ShapeError);
+}
+
+TEST_CASE("sparse_top_k_categorical_accuracy on per-token ids: the share of every token whose id is in the top k, as predict gives it") {
+    using Net = SeqNet<true>;
+    strata::Model<Net> model(4);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01},
+                  {"accuracy", strata::metrics::sparse_top_k_categorical_accuracy(3)});
+    model.fit(next_token_task(128, 5, true).batch(16), {.epochs = 2, .verbose = 0});
+    auto ds = next_token_task(64, 6, true);
+    const auto ev = model.evaluate(ds.batch(16));
+    const auto probs = model.predict(ds.batch(16));
+    std::int64_t in = 0, tokens = 0;
+    for (const auto& b : ds.batch(64))
+        for (std::size_t i = 0; i < b.size() * kTokens; ++i) {
+            const float* p = probs.data() + i * kVocab;
+            const float mine = p[std::size_t(b.y[i])];
+            in += std::count_if(p, p + kVocab, [&](float v) { return v > mine; }) < 3;
+            ++tokens;
+        }
+    REQUIRE(ev.metrics.count("sparse_top_k_categorical_accuracy") == 1);
+    const double top3 = ev.metrics.at("sparse_top_k_categorical_accuracy");
+    INFO("top-3 " << top3 << ", accuracy " << ev.accuracy);
+    CHECK(top3 == doctest::Approx(double(in) / double(tokens)).epsilon(1e-12));
+    CHECK(top3 >= ev.accuracy);
+    CHECK(top3 < 1.0);  // two epochs: not every token yet (else the comparison above would be weak)
+    // Fit's history carries it per epoch, counted the same way.
+    const auto h = model.fit(ds.batch(16), {.epochs = 1, .verbose = 0});
+    CHECK(h["sparse_top_k_categorical_accuracy"].size() == 1);
+    CHECK(h["sparse_top_k_categorical_accuracy"].back() <= 1.0);
 }
 
 TEST_CASE("a causal transformer learns next-token prediction; a random next token stays near 1/V causally, and without the mask the model reads it from the future") {

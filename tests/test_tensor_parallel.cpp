@@ -1,6 +1,8 @@
 // Tensor (intra-layer) parallelism (issue 21): a Dense layer split by columns or rows over 2 and
 // 4 shards trains exactly like the unsplit layer, alone and inside a pipeline stage and the
-// hybrid, and keeps Dense's variables (names, layout, initial values).
+// hybrid, and keeps Dense's variables (names, layout, initial values). And a transformer split
+// as Megatron splits it (issue 43): attention by heads, the MLP column-then-row, over 2, 3 and 4
+// shards, alone, under Mirrored, and in the stages of a pipeline with and without replicas.
 #include <doctest/doctest.h>
 
 #include "test_images.hpp"
@@ -13,6 +15,7 @@
 #include <strata/strata.hpp>
 #include <strata/distribute/pipeline.hpp>
 #include <strata/distribute/tensor_parallel.hpp>
+#include <strata/distribute/tensor_parallel_attention.hpp>
 
 using namespace strata::nn;
 namespace dist = strata::distribute;
@@ -89,6 +92,130 @@ TEST_CASE("shards inside configured logical devices (one scope per shard thread)
         const auto reference = train<Plain>(d);
         dist::Default d2;
         CHECK(max_relative_difference(train<Net>(d2), reference) <= 1e-12);
+    }
+    pd::reset_devices();
+}
+
+namespace {
+
+// The images' 72 values as 6 tokens of 12 features (the same labels).
+strata::data::Dataset<> tokens(std::size_t n, std::uint64_t seed) {
+    auto f = strata_test::lcg(n * 72, seed, 0, 1);
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) y[i] = std::int32_t((f[i * 72] + f[i * 72 + 7] > 1.0) + (f[i * 72 + 40] > 0.5));
+    return strata::data::Dataset<>::from_arrays(std::vector<float>(f.begin(), f.end()), {6, 12}, std::move(y));
+}
+
+// A pre-norm transformer encoder of two blocks on [6, 12] examples: attention 4 heads (key size
+// 3, value size 2), MLP 22 GELU (hidden features split unevenly over 3 and 4 shards).
+template <class Attention, class Up, class Down>
+using Transformer = Sequential<Input<6, 12>, Residual<LayerNormalization<>, Attention>, Residual<LayerNormalization<>, Up, Down>,
+                               Residual<LayerNormalization<>, Attention>, Residual<LayerNormalization<>, Up, Down>,
+                               LayerNormalization<>, GlobalAveragePooling1D, Dense<3, Softmax>>;
+template <MultiHeadAttentionOptions O = MultiHeadAttentionOptions{}>
+using Unsplit = Transformer<MultiHeadAttention<4, 3, 2, O>, TokenDense<22, GELU>, TokenDense<12>>;
+template <int N, MultiHeadAttentionOptions O = MultiHeadAttentionOptions{}>
+using Split = Transformer<dist::TensorParallelMultiHeadAttention<4, 3, 2, N, O>, dist::TensorParallelTokenDense<22, GELU, N, dist::Columns>,
+                          dist::TensorParallelTokenDense<12, Linear, N, dist::Rows>>;
+
+template <class Net, class Strategy = dist::Default>
+std::vector<double> train_tokens(Strategy& s) {
+    strata::Model<Net, Strategy, double> model(s, 11);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    model.fit(tokens(40, 3).batch(10), {.epochs = 2, .verbose = 0});
+    return model.get_weights();
+}
+
+template <class A, class B>
+void same_variables() {
+    static_assert(A::num_params == B::num_params);
+    const auto a = A::parameters(), b = B::parameters();
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        CAPTURE(a[i].name);
+        CHECK(a[i].name == b[i].name);
+        CHECK(a[i].shape == b[i].shape);
+        CHECK(a[i].offset == b[i].offset);
+    }
+}
+
+template <class Net, class Reference>
+void trains_as_unsplit() {
+    same_variables<Net, Reference>();
+    dist::Default d1, d2;
+    const auto reference = train_tokens<Reference>(d1);
+    const double diff = max_relative_difference(train_tokens<Net>(d2), reference);
+    INFO("largest relative weight difference " << diff);
+    CHECK(diff <= 1e-12);
+}
+
+}  // namespace
+
+TEST_CASE("Megatron's MLP (TensorParallelTokenDense by columns, then by rows) and attention split by heads equal the unsplit "
+          "transformer: 2, 3 and 4 shards (float64)") {
+    // The heads split 2+2, 2+1+1 and 1+1+1+1; the 22 hidden features 11+11, 8+7+7, 6+6+5+5.
+    static_assert(dist::detail::shard_part(4, 3, 0).count == 2 && dist::detail::shard_part(4, 3, 2).first == 3);
+    static_assert(dist::detail::shard_part(22, 4, 3).first == 17 && dist::detail::shard_part(22, 4, 3).count == 5);
+    trains_as_unsplit<Split<2>, Unsplit<>>();
+    trains_as_unsplit<Split<3>, Unsplit<>>();
+    trains_as_unsplit<Split<4>, Unsplit<>>();
+    // The MLP alone split, the attention not: the pair is a drop-in for two TokenDense layers.
+    trains_as_unsplit<Transformer<MultiHeadAttention<4, 3, 2>, dist::TensorParallelTokenDense<22, GELU, 4, dist::Columns>,
+                                  dist::TensorParallelTokenDense<12, Linear, 4, dist::Rows>>,
+                      Unsplit<>>();
+}
+
+TEST_CASE("TensorParallelMultiHeadAttention with the causal mask and no biases, and with attention dropout, equals "
+          "MultiHeadAttention (float64)") {
+    constexpr MultiHeadAttentionOptions causal{.use_bias = false, .causal = true};
+    trains_as_unsplit<Split<2, causal>, Unsplit<causal>>();
+    // Dropout: each shard draws the unsplit layer's mask for its heads (2+1+1: offsets 0, 2, 3).
+    constexpr MultiHeadAttentionOptions dropout{.dropout = 0.25};
+    trains_as_unsplit<Split<3, dropout>, Unsplit<dropout>>();
+    // The negative control: without dropout the same model ends elsewhere.
+    dist::Default d1, d2;
+    CHECK(max_relative_difference(train_tokens<Split<3, dropout>>(d1), train_tokens<Unsplit<>>(d2)) > 1e-4);
+}
+
+TEST_CASE("tensor x data x pipeline: the split transformer under Mirrored(2), and over the 2 stages of a pipeline with 1 and 2 "
+          "replicas, trains as the unsplit one on one device (float64, with attention dropout)") {
+    constexpr MultiHeadAttentionOptions dropout{.dropout = 0.25};
+    using Net = Split<2, dropout>;
+    dist::Default d;
+    const auto reference = train_tokens<Unsplit<dropout>>(d);
+    dist::Mirrored<> mirrored(2);
+    double diff = max_relative_difference(train_tokens<Net>(mirrored), reference);
+    INFO("Mirrored(2): " << diff);
+    CHECK(diff <= 1e-12);
+    // Stage 0: the first encoder block (attention, MLP); stage 1: the second and the head.
+    using Pipe = dist::Pipeline<pd::Host, dist::OneFOneB, dist::split::At<2>>;
+    for (int r : {1, 2}) {
+        CAPTURE(r);
+        Pipe p({.micro_batches = 2, .replicas = r});
+        diff = max_relative_difference(train_tokens<Net>(p), reference);
+        INFO("Pipeline x " << r << ": " << diff);
+        CHECK(diff <= 1e-12);
+    }
+}
+
+TEST_CASE("TensorParallelMultiHeadAttention: its shards run on their own threads (logical devices when configured), heads split "
+          "evenly, the first shards one more") {
+    using L = dist::TensorParallelMultiHeadAttention<5, 2, 0, 3>::bind<strata::StaticShape<4, 6>, double, pd::Host>;
+    CHECK(L::heads_of(0).first == 0);
+    CHECK(L::heads_of(0).count == 2);
+    CHECK(L::heads_of(1).first == 2);
+    CHECK(L::heads_of(1).count == 2);
+    CHECK(L::heads_of(2).first == 4);
+    CHECK(L::heads_of(2).count == 1);
+    pd::reset_devices();
+    pd::set_logical_device_configuration(pd::list_physical_devices(pd::DeviceKind::Cpu).front(), {{}, {}}, pd::Oversubscribe::Yes);
+    {
+        using Net = Split<2>;
+        strata::Model<Net, dist::Default, double> model(1);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{});
+        model.predict(std::vector<float>(72 * 2, 0.5f));
+        dist::Default d1, d2;
+        CHECK(max_relative_difference(train_tokens<Net>(d1), train_tokens<Unsplit<>>(d2)) <= 1e-12);
     }
     pd::reset_devices();
 }

@@ -33,7 +33,8 @@
 /// | `distribute::MultiWorkerMirrored`                          | distribute/multi_worker_mirrored.hpp (MPI) |
 /// | `distribute::ParameterServer`                              | distribute/parameter_server.hpp   |
 /// | `distribute::Pipeline`, `GPipe`, `OneFOneB`, `AnySchedule`, `split::ByParams`, `ByFlops`, `At`, `Balanced`, `AnyBalanced` | distribute/pipeline.hpp |
-/// | `distribute::TensorParallelDense`, `Columns`, `Rows`       | distribute/tensor_parallel.hpp    |
+/// | `distribute::TensorParallelDense`, `TensorParallelTokenDense`, `Columns`, `Rows` | distribute/tensor_parallel.hpp |
+/// | `distribute::TensorParallelMultiHeadAttention` (not declared here: its options are a class type) | distribute/tensor_parallel_attention.hpp |
 /// | `distribute::GradientPath` (the primary template)          | distribute/gradient_path.hpp      |
 /// | `Model`                                                    | train/model.hpp                   |
 ///
@@ -159,6 +160,8 @@ struct Columns;
 struct Rows;
 template <std::int64_t Units, class Act = nn::Linear, int Shards = 2, class Axis = Columns>
 struct TensorParallelDense;
+template <std::int64_t Units, class Act = nn::Linear, int Shards = 2, class Axis = Columns>
+struct TensorParallelTokenDense;
 
 /// How strategy `Strategy`'s gradients meet its variables, for network `Net` in element type
 /// `T`: one specialisation per strategy under distribute/path/.

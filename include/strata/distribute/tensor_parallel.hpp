@@ -33,6 +33,7 @@
 #include "strata/fwd.hpp"
 #include "strata/distribute/replica_pool.hpp"
 #include "strata/nn/dense.hpp"
+#include "strata/nn/token_dense.hpp"
 #include "strata/place/devices.hpp"
 #include "strata/place/threads.hpp"
 
@@ -48,7 +49,7 @@ struct Rows {
 };
 
 namespace detail {
-template <std::int64_t Units, class Act, int Shards, class Axis, class In, class T, class P>
+template <std::int64_t Units, class Act, int Shards, class Axis, bool PerToken, class In, class T, class P>
 class TensorParallelDenseImpl;
 
 // Rows x columns [first, first + cols) of a row-major matrix with `stride` columns, to or from a
@@ -71,6 +72,60 @@ template <class P, class F>
 void each_index(std::int64_t count, F f) {
     if (count > 0) place::for_each_n<P>(count, f);
 }
+
+/// Shard j's range [first, first + count) of a dimension of `dim` split `shards` ways: as even as
+/// possible, the first ones one larger. Every tensor-parallel layer splits this way, so a
+/// column-parallel layer's shard j and the row-parallel layer after it hold the same features.
+struct ShardPart {
+    std::int64_t first, count;
+};
+constexpr ShardPart shard_part(std::int64_t dim, int shards, int j) {
+    const std::int64_t base = dim / shards, extra = dim % shards;
+    return {j * base + (j < extra ? j : extra), base + (j < extra ? 1 : 0)};
+}
+
+/// The threads a tensor-parallel layer's shards run on: one per shard, each inside logical
+/// device j when at least `shards` are configured for the place (and more than one shard),
+/// otherwise on the host with its share of the cores. Started on the first run.
+template <class P>
+class ShardPool {
+public:
+    explicit ShardPool(int shards) : shards_(shards) {}
+
+    /// Runs f(j) on every shard's thread and waits for all (a shard's exception passes on).
+    template <class F>
+    void run(F&& f) {
+        if (!pool_) start();
+        pool_->run(f);
+    }
+    /// The logical devices the shards run on (names), once the pool has run.
+    const std::vector<std::string>& devices() const { return devices_; }
+
+private:
+    void start() {
+        const auto kind = std::is_same_v<P, place::Host> ? place::DeviceKind::Cpu : place::DeviceKind::Gpu;
+        auto configured = place::list_logical_devices(kind);
+        const bool scoped = int(configured.size()) >= shards_ && shards_ > 1;
+        const int cores = std::max(1, num_threads() / shards_);
+        std::vector<place::LogicalDevice> devices;
+        for (int j = 0; j < shards_; ++j) {
+            if (scoped) devices.push_back(configured[std::size_t(j)]);
+            devices_.push_back(scoped ? configured[std::size_t(j)].name : "/device:CPU:0/shard:" + std::to_string(j));
+        }
+        pool_ = std::make_shared<ReplicaPool>(shards_, [devices, scoped, cores](int j) {
+            if (scoped) {
+                thread_local std::optional<place::DeviceScope> scope;  // lives as long as the shard's thread
+                scope.emplace(devices[std::size_t(j)]);
+            } else {
+                set_num_threads(cores);
+            }
+        }, /*always_threads=*/true);
+    }
+
+    int shards_;
+    std::shared_ptr<ReplicaPool> pool_;
+    std::vector<std::string> devices_;
+};
 }  // namespace detail
 
 /// A Dense layer split over `Shards` threads/devices along `Axis` (Columns or Rows); see the file
@@ -87,20 +142,69 @@ struct TensorParallelDense {
     static constexpr const char* keras_name = "dense";  // its variables are a Dense layer's
     using activation = Act;
     template <class In, class T, class P>
-    using bind = detail::TensorParallelDenseImpl<Units, Act, Shards, Axis, In, T, P>;
+    using bind = detail::TensorParallelDenseImpl<Units, Act, Shards, Axis, false, In, T, P>;
+};
+
+/// `TokenDense<Units, Act>` split over `Shards` threads/devices along `Axis`: the kernel applied to
+/// every token of [tokens, features] examples, as TensorParallelDense splits Dense (the same
+/// variables and names as TokenDense, "dense/kernel" and "dense/bias"). A transformer's MLP is
+/// Megatron's pair, `TensorParallelTokenDense<Hidden, GELU, N, Columns>` then
+/// `TensorParallelTokenDense<Features, Linear, N, Rows>`: both split the hidden features the same
+/// way (shard j of the first computes the columns shard j of the second reads), so the only sums
+/// over shards are the second's output forward and the first's input gradient backward, one
+/// each way (Shoeybi et al. 2019, §3, the MLP's f and g). Between the two the hidden activations
+/// stay in the shared [rows, Hidden] buffer, each shard writing and reading its own columns.
+///
+/// \code
+/// using Mlp = Residual<LayerNormalization<>, TensorParallelTokenDense<128, GELU, 2, Columns>,
+///                      TensorParallelTokenDense<64, Linear, 2, Rows>>;   // on Input<49, 64>
+/// \endcode
+template <std::int64_t Units, class Act, int Shards, class Axis>
+struct TensorParallelTokenDense {
+    static_assert(Units >= 1, "strata::distribute::TensorParallelTokenDense<Units>: Units must be >= 1");
+    static_assert(Shards >= 1, "strata::distribute::TensorParallelTokenDense<Units, Act, Shards>: Shards must be >= 1");
+    static_assert(std::is_same_v<Axis, Columns> || std::is_same_v<Axis, Rows>,
+                  "strata::distribute::TensorParallelTokenDense<Units, Act, Shards, Axis>: Axis must be distribute::Columns or "
+                  "distribute::Rows");
+    static_assert(!std::is_same_v<Axis, Columns> || Shards <= Units,
+                  "strata::distribute::TensorParallelTokenDense: more column shards than units (output columns)");
+    static constexpr const char* name = "TensorParallelTokenDense";
+    static constexpr const char* keras_name = "dense";  // its variables are a Dense layer's
+    using activation = Act;
+    template <class In, class T, class P>
+    using bind = detail::TensorParallelDenseImpl<Units, Act, Shards, Axis, true, In, T, P>;
 };
 
 namespace detail {
 
-template <std::int64_t Units, class Act, int Shards, class Axis, class In, class T, class P>
+// The features a (token-)dense layer multiplies: the last axis per token, the whole example
+// otherwise.
+template <bool PerToken, class In>
+constexpr std::int64_t split_dense_inputs() {
+    if constexpr (PerToken && In::rank >= 1) return In::dims[In::rank - 1];
+    else return In::size;
+}
+
+template <std::int64_t Units, class Act, int Shards, class Axis, bool PerToken, class In, class T, class P>
 class TensorParallelDenseImpl {
-    using Plain = nn::detail::DenseImpl<Units, Act, true, In, T, P>;
+    static_assert(nn::LayerShapeError<TensorParallelTokenDense<Units, Act, Shards, Axis>, nn::AnyShapeOfRank<2>, In,
+                                      (!PerToken || In::rank >= 2)>::value,
+                  "strata::distribute::TensorParallelTokenDense: the input must have a token axis and a feature axis (rank >= 2 "
+                  "per example); on a flat input write TensorParallelDense");
     static constexpr bool by_columns = std::is_same_v<Axis, Columns>;
 
 public:
     using input_shape = In;
-    using output_shape = StaticShape<Units>;
-    static constexpr std::int64_t inputs = In::size;
+    using output_shape = std::conditional_t<PerToken, typename nn::detail::ReplaceLast<In, Units>::type, StaticShape<Units>>;
+    /// The features multiplied: a token's (the last axis), or the whole example's.
+    static constexpr std::int64_t inputs = split_dense_inputs<PerToken, In>();
+    /// The rows an example is (its tokens; 1 for the flat layer).
+    static constexpr std::int64_t tokens = In::size / inputs;
+
+private:
+    using Plain = nn::detail::DenseImpl<Units, Act, true, std::conditional_t<PerToken, StaticShape<inputs>, In>, T, P>;
+
+public:
     static constexpr std::int64_t kernel_size = inputs * Units;
     static constexpr std::int64_t num_params = Plain::num_params;
     static_assert(by_columns || Shards <= inputs, "strata::distribute::TensorParallelDense: more row shards than input features");
@@ -109,7 +213,7 @@ public:
     void init(T* params, std::uint64_t seed, std::uint64_t stream) const { Plain().init(params, seed, stream); }
 
     void forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const nn::Mode& mode) {
-        const std::int64_t n = x.dim(0);
+        const std::int64_t n = x.dim(0) * tokens;  // rows
         const TensorView<T, P> ym(y.data(), Shape{n, Units});
         run([&](int j) {
             Shard& s = shards_[std::size_t(j)];
@@ -135,15 +239,15 @@ public:
             copy(shards_[0].y.view(), ym);
             for (int j = 1; j < Shards; ++j) axpy(T(1), shards_[std::size_t(j)].y.view(), ym);
         }
-        nn::bias_activation<Act>(ym, params + kernel_size, Units, mode.skip_activation);
+        nn::detail::dense_bias_activation<Act>(ym, params + kernel_size, Units, mode, pre_);
     }
 
     void backward(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>& y, const TensorView<T, P>& dy,
                   const TensorView<T, P>& dx, const nn::Mode& mode) {
-        const std::int64_t n = x.dim(0);
+        const std::int64_t n = x.dim(0) * tokens;  // rows
         const TensorView<T, P> dym(dy.data(), Shape{n, Units});
-        nn::activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, mode.skip_activation);
-        sum(dym, 0, TensorView<T, P>(grads + kernel_size, Shape{Units}));
+        nn::detail::dense_activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, grads + kernel_size, Units, mode, pre_,
+                                                   PerToken ? "TensorParallelTokenDense" : "TensorParallelDense");
         const bool want_dx = !dx.empty();
         run([&](int j) {
             Shard& s = shards_[std::size_t(j)];
@@ -179,52 +283,21 @@ public:
     }
 
     /// The logical devices the shards run on (names), once the layer has run.
-    std::vector<std::string> shard_devices() const { return devices_; }
+    std::vector<std::string> shard_devices() const { return pool_.devices(); }
 
 private:
     struct Shard {
         Tensor<T, P> w, x, y, dy, dw, dx;
     };
-    struct Part {
-        std::int64_t first, count;
-    };
-    // Shard j's range of the split dimension: as even as possible, the first ones one larger.
-    static Part part(int j) {
-        constexpr std::int64_t dim = by_columns ? Units : inputs;
-        const std::int64_t base = dim / Shards, extra = dim % Shards;
-        return {j * base + std::min<std::int64_t>(j, extra), base + (j < extra ? 1 : 0)};
-    }
-
-    // Runs f(shard) on every shard's thread (inside its logical device when there are enough).
+    static ShardPart part(int j) { return shard_part(by_columns ? Units : inputs, Shards, j); }
     template <class F>
     void run(F&& f) {
-        if (!pool_) start();
-        pool_->run(f);
-    }
-    void start() {
-        const auto kind = std::is_same_v<P, place::Host> ? place::DeviceKind::Cpu : place::DeviceKind::Gpu;
-        auto configured = place::list_logical_devices(kind);
-        const bool scoped = int(configured.size()) >= Shards && Shards > 1;
-        const int cores = std::max(1, num_threads() / Shards);
-        std::vector<place::LogicalDevice> devices;
-        for (int j = 0; j < Shards; ++j) {
-            if (scoped) devices.push_back(configured[std::size_t(j)]);
-            devices_.push_back(scoped ? configured[std::size_t(j)].name : "/device:CPU:0/shard:" + std::to_string(j));
-        }
-        shards_.resize(std::size_t(Shards));
-        pool_ = std::make_shared<ReplicaPool>(Shards, [devices, scoped, cores](int j) {
-            if (scoped) {
-                thread_local std::optional<place::DeviceScope> scope;  // lives as long as the shard's thread
-                scope.emplace(devices[std::size_t(j)]);
-            } else {
-                set_num_threads(cores);
-            }
-        }, /*always_threads=*/true);
+        pool_.run(f);
     }
 
-    std::shared_ptr<ReplicaPool> pool_;
-    std::vector<Shard> shards_;
-    std::vector<std::string> devices_;
+    ShardPool<P> pool_{Shards};
+    std::vector<Shard> shards_ = std::vector<Shard>(std::size_t(Shards));
+    [[no_unique_address]] nn::detail::PreActivation<Act, T, P> pre_;  // GELU's input, for backward
 };
 
 }  // namespace detail

@@ -37,12 +37,14 @@ inline Metric sparse_top_k_categorical_accuracy(int k = 5) {
 
 /// What the metrics beyond accuracy count, summed over examples.
 struct Counts {
-    std::int64_t in_top_k = 0;         ///< examples whose class is in the top k
+    std::int64_t in_top_k = 0;         ///< rows whose class is in the top k
+    std::int64_t top_k_rows = 0;       ///< rows counted for the top k: examples, or tokens of per-token ids
     std::int64_t true_positives = 0;   ///< prediction > 0.5 and target > 0.5 (binary)
     std::int64_t false_positives = 0;  ///< prediction > 0.5, target <= 0.5
     std::int64_t false_negatives = 0;  ///< prediction <= 0.5, target > 0.5
     Counts& operator+=(const Counts& o) {
         in_top_k += o.in_top_k;
+        top_k_rows += o.top_k_rows;
         true_positives += o.true_positives;
         false_positives += o.false_positives;
         false_negatives += o.false_negatives;
@@ -107,15 +109,18 @@ std::int64_t sum_flags(T* flags, std::int64_t n, std::int64_t stride, std::int64
 }
 }  // namespace detail
 
-/// Examples of `pred` ([n, classes]) whose class id (`target`, [n]) is among the k highest outputs.
+/// Rows of `pred` whose class id is among the k highest outputs: `pred` [n, classes] against
+/// `target` [n], or, with `tokens` > 1, `pred` [n, tokens, classes] against per-token ids
+/// [n, tokens] (every token a row: Keras' sparse_top_k_categorical_accuracy on a [n, K] match).
 template <class T, class P>
-std::int64_t count_in_top_k(const TensorView<T, P>& pred, const TensorView<T, P>& target, int k) {
-    const std::int64_t n = pred.dim(0);
-    if (n == 0) return 0;
-    T* flags = strata::detail::scratch<T, P, detail::CountsScratchTag>(n);
-    place::for_each_n<P>(n,
-                       detail::RowTopK<T>{pred.data(), target.data(), flags, pred.size() / n, k});
-    return detail::sum_flags<T, P>(flags, n, 1, 0);
+std::int64_t count_in_top_k(const TensorView<T, P>& pred, const TensorView<T, P>& target, int k, std::int64_t tokens = 1) {
+    const std::int64_t rows = pred.dim(0) * tokens;
+    if (rows == 0) return 0;
+    STRATA_CHECK(target.size() == rows, ShapeError, "sparse_top_k_categorical_accuracy: ", rows, " rows of predictions (shape ",
+                 pred.shape(), ", ", tokens, " token(s) an example) need as many class ids, got ", target.size());
+    T* flags = strata::detail::scratch<T, P, detail::CountsScratchTag>(rows);
+    place::for_each_n<P>(rows, detail::RowTopK<T>{pred.data(), target.data(), flags, pred.size() / rows, k});
+    return detail::sum_flags<T, P>(flags, rows, 1, 0);
 }
 
 /// True positives, false positives and false negatives of one binary output per example
@@ -137,16 +142,19 @@ Counts count_binary(const TensorView<T, P>& pred, const TensorView<T, P>& target
 #if STRATA_INSTANCES
 // The host's metric counts, compiled once in the compiled part.
 STRATA_TEMPLATE std::int64_t count_in_top_k<float, place::Host>(const TensorView<float, place::Host>&,
-                                                                const TensorView<float, place::Host>&, int);
+                                                                const TensorView<float, place::Host>&, int,
+                                                                std::int64_t);
 STRATA_TEMPLATE std::int64_t count_in_top_k<double, place::Host>(const TensorView<double, place::Host>&,
-                                                                 const TensorView<double, place::Host>&, int);
+                                                                 const TensorView<double, place::Host>&, int, std::int64_t);
 STRATA_TEMPLATE Counts count_binary<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&);
 STRATA_TEMPLATE Counts count_binary<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&);
 #endif
 #if STRATA_CUDA_INSTANCES
 // The CUDA place's, in libstrata_cuda (strata/config.hpp).
-STRATA_CUDA_TEMPLATE std::int64_t count_in_top_k<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, int);
-STRATA_CUDA_TEMPLATE std::int64_t count_in_top_k<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, int);
+STRATA_CUDA_TEMPLATE std::int64_t count_in_top_k<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, int,
+                                                                     std::int64_t);
+STRATA_CUDA_TEMPLATE std::int64_t count_in_top_k<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, int,
+                                                                      std::int64_t);
 STRATA_CUDA_TEMPLATE Counts count_binary<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&);
 STRATA_CUDA_TEMPLATE Counts count_binary<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&);
 #endif

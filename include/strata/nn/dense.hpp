@@ -65,9 +65,55 @@ struct ActivationGradFromInput {
 };
 struct NoBuffer {};
 
+/// The buffer a dense layer keeps its pre-activation in: a tensor for an activation whose
+/// derivative needs its input (GELU), nothing otherwise.
+template <class Act, class T, class P>
+using PreActivation = std::conditional_t<grad_needs_input_v<Act>, Tensor<T, P>, NoBuffer>;
+
+/// A dense layer's bias and activation on its GEMM's output y [n, units], in place. With an
+/// activation whose derivative needs its input the pre-activation is kept in `pre` (unless
+/// Mode::no_backward); Mode::skip_activation adds the bias only.
+template <class Act, class T, class P>
+void dense_bias_activation(const TensorView<T, P>& y, const T* bias, std::int64_t units, const Mode& mode, PreActivation<Act, T, P>& pre) {
+    const std::int64_t count = y.size();
+    if constexpr (grad_needs_input_v<Act>) {
+        if (!mode.skip_activation && count > 0) {
+            if (mode.no_backward) {
+                place::for_each_n<P>(count, BiasActivate<T, Act>{y.data(), bias, units});
+            } else {
+                pre.resize(Shape{count / units, units});
+                place::for_each_n<P>(count, BiasActivateKeep<T, Act>{y.data(), pre.data(), bias, units});
+            }
+            return;
+        }
+        bias_activation<Linear>(y, bias, units, false);
+    } else {
+        bias_activation<Act>(y, bias, units, mode.skip_activation);
+    }
+}
+
+/// Backward of dense_bias_activation: dy [n, units] becomes the gradient before the activation,
+/// in place, and bias_grad (when given) the sum of its rows. `layer` names the layer in the
+/// error a backward without the forward's pre-activation gives.
+template <class Act, class T, class P>
+void dense_activation_backward(const TensorView<T, P>& y, const TensorView<T, P>& dy, T* bias_grad, std::int64_t units, const Mode& mode,
+                               const PreActivation<Act, T, P>& pre, const char* layer) {
+    const std::int64_t count = dy.size();
+    if constexpr (grad_needs_input_v<Act>) {
+        if (!mode.skip_activation && count > 0) {
+            STRATA_CHECK(pre.size() == count, ValueError, layer, "<", units, ", ", Act::name,
+                         ">: backward needs the pre-activation of a forward on the same batch (", count / units,
+                         " rows) without Mode::no_backward");
+            place::for_each_n<P>(count, ActivationGradFromInput<T, Act>{pre.data(), dy.data()});
+        }
+        if (bias_grad) sum(dy, 0, TensorView<T, P>(bias_grad, Shape{units}));
+    } else {
+        activation_backward_and_bias_grad<Act>(y, dy, mode.skip_activation, bias_grad);
+    }
+}
+
 template <std::int64_t Units, class Act, bool UseBias, class In, class T, class P>
 class DenseImpl {
-    static constexpr bool keeps_input = grad_needs_input_v<Act>;
 
     static_assert(LayerShapeError<Dense<Units, Act, UseBias>, AnyShapeOfRank<1>, In, In::rank == 1>::value,
                   "strata::nn::Dense: the input must be flat (rank 1 per example); put Flatten before Dense");
@@ -95,21 +141,7 @@ public:
         const TensorView<T, P> xm(x.data(), Shape{n, inputs}), ym(y.data(), Shape{n, Units});
         const TensorView<T, P> w(const_cast<T*>(params), Shape{inputs, Units});
         gemm(Trans::No, Trans::No, T(1), xm, w, T(0), ym);
-        if constexpr (keeps_input) {
-            if (!mode.skip_activation && n > 0) {
-                if (mode.no_backward) {
-                    place::for_each_n<P>(n * Units, BiasActivate<T, Act>{y.data(), UseBias ? params + kernel_size : nullptr, Units});
-                } else {
-                    pre_.resize(Shape{n, Units});
-                    place::for_each_n<P>(n * Units, BiasActivateKeep<T, Act>{y.data(), pre_.data(),
-                                                                             UseBias ? params + kernel_size : nullptr, Units});
-                }
-                return;
-            }
-            bias_activation<Linear>(ym, UseBias ? params + kernel_size : nullptr, Units, false);
-        } else {
-            bias_activation<Act>(ym, UseBias ? params + kernel_size : nullptr, Units, mode.skip_activation);
-        }
+        dense_bias_activation<Act>(ym, UseBias ? params + kernel_size : nullptr, Units, mode, pre_);
     }
 
     void backward(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>& y,
@@ -118,18 +150,8 @@ public:
         const TensorView<T, P> xm(x.data(), Shape{n, inputs}), dym(dy.data(), Shape{n, Units});
         {
             STRATA_PROFILE_PHASE("backward.activation");
-            if constexpr (keeps_input) {
-                if (!mode.skip_activation && n > 0) {
-                    STRATA_CHECK(pre_.size() == n * Units, ValueError, "Dense<", Units, ", ", Act::name,
-                                 ">: backward needs the pre-activation of a forward on the same batch (", n,
-                                 " examples) without Mode::no_backward");
-                    place::for_each_n<P>(n * Units, ActivationGradFromInput<T, Act>{pre_.data(), dym.data()});
-                }
-                if (UseBias) sum(dym, 0, TensorView<T, P>(grads + kernel_size, Shape{Units}));
-            } else {
-                activation_backward_and_bias_grad<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, mode.skip_activation,
-                                                       UseBias ? grads + kernel_size : nullptr);
-            }
+            dense_activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, UseBias ? grads + kernel_size : nullptr, Units,
+                                           mode, pre_, "Dense");
         }
         {
             STRATA_PROFILE_PHASE("backward.weights");
@@ -142,7 +164,7 @@ public:
     }
 
 private:
-    [[no_unique_address]] std::conditional_t<keeps_input, Tensor<T, P>, NoBuffer> pre_;
+    [[no_unique_address]] PreActivation<Act, T, P> pre_;
 };
 }  // namespace detail
 

@@ -43,8 +43,11 @@ struct DropoutElements {
     std::uint64_t seed, step, base;
     std::uint32_t threshold;  // keep a value when its 24 random bits are >= threshold
     T scale;
+    // Values i of a part of a larger tensor (a shard's heads): blocks of `block` consecutive
+    // values, `stride` apart in the whole; block 0: the values are consecutive (i itself).
+    std::int64_t block = 0, stride = 0;
     STRATA_HD void operator()(std::int64_t i) const {
-        const std::uint64_t g = offset + std::uint64_t(i);
+        const std::uint64_t g = offset + std::uint64_t(block > 0 ? i / block * stride + i % block : i);
         const auto r = random::Philox4x32::generate(seed, base | (g >> 2), step);
         out[i] = (r.v[g & 3] >> 8) >= threshold ? in[i] * scale : T(0);
     }

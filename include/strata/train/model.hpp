@@ -946,7 +946,11 @@ private:
     // The metrics beyond accuracy, counted per unit and summed by metric_figures on the
     // caller's thread once the units are done (an epoch, an evaluated pass).
     void count_metrics(Unit& u, const TensorView<T, P>& out, const TensorView<T, P>& target) {
-        if (settings_.top_k > 0) u.counts.in_top_k += metrics::count_in_top_k(out, target, settings_.top_k);
+        if (settings_.top_k > 0) {  // per example, or per token of per-token ids (the mean over every token)
+            const std::int64_t n = out.dim(0), tokens = sequence_tokens > 1 && target.size() == n * sequence_tokens ? sequence_tokens : 1;
+            u.counts.in_top_k += metrics::count_in_top_k(out, target, settings_.top_k, tokens);
+            u.counts.top_k_rows += n * tokens;
+        }
         if (settings_.precision || settings_.recall) u.counts += metrics::count_binary(out, target);
     }
     metrics::Counts unit_counts() const {

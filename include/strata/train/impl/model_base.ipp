@@ -152,17 +152,21 @@ StepResult ModelBase<T>::result_of(const distribute::StepTotals& t) const {
 }
 
 template <class T>
-std::map<std::string, double> ModelBase<T>::metric_figures(metrics::Counts c, std::int64_t seen) {
+std::map<std::string, double> ModelBase<T>::metric_figures(metrics::Counts c, std::int64_t /*seen: the counts carry their own rows*/) {
     if (settings_.top_k > 0 || settings_.precision || settings_.recall) {  // across processes: every process's counts
-        double v[4] = {double(c.in_top_k), double(c.true_positives), double(c.false_positives), double(c.false_negatives)};
-        path_sum_over_workers(std::span<double>(v, 4));
+        double v[5] = {double(c.in_top_k), double(c.top_k_rows), double(c.true_positives), double(c.false_positives),
+                       double(c.false_negatives)};
+        path_sum_over_workers(std::span<double>(v, 5));
         c.in_top_k = std::int64_t(v[0]);
-        c.true_positives = std::int64_t(v[1]);
-        c.false_positives = std::int64_t(v[2]);
-        c.false_negatives = std::int64_t(v[3]);
+        c.top_k_rows = std::int64_t(v[1]);
+        c.true_positives = std::int64_t(v[2]);
+        c.false_positives = std::int64_t(v[3]);
+        c.false_negatives = std::int64_t(v[4]);
     }
     std::map<std::string, double> m;
-    if (settings_.top_k > 0) m["sparse_top_k_categorical_accuracy"] = seen ? double(c.in_top_k) / double(seen) : 0.0;
+    // The share of the rows counted: examples, or every token of per-token ids (which is the mean
+    // over the examples of the share of their tokens, every example having as many).
+    if (settings_.top_k > 0) m["sparse_top_k_categorical_accuracy"] = c.top_k_rows ? double(c.in_top_k) / double(c.top_k_rows) : 0.0;
     if (settings_.precision) m["precision"] = metrics::precision(c);
     if (settings_.recall) m["recall"] = metrics::recall(c);
     return m;
