@@ -100,13 +100,13 @@ struct JoinedProcessGroup {
 }  // namespace detail
 
 template <class P, class Sync>
-class MultiWorkerMirrored : private detail::JoinedProcessGroup, public detail::ReplicaRuntime<P> {
+class MultiWorkerMirrored : private detail::JoinedProcessGroup, public ReplicaRuntime<P> {
     static_assert(place::Place<P>, "strata::distribute::MultiWorkerMirrored<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(sync::SyncMode<Sync>, "strata::distribute::MultiWorkerMirrored<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, ...)");
     static_assert(lockstep_sync_v<Sync>,
                   "strata::distribute::MultiWorkerMirrored cannot honour this sync mode: an all-reduce needs every replica "
                   "of every worker at every step. " STRATA_VALID_COMBINATIONS);
-    using Runtime = detail::ReplicaRuntime<P>;
+    using Runtime = ReplicaRuntime<P>;
 
 public:
     using place_type = P;

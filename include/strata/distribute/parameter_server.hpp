@@ -153,7 +153,7 @@ private:
 /// Workers and sharded parameter servers in one process, under sync mode `Sync` (default:
 /// asynchronous, as tf.distribute's ParameterServerStrategy).
 template <class P, class Sync>
-class ParameterServer : public detail::ReplicaRuntime<P>, public detail::ParameterServerConfig {
+class ParameterServer : public ReplicaRuntime<P>, public detail::ParameterServerConfig {
     static_assert(place::Place<P>, "strata::distribute::ParameterServer<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(sync::SyncMode<Sync>, "strata::distribute::ParameterServer<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, "
                                         "KSync<K>, KBatchSync<K>, KAsync<K>, KBatchAsync<K>, Asynchronous<B>)");
@@ -175,7 +175,7 @@ public:
 
     /// `workers` compute units and `servers` parameter servers.
     ParameterServer(int workers, int servers, ParameterServerOptions options = {})
-        : detail::ReplicaRuntime<P>(checked_workers(workers), runtime_options(options), "ParameterServer", true),
+        : ReplicaRuntime<P>(checked_workers(workers), runtime_options(options), "ParameterServer", true),
           detail::ParameterServerConfig(workers, servers, std::move(options),
                                         {Sync::name, dynamic_rule, sync::traits<Sync>::rule, static_k, static_bound},
                                         this->devices()[0]) {}

@@ -124,9 +124,11 @@ inline void check_units_fit_memory(const char* name, const char* units_name, int
 }
 }  // namespace detail
 
-namespace detail {
-/// The run-time part every strategy shares: one logical device and one thread per replica,
-/// and the collective group among them.
+/// The run-time part every strategy shares, and with it the strategies' user API
+/// (tf.distribute.Strategy's): `run` (strategy.run), `reduce`, `num_replicas_in_sync`, the
+/// replicas' devices. Each strategy (Default, OneDevice, Mirrored, CentralStorage,
+/// MultiWorkerMirrored, ParameterServer) derives from it: one logical device and one thread per
+/// replica, and the collective group among them.
 template <class P>
 class ReplicaRuntime {
 public:
@@ -335,10 +337,8 @@ private:
 STRATA_TEMPLATE class ReplicaRuntime<place::Host>;
 #endif
 
-}  // namespace detail
-
 /// No distribution: one replica, the calling thread, all host cores (tf's default strategy).
-class Default : public detail::ReplicaRuntime<place::Host> {
+class Default : public ReplicaRuntime<place::Host> {
 public:
     using place_type = place::Host;
     using sync_mode = sync::Synchronous;
@@ -349,7 +349,7 @@ public:
 
 /// One replica on one device of place `P` (tf.distribute.OneDeviceStrategy).
 template <class P>
-class OneDevice : public detail::ReplicaRuntime<P> {
+class OneDevice : public ReplicaRuntime<P> {
     static_assert(place::Place<P>, "strata::distribute::OneDevice<Place>: Place must be strata::place::Host or strata::place::Cuda");
 
 public:
@@ -359,14 +359,14 @@ public:
     static constexpr const char* name = "OneDevice";
     /// `cores`: host threads for the device's ops and BLAS (0 = leave the caller's setting,
     /// see strata::set_num_threads).
-    explicit OneDevice(int cores = 0) : detail::ReplicaRuntime<P>(1, StrategyOptions{.cores_per_replica = cores}, "OneDevice") {}
+    explicit OneDevice(int cores = 0) : ReplicaRuntime<P>(1, StrategyOptions{.cores_per_replica = cores}, "OneDevice") {}
     /// The replica on logical device `device` ("/device:CPU:1", "/device:GPU:0"; resolved by
     /// place::find_device, soft placement included), as tf.distribute.OneDeviceStrategy(device):
     /// its variables, slots and activations come from that device's memory and count against
     /// its memory limit (a model that does not fit fails with a DeviceError naming the device,
     /// the request and the limit).
     explicit OneDevice(std::string_view device)
-        : detail::ReplicaRuntime<P>(1, StrategyOptions{}, "OneDevice", false, {}, 0, place::find_device(device)) {}
+        : ReplicaRuntime<P>(1, StrategyOptions{}, "OneDevice", false, {}, 0, place::find_device(device)) {}
 };
 
 /// Synchronous data parallelism over N replicas of one process, each with its own copy of the
@@ -377,7 +377,7 @@ public:
 /// strata::Model<Net, strata::distribute::Mirrored<>> model(strategy);
 /// \endcode
 template <class P, class Sync>
-class Mirrored : public detail::ReplicaRuntime<P> {
+class Mirrored : public ReplicaRuntime<P> {
     static_assert(place::Place<P>, "strata::distribute::Mirrored<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(sync::SyncMode<Sync>, "strata::distribute::Mirrored<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, ...)");
     static_assert(lockstep_sync_v<Sync>,
@@ -390,7 +390,7 @@ public:
     using strategy_tag = Mirrored;
     static constexpr const char* name = "Mirrored";
     explicit Mirrored(int replicas = 2, StrategyOptions options = {})
-        : detail::ReplicaRuntime<P>(replicas, options, "Mirrored") {}
+        : ReplicaRuntime<P>(replicas, options, "Mirrored") {}
     /// Takes every configured logical device of the place's kind (at least 1).
     static Mirrored on_all_devices(StrategyOptions options = {}) {
         const auto kind = std::is_same_v<P, place::Host> ? place::DeviceKind::Cpu : place::DeviceKind::Gpu;
@@ -402,7 +402,7 @@ public:
 /// to the central device, applied there, and read back by every replica
 /// (tf.distribute.experimental.CentralStorageStrategy).
 template <class P, class Sync>
-class CentralStorage : public detail::ReplicaRuntime<P> {
+class CentralStorage : public ReplicaRuntime<P> {
     static_assert(place::Place<P>, "strata::distribute::CentralStorage<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(sync::SyncMode<Sync>, "strata::distribute::CentralStorage<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, ...)");
     static_assert(lockstep_sync_v<Sync>,
@@ -415,7 +415,7 @@ public:
     using strategy_tag = CentralStorage;
     static constexpr const char* name = "CentralStorage";
     explicit CentralStorage(int replicas = 2, StrategyOptions options = {})
-        : detail::ReplicaRuntime<P>(replicas, options, "CentralStorage") {}
+        : ReplicaRuntime<P>(replicas, options, "CentralStorage") {}
 };
 
 /// Satisfied by the strategy types.
