@@ -4,7 +4,7 @@
 /// included by it in the header-only mode, compiled once in src/strata.cpp under
 /// STRATA_SEPARATE_COMPILATION.
 
-#include "strata/distribute/parameter_server.hpp"
+#include "strata/distribute/parameter_server_strategy.hpp"
 
 namespace strata::distribute::detail {
 

@@ -3,7 +3,7 @@
 /// The definitions behind strata/distribute/pipeline.hpp's detail::PipelineRuntime: included by
 /// it in the header-only mode, compiled once in src/strata.cpp under STRATA_SEPARATE_COMPILATION.
 
-#include "strata/distribute/pipeline.hpp"
+#include "strata/distribute/pipeline_strategy.hpp"
 
 namespace strata::distribute::detail {
 

@@ -5,7 +5,7 @@
 /// and every replica reads the updated variables at the next step.
 
 #include "strata/distribute/gradient_path.hpp"
-#include "strata/distribute/strategy.hpp"
+#include "strata/distribute/strategy_classes.hpp"
 
 namespace strata::distribute {
 

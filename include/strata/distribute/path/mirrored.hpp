@@ -19,7 +19,7 @@
 
 #include "strata/distribute/collective/async.hpp"
 #include "strata/distribute/gradient_path.hpp"
-#include "strata/distribute/strategy.hpp"
+#include "strata/distribute/strategy_classes.hpp"
 
 namespace strata::distribute {
 
@@ -199,7 +199,7 @@ template <class S, class T>
 collective::AsyncAllReduce& MirroredCopies<S, T>::comm_of(int r) {
     auto& c = comm_[std::size_t(r)];
     if (!c) {
-        c = std::make_unique<collective::AsyncAllReduce>(s_->group(), r, ReduceOp::Sum, s_->options().all_reduce);
+        c = std::make_unique<collective::AsyncAllReduce>(s_->group(), r, collective::ReduceOp::Sum, s_->options().all_reduce);
         // A step submits every bucket before its wait: however far the thread falls behind, the
         // queue never holds more, so the steady state never allocates.
         c->reserve(buckets_.size() + 1);
@@ -227,7 +227,7 @@ void MirroredCopies<S, T>::wait(int r, T* grads) {
 
 template <class S, class T>
 void MirroredCopies<S, T>::all_reduce(int r, T* grads) {
-    s_->group().all_reduce(r, std::span<T>(grads, std::size_t(num_params_)), ReduceOp::Sum, s_->options().all_reduce);
+    s_->group().all_reduce(r, std::span<T>(grads, std::size_t(num_params_)), collective::ReduceOp::Sum, s_->options().all_reduce);
 }
 
 template <class S, class T>
@@ -237,7 +237,7 @@ void MirroredCopies<S, T>::sum_statistics(int r, std::span<double> values) {
         c.submit(buckets_.size(), values);
         c.wait();
     } else {
-        s_->group().all_reduce(r, values, ReduceOp::Sum, s_->options().all_reduce);
+        s_->group().all_reduce(r, values, collective::ReduceOp::Sum, s_->options().all_reduce);
     }
 }
 

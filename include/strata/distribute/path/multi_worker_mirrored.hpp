@@ -46,7 +46,7 @@ public:
     void after_save() const { s_->process_group().barrier(0, SyncPoint{"barrier", "save"}); }
     void combine_totals(StepTotals& t) {
         double v[3] = {t.loss_sum, t.correct, double(t.examples)};
-        s_->process_group().all_reduce(0, std::span<double>(v, 3), ReduceOp::Sum, SyncPoint{"all_reduce", "step totals"});
+        s_->process_group().all_reduce(0, std::span<double>(v, 3), collective::ReduceOp::Sum, SyncPoint{"all_reduce", "step totals"});
         t.loss_sum = v[0];
         t.correct = v[1];
         if (s_->per_worker_input()) t.examples = std::int64_t(v[2]);
@@ -55,11 +55,11 @@ public:
     template <class V>
     void sum_predictions(std::span<V> rows) {
         if (!s_->per_worker_input())
-            s_->process_group().all_reduce(0, rows, ReduceOp::Sum, SyncPoint{"all_reduce", "predictions"});
+            s_->process_group().all_reduce(0, rows, collective::ReduceOp::Sum, SyncPoint{"all_reduce", "predictions"});
     }
     template <class V>
     void sum_evaluation(std::span<V> values) {
-        s_->process_group().all_reduce(0, values, ReduceOp::Sum, SyncPoint{"all_reduce", "evaluation"});
+        s_->process_group().all_reduce(0, values, collective::ReduceOp::Sum, SyncPoint{"all_reduce", "evaluation"});
     }
 
     /// Every process reads the same global batches: they agree, once per epoch, on the first
@@ -104,7 +104,7 @@ private:
             std::fill(sizes.begin(), sizes.end(), -1.0);  // -1: no batch (every worker adds 1)
             sizes[std::size_t(me)] = batch ? double(batch->size()) : -1.0;
             for (auto& v : sizes) v += 1;  // own: size + 1; others: 0 (so the sum is size + 1 or 0)
-            pg.all_reduce(0, std::span<double>(sizes), ReduceOp::Sum, SyncPoint{"all_reduce", "batch sizes"});
+            pg.all_reduce(0, std::span<double>(sizes), collective::ReduceOp::Sum, SyncPoint{"all_reduce", "batch sizes"});
             double total = 0, before = 0;
             bool any = false;
             for (int q = 0; q < workers; ++q) {

@@ -4,7 +4,7 @@
 /// gradients applied directly.
 
 #include "strata/distribute/gradient_path.hpp"
-#include "strata/distribute/strategy.hpp"
+#include "strata/distribute/strategy_classes.hpp"
 
 namespace strata::distribute {
 

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "strata/distribute/gradient_path.hpp"
-#include "strata/distribute/parameter_server.hpp"
+#include "strata/distribute/parameter_server_strategy.hpp"
 #include "strata/distribute/parameter_server_stats.hpp"
 #include "strata/distribute/ps_admission.hpp"
 #include "strata/distribute/ps_clock.hpp"

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "strata/distribute/gradient_path.hpp"
-#include "strata/distribute/pipeline.hpp"
+#include "strata/distribute/pipeline_strategy.hpp"
 #include "strata/distribute/slice.hpp"
 #include "strata/nn/sequential.hpp"
 
