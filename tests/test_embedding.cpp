@@ -22,6 +22,7 @@
 
 #include <strata/loss/losses.hpp>
 #include <strata/metrics/accuracy.hpp>
+#include <strata/metrics/metric.hpp>
 #include <strata/nn/layers.hpp>
 
 #include "test_places.hpp"
