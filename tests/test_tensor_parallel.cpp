@@ -8,6 +8,7 @@
 #include "test_images.hpp"
 #include "test_util.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -218,4 +219,29 @@ TEST_CASE("TensorParallelMultiHeadAttention: its shards run on their own threads
         CHECK(max_relative_difference(train_tokens<Net>(d1), train_tokens<Unsplit<>>(d2)) <= 1e-12);
     }
     pd::reset_devices();
+}
+
+TEST_CASE("TensorParallelMultiHeadAttention's errors: a backward on another batch, or in another mode than its forward, is a ValueError "
+          "naming the layer and what it found") {
+    using L = dist::TensorParallelMultiHeadAttention<4, 3, 2, 2, MultiHeadAttentionOptions{.dropout = 0.25}>::bind<strata::StaticShape<6, 12>,
+                                                                                                                  double, pd::Host>;
+    L layer;
+    std::vector<double> params(std::size_t(L::num_params)), grads(params.size());
+    layer.init(params.data(), 3, 0);
+    const auto xv = strata_test::lcg(3 * 72, 9, -1, 1);
+    std::vector<double> x(xv.begin(), xv.end()), y(x.size()), dy(x.size(), 1.0), dx(x.size());
+    auto view = [](std::vector<double>& v, std::int64_t n) { return strata::TensorView<double, pd::Host>(v.data(), strata::Shape{n, 6, 12}); };
+    strata::nn::Mode train;
+    train.training = true;
+    layer.forward(params.data(), view(x, 2), view(y, 2), train);
+    // Another batch size than the forward's: the message names both.
+    CHECK_THROWS_WITH_AS(layer.backward(params.data(), grads.data(), view(x, 3), view(y, 3), view(dy, 3), view(dx, 3), train),
+                         doctest::Contains("TensorParallelMultiHeadAttention: backward on 3 examples"), strata::ValueError);
+    // Inference after a forward in training: the dropout mask would not be the forward's.
+    strata::nn::Mode infer;
+    CHECK_THROWS_WITH_AS(layer.backward(params.data(), grads.data(), view(x, 2), view(y, 2), view(dy, 2), view(dx, 2), infer),
+                         doctest::Contains("backward in inference mode after a forward in training mode"), strata::ValueError);
+    // The negative control: the matching backward runs, and gives a gradient.
+    layer.backward(params.data(), grads.data(), view(x, 2), view(y, 2), view(dy, 2), view(dx, 2), train);
+    CHECK(std::any_of(grads.begin(), grads.end(), [](double g) { return g != 0; }));
 }

@@ -211,13 +211,9 @@ private:
         pool_.run(f);
     }
 
-    // MultiHeadAttention's mask on this shard's weights [n, hc, S, S]: weight i is the global
-    // batch's (first_example + i / (hc·S²))·H·S² + h0·S² + i % (hc·S²).
+    // MultiHeadAttention's mask on this shard's weights [n, hc, S, S] (Plain::drop_heads).
     void drop(const T* in, T* out, std::int64_t count, std::int64_t h0, std::int64_t hc, const nn::Mode& mode) const {
-        const std::uint64_t base = nn::detail::dropout_counter_base(stream_);
-        const auto offset = std::uint64_t(mode.first_example) * std::uint64_t(H * S * S) + std::uint64_t(h0 * S * S);
-        place::for_each_n<P>(count, nn::detail::DropoutElements<T>{in, out, offset, mode.seed, mode.step, base, Plain::dropout_threshold,
-                                                                   T(1.0 / (1.0 - O.dropout)), hc * S * S, H * S * S});
+        Plain::drop_heads(in, out, count, h0, hc, mode, stream_);
     }
 
     // x [rows, F] times the kernel's columns of heads [h0, h0 + hc) (gathered into w, [F, hc·D]),

@@ -322,6 +322,17 @@ public:
         project_back(xm, w + v_kernel, dv_.data(), Dv, grads + v_kernel, bias ? grads + v_bias : nullptr, want_dx, dxm, true);
     }
 
+    /// out = in ⊙ mask / (1 − p) over `count` attention weights [n, hc, S, S] of heads
+    /// [h0, h0 + hc) (in place when out == in): weight i is the global batch's
+    /// (first_example + i / (hc·S²))·H·S² + h0·S² + i % (hc·S²), drawn as Dropout draws, so that
+    /// a tensor-parallel shard holding some of the heads draws this layer's mask for them.
+    static void drop_heads(const T* in, T* out, std::int64_t count, std::int64_t h0, std::int64_t hc, const Mode& mode,
+                           std::uint64_t stream) {
+        const auto offset = std::uint64_t(mode.first_example) * std::uint64_t(H * S * S) + std::uint64_t(h0 * S * S);
+        place::for_each_n<P>(count, DropoutElements<T>{in, out, offset, mode.seed, mode.step, dropout_counter_base(stream),
+                                                       dropout_threshold, T(1.0 / (1.0 - O.dropout)), hc * S * S, H * S * S});
+    }
+
     /// The last forward's attention weights, [n, NumHeads, S queries, S keys] (for tests).
     std::vector<T> attention_weights() const {
         std::vector<T> out(std::size_t(n_ * H * S * S));
@@ -334,15 +345,7 @@ private:
 
     // The weights the values are summed with: the dropped ones after a forward in training.
     const T* weights() const { return dropped_ ? ad_.data() : a_.data(); }
-    // out = in ⊙ mask / (1 − p) over `count` attention weights (in place when out == in); the
-    // mask of weight i of this batch is the global batch's weight first_example · H·S² + i, drawn
-    // as Dropout draws.
-    void drop(const T* in, T* out, std::int64_t count, const Mode& mode) const {
-        const std::uint64_t base = dropout_counter_base(stream_);
-        const auto offset = std::uint64_t(mode.first_example) * std::uint64_t(H * S * S);
-        place::for_each_n<P>(count, DropoutElements<T>{in, out, offset, mode.seed, mode.step, base, dropout_threshold,
-                                                       T(1.0 / (1.0 - O.dropout))});
-    }
+    void drop(const T* in, T* out, std::int64_t count, const Mode& mode) const { drop_heads(in, out, count, 0, H, mode, stream_); }
 
     // x [rows, F] · kernel [F, H·D] (+ bias), split into heads: out [n·H, S, D].
     void project(const TensorView<T, P>& xm, T* kernel, const T* b, std::int64_t D, T* out) {
