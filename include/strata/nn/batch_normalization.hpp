@@ -85,10 +85,17 @@ using SyncBatchNormalization = BatchNormalization<BatchNormOptions{.momentum = M
 
 namespace detail {
 
+// Each place gets its own shape of the layer's elementwise passes (as Conv2D's bias and
+// activation): on the host one unit is a block of whole rows of [rows, C], whose channel is the
+// position in the row (no division per element; the per-channel coefficients are copied to local
+// arrays once a block, so the compiler sees they cannot alias the output and vectorises the row
+// loop); on a GPU one thread is one element, its channel i % C with C a compile-time constant (a
+// multiply, not a 64-bit division). -ffp-contract=off keeps the two bitwise equal.
+
 /// Host: per channel, the shifted sums of one block of rows: partial[b][c] = Σ (x − K_c),
 /// partial[b][C + c] = Σ (x − K_c)² (or, for backward, Σ dy and Σ dy · x̂). The blocks are a
 /// function of the shape only, so the result does not depend on the thread count.
-template <class T>
+template <class T, std::int64_t C>
 struct BnBlockSums {
     const T* x;        // [rows, C]
     const T* dy;       // backward: [rows, C]; forward: nullptr
@@ -96,17 +103,25 @@ struct BnBlockSums {
     const double* mean;    // backward: the batch mean, [C]
     const double* invstd;  // backward: [C]
     double* partial;   // [blocks, 2C]
-    std::int64_t rows, C, block_rows;
+    std::int64_t rows, block_rows;
     void operator()(std::int64_t b) const {
-        double* s1 = partial + b * 2 * C;
-        double* s2 = s1 + C;
-        for (std::int64_t c = 0; c < 2 * C; ++c) s1[c] = 0;
+        double s1[C], s2[C], k[C], m[C], is[C];
+        for (std::int64_t c = 0; c < C; ++c) {
+            s1[c] = 0;
+            s2[c] = 0;
+            if (dy) {
+                m[c] = mean[c];
+                is[c] = invstd[c];
+            } else {
+                k[c] = double(shift[c]);
+            }
+        }
         const std::int64_t r0 = b * block_rows, r1 = r0 + block_rows < rows ? r0 + block_rows : rows;
         for (std::int64_t r = r0; r < r1; ++r) {
             const T* xr = x + r * C;
             if (!dy) {
                 for (std::int64_t c = 0; c < C; ++c) {
-                    const double d = double(xr[c]) - double(shift[c]);
+                    const double d = double(xr[c]) - k[c];
                     s1[c] += d;
                     s2[c] += d * d;
                 }
@@ -115,61 +130,123 @@ struct BnBlockSums {
                 for (std::int64_t c = 0; c < C; ++c) {
                     const double g = double(gr[c]);
                     s1[c] += g;
-                    s2[c] += g * (double(xr[c]) - mean[c]) * invstd[c];
+                    s2[c] += g * (double(xr[c]) - m[c]) * is[c];
                 }
             }
+        }
+        double* out = partial + b * 2 * C;
+        for (std::int64_t c = 0; c < C; ++c) {
+            out[c] = s1[c];
+            out[C + c] = s2[c];
         }
     }
 };
 
-/// y = x · a + b per channel (forward), or dx = a · (dy − s1 − x̂ · s2) with x̂ = (x − mean) ·
-/// invstd (backward, s1 and s2 already divided by the count): one element per index, on any place.
-template <class T>
+/// Rows of [rows, C] per host unit of the elementwise passes: about 4096 values.
+template <std::int64_t C>
+inline constexpr std::int64_t bn_block_rows = C >= 4096 ? 1 : 4096 / C;
+
+/// y = x · a + b per channel (forward). BnAffineRows: the host's, a block of rows per unit;
+/// BnAffine: one element per index (a GPU's).
+template <class T, std::int64_t C>
+struct BnAffineRows {
+    const T* x;
+    T* y;
+    const T* a;
+    const T* b;
+    std::int64_t rows;
+    void operator()(std::int64_t u) const {
+        T la[C], lb[C];
+        for (std::int64_t c = 0; c < C; ++c) {
+            la[c] = a[c];
+            lb[c] = b[c];
+        }
+        constexpr std::int64_t block = bn_block_rows<C>;
+        const std::int64_t r1 = (u + 1) * block < rows ? (u + 1) * block : rows;
+        for (std::int64_t r = u * block; r < r1; ++r) {
+            const T* xr = x + r * C;
+            T* yr = y + r * C;
+            for (std::int64_t c = 0; c < C; ++c) yr[c] = xr[c] * la[c] + lb[c];
+        }
+    }
+};
+template <class T, std::int64_t C>
 struct BnAffine {
     const T* x;
     T* y;
     const T* a;
     const T* b;
-    std::int64_t C;
-    STRATA_HD void operator()(std::int64_t i) const {
-        const std::int64_t c = i % C;
+    template <class I>
+    STRATA_HD void operator()(I i) const {
+        const I c = i % I(C);
         y[i] = x[i] * a[c] + b[c];
     }
 };
-template <class T>
+
+/// dx = a · (dy − s1 − x̂ · s2) with x̂ = (x − mean) · invstd (backward; s1 and s2 already divided
+/// by the count). `coef` is [5C]: a = gamma·invstd, mean, invstd, s1, s2. BnInputGradRows: the
+/// host's; BnInputGrad: one element per index (a GPU's).
+template <class T, std::int64_t C>
+struct BnInputGradRows {
+    const T* x;
+    const T* dy;
+    T* dx;
+    const T* coef;
+    std::int64_t rows;
+    void operator()(std::int64_t u) const {
+        T a[C], m[C], is[C], s1[C], s2[C];
+        for (std::int64_t c = 0; c < C; ++c) {
+            a[c] = coef[c];
+            m[c] = coef[C + c];
+            is[c] = coef[2 * C + c];
+            s1[c] = coef[3 * C + c];
+            s2[c] = coef[4 * C + c];
+        }
+        constexpr std::int64_t block = bn_block_rows<C>;
+        const std::int64_t r1 = (u + 1) * block < rows ? (u + 1) * block : rows;
+        for (std::int64_t r = u * block; r < r1; ++r) {
+            const T* xr = x + r * C;
+            const T* gr = dy + r * C;
+            T* dr = dx + r * C;
+            for (std::int64_t c = 0; c < C; ++c) {
+                const T xhat = (xr[c] - m[c]) * is[c];
+                dr[c] = a[c] * (gr[c] - s1[c] - xhat * s2[c]);
+            }
+        }
+    }
+};
+template <class T, std::int64_t C>
 struct BnInputGrad {
     const T* x;
     const T* dy;
     T* dx;
-    const T* coef;  // [4C]: a = gamma·invstd, mean, invstd, and s1 then s2 in [3C, 5C)
-    std::int64_t C;
-    STRATA_HD void operator()(std::int64_t i) const {
-        const std::int64_t c = i % C;
-        const T xhat = (x[i] - coef[C + c]) * coef[2 * C + c];
-        dx[i] = coef[c] * (dy[i] - coef[3 * C + c] - xhat * coef[4 * C + c]);
+    const T* coef;
+    template <class I>
+    STRATA_HD void operator()(I i) const {
+        const I c = i % I(C);
+        const T xhat = (x[i] - coef[I(C) + c]) * coef[2 * I(C) + c];
+        dx[i] = coef[c] * (dy[i] - coef[3 * I(C) + c] - xhat * coef[4 * I(C) + c]);
     }
 };
 
 #if STRATA_HAS_CUDA && defined(__CUDACC__)
 // The GPU's loads for the per-channel sums (reduce.hpp's tuned column reduction, fused): the
 // element i of [rows, C] is channel i % C.
-template <class T>
+template <class T, std::int64_t C>
 struct BnLoadShifted {
     const T* x;
     const T* shift;
-    std::int64_t C;
     bool square;
     __device__ double operator()(std::int64_t i) const {
         const double d = double(x[i]) - double(shift[i % C]);
         return square ? d * d : d;
     }
 };
-template <class T>
+template <class T, std::int64_t C>
 struct BnLoadGrad {
     const T* x;
     const T* dy;
     const T* coef;  // mean at [C, 2C), invstd at [2C, 3C)
-    std::int64_t C;
     bool times_xhat;
     __device__ double operator()(std::int64_t i) const {
         const std::int64_t c = i % C;
@@ -228,7 +305,7 @@ public:
                 b_[c] = T(beta(c) - p_[mean_at + c] * a);
             }
             put_coefficients(2);
-            if (rows > 0) place::for_each_n<P>(rows * C, BnAffine<T>{x.data(), y.data(), coef_.data(), coef_.data() + C, C});
+            if (rows > 0) affine(rows, x.data(), y.data());
             return;
         }
         rows_ = rows;
@@ -244,7 +321,7 @@ public:
             b_[c] = T(beta(c) - mean_[c] * a);
         }
         put_coefficients(2);
-        if (rows > 0) place::for_each_n<P>(rows * C, BnAffine<T>{x.data(), y.data(), coef_.data(), coef_.data() + C, C});
+        if (rows > 0) affine(rows, x.data(), y.data());
     }
 
     void backward(const T* params, T* grads, const TensorView<T, P>& x, const TensorView<T, P>&, const TensorView<T, P>& dy,
@@ -284,7 +361,7 @@ public:
         }
         put_coefficients(5);
         if (!dx.empty() && rows > 0)
-            place::for_each_n<P>(rows * C, BnInputGrad<T>{x.data(), dy.data(), dx.data(), coef_.data(), C});
+            input_grad(rows, x.data(), dy.data(), dx.data());
     }
 
     /// A replica whose share of the global batch is empty still takes part in the sums the
@@ -370,13 +447,36 @@ private:
         copy(TensorView<T, place::Host>(host_coef_.data(), Shape{std::int64_t(k) * C}), TensorView<T, P>(coef_.data(), Shape{std::int64_t(k) * C}));
     }
 
+    // y = x · a + b per channel (a, b: the first two blocks of coef_), shaped for the place.
+    void affine(std::int64_t rows, const T* x, T* y) {
+        if (rows <= 0) return;
+        const T* a = coef_.data();
+        if constexpr (place::host_accessible_v<P>) {
+            constexpr std::int64_t block = bn_block_rows<C>;
+            ::strata::detail::host_shaped_for_each<P>((rows + block - 1) / block, BnAffineRows<T, C>{x, y, a, a + C, rows});
+        } else {
+            for_each_index<P>(rows * C, BnAffine<T, C>{x, y, a, a + C});
+        }
+    }
+
+    // dx from dy and the five blocks of coef_, shaped for the place.
+    void input_grad(std::int64_t rows, const T* x, const T* dy, T* dx) {
+        if (rows <= 0) return;
+        if constexpr (place::host_accessible_v<P>) {
+            constexpr std::int64_t block = bn_block_rows<C>;
+            ::strata::detail::host_shaped_for_each<P>((rows + block - 1) / block, BnInputGradRows<T, C>{x, dy, dx, coef_.data(), rows});
+        } else {
+            for_each_index<P>(rows * C, BnInputGrad<T, C>{x, dy, dx, coef_.data()});
+        }
+    }
+
     // Per-channel sums over the rows of x ([rows, C]) into out[0, 2C), in double: forward
     // (dy == nullptr) Σ (x − K) and Σ (x − K)² with K = `shift`; backward Σ dy and Σ dy · x̂.
     void column_sums(std::int64_t r, const T* x, const T* dy, const T* shift, double* out) {
         if constexpr (place::host_accessible_v<P>) {
             const std::int64_t blocks = r < 64 ? (r > 0 ? r : 1) : 64, block_rows = (r + blocks - 1) / blocks;
             double* partial = tensor_detail_scratch(blocks * 2 * C);
-            ::strata::detail::host_shaped_for_each<P>(blocks, BnBlockSums<T>{x, dy, shift, mean_.data(), invstd_.data(), partial, r, C, block_rows});
+            ::strata::detail::host_shaped_for_each<P>(blocks, BnBlockSums<T, C>{x, dy, shift, mean_.data(), invstd_.data(), partial, r, block_rows});
             for (std::int64_t c = 0; c < 2 * C; ++c) {
                 double s = 0;
                 for (std::int64_t b = 0; b < blocks; ++b) s += partial[b * 2 * C + c];
@@ -384,15 +484,15 @@ private:
             }
         } else {
 #if STRATA_HAS_CUDA && defined(__CUDACC__)
-            double* dev = ::strata::detail::scratch<double, P, BnLoadShifted<T>>(2 * C);
+            double* dev = ::strata::detail::scratch<double, P, BnLoadShifted<T, C>>(2 * C);
             using ::strata::detail::Reduction;
             namespace cr = ::strata::detail::cuda_reduce;
             if (!dy) {
-                cr::axis_with<double>(BnLoadShifted<T>{x, shift, C, false}, dev, 1, r, C, Reduction::Sum);
-                cr::axis_with<double>(BnLoadShifted<T>{x, shift, C, true}, dev + C, 1, r, C, Reduction::Sum);
+                cr::axis_with<double>(BnLoadShifted<T, C>{x, shift, false}, dev, 1, r, C, Reduction::Sum);
+                cr::axis_with<double>(BnLoadShifted<T, C>{x, shift, true}, dev + C, 1, r, C, Reduction::Sum);
             } else {
-                cr::axis_with<double>(BnLoadGrad<T>{x, dy, coef_.data(), C, false}, dev, 1, r, C, Reduction::Sum);
-                cr::axis_with<double>(BnLoadGrad<T>{x, dy, coef_.data(), C, true}, dev + C, 1, r, C, Reduction::Sum);
+                cr::axis_with<double>(BnLoadGrad<T, C>{x, dy, coef_.data(), false}, dev, 1, r, C, Reduction::Sum);
+                cr::axis_with<double>(BnLoadGrad<T, C>{x, dy, coef_.data(), true}, dev + C, 1, r, C, Reduction::Sum);
             }
             copy(TensorView<double, P>(dev, Shape{2 * C}), TensorView<double, place::Host>(out, Shape{2 * C}));
 #else
@@ -400,7 +500,7 @@ private:
 #endif
         }
     }
-    double* tensor_detail_scratch(std::int64_t n) { return ::strata::detail::scratch<double, place::Host, BnBlockSums<T>>(n); }
+    double* tensor_detail_scratch(std::int64_t n) { return ::strata::detail::scratch<double, place::Host, BnBlockSums<T, C>>(n); }
 
     Tensor<T, P> coef_;
     std::vector<double> p_, stats_, gsum_;

@@ -239,25 +239,6 @@ struct ActivationGradColumnSums {
     }
 };
 
-template <class P>
-constexpr bool elementwise_place = std::is_same_v<P, place::Cuda>;
-
-/// Runs f(i) for i in [0, count) on P. On a GPU place, with `reach` (the size of the largest
-/// array f addresses, or 0 when count is that) within 32 bits, i is a std::int32_t, so that a
-/// functor whose call operator is a template over the index type does its index arithmetic in
-/// 32 bits; otherwise (and on the host) a std::int64_t.
-template <class P, class Functor>
-void for_each_index(std::int64_t count, Functor f, std::int64_t reach = 0) {
-    if (count <= 0) return;
-    if constexpr (elementwise_place<P>) {
-        if ((count > reach ? count : reach) <= std::int64_t(INT32_MAX)) {
-            place::for_each_n<P>(std::int32_t(count), f);
-            return;
-        }
-    }
-    place::for_each_n<P>(count, f);
-}
-
 /// Writes the im2col matrix of `x` ([n, h, w, c]) into `col` ([n·oh·ow, kh·kw·c]).
 template <class G, class T, class P>
 void im2col(const TensorView<T, P>& x, const TensorView<T, P>& col) {
