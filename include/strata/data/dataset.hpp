@@ -123,6 +123,191 @@ private:
     std::span<const std::size_t> shape_{};
 };
 
+
+// The pipeline's steps (stages and the nodes that make them), defined after Dataset below: here
+// only what the public class names.
+namespace detail::ds {
+template <class Y>
+class Node;
+template <class Y>
+using NodePtr = std::shared_ptr<const Node<Y>>;
+template <class Y>
+using MapFn = std::function<void(std::span<float>, std::span<Y>)>;
+template <class Y>
+class MapNode;
+}  // namespace detail::ds
+
+/// An input pipeline over in-memory examples, built step by step like a tf.data.Dataset.
+///
+/// A Dataset is a cheap, immutable handle (copying it shares the steps); each method returns a
+/// new Dataset with one more step. Iterating it yields Batch<Y> elements (see the file comment
+/// for elements, passes, determinism, memory and threads).
+///
+/// Requires: Y satisfies DatasetLabel (int32 class ids by default; float for regression).
+template <DatasetLabel Y = std::int32_t>
+class Dataset {
+public:
+    using label_type = Y;
+    using element_type = Batch<Y>;
+
+    class Iterator;
+
+    /// A dataset of the examples in `x` with labels in `y` and, optionally, one weight per
+    /// example in `sample_weight` (Keras's sample_weight, tf.data's `(x, y, sample_weight)`
+    /// elements): Model::fit multiplies each example's loss and gradient by its weight, and
+    /// evaluate its loss. Empty `sample_weight` (the default): an unweighted dataset.
+    ///
+    /// Requires: `example_shape` has a non-zero product E (ShapeError otherwise); `x.size()` is a
+    ///   multiple of E; `y_per_example` >= 1 (ValueError); `y.size()` == (x.size() / E) ×
+    ///   y_per_example (ShapeError naming both counts); `sample_weight` empty or holding
+    ///   x.size() / E weights (ShapeError naming both counts), each finite and >= 0 (ValueError
+    ///   naming the index and the value).
+    /// Ensures: cardinality() == x.size() / E; has_sample_weight() == !sample_weight.empty();
+    ///   the arrays are moved in, never copied again.
+    ///
+    /// \code
+    ///   auto ds = strata::data::Dataset<>::from_arrays(std::move(pixels), {28, 28, 1}, std::move(labels));
+    ///   auto weighted = strata::data::Dataset<>::from_arrays(std::move(pixels), {28, 28, 1}, std::move(labels),
+    ///                                                        std::move(weights));   // one float per example
+    /// \endcode
+    static Dataset from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
+                               std::size_t y_per_example = 1, std::vector<float> sample_weight = {});
+
+    /// from_arrays with one label per example and a weight for each:
+    /// `from_arrays(x, shape, y, sample_weight)` is `from_arrays(x, shape, y, 1, sample_weight)`.
+    static Dataset from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
+                               std::vector<float> sample_weight);
+
+    /// Shuffles elements with a buffer of `buffer_size` (tf.data's algorithm: fill the buffer,
+    /// emit a uniformly random element of it and replace it with the next input). A buffer at
+    /// least as large as the dataset gives a uniform random permutation; a smaller one only
+    /// mixes nearby elements. The order depends only on `seed` and the pass (see the file
+    /// comment): the same for the same epoch, different across epochs and repetitions.
+    /// Requires: buffer_size >= 1 (ValueError). The buffer holds references to stable examples
+    /// (from from_arrays or cache) and copies of anything else.
+    Dataset shuffle(std::size_t buffer_size, std::uint64_t seed) const;
+
+    /// Groups `n` consecutive examples into one element; the last batch holds the remainder
+    /// unless `drop_remainder`, which drops it.
+    /// Requires: n >= 1 (ValueError); the dataset is not batched already (ValueError).
+    /// Ensures: cardinality() is ceil(N / n), or floor(N / n) with `drop_remainder`.
+    Dataset batch(std::size_t n, bool drop_remainder = false) const;
+
+    /// Repeats the dataset `count` times, or forever when `count` is -1 (the default). Each
+    /// repetition is a new pass for the steps before it (a shuffle reshuffles). An empty input
+    /// ends the repetition instead of spinning.
+    /// Requires: count >= -1 (ValueError).
+    Dataset repeat(std::int64_t count = -1) const;
+
+    /// Applies `fn(x, y)` to a copy of every element, which it may edit in place: before batch()
+    /// the spans hold one example, after it a whole batch (`x.size() / example_size()` examples).
+    /// Sample weights are not passed to `fn`: they stay with their examples, unchanged.
+    /// `fn` runs once per element per pass (see cache()); exceptions it throws reach the
+    /// iterating code. It must be thread-safe if several iterators (or prefetch) run it at once.
+    ///
+    /// \code
+    ///   auto centered = ds.map([](std::span<float> x, std::span<std::int32_t>) { for (auto& v : x) v -= 0.5f; });
+    /// \endcode
+    template <class F>
+        requires std::invocable<F&, std::span<float>, std::span<Y>>
+    Dataset map(F fn) const {
+        auto f = std::make_shared<const detail::ds::MapFn<Y>>(std::move(fn));
+        return with(std::make_shared<detail::ds::MapNode<Y>>(node_, std::move(f), es_, yp_), cardinality_);
+    }
+
+    /// Augments images: each example, of shape {H, W, C} (channels last), is zero-padded by
+    /// `a.pad` pixels on each side and cropped back to H x W at a random offset (each of dy, dx
+    /// uniform in [0, 2 pad]), then mirrored left-right with probability 1/2 when `a.flip`
+    /// (strata/data/augment.hpp has the exact formula, augment_image). Labels and sample weights
+    /// are unchanged.
+    ///
+    /// The draws for an example are a pure function of `a.seed`, the pass (the epoch given to
+    /// iterate; under a later `repeat`, the repetition too) and the example's position in the
+    /// pass as this step sees it (after the shuffles before it): augment_draw(a, epoch,
+    /// position). Not of the batch, the thread, or how many replicas share a batch: a strategy
+    /// splits batches that are already augmented, so N replicas see exactly what one device
+    /// sees. The same draws before `batch` as after it. Each epoch gives other crops and flips.
+    ///
+    /// Augment the training data only: evaluate and predict read whatever dataset they are
+    /// given, so give them one without this step (augmented() tells). Put it after `cache`
+    /// (a cache replays the first pass's images every epoch). After the first element of a pass
+    /// the step allocates nothing: it keeps one buffer of the largest element.
+    /// `{.pad = 0, .flip = false}` passes every element through unchanged, bit for bit.
+    ///
+    /// Requires: the example shape is {H, W, C} (rank 3, ShapeError naming the shape found);
+    /// 0 <= a.pad < min(H, W) (ValueError naming the pad and the image size).
+    ///
+    /// \code
+    ///   auto train = sd::from_arrays(std::move(x), {28, 28, 1}, std::move(y))
+    ///                    .shuffle(60000, 42).augment({.pad = 4, .flip = true, .seed = 1}).batch(128);
+    /// \endcode
+    Dataset augment(const Augment& a) const;
+
+    /// Whether an augment() step is part of this pipeline (evaluation data should not have one).
+    bool augmented() const noexcept { return augmented_; }
+
+    /// Keeps every element of the first complete pass in memory and replays them in later
+    /// passes, so the steps before it (a map, say) run once. A pass that stops early (take, an
+    /// iterator destroyed mid-way) caches nothing, as in tf.data. Later passes replay the first
+    /// pass's order: put shuffle after cache. Caching an infinite dataset exhausts memory.
+    Dataset cache() const;
+
+    /// Runs the steps before it on a background thread that keeps up to `k` elements ready, so
+    /// the next batch is waiting when a training step ends. Same elements, same order.
+    /// Requires: k >= 1 (ValueError).
+    Dataset prefetch(std::size_t k = 1) const;
+
+    /// The first `n` elements (all of them when n is -1).
+    /// Requires: n >= -1 (ValueError).
+    Dataset take(std::int64_t n) const;
+
+    /// The number of elements a pass yields (batches after batch(), examples before), or
+    /// infinite_cardinality, or unknown_cardinality.
+    std::int64_t cardinality() const noexcept { return cardinality_; }
+    /// Shape of one example's x.
+    const std::vector<std::size_t>& example_shape() const noexcept { return *shape_; }
+    /// Floats per example (product of example_shape()).
+    std::size_t example_size() const noexcept { return es_; }
+    /// Labels per example.
+    std::size_t y_per_example() const noexcept { return yp_; }
+    /// The batch size given to batch(), or 0 when the dataset is not batched.
+    std::size_t batch_size() const noexcept { return batch_; }
+    /// Whether every example carries a sample weight (from_arrays was given them); every step
+    /// keeps this, and each Batch's `w` then holds its examples' weights.
+    bool has_sample_weight() const noexcept { return wp_ != 0; }
+
+    /// Starts pass number `epoch`: an iterator at its first element (or at its end).
+    /// The same epoch always gives the same elements in the same order.
+    Iterator iterate(std::uint64_t epoch) const { return Iterator(*this, epoch); }
+
+    /// Starts the next pass of this object (epochs 0, 1, 2, ... in order of calls), so that
+    /// successive range-for loops see successive epochs. Not thread-safe for one object; use
+    /// iterate(epoch) to choose the epoch.
+    Iterator begin() const { return iterate(next_epoch_++); }
+    /// The end of any pass.
+    std::default_sentinel_t end() const noexcept { return std::default_sentinel; }
+
+private:
+    detail::ds::NodePtr<Y> node_;
+    std::shared_ptr<const std::vector<std::size_t>> shape_;
+    std::size_t es_ = 0, yp_ = 0, wp_ = 0, batch_ = 0;  // wp_: weights per example, 1 or 0
+    std::int64_t cardinality_ = 0;
+    bool augmented_ = false;
+    mutable std::uint64_t next_epoch_ = 0;
+
+    Dataset() = default;
+
+    Dataset with(detail::ds::NodePtr<Y> node, std::int64_t cardinality) const {
+        Dataset d = *this;
+        d.node_ = std::move(node);
+        d.cardinality_ = cardinality;
+        d.next_epoch_ = 0;
+        return d;
+    }
+};
+
+// ---- the pipeline's steps: what each Dataset method adds, and the stage it runs ----
+
 namespace detail::ds {
 
 // A reference to one element a stage produced. `stable`: the memory stays valid as long as the
@@ -159,8 +344,6 @@ public:
     virtual std::unique_ptr<Stage<Y>> make_stage() const = 0;
 };
 
-template <class Y>
-using NodePtr = std::shared_ptr<const Node<Y>>;
 
 // SplitMix64's finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number generators",
 // OOPSLA 2014): spreads (pass, repetition) into unrelated 64-bit keys.
@@ -437,8 +620,6 @@ private:
 
 // ---- map ----
 
-template <class Y>
-using MapFn = std::function<void(std::span<float>, std::span<Y>)>;
 
 template <class Y>
 class MapStage final : public Stage<Y> {
@@ -801,175 +982,6 @@ inline std::int64_t mul_cardinality(std::int64_t a, std::int64_t b) noexcept {
 }
 
 }  // namespace detail::ds
-
-/// An input pipeline over in-memory examples, built step by step like a tf.data.Dataset.
-///
-/// A Dataset is a cheap, immutable handle (copying it shares the steps); each method returns a
-/// new Dataset with one more step. Iterating it yields Batch<Y> elements (see the file comment
-/// for elements, passes, determinism, memory and threads).
-///
-/// Requires: Y satisfies DatasetLabel (int32 class ids by default; float for regression).
-template <DatasetLabel Y = std::int32_t>
-class Dataset {
-public:
-    using label_type = Y;
-    using element_type = Batch<Y>;
-
-    class Iterator;
-
-    /// A dataset of the examples in `x` with labels in `y` and, optionally, one weight per
-    /// example in `sample_weight` (Keras's sample_weight, tf.data's `(x, y, sample_weight)`
-    /// elements): Model::fit multiplies each example's loss and gradient by its weight, and
-    /// evaluate its loss. Empty `sample_weight` (the default): an unweighted dataset.
-    ///
-    /// Requires: `example_shape` has a non-zero product E (ShapeError otherwise); `x.size()` is a
-    ///   multiple of E; `y_per_example` >= 1 (ValueError); `y.size()` == (x.size() / E) ×
-    ///   y_per_example (ShapeError naming both counts); `sample_weight` empty or holding
-    ///   x.size() / E weights (ShapeError naming both counts), each finite and >= 0 (ValueError
-    ///   naming the index and the value).
-    /// Ensures: cardinality() == x.size() / E; has_sample_weight() == !sample_weight.empty();
-    ///   the arrays are moved in, never copied again.
-    ///
-    /// \code
-    ///   auto ds = strata::data::Dataset<>::from_arrays(std::move(pixels), {28, 28, 1}, std::move(labels));
-    ///   auto weighted = strata::data::Dataset<>::from_arrays(std::move(pixels), {28, 28, 1}, std::move(labels),
-    ///                                                        std::move(weights));   // one float per example
-    /// \endcode
-    static Dataset from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
-                               std::size_t y_per_example = 1, std::vector<float> sample_weight = {});
-
-    /// from_arrays with one label per example and a weight for each:
-    /// `from_arrays(x, shape, y, sample_weight)` is `from_arrays(x, shape, y, 1, sample_weight)`.
-    static Dataset from_arrays(std::vector<float> x, std::vector<std::size_t> example_shape, std::vector<Y> y,
-                               std::vector<float> sample_weight);
-
-    /// Shuffles elements with a buffer of `buffer_size` (tf.data's algorithm: fill the buffer,
-    /// emit a uniformly random element of it and replace it with the next input). A buffer at
-    /// least as large as the dataset gives a uniform random permutation; a smaller one only
-    /// mixes nearby elements. The order depends only on `seed` and the pass (see the file
-    /// comment): the same for the same epoch, different across epochs and repetitions.
-    /// Requires: buffer_size >= 1 (ValueError). The buffer holds references to stable examples
-    /// (from from_arrays or cache) and copies of anything else.
-    Dataset shuffle(std::size_t buffer_size, std::uint64_t seed) const;
-
-    /// Groups `n` consecutive examples into one element; the last batch holds the remainder
-    /// unless `drop_remainder`, which drops it.
-    /// Requires: n >= 1 (ValueError); the dataset is not batched already (ValueError).
-    /// Ensures: cardinality() is ceil(N / n), or floor(N / n) with `drop_remainder`.
-    Dataset batch(std::size_t n, bool drop_remainder = false) const;
-
-    /// Repeats the dataset `count` times, or forever when `count` is -1 (the default). Each
-    /// repetition is a new pass for the steps before it (a shuffle reshuffles). An empty input
-    /// ends the repetition instead of spinning.
-    /// Requires: count >= -1 (ValueError).
-    Dataset repeat(std::int64_t count = -1) const;
-
-    /// Applies `fn(x, y)` to a copy of every element, which it may edit in place: before batch()
-    /// the spans hold one example, after it a whole batch (`x.size() / example_size()` examples).
-    /// Sample weights are not passed to `fn`: they stay with their examples, unchanged.
-    /// `fn` runs once per element per pass (see cache()); exceptions it throws reach the
-    /// iterating code. It must be thread-safe if several iterators (or prefetch) run it at once.
-    ///
-    /// \code
-    ///   auto centered = ds.map([](std::span<float> x, std::span<std::int32_t>) { for (auto& v : x) v -= 0.5f; });
-    /// \endcode
-    template <class F>
-        requires std::invocable<F&, std::span<float>, std::span<Y>>
-    Dataset map(F fn) const {
-        auto f = std::make_shared<const detail::ds::MapFn<Y>>(std::move(fn));
-        return with(std::make_shared<detail::ds::MapNode<Y>>(node_, std::move(f), es_, yp_), cardinality_);
-    }
-
-    /// Augments images: each example, of shape {H, W, C} (channels last), is zero-padded by
-    /// `a.pad` pixels on each side and cropped back to H x W at a random offset (each of dy, dx
-    /// uniform in [0, 2 pad]), then mirrored left-right with probability 1/2 when `a.flip`
-    /// (strata/data/augment.hpp has the exact formula, augment_image). Labels and sample weights
-    /// are unchanged.
-    ///
-    /// The draws for an example are a pure function of `a.seed`, the pass (the epoch given to
-    /// iterate; under a later `repeat`, the repetition too) and the example's position in the
-    /// pass as this step sees it (after the shuffles before it): augment_draw(a, epoch,
-    /// position). Not of the batch, the thread, or how many replicas share a batch: a strategy
-    /// splits batches that are already augmented, so N replicas see exactly what one device
-    /// sees. The same draws before `batch` as after it. Each epoch gives other crops and flips.
-    ///
-    /// Augment the training data only: evaluate and predict read whatever dataset they are
-    /// given, so give them one without this step (augmented() tells). Put it after `cache`
-    /// (a cache replays the first pass's images every epoch). After the first element of a pass
-    /// the step allocates nothing: it keeps one buffer of the largest element.
-    /// `{.pad = 0, .flip = false}` passes every element through unchanged, bit for bit.
-    ///
-    /// Requires: the example shape is {H, W, C} (rank 3, ShapeError naming the shape found);
-    /// 0 <= a.pad < min(H, W) (ValueError naming the pad and the image size).
-    ///
-    /// \code
-    ///   auto train = sd::from_arrays(std::move(x), {28, 28, 1}, std::move(y))
-    ///                    .shuffle(60000, 42).augment({.pad = 4, .flip = true, .seed = 1}).batch(128);
-    /// \endcode
-    Dataset augment(const Augment& a) const;
-
-    /// Whether an augment() step is part of this pipeline (evaluation data should not have one).
-    bool augmented() const noexcept { return augmented_; }
-
-    /// Keeps every element of the first complete pass in memory and replays them in later
-    /// passes, so the steps before it (a map, say) run once. A pass that stops early (take, an
-    /// iterator destroyed mid-way) caches nothing, as in tf.data. Later passes replay the first
-    /// pass's order: put shuffle after cache. Caching an infinite dataset exhausts memory.
-    Dataset cache() const;
-
-    /// Runs the steps before it on a background thread that keeps up to `k` elements ready, so
-    /// the next batch is waiting when a training step ends. Same elements, same order.
-    /// Requires: k >= 1 (ValueError).
-    Dataset prefetch(std::size_t k = 1) const;
-
-    /// The first `n` elements (all of them when n is -1).
-    /// Requires: n >= -1 (ValueError).
-    Dataset take(std::int64_t n) const;
-
-    /// The number of elements a pass yields (batches after batch(), examples before), or
-    /// infinite_cardinality, or unknown_cardinality.
-    std::int64_t cardinality() const noexcept { return cardinality_; }
-    /// Shape of one example's x.
-    const std::vector<std::size_t>& example_shape() const noexcept { return *shape_; }
-    /// Floats per example (product of example_shape()).
-    std::size_t example_size() const noexcept { return es_; }
-    /// Labels per example.
-    std::size_t y_per_example() const noexcept { return yp_; }
-    /// The batch size given to batch(), or 0 when the dataset is not batched.
-    std::size_t batch_size() const noexcept { return batch_; }
-    /// Whether every example carries a sample weight (from_arrays was given them); every step
-    /// keeps this, and each Batch's `w` then holds its examples' weights.
-    bool has_sample_weight() const noexcept { return wp_ != 0; }
-
-    /// Starts pass number `epoch`: an iterator at its first element (or at its end).
-    /// The same epoch always gives the same elements in the same order.
-    Iterator iterate(std::uint64_t epoch) const { return Iterator(*this, epoch); }
-
-    /// Starts the next pass of this object (epochs 0, 1, 2, ... in order of calls), so that
-    /// successive range-for loops see successive epochs. Not thread-safe for one object; use
-    /// iterate(epoch) to choose the epoch.
-    Iterator begin() const { return iterate(next_epoch_++); }
-    /// The end of any pass.
-    std::default_sentinel_t end() const noexcept { return std::default_sentinel; }
-
-private:
-    detail::ds::NodePtr<Y> node_;
-    std::shared_ptr<const std::vector<std::size_t>> shape_;
-    std::size_t es_ = 0, yp_ = 0, wp_ = 0, batch_ = 0;  // wp_: weights per example, 1 or 0
-    std::int64_t cardinality_ = 0;
-    bool augmented_ = false;
-    mutable std::uint64_t next_epoch_ = 0;
-
-    Dataset() = default;
-
-    Dataset with(detail::ds::NodePtr<Y> node, std::int64_t cardinality) const {
-        Dataset d = *this;
-        d.node_ = std::move(node);
-        d.cardinality_ = cardinality;
-        d.next_epoch_ = 0;
-        return d;
-    }
-};
 
 // Dataset's steps are defined out of the class, so that the compiled part's Dataset<int32_t>
 // is the only instantiation of them a program with the compiled part compiles (GCC instantiates
