@@ -7,6 +7,7 @@ same files with the same number of threads; the runs alternate (strata, PyTorch,
 so that both see the same machine state, and the table reports the median of the repetitions.
 
     python3 benchmarks/resnet_vs_pytorch.py --dataset fashion_mnist --epochs 2 --steps-per-epoch 60 --reps 3 --json r.json
+    python3 benchmarks/resnet_vs_pytorch.py --baseline /tmp/build-before/tools/strata_train ...  (a before/after beside PyTorch)
     python3 benchmarks/resnet_vs_pytorch.py --sync-cost --steps-per-epoch 60 --reps 3 [--mpirun mpirun]
 
 The first compares training speed (images/s over the training steps: augmentation, forward,
@@ -56,6 +57,8 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--strata", default="build/tools/strata_train")
+    p.add_argument("--baseline", default="", help="another strata_train (an earlier revision's build) run in the same "
+                                                  "alternation: a before/after figure beside PyTorch's")
     p.add_argument("--python", default="/usr/bin/python3", help="a Python with torch (Debian's python3-torch)")
     p.add_argument("--sync-cost", action="store_true", help="time strata's step with and without synchronized batch norm")
     p.add_argument("--mpirun", default="", help="--sync-cost: also multi_worker_mirrored over 2 processes")
@@ -72,9 +75,13 @@ def main():
     torch_cmd = [a.python, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pytorch_resnet.py"), "--dataset", a.dataset,
                  "--data", data, "--epochs", str(a.epochs), "--threads", str(a.threads), "--seed", str(a.seed)] + steps
     strata_cmd = strata + ["--threads", str(a.threads)]
-    results = {"strata": [], "pytorch": []}
+    names = ("strata", "pytorch") + (("baseline",) if a.baseline else ())
+    results = {name: [] for name in names}
+    cmds = [("strata", strata_cmd), ("pytorch", torch_cmd)]
+    if a.baseline:
+        cmds.append(("baseline", [a.baseline] + strata_cmd[1:]))
     for rep in range(a.reps):
-        for name, cmd in (("strata", strata_cmd), ("pytorch", torch_cmd)):
+        for name, cmd in cmds:
             r = run(cmd, env)
             steady = steady_rate(r, name)
             r["speed"] = steady if steady is not None else r["train_images_per_second"]
@@ -85,7 +92,7 @@ def main():
     rows = [{"framework": name, "train_images_per_second": statistics.median(r["speed"] for r in results[name]),
              "all_epochs_images_per_second": statistics.median(r["train_images_per_second"] for r in results[name]),
              "test_accuracy": statistics.median(r["test_accuracy"] for r in results[name]),
-             "runs": [r["speed"] for r in results[name]]} for name in ("strata", "pytorch")]
+             "runs": [r["speed"] for r in results[name]]} for name in names]
     ratio = rows[0]["train_images_per_second"] / rows[1]["train_images_per_second"]
     print()
     print(f"resnet on {a.dataset}, batch 128, {a.threads} threads, {a.epochs} epoch(s)"
@@ -94,12 +101,14 @@ def main():
     for r in rows:
         print(f"{r['framework']:<10} {r['train_images_per_second']:>10.1f} {100 * r['test_accuracy']:>8.2f}%")
     print(f"strata / PyTorch speed: {ratio:.2f}x")
+    if a.baseline:
+        print(f"strata / baseline ({a.baseline}) speed: {rows[0]['train_images_per_second'] / rows[2]['train_images_per_second']:.2f}x")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"benchmark": "resnet_vs_pytorch", "dataset": a.dataset, "epochs": a.epochs, "threads": a.threads,
                        "steps_per_epoch": a.steps_per_epoch, "reps": a.reps,
                        "env": {k: env[k] for k in ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY") if k in env},
-                       "results": rows, "speed_ratio": ratio}, f, indent=2)
+                       "results": rows, "speed_ratio": ratio, "baseline": a.baseline or None}, f, indent=2)
 
 
 def sync_cost(a, env, strata):

@@ -1,4 +1,6 @@
-// step_profile: where a training step and an inference pass of the seed CNN spend their time.
+// step_profile: where a training step and an inference pass of a model spend their time: the
+// seed CNN (--model cnn, the default) or strata_train's resnet (--model resnet: a ResNet with
+// batch normalization; tools/strata_train_models.hpp).
 //
 // Compiled with STRATA_PROFILE=1 (strata/core/profile.hpp), so the library's probes record the
 // time of every layer's forward and backward (the backward split into the activation's
@@ -8,6 +10,7 @@
 // with the same threads (the fastest square product the BLAS gives strata here).
 //
 //   build/benchmarks/step_profile --data data/mnist --batch 128 --steps 100 --reps 5 --json p.json
+//   build/benchmarks/step_profile --model resnet --data data/fashion_mnist --steps 40 --reps 3
 //
 // Three tables: the training step (fit on MNIST, shuffled, batched, prefetched, as
 // tools/mnist_cnn trains), inference (evaluate on the 10 000 test images, batch 1000), and
@@ -21,7 +24,7 @@
 
 #include "bench_common.hpp"
 #include "step_timing.hpp"
-#include "../tools/mnist_cnn_net.hpp"
+#include "../tools/strata_train_models.hpp"
 
 #include <cstdio>
 #include <filesystem>
@@ -31,10 +34,8 @@
 
 namespace {
 
-using Net = mnist_example::Net;
-using Layers = Net::bound_layers<float, strata::place::Host>;
-
 struct Options {
+    std::string model = "cnn";
     std::string data = "data/mnist";
     std::int64_t batch = 128;
     std::int64_t eval_batch = 1000;
@@ -51,9 +52,25 @@ struct PhaseFlops {
 };
 
 template <class L>
+PhaseFlops layer_flops(bool first);
+
+// A residual block's: the sum of its inner layers' (the first of them sees the block's input).
+template <class Inner, std::size_t... I>
+PhaseFlops inner_flops(bool first, std::index_sequence<I...>) {
+    PhaseFlops sum;
+    ((sum.forward += layer_flops<std::tuple_element_t<I, Inner>>(first).forward,
+      sum.weights += layer_flops<std::tuple_element_t<I, Inner>>(first).weights,
+      sum.data += layer_flops<std::tuple_element_t<I, Inner>>(first).data), ...);
+    return sum;
+}
+
+template <class L>
 PhaseFlops layer_flops(bool first) {
     PhaseFlops f;
-    if constexpr (requires { L::patch; L::filters; }) {  // Conv2D: one patch · kernel product per output pixel
+    if constexpr (requires { typename L::inner_layers; }) {
+        using Inner = typename L::inner_layers;
+        return inner_flops<Inner>(first, std::make_index_sequence<std::tuple_size_v<Inner>>{});
+    } else if constexpr (requires { L::patch; L::filters; }) {  // Conv2D: one patch · kernel product per output pixel
         const double pixels = double(L::output_shape::size / L::filters);
         f.forward = 2.0 * pixels * double(L::patch) * double(L::filters);
         f.weights = f.forward;
@@ -66,7 +83,7 @@ PhaseFlops layer_flops(bool first) {
     return f;
 }
 
-template <std::size_t... I>
+template <class Layers, std::size_t... I>
 std::vector<PhaseFlops> all_flops(std::index_sequence<I...>) {
     return {layer_flops<std::tuple_element_t<I, Layers>>(I == 0)...};
 }
@@ -158,7 +175,9 @@ cli::Json print_table(const char* title, std::vector<Line>& lines, double total_
             {"images_per_second", examples / total_s}};
 }
 
-int run(const Options& o) {
+template <class Net>
+int run(const Options& o, const char* what) {
+    using Layers = typename Net::template bound_layers<float, strata::place::Host>;
     strata::set_num_threads(o.threads);
     const int threads = strata::num_threads();
     bench::Machine machine;
@@ -180,8 +199,8 @@ int run(const Options& o) {
     const std::string blas_core = "not OpenBLAS";
 #endif
     machine.extra.push_back({"openblas_core", blas_core});
-    std::printf("step profile: the seed CNN (tools/mnist_cnn_net.hpp), RMSprop, sparse cross-entropy; %s\n",
-                real ? "MNIST" : "synthetic images (no MNIST files in --data)");
+    std::printf("step profile: %s, RMSprop, sparse cross-entropy; %s\n", what,
+                real ? "the IDX files in --data" : "synthetic images (no IDX files in --data)");
     std::printf("cpu: %s, %d hardware threads; threads: %d; load average before: %s\n", machine.cpu.c_str(),
                 int(machine.hardware_threads), threads, machine.load_before.c_str());
     std::printf("sgemm ceiling (strata::gemm 2048^3, best of %d, same threads, OpenBLAS kernels '%s'): %.1f GFLOP/s\n",
@@ -189,7 +208,7 @@ int run(const Options& o) {
 
     strata::distribute::OneDevice<> strategy(threads);
     const auto names = Net::layer_names();
-    const auto flops = all_flops(std::make_index_sequence<Net::num_layers>{});
+    const auto flops = all_flops<Layers>(std::make_index_sequence<Net::num_layers>{});
 
     // First step of a new model, then steady steps.
     strata::Model<Net, decltype(strategy)> model(strategy, 42);
@@ -246,6 +265,7 @@ int run(const Options& o) {
 
     cli::Json doc;
     doc["benchmark"] = "step_profile";
+    doc["model"] = o.model;
     doc["data"] = real ? "mnist" : "synthetic";
     doc["threads"] = threads;
     doc["batch"] = o.batch;
@@ -277,8 +297,11 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"Where a training step and an inference pass of the seed CNN spend their time."};
+    CLI::App app{"Where a training step and an inference pass of a model spend their time."};
     Options o;
+    app.add_option("--model", o.model, "cnn (the seed CNN) or resnet (strata_train's, with batch normalization)")
+        ->check(cli::one_of({"cnn", "resnet"}))
+        ->capture_default_str();
     app.add_option("--data", o.data, "directory with the MNIST IDX files (synthetic images when absent)")->capture_default_str();
     app.add_option("--batch", o.batch, "training batch size")->transform(cli::integer(std::int64_t(1), std::int64_t(1) << 20))->capture_default_str();
     app.add_option("--eval-batch", o.eval_batch, "inference batch size")->transform(cli::integer(std::int64_t(1), std::int64_t(1) << 20))->capture_default_str();
@@ -286,5 +309,8 @@ int main(int argc, char** argv) {
     app.add_option("--steps", o.steps, "training steps per sample")->transform(cli::integer(1, 1 << 20))->capture_default_str();
     app.add_option("--reps", o.reps, "samples; medians are reported")->transform(cli::integer(1, 1000))->capture_default_str();
     app.add_option("--json", o.json, "also write the figures as JSON to FILE");
-    return cli::run(app, argc, argv, [&] { return run(o); });
+    return cli::run(app, argc, argv, [&] {
+        if (o.model == "resnet") return run<strata_train::ResNet::Net>(o, "strata_train's resnet (tools/strata_train_models.hpp)");
+        return run<mnist_example::Net>(o, "the seed CNN (tools/mnist_cnn_net.hpp)");
+    });
 }
