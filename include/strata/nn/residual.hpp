@@ -324,6 +324,9 @@ class ResidualImpl {
 public:
     using input_shape = In;
     using output_shape = BranchShape;
+    /// The bound inner layers, the projection (if any) first (for tools that walk a network:
+    /// benchmarks/step_profile counts their FLOPs).
+    using inner_layers = Inner;
     static constexpr auto offsets = param_offsets<Inner>(std::make_index_sequence<num_inner>{});
     static constexpr std::int64_t num_params = offsets[num_inner];
 
