@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include <strata/distribute/strategy.hpp>
 #include <strata/place/devices.hpp>
 #include <strata/tensor/tensor_all.hpp>
 
@@ -129,6 +130,18 @@ TEST_CASE("logical host devices: two halves, named in order, cores split") {
     CHECK(pd::list_logical_devices()[1].cores == 1);
     pd::set_logical_device_configuration(host(), {});
     CHECK(pd::list_logical_devices().size() == 1);
+}
+
+TEST_CASE("Mirrored and CentralStorage on_all_devices take one replica per logical host device") {
+    Fresh fresh;
+    pd::set_logical_device_configuration(host(), {{.cores = 1}, {.cores = 1}, {.cores = 1}}, pd::Oversubscribe::Yes);
+    auto mirrored = strata::distribute::Mirrored<>::on_all_devices();
+    auto central = strata::distribute::CentralStorage<>::on_all_devices();
+    static_assert(std::is_same_v<decltype(mirrored), strata::distribute::Mirrored<>>);
+    static_assert(std::is_same_v<decltype(central), strata::distribute::CentralStorage<>>);
+    CHECK(mirrored.num_replicas_in_sync() == 3);
+    CHECK(central.num_replicas_in_sync() == 3);
+    CHECK(std::string(decltype(central)::name) == "CentralStorage");
 }
 
 TEST_CASE("logical host devices: four, with and without oversubscription") {

@@ -372,15 +372,41 @@ public:
         : ReplicaRuntime<P>(1, StrategyOptions{}, "OneDevice", false, {}, 0, place::find_device(device)) {}
 };
 
+namespace detail {
+
+/// The body Mirrored and CentralStorage share, written once: N replicas of one process that
+/// step together, on place P under `Sync`. The two differ only in where the variables live and
+/// how a step's gradients reach them, which is their gradient paths' business
+/// (distribute/path/mirrored.hpp, distribute/path/central_storage.hpp); each keeps its own name
+/// and its own compile-time checks, which name it.
+template <class Self, class P, class Sync>
+class LockstepReplicas : public ReplicaRuntime<P> {
+public:
+    using place_type = P;
+    using sync_mode = Sync;
+    using strategy_tag = Self;
+    /// The strategy over every configured logical device of the place's kind (at least 1).
+    static Self on_all_devices(StrategyOptions options = {}) {
+        const auto kind = std::is_same_v<P, place::Host> ? place::DeviceKind::Cpu : place::DeviceKind::Gpu;
+        return Self(std::max<int>(1, int(place::list_logical_devices(kind).size())), options);
+    }
+
+protected:
+    LockstepReplicas(int replicas, StrategyOptions options) : ReplicaRuntime<P>(replicas, options, Self::name) {}
+};
+
+}  // namespace detail
+
 /// Synchronous data parallelism over N replicas of one process, each with its own copy of the
 /// variables; gradients are all-reduced every step (tf.distribute.MirroredStrategy).
 ///
 /// \code
 /// strata::distribute::Mirrored<> strategy(2);               // 2 logical host devices
 /// strata::Model<Net, strata::distribute::Mirrored<>> model(strategy);
+/// auto all = strata::distribute::Mirrored<>::on_all_devices(); // every configured logical CPU
 /// \endcode
 template <class P, class Sync>
-class Mirrored : public ReplicaRuntime<P> {
+class Mirrored : public detail::LockstepReplicas<Mirrored<P, Sync>, P, Sync> {
     static_assert(place::Place<P>, "strata::distribute::Mirrored<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(sync::SyncMode<Sync>, "strata::distribute::Mirrored<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, ...)");
     static_assert(lockstep_sync_v<Sync>,
@@ -388,24 +414,16 @@ class Mirrored : public ReplicaRuntime<P> {
                   "step. " STRATA_VALID_COMBINATIONS);
 
 public:
-    using place_type = P;
-    using sync_mode = Sync;
-    using strategy_tag = Mirrored;
     static constexpr const char* name = "Mirrored";
     explicit Mirrored(int replicas = 2, StrategyOptions options = {})
-        : ReplicaRuntime<P>(replicas, options, "Mirrored") {}
-    /// Takes every configured logical device of the place's kind (at least 1).
-    static Mirrored on_all_devices(StrategyOptions options = {}) {
-        const auto kind = std::is_same_v<P, place::Host> ? place::DeviceKind::Cpu : place::DeviceKind::Gpu;
-        return Mirrored(std::max<int>(1, int(place::list_logical_devices(kind).size())), options);
-    }
+        : detail::LockstepReplicas<Mirrored, P, Sync>(replicas, options) {}
 };
 
 /// Variables on one central device, compute replicated on N replicas; gradients are reduced
 /// to the central device, applied there, and read back by every replica
 /// (tf.distribute.experimental.CentralStorageStrategy).
 template <class P, class Sync>
-class CentralStorage : public ReplicaRuntime<P> {
+class CentralStorage : public detail::LockstepReplicas<CentralStorage<P, Sync>, P, Sync> {
     static_assert(place::Place<P>, "strata::distribute::CentralStorage<Place, Sync>: Place must be strata::place::Host or strata::place::Cuda");
     static_assert(sync::SyncMode<Sync>, "strata::distribute::CentralStorage<Place, Sync>: Sync must be a sync mode (strata::sync::Synchronous, ...)");
     static_assert(lockstep_sync_v<Sync>,
@@ -413,12 +431,9 @@ class CentralStorage : public ReplicaRuntime<P> {
                   "gradient. " STRATA_VALID_COMBINATIONS);
 
 public:
-    using place_type = P;
-    using sync_mode = Sync;
-    using strategy_tag = CentralStorage;
     static constexpr const char* name = "CentralStorage";
     explicit CentralStorage(int replicas = 2, StrategyOptions options = {})
-        : ReplicaRuntime<P>(replicas, options, "CentralStorage") {}
+        : detail::LockstepReplicas<CentralStorage, P, Sync>(replicas, options) {}
 };
 
 /// Satisfied by the strategy types.
