@@ -17,6 +17,31 @@
 #include <strata/strata.hpp>
 #include <strata/distribute/multi_worker_mirrored.hpp>
 
+// ---- allocation counter: every operator new and aligned_alloc of this program is counted ------
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#include <atomic>
+#include <cstdlib>
+#include <malloc.h>
+#include <new>
+namespace {
+std::atomic<long> g_allocations{0};
+}
+void* operator new(std::size_t n) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    if (void* p = std::malloc(n ? n : 1)) return p;
+    throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+// Tensors' host memory (64-byte aligned) comes from aligned_alloc: counted too.
+extern "C" void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    return memalign(alignment, n);
+}
+
 using namespace strata::nn;
 namespace dist = strata::distribute;
 namespace coll = strata::distribute::collective;
@@ -243,6 +268,32 @@ TEST_CASE("per-worker input: uneven shards join with zero gradients and equal on
         const auto e = model.evaluate(mine);
         CHECK(e.examples == std::int64_t(12 + 8 * (n - 1)));
         CHECK(same_on_every_rank(std::vector<double>{double(h["loss"].back()), double(e.loss)}));
+    }
+}
+
+TEST_CASE("after Model::build, the first train_step allocates nothing, whatever the input mode") {
+    // train_step takes a global batch in both modes (fit is where per-worker input splits each
+    // worker's own batch over its replicas; Model::build asks the path for that share).
+    const int me = world_rank();
+    auto x = features(280, 300 + std::uint64_t(me));
+    auto ds = strata::data::Dataset<>::from_arrays(x, {6, 6, 2}, labels_of(x, 280)).batch(140);
+    for (auto input : {dist::WorkerInput::Replicated, dist::WorkerInput::PerWorker}) {
+        for (int replicas : {1, 2}) {
+            CAPTURE(replicas);
+            CAPTURE(int(input));
+            dist::MultiWorkerMirrored<> mw(replicas, {}, {.input = input});
+            strata::Model<Cnn, dist::MultiWorkerMirrored<>> model(mw, 11);
+            model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+            auto it = ds.iterate(0);
+            const auto& batch = *it;
+            model.build(140);
+            const long before = g_allocations.load();
+            model.train_step(batch);
+            const long allocated = g_allocations.load() - before;
+            CHECK(allocated == 0);
+            // Every rank stepped once (a rank's failed check must not leave the others waiting).
+            CHECK(same_on_every_rank(model.get_weights()));
+        }
     }
 }
 

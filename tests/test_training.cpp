@@ -1,5 +1,6 @@
 // Training on one device: fit/evaluate/predict, build, reproducibility, save/load, errors,
-// and the allocation-free training step (every operator new of this binary is counted).
+// and the allocation-free training step (every operator new and aligned_alloc of this binary is
+// counted).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -8,15 +9,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <malloc.h>
 #include <new>
 #include <string>
 #include <vector>
 
 #include <strata/strata.hpp>
+#include <strata/distribute/pipeline.hpp>
 
 #include "training_util.hpp"
 
-// ---- allocation counter: every operator new in this binary is counted ----------------------
+// ---- allocation counter: every operator new and aligned_alloc in this binary is counted -----
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 using strata_test::lcg;
 
@@ -33,6 +36,12 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+// Tensors' host memory (place::Host's upstream, 64-byte aligned) is counted too: this program's
+// aligned_alloc stands in for the C library's (a weak symbol there), passing on to memalign.
+extern "C" void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+    return memalign(alignment, n);
+}
 
 using namespace strata::nn;
 namespace fs = std::filesystem;
@@ -197,6 +206,50 @@ TEST_CASE("a Mirrored training step allocates no heap memory either (buckets and
         const long before = g_allocations.load();
         for (int i = 0; i < 2 && it != std::default_sentinel; ++i, ++it) model.train_step(*it);
         CHECK(g_allocations.load() - before == 0);
+    }
+}
+
+namespace {
+// Allocations of the first train_step after Model::build: what build promises ("the first step
+// does not pay for it"), under each lockstep strategy, with the first batch's data in hand.
+template <class S>
+long first_step_allocations(S& strategy, bool build = true) {
+    using Cnn = Sequential<Input<8, 8, 1>, Conv2D<4, 3, ReLU>, MaxPooling2D<2>, Flatten, Dense<3, Softmax>>;
+    strata::Model<Cnn, S> model(strategy, 2);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    auto f = lcg(64 * 64, 3, 0, 1);
+    std::vector<std::int32_t> y(64);
+    for (std::size_t i = 0; i < y.size(); ++i) y[i] = std::int32_t(i % 3);
+    auto ds = strata::data::Dataset<>::from_arrays(std::vector<float>(f.begin(), f.end()), {8, 8, 1}, y).batch(15);
+    auto it = ds.iterate(0);
+    const auto& batch = *it;
+    if (build) model.build(15);
+    const long before = g_allocations.load();
+    model.train_step(batch);
+    return g_allocations.load() - before;
+}
+}  // namespace
+
+TEST_CASE("after Model::build, the first training step allocates nothing, under every in-process lockstep strategy") {
+    namespace dist = strata::distribute;
+    SUBCASE("OneDevice") {
+        dist::OneDevice<> s(1);
+        CHECK(first_step_allocations(s) == 0);
+        dist::OneDevice<> control(1);
+        CHECK(first_step_allocations(control, false) > 0);  // without build the step pays: the check can fail
+    }
+    SUBCASE("Mirrored x2 and x3 (a batch of 15 splits unevenly over 2)") {
+        dist::Mirrored<> two(2), three(3);
+        CHECK(first_step_allocations(two) == 0);
+        CHECK(first_step_allocations(three) == 0);
+    }
+    SUBCASE("CentralStorage x2") {
+        dist::CentralStorage<> s(2);
+        CHECK(first_step_allocations(s) == 0);
+    }
+    SUBCASE("Pipeline, 2 stages, 3 micro-batches") {
+        dist::Pipeline<strata::place::Host, dist::GPipe, dist::split::At<2>> s({.micro_batches = 3});
+        CHECK(first_step_allocations(s) == 0);
     }
 }
 

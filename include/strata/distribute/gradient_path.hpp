@@ -215,6 +215,8 @@ struct WholeNetwork {};
 /// | `is_chief()`                      | true                   | MultiWorkerMirrored, Pipeline, ParameterServer (rank 0)|
 /// | `per_worker_input()`              | false                  | MultiWorkerMirrored                |
 /// | `unit_share(batch, r)`            | even split over units()| lockstep paths, MultiWorkerMirrored|
+/// | `largest_unit_share(n)`           | its largest share      | the same, and ParameterServer (n:  |
+/// |                                   |                        | a worker takes whole batches)      |
 /// | `sum_over_workers(values)`        | nothing (one process)  | MultiWorkerMirrored, Pipeline      |
 /// | `sum_outputs_over_workers(rows)`  | nothing (one process)  | MultiWorkerMirrored, Pipeline      |
 /// | `after_save()`                    | nothing                | MultiWorkerMirrored, Pipeline      |
@@ -224,6 +226,7 @@ struct WholeNetwork {};
 /// | `bind_unit(r, net)`               | nothing                | Pipeline (its units' networks are  |
 /// |                                   |                        | handles on the path's stages)      |
 /// | `model_summary<Net>()`            | Net::summary()         | Pipeline (adds the stage split)    |
+/// | `run_where_loss_runs(f)`          | run_units(f)           | Pipeline (its last stages' threads)|
 /// | `syncs_batch_statistics`,         | false, nothing         | the lockstep paths (LockstepPath:  |
 /// | `replica_sum(r)`                  | (no replica to sum with)| the strategy's replica group)     |
 template <class Derived>
@@ -252,6 +255,13 @@ protected:
     ReplicaBatch<Y> unit_share(const data::Batch<Y>& batch, int r) const {
         return split_batch(batch, static_cast<const Derived&>(*this).units(), r);
     }
+    /// The most examples one unit of this process works on at once, for batches of `n` examples
+    /// as the dataset yields them (what Model::build reserves), in step with unit_share: n split
+    /// over units(), rounded up.
+    std::int64_t largest_unit_share(std::int64_t n) const {
+        const std::int64_t u = static_cast<const Derived&>(*this).units();
+        return u > 0 ? (n + u - 1) / u : n;
+    }
     template <class V>
     void sum_over_workers(std::span<V>) {}
     template <class V>
@@ -262,6 +272,11 @@ protected:
     void bind_unit(int, N&) {}
     template <class Seq>
     static std::string model_summary() { return Seq::summary(); }
+    /// f(r) for every unit r of this process, on the thread where a training step computes unit
+    /// r's loss (Model::build sizes the loss's and the metrics' per-thread scratch there): the
+    /// unit's own thread, run_units'. Pipeline: its last stage's.
+    template <class F>
+    void run_where_loss_runs(F&& f) { static_cast<Derived&>(*this).run_units(std::forward<F>(f)); }
 };
 
 /// The network a Model unit holds under path `Path`: `Path::unit_network`, or `Default` where
@@ -325,7 +340,12 @@ public:
     using P = place_type;
     static constexpr std::int64_t num_params = Net::num_params;
 
-    explicit LockstepPath(Strategy& s) : LockstepBuffers<Strategy, T>(s, num_params) {}
+    explicit LockstepPath(Strategy& s) : LockstepBuffers<Strategy, T>(s, num_params) {
+        // replica_sum's callables, one per replica, made here: a step allocates nothing (the
+        // pointer to the derived path is taken now and used only once it is built).
+        summers_.reserve(std::size_t(units()));
+        for (int q = 0; q < units(); ++q) summers_.push_back({static_cast<Derived*>(this), q});
+    }
 
     /// This process's replicas (under MultiWorkerMirrored, its share of num_replicas_in_sync).
     int units() const { return strategy_->local_replicas(); }
@@ -387,6 +407,11 @@ public:
     ReplicaBatch<Y> unit_share(const data::Batch<Y>& batch, int r) const {
         return split_batch(batch, strategy_->num_replicas_in_sync(), strategy_->first_replica() + r);
     }
+    /// unit_share's largest: a global batch split over every replica in sync, rounded up.
+    std::int64_t largest_unit_share(std::int64_t n) const {
+        const std::int64_t r = strategy_->num_replicas_in_sync();
+        return (n + r - 1) / r;
+    }
 
     /// The lockstep schedule: one step per global batch of the source.
     template <class Source, class Work, class OnStep>
@@ -425,10 +450,6 @@ protected:
     /// `sum_over_replicas(r, values)` to route it.
     FunctionRef<void(std::span<double>)> replica_sum(int r) {
         if (strategy_->num_replicas_in_sync() <= 1) return nullptr;
-        // Every replica's thread asks at once: the list is built once, by whichever comes first.
-        std::call_once(summers_built_, [this] {
-            for (int q = 0; q < units(); ++q) summers_.push_back({&self(), q});
-        });
         return summers_[std::size_t(r)];
     }
     void sum_over_replicas(int r, std::span<double> values) {
@@ -439,8 +460,7 @@ protected:
         int r;
         void operator()(std::span<double> v) const { path->sum_over_replicas(r, v); }
     };
-    std::vector<Summer> summers_;
-    std::once_flag summers_built_;
+    std::vector<Summer> summers_;  // one per unit, made by the constructor
 
     Derived& self() { return static_cast<Derived&>(*this); }
     using LockstepBuffers<Strategy, T>::strategy_;
@@ -547,6 +567,10 @@ concept path_gathers_state = requires(const P& cp) { { cp.gathers_state() } -> s
 template <class P>
 concept path_bind_unit = requires(P& p, NetArchetype& net) { p.bind_unit(0, net); };
 template <class P>
+concept path_largest_unit_share = requires(const P& cp) { { cp.largest_unit_share(std::int64_t(1)) } -> std::convertible_to<std::int64_t>; };
+template <class P>
+concept path_run_where_loss_runs = requires(P& p, UnitFnArchetype f) { p.run_where_loss_runs(f); };
+template <class P>
 concept path_model_summary = requires { { P::template model_summary<NetArchetype>() } -> std::convertible_to<std::string>; };
 /// The pieces of a step a lockstep path hands to custom training loops (Model's
 /// compute_gradients, apply_gradients, end_step).
@@ -587,6 +611,7 @@ concept GradientPathFor =
     detail::path_per_worker_input<Path> && detail::path_unit_share<Path> && detail::path_sum_over_workers<Path> &&
     detail::path_sum_outputs_over_workers<Path> && detail::path_after_save<Path> && detail::path_gathers_state<Path> &&
     detail::path_bind_unit<Path> && detail::path_model_summary<Path> && detail::path_replica_sum<Path> &&
+    detail::path_run_where_loss_runs<Path> && detail::path_largest_unit_share<Path> &&
     (!detail::path_is_lockstep<Path>() || detail::path_step_pieces<Path>);
 
 namespace detail {
@@ -642,6 +667,10 @@ struct GradientPathCheck {
                   "strata::distribute::GradientPath: the path has no public bind_unit(unit, net)" STRATA_PATH_DEFAULT("bind_unit"));
     static_assert(path_model_summary<Path>,
                   "strata::distribute::GradientPath: the path has no public static model_summary<Net>()" STRATA_PATH_DEFAULT("model_summary"));
+    static_assert(path_largest_unit_share<Path>,
+                  "strata::distribute::GradientPath: the path has no public largest_unit_share(n)" STRATA_PATH_DEFAULT("largest_unit_share"));
+    static_assert(path_run_where_loss_runs<Path>,
+                  "strata::distribute::GradientPath: the path has no public run_where_loss_runs(f)" STRATA_PATH_DEFAULT("run_where_loss_runs"));
     static_assert(path_replica_sum<Path>,
                   "strata::distribute::GradientPath: the path has no public syncs_batch_statistics or replica_sum(unit)"
                   STRATA_PATH_DEFAULT("replica_sum, Base::syncs_batch_statistics"));

@@ -291,6 +291,13 @@ double loss_and_grad(const Loss& loss, const TensorView<T, P>& pred, const Tenso
     }
 }
 
+/// Sizes loss_rows_and_grad's per-thread scratch on P for batches of up to `examples` on the
+/// calling thread (Model::build, on each replica's thread: the first step then allocates nothing).
+template <class T, class P>
+void reserve_scratch(std::int64_t examples) {
+    if (examples > 0) strata::detail::scratch<T, P, detail::LossScratchTag>(examples);
+}
+
 /// What loss_and_grad computes but does not sum: the gradient into `grad`, and each example's
 /// (weighted) loss into n values of a scratch buffer on P, returned (null when n is 0). A device
 /// place sums them without the host waiting (reduce.hpp's sum_to_device).

@@ -62,6 +62,14 @@ struct RowCorrect {
 };
 }  // namespace detail
 
+/// Sizes count_correct's per-thread scratch on P for batches of up to `examples` on the calling
+/// thread (Model::build, on each replica's thread: the first step then allocates nothing).
+template <class T, class P>
+void reserve_accuracy_scratch(std::int64_t examples) {
+    if (examples > 0) strata::detail::scratch<T, P, detail::MetricScratchTag>(examples);
+}
+
+
 /// Number of examples of `pred` ([n, classes]) whose prediction is right (a whole number); with
 /// sparse targets of K > 1 ids per example (`target` [n, K], `pred` [n, K, classes]), the sum
 /// over the examples of the share of their tokens that are right. For Binary with logits, pass

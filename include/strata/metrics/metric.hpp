@@ -109,6 +109,14 @@ std::int64_t sum_flags(T* flags, std::int64_t n, std::int64_t stride, std::int64
 }
 }  // namespace detail
 
+/// Sizes the per-thread scratch of count_in_top_k and count_binary on P for batches of up to
+/// `examples` of `tokens` rows each, on the calling thread (Model::build).
+template <class T, class P>
+void reserve_counts_scratch(std::int64_t examples, std::int64_t tokens) {
+    const std::int64_t rows = examples * (tokens > 1 ? tokens : 1);
+    if (examples > 0) strata::detail::scratch<T, P, detail::CountsScratchTag>(rows > 3 * examples ? rows : 3 * examples);
+}
+
 /// Rows of `pred` whose class id is among the k highest outputs: `pred` [n, classes] against
 /// `target` [n], or, with `tokens` > 1, `pred` [n, tokens, classes] against per-token ids
 /// [n, tokens] (every token a row: Keras' sparse_top_k_categorical_accuracy on a [n, K] match).

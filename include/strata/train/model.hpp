@@ -403,11 +403,17 @@ public:
     /// before its first step. Batch sizes no larger than one already built for cost nothing.
     void build(std::int64_t batch_size, bool training = true) {
         STRATA_CHECK(batch_size > 0, ValueError, "build: the batch size must be positive, got ", batch_size);
-        // A unit's largest share of a global batch: lockstep strategies split it over all the
-        // replicas in sync; ParameterServer's workers each take whole batches.
-        const std::int64_t share = lockstep ? (batch_size + strategy_->num_replicas_in_sync() - 1) / strategy_->num_replicas_in_sync()
-                                            : batch_size;
-        path_.run_units([&](int r) { units_[std::size_t(r)]->net.reserve(share, training); });
+        // A unit's largest share of a batch, as the path splits it (lockstep strategies over all
+        // the replicas in sync, or with per-worker input over this worker's; ParameterServer's
+        // workers take whole batches).
+        const std::int64_t share = path_.largest_unit_share(batch_size);
+        path_.run_units([&](int r) {
+            Unit& u = *units_[std::size_t(r)];
+            u.net.reserve(share, training);
+            reserve_step_buffers(u, share);
+        });
+        // A pipelined path computes a training step's loss on another thread (its last stage's).
+        if (training) path_.run_where_loss_runs([&](int) { reserve_scratches(share); });
     }
 
     /// Loss and accuracy over a batched dataset (one pass), distributed like training. When the
@@ -872,6 +878,29 @@ private:
     template <class Y>
     std::int64_t expected_steps(const data::Dataset<Y>& train) const {
         return path_.expected_updates(train.cardinality());
+    }
+
+    // What a pass on `share` examples stages and scratches outside the network, sized on the
+    // unit's thread (the scratches are per thread): the targets (at most the output's values an
+    // example), the weights, a converted input, and the loss's and metrics' rows.
+    void reserve_step_buffers(Unit& u, std::int64_t share) {
+        constexpr std::int64_t out = Net::output_shape::size;
+        u.target_host.resize(Shape{share * out});
+        u.weights_host.resize(Shape{share});
+        if constexpr (!(std::is_same_v<T, float> && place::host_accessible_v<P>)) u.x.resize(Net::input_shape::batched(share));
+        if constexpr (!place::host_accessible_v<P>) {
+            u.target.resize(Shape{share * out});
+            u.weights.resize(Shape{share});
+        }
+        reserve_scratches(share);
+    }
+    // The loss's and the metrics' per-thread scratch, on the calling thread.
+    static void reserve_scratches(std::int64_t share) {
+        constexpr std::int64_t out = Net::output_shape::size;
+        constexpr std::int64_t tokens = Net::output_shape::rank > 1 ? out / Net::output_shape::dims[Net::output_shape::rank - 1] : 1;
+        loss::reserve_scratch<T, P>(share);
+        metrics::reserve_accuracy_scratch<T, P>(share);
+        metrics::reserve_counts_scratch<T, P>(share, tokens);
     }
 
     TensorView<T, P> stage_input(Unit& u, const float* src, std::int64_t count) {

@@ -264,7 +264,7 @@ public:
     // The defaults this path takes, by name (PathBase says why).
     using Base::lockstep, Base::pipelined, Base::unit_network, Base::model_summary;
     using Base::expected_updates, Base::end_epoch, Base::gathers_state, Base::bind_unit, Base::end_step;
-    using Base::syncs_batch_statistics, Base::replica_sum;
+    using Base::syncs_batch_statistics, Base::replica_sum, Base::run_where_loss_runs;
 
     template <class Init>
     MirroredPath(Strategy& s, Init&& init) : Base(s), copies_(s, num_params, std::span<const std::int64_t>(Net::offsets)), across_(s) {
@@ -341,6 +341,11 @@ public:
     ReplicaBatch<Y> unit_share(const data::Batch<Y>& batch, int r) const {
         if (across_.per_worker_input()) return split_batch(batch, this->units(), r);
         return Base::unit_share(batch, r);
+    }
+    /// unit_share's largest: of this worker's batch over its units, or of the global batch.
+    std::int64_t largest_unit_share(std::int64_t n) const {
+        if (across_.per_worker_input()) return (n + this->units() - 1) / this->units();
+        return Base::largest_unit_share(n);
     }
 
     /// The schedule: the Across policy's (one step per global batch, agreed across processes).

@@ -21,7 +21,7 @@ public:
     using Base::gradient_buckets, Base::expected_updates, Base::end_epoch, Base::is_chief, Base::per_worker_input;
     using Base::sum_over_workers, Base::sum_outputs_over_workers, Base::after_save, Base::gathers_state, Base::bind_unit;
     using Base::gradient_ready, Base::end_step, Base::combine_totals;
-    using Base::syncs_batch_statistics, Base::replica_sum;
+    using Base::syncs_batch_statistics, Base::replica_sum, Base::run_where_loss_runs;
 
     template <class Init>
     SingleCopyPath(Strategy& s, Init&& init) : Base(s) {

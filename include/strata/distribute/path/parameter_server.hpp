@@ -701,7 +701,9 @@ public:
     using Base::pipelined, Base::unit_network, Base::gradient_buckets, Base::per_worker_input, Base::unit_share;
     using Base::sum_over_workers, Base::sum_outputs_over_workers, Base::after_save, Base::gathers_state, Base::bind_unit;
     using Base::model_summary;
-    using Base::syncs_batch_statistics, Base::replica_sum;
+    using Base::syncs_batch_statistics, Base::replica_sum, Base::run_where_loss_runs;
+    /// A worker trains on whole mini-batches (evaluate's shares of a batch are smaller).
+    std::int64_t largest_unit_share(std::int64_t n) const { return n; }
 
     /// One epoch: mini-batches from `source` (each one worker's), updates by the mode's rule,
     /// `on_step(StepTotals)` after every update (false: stop).

@@ -138,7 +138,7 @@ class PipelinePath : public PathBase<PipelinePath<P, Net, T>> {
 public:
     // The defaults this path takes, by name (PathBase says why).
     using Base::lockstep, Base::gradient_buckets, Base::expected_updates, Base::end_epoch, Base::per_worker_input, Base::unit_share;
-    using Base::syncs_batch_statistics, Base::replica_sum;
+    using Base::syncs_batch_statistics, Base::replica_sum, Base::largest_unit_share;
     using value_type = T;
     using place_type = P;
     using unit_network = PipelineUnit<PipelinePath>;
@@ -158,6 +158,8 @@ public:
         // Across processes every rank must build the same model (a ValueError on every rank).
         if (across()) strategy_->processes().agree(model_settings<Net, T>(), "the model");
         reset_pipeline_stats();
+        step_x_.resize(std::size_t(units()));
+        step_mode_.resize(std::size_t(units()));
         for (int r = 0; r < units(); ++r) {
             replicas_.push_back(std::make_unique<Replica>());
             auto& rep = *replicas_.back();
@@ -210,6 +212,14 @@ public:
     }
     template <class N>
     void bind_unit(int r, N& net) { net.bind(*this, r); }
+    /// f(r) on the thread of unit r's last stage, where a training step computes its loss (for
+    /// every unit this process runs a last stage of).
+    template <class F>
+    void run_where_loss_runs(F&& f) {
+        run_all([&](int r, int st) {
+            if (std::size_t(st) == S - 1) f(r);
+        });
+    }
 
     void compile(const optim::Optimizer& o, const collective::Settings& agreed) {
         STRATA_CHECK(optim::global_clipnorm_of(o) == 0, ValueError, "Pipeline: global_clipnorm (", optim::global_clipnorm_of(o),
@@ -230,30 +240,21 @@ public:
     StepTotals train_step(const data::Batch<Y>& batch, std::uint64_t& step_counter, Work&& work) {
         const std::uint64_t step = ++step_counter;
         const int R = units();
-        const auto units_n = static_cast<std::size_t>(R);
-        std::vector<ReplicaBatch<Y>> shares(units_n);
-        std::vector<TensorView<T, P>> xs(units_n);
-        std::vector<nn::Mode> modes(units_n);
+        // Unit r's share is split_batch(batch, R, r), recomputed where needed (a few integer
+        // operations); its input and mode live in buffers the path keeps: a step allocates nothing.
         for (int r = 0; r < R; ++r) {
-            shares[std::size_t(r)] = split_batch(batch, R, r);
-            if (!across() || r == my_replica()) xs[std::size_t(r)] = work.prepare(r, shares[std::size_t(r)]);
-            modes[std::size_t(r)] = work.mode(shares[std::size_t(r)], step);
+            const auto share = split_batch(batch, R, r);
+            if (!across() || r == my_replica()) step_x_[std::size_t(r)] = work.prepare(r, share);
+            step_mode_[std::size_t(r)] = work.mode(share, step);
         }
         current_step_ = step;
         ++exchange_;
-        for (int r = 0; r < R; ++r) {
-            auto& f = replicas_[std::size_t(r)]->flow;
-            const auto m = std::size_t(micro_count(shares[std::size_t(r)].size));
-            f.clock.assign(S, 0.0);
-            f.in_flight.assign(S, 0);
-            f.forward_end.assign(S, std::vector<double>(m, 0.0));
-            f.backward_end.assign(S, std::vector<double>(m, 0.0));
-        }
+        for (int r = 0; r < R; ++r) reset_flow_clock(r, micro_count(split_batch(batch, R, r).size));
         const auto t0 = std::chrono::steady_clock::now();
         run_all([&](int r, int st) {
-            const auto& b = shares[std::size_t(r)];
+            const auto b = split_batch(batch, R, r);
             const double denominator = double(b.global_size);
-            train_stage(r, std::size_t(st), b.size, xs[std::size_t(r)], modes[std::size_t(r)],
+            train_stage(r, std::size_t(st), b.size, step_x_[std::size_t(r)], step_mode_[std::size_t(r)],
                         [&](std::int64_t first, const TensorView<T, P>& out, const TensorView<T, P>& out_grad) {
                             work.loss(r, b, first, out, out_grad, denominator);
                         });
@@ -267,7 +268,7 @@ public:
         StepTotals t;
         for (int r = 0; r < R; ++r) {
             if (across() && r != my_replica()) continue;
-            const UnitWork u = work.result(r, shares[std::size_t(r)]);
+            const UnitWork u = work.result(r, split_batch(batch, R, r));
             t.loss_sum += u.loss_sum;
             t.correct += double(u.correct);
         }
@@ -285,10 +286,12 @@ public:
             if (!on_step(train_step(*batch, step, work))) return;
     }
 
-    /// Builds every stage's slots for micro-batches of a share of `n` examples (unit r's).
+    /// Builds every stage's slots for micro-batches of a share of `n` examples (unit r's), and
+    /// the step's virtual clock for as many micro-batches.
     void reserve(int r, std::int64_t n, bool training) {
         if (n <= 0) return;
         const std::int64_t m = micro_count(n), mb = (n + m - 1) / m;
+        reset_flow_clock(r, m);
         run_all([&](int rr, int st) {
             if (rr == r) ensure_slots(r, std::size_t(st), slots_for(std::size_t(st), m), mb, training);
         });
@@ -371,6 +374,20 @@ private:
     // The loss of the last stage's micro-batch: (its first example, its output, the gradient to fill).
     using LossFn = FunctionRef<void(std::int64_t, const TensorView<T, P>&, const TensorView<T, P>&)>;
 
+    // Zeroes unit r's virtual clock for a step of m micro-batches; grows its vectors only when
+    // m is larger than any before (Model::build reserves them).
+    void reset_flow_clock(int r, std::int64_t m) {
+        auto& f = replicas_[std::size_t(r)]->flow;
+        f.clock.assign(S, 0.0);
+        f.in_flight.assign(S, 0);
+        f.forward_end.resize(S);
+        f.backward_end.resize(S);
+        for (std::size_t st = 0; st < S; ++st) {
+            f.forward_end[st].assign(std::size_t(m), 0.0);
+            f.backward_end[st].assign(std::size_t(m), 0.0);
+        }
+    }
+
     Stage& stage(int r, std::size_t s) { return replicas_[std::size_t(r)]->stages[s]; }
     const Stage& stage(int r, std::size_t s) const { return replicas_[std::size_t(r)]->stages[s]; }
 
@@ -435,6 +452,9 @@ private:
     std::vector<std::size_t> bounds_;
     std::size_t S;  // stages
     std::vector<std::unique_ptr<Replica>> replicas_;
+    // A training step's input and mode of each unit (train_step; sized by the constructor).
+    std::vector<TensorView<T, P>> step_x_;
+    std::vector<nn::Mode> step_mode_;
     PipelineStats stats_;
     bool compiled_ = false;
     // Across processes: the runs (steps and inference passes) so far, the step being trained
