@@ -131,7 +131,10 @@ def check_resnet(exe, data):
     for args, synced in ((["--strategy", "mirrored", "--replicas", "2"], True),
                          (["--strategy", "mirrored", "--replicas", "2", "--sync-batch-norm", "off"], False),
                          (["--strategy", "central_storage", "--replicas", "2", "--sync-batch-norm", "on", "--augment", "off",
-                           "--optimizer", "adam", "--lr-schedule", "constant", "--global-clipnorm", "1"], True)):
+                           "--optimizer", "adam", "--lr-schedule", "constant", "--global-clipnorm", "1"], True),
+                         # the hybrid syncs each micro-batch over its replicas when asked, not by default
+                         (["--strategy", "hybrid", "--replicas", "2", "--micro-batches", "2"], False),
+                         (["--strategy", "hybrid", "--replicas", "2", "--micro-batches", "2", "--sync-batch-norm", "on"], True)):
         doc = ce.json_run(exe, "strata_train", base + args, fields)
         if doc:
             ce.check(doc["sync_batch_norm"] == synced, f"strata_train resnet {' '.join(args)}: sync_batch_norm {doc['sync_batch_norm']}")

@@ -2,7 +2,8 @@
 // N replicas of Mirrored (with and without gradient buckets in flight) and CentralStorage equal
 // one device on the same global batches, moving statistics included (float64); unsynchronized
 // they do not (the negative control); the moving statistics follow Keras' formula; they are
-// saved, loaded and counted; a pipeline normalizes each micro-batch by its own statistics.
+// saved, loaded and counted; a pipeline normalizes each micro-batch by its own statistics, and
+// the hybrid's replicas, synchronized, each micro-batch over all of them.
 
 #include <doctest/doctest.h>
 
@@ -160,6 +161,83 @@ TEST_CASE("BatchNormalization in a pipeline: each micro-batch by its own statist
     S split({.micro_batches = 2});
     const auto got = train_with<PlainNet>(split, 3, 8, opt);
     CHECK(max_relative_difference(got, reference) > 1e-6);  // micro-batch statistics differ from the batch's
+}
+
+namespace {
+// `images(n, 5)` reordered within each batch of `batch` examples, so that a one-replica pipeline's
+// micro-batch k holds every replica's micro-batch k of the original batch (replica r's share is
+// split_batch's, its micro-batches split again): the examples each synchronized sum covers.
+strata::data::Dataset<> regrouped_images(std::size_t n, std::size_t batch, int replicas, int micro) {
+    auto f = strata_test::lcg(n * 72, 5, 0, 1);
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) y[i] = std::int32_t((f[i * 72] + f[i * 72 + 7] > 1.0) + (f[i * 72 + 40] > 0.5));
+    std::vector<float> xs;
+    std::vector<std::int32_t> ys;
+    for (std::size_t b0 = 0; b0 < n; b0 += batch) {
+        for (int k = 0; k < micro; ++k)
+            for (int r = 0; r < replicas; ++r) {
+                const auto share = dist::replica_slice(std::int64_t(batch), replicas, r);
+                const auto part = dist::replica_slice(share.count, micro, k);
+                for (std::int64_t e = 0; e < part.count; ++e) {
+                    const std::size_t i = b0 + std::size_t(share.first + part.first + e);
+                    xs.insert(xs.end(), f.begin() + std::ptrdiff_t(i * 72), f.begin() + std::ptrdiff_t((i + 1) * 72));
+                    ys.push_back(y[i]);
+                }
+            }
+    }
+    return strata::data::Dataset<>::from_arrays(std::move(xs), {6, 6, 2}, std::move(ys));
+}
+
+template <class N, class Strategy>
+std::vector<double> train_on(Strategy& s, const strata::data::Dataset<>& ds, std::size_t global_batch, strata::optim::Optimizer opt) {
+    strata::Model<N, Strategy, double> model(s, 11);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    model.fit(ds.batch(global_batch), {.epochs = 2, .verbose = 0});
+    return model.get_weights();
+}
+}  // namespace
+
+TEST_CASE("SyncBatchNormalization in the hybrid: replicas sum each micro-batch's statistics (float64)") {
+    const strata::optim::Optimizer opt = strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9};
+    using G = dist::Pipeline<strata::place::Host, dist::GPipe, dist::split::At<4>>;
+    using F = dist::Pipeline<strata::place::Host, dist::OneFOneB, dist::split::At<4>>;
+    SUBCASE("one micro-batch a replica: the whole global batch's statistics, one device's update") {
+        for (std::size_t global : {12u, 10u}) {
+            dist::OneDevice<> one;
+            const auto reference = train_with<SyncNet>(one, 3, global, opt);
+            for (int r = 2; r <= 3; ++r) {
+                CAPTURE(global);
+                CAPTURE(r);
+                G hybrid({.micro_batches = 1, .replicas = r});
+                CHECK(max_relative_difference(train_with<SyncNet>(hybrid, 3, global, opt), reference) <= 1e-10);
+                // The negative control: unsynchronized, each replica normalizes its own share.
+                G plain({.micro_batches = 1, .replicas = r});
+                CHECK(max_relative_difference(train_with<PlainNet>(plain, 3, global, opt), reference) > 1e-6);
+            }
+        }
+    }
+    SUBCASE("several micro-batches: micro-batch k over every replica, as one replica would see it regrouped") {
+        for (int micro : {2, 3}) {
+            CAPTURE(micro);
+            const int replicas = 2;
+            const std::size_t global = 12;
+            G one_replica({.micro_batches = micro, .replicas = 1});
+            const auto reference = train_on<PlainNet>(one_replica, regrouped_images(36, global, replicas, micro), global, opt);
+            G hybrid({.micro_batches = micro, .replicas = replicas});
+            const auto got = train_on<SyncNet>(hybrid, strata_test::images(36, 5), global, opt);
+            CHECK(max_relative_difference(got, reference) <= 1e-10);
+            CHECK(moving_difference(got, reference) <= 1e-12);
+            // 1F1B interleaves forwards and backwards: every replica's stage still meets the same sums.
+            F interleaved({.micro_batches = micro, .replicas = replicas});
+            CHECK(train_on<SyncNet>(interleaved, strata_test::images(36, 5), global, opt) == got);
+        }
+    }
+    SUBCASE("a share too small to fill every micro-batch is refused, naming the numbers") {
+        G hybrid({.micro_batches = 4, .replicas = 2});
+        const auto msg = strata_test::error_of<strata::ValueError>([&] { train_with<SyncNet>(hybrid, 1, 6, opt); });
+        CHECK(msg.find("fill its 4 micro-batches") != std::string::npos);
+        CHECK(msg.find("a batch of 6 over 2 replicas gives 3") != std::string::npos);
+    }
 }
 
 TEST_CASE("global_clipnorm: strategies whose optimizer states hold a part of the model refuse it at compile") {

@@ -253,7 +253,8 @@ void declare_flags(CLI::App& app, Flags& f, const Tool& tool) {
         app.add_option("--sync-batch-norm", f.sync_batch_norm,
                        "batch normalization's statistics over every replica's share of the global batch (Keras's "
                        "synchronized=True): on, off, or auto (on for mirrored, central_storage and multi_worker_mirrored "
-                       "with more than one replica in sync; a model without batch normalization has none to sync)")
+                       "with more than one replica in sync; a model without batch normalization has none to sync); hybrid "
+                       "takes on (in one process: each micro-batch over every replica's same micro-batch)")
             ->check(cli::one_of({"auto", "on", "off"}))->capture_default_str();
         app.add_option("--augment", f.augment, "random crop after zero padding (--augment-pad) and, on fashion_mnist, random "
                                                "horizontal flip of the training images, drawn from --seed and the epoch "
@@ -564,16 +565,19 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
                                " from its own part: use mirrored, central_storage or multi_worker_mirrored");
     // Synchronized batch normalization: where the replicas step together, on shares of one batch.
     const bool can_sync = f.strategy == "mirrored" || f.strategy == "central_storage" || f.strategy == "multi_worker_mirrored";
+    // The hybrid syncs each micro-batch over the replicas when asked (on), never by default: its
+    // statistics are then the micro-batches', and across processes it is not built yet.
+    const bool hybrid_sync = f.strategy == "hybrid" && f.sync_batch_norm == "on";
     if (f.sync_batch_norm == "on") {
         if (!model.has_sync_net)
             throw cli::usage_error("--sync-batch-norm on: --model " + f.model + " has no batch normalization to synchronize");
-        if (!can_sync)
+        if (!can_sync && !hybrid_sync)
             throw cli::usage_error("--sync-batch-norm on needs replicas that step together on shares of one global batch "
-                                   "(mirrored, central_storage, multi_worker_mirrored); --strategy " + f.strategy +
+                                   "(mirrored, central_storage, multi_worker_mirrored, hybrid); --strategy " + f.strategy +
                                    (ps ? "'s workers step on their own" : f.strategy == "one_device" ? " has one replica" :
-                                                                          "'s micro-batches are normalized one by one"));
+                                                                          " has one replica (hybrid has --replicas)"));
     }
-    f.sync_bn = model.has_sync_net && can_sync && f.sync_batch_norm != "off";
+    f.sync_bn = model.has_sync_net && ((can_sync && f.sync_batch_norm != "off") || hybrid_sync);
     if (app.count("--learning-rate") && !(f.learning_rate > 0))
         throw cli::usage_error("--learning-rate: expected a number > 0, found " + cli::detail::number_text(f.learning_rate));
     if (!(f.momentum < 1)) throw cli::usage_error("--momentum: expected a number in [0, 1), found " + cli::detail::number_text(f.momentum));

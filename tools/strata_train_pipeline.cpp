@@ -39,6 +39,8 @@ Report train_pipeline(const Job& job, int& replicas_in_sync) {
     // The driver printed the layer table; the split follows it.
     if (s.is_chief()) std::printf("%s", s.split_summary<typename M::Net>().c_str());
     replicas_in_sync = s.num_replicas_in_sync();
+    if constexpr (has_sync_net<M>())
+        if (f.sync_bn) return train<typename M::SyncNet>(s, job);  // --sync-batch-norm on (hybrid)
     return train<typename M::Net>(s, job);
 }
 template Report train_pipeline<Model>(const Job&, int&);

@@ -405,7 +405,8 @@ private:
         count_ = stats_[0];
         // The replica's weight in the global batch's statistics: its rows over the global batch's.
         double global_rows = count_;
-        if (!(O.synchronized && mode.replica_sum)) global_rows = mode.global_examples > 0 ? double(mode.global_examples * spatial) : double(rows_);
+        if (!(O.synchronized && mode.replica_sum) || mode.partial_statistics)
+            global_rows = mode.global_examples > 0 ? double(mode.global_examples * spatial) : double(rows_);
         weight_ = global_rows > 0 ? double(rows_) / global_rows : 0.0;
         for (std::int64_t c = 0; c < C; ++c) {
             const double n = count_ > 0 ? count_ : 1.0;

@@ -65,11 +65,16 @@ struct Mode {
     /// whole of it). Batch normalization weighs its statistics by its share of them.
     std::int64_t global_examples = 0;
     /// Sums values over every replica that computes this step in lockstep (in this process and
-    /// across processes), in place; empty where the replica is alone (one device, a pipeline's
-    /// micro-batch, evaluation). Synchronized batch normalization combines its statistics with
+    /// across processes; in the hybrid, over the replicas' same micro-batch), in place; empty
+    /// where the replica is alone (one device, one pipeline replica, evaluation). Synchronized batch normalization combines its statistics with
     /// it. Every replica calls it the same number of times in the same order (one whose share
     /// is empty too: Network::join_empty).
     FunctionRef<void(std::span<double>)> replica_sum = nullptr;
+    /// The statistics replica_sum combines cover part of the global batch, not all of it (a
+    /// pipeline's micro-batch over its replicas): batch normalization then weighs them by its
+    /// rows' share of `global_examples`, as the unsynchronized layer does, rather than by the
+    /// summed count (which under Mirrored is the whole global batch).
+    bool partial_statistics = false;
     /// The precision policy's compute type (strata/core/precision.hpp): under a mixed policy
     /// Network rounds what passes between layers, and the weights the layers read, to it.
     precision::Compute compute = precision::Compute::Float32;

@@ -140,8 +140,8 @@ public:
                   "strata::Model: the strategy's GradientPath lacks a member the Model needs (named above)");
     static_assert(!Net::synchronizes_replicas || path_type::syncs_batch_statistics,
                   "strata::Model: synchronized batch normalization needs replicas that step together on shares of one "
-                  "global batch, which this strategy's do not (ParameterServer workers step on their own; a Pipeline's "
-                  "micro-batches are normalized one by one): use BatchNormalization<> without synchronized");
+                  "global batch, which this strategy's do not (ParameterServer workers step on their own): use "
+                  "BatchNormalization<> without synchronized");
     using network_type = typename distribute::detail::UnitNetwork<path_type, nn::Network<Net, T, P>>::type;
     static constexpr std::int64_t num_params = Net::num_params;
     static constexpr std::int64_t input_size = Net::input_shape::size;

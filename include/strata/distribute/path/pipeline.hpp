@@ -138,7 +138,11 @@ class PipelinePath : public PathBase<PipelinePath<P, Net, T>> {
 public:
     // The defaults this path takes, by name (PathBase says why).
     using Base::lockstep, Base::gradient_buckets, Base::expected_updates, Base::end_epoch, Base::per_worker_input, Base::unit_share;
-    using Base::syncs_batch_statistics, Base::replica_sum, Base::largest_unit_share;
+    using Base::replica_sum, Base::largest_unit_share;
+    /// Synchronized batch normalization in the hybrid (replicas > 1, in one process): each
+    /// micro-batch's statistics are summed over the replicas' same micro-batch, through the
+    /// stage's replica group (forward_micro, backward_micro).
+    static constexpr bool syncs_batch_statistics = true;
     using value_type = T;
     using place_type = P;
     using unit_network = PipelineUnit<PipelinePath>;
@@ -160,6 +164,8 @@ public:
         reset_pipeline_stats();
         step_x_.resize(std::size_t(units()));
         step_mode_.resize(std::size_t(units()));
+        for (int r = 0; r < units(); ++r)
+            for (std::size_t st = 0; st < S; ++st) stage_summers_.push_back({this, r, int(st)});
         for (int r = 0; r < units(); ++r) {
             replicas_.push_back(std::make_unique<Replica>());
             auto& rep = *replicas_.back();
@@ -240,6 +246,19 @@ public:
     StepTotals train_step(const data::Batch<Y>& batch, std::uint64_t& step_counter, Work&& work) {
         const std::uint64_t step = ++step_counter;
         const int R = units();
+        if constexpr (Net::synchronizes_replicas) {
+            if (R > 1) {
+                STRATA_CHECK(!across(), ValueError,
+                             "Pipeline: synchronized batch normalization across processes is not supported yet (in one "
+                             "process the hybrid's replicas sum each micro-batch's statistics); use BatchNormalization<> "
+                             "without synchronized, or one process");
+                // Every replica must run the same micro-batches, so that each sum has all of them.
+                STRATA_CHECK(std::int64_t(batch.size()) / R >= strategy_->micro_batches(), ValueError,
+                             "Pipeline: synchronized batch normalization needs every replica's share of the batch to "
+                             "fill its ", strategy_->micro_batches(), " micro-batches; a batch of ", batch.size(), " over ", R,
+                             " replicas gives ", std::int64_t(batch.size()) / R, " examples to the smallest share");
+            }
+        }
         // Unit r's share is split_batch(batch, R, r), recomputed where needed (a few integer
         // operations); its input and mode live in buffers the path keeps: a step allocates nothing.
         for (int r = 0; r < R; ++r) {
@@ -455,6 +474,22 @@ private:
     // A training step's input and mode of each unit (train_step; sized by the constructor).
     std::vector<TensorView<T, P>> step_x_;
     std::vector<nn::Mode> step_mode_;
+    // Sums a synchronized layer's statistics over the replicas of stage s (unit r's thread of it).
+    struct StageSummer {
+        PipelinePath* path;
+        int r, s;
+        void operator()(std::span<double> v) const { path->strategy_->stage_group(s).all_reduce(r, v); }
+    };
+    std::vector<StageSummer> stage_summers_;  // [r · S + s], made by the constructor
+    // What a training micro-batch of a synchronized network on stage s of unit r adds to its mode.
+    void synchronize_statistics(nn::Mode& mm, int r, std::size_t s) {
+        if constexpr (Net::synchronizes_replicas) {
+            if (units() > 1 && mm.training) {
+                mm.replica_sum = stage_summers_[std::size_t(r) * S + s];
+                mm.partial_statistics = true;
+            }
+        }
+    }
     PipelineStats stats_;
     bool compiled_ = false;
     // Across processes: the runs (steps and inference passes) so far, the step being trained
@@ -706,6 +741,7 @@ void PipelinePath<P, Net, T>::forward_micro(int r, std::size_t s, std::int64_t k
     nn::Mode mm = mode;
     mm.first_example = mode.first_example + sl.first;
     if (!last) mm.skip_activation = false;
+    synchronize_statistics(mm, r, s);  // (training only)
     auto& net = *d.slots[slot];
     const TensorView<T, P> out = net.forward(d.params.data(), in, mm);
     if (last) loss(sl.first, out, net.output_grad());
@@ -747,6 +783,7 @@ void PipelinePath<P, Net, T>::backward_micro(int r, std::size_t s, std::int64_t 
     nn::Mode mm = mode;
     mm.first_example = mode.first_example + sl.first;
     if (!last) mm.skip_activation = false;
+    synchronize_statistics(mm, r, s);  // (training only)
     T* g = k == 0 ? d.grads.data() : d.scratch.data();
     if (s > 0) {
         d.in_grad[slot].resize(d.in[slot].shape());
