@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <exception>
 #include <random>
 #include <string>
@@ -371,4 +373,42 @@ TEST_CASE("SyncBatchNormalization: a replica that never reaches the layer's sum 
         CAPTURE(r);
         CHECK(errors[std::size_t(r)].find("replica 2 of 3 did not arrive within 200 ms") != std::string::npos);
     }
+}
+
+TEST_CASE("BatchNormalization's passes: the GPU's element forms equal the host's row forms, bit for bit") {
+    // The layer runs its affine map and its input gradient as blocks of whole rows on the host
+    // (the channel is the position in the row) and as one element per index on a GPU (the
+    // channel is i % C, C a compile-time constant). Both are plain functors: the element forms
+    // run here over every index, with 32-bit and 64-bit indices, against the row forms, on a
+    // row count that leaves a partial last block. Outputs start as NaN: an element never
+    // written fails.
+    constexpr std::int64_t Ch = 24;
+    const std::int64_t rows = 3 * strata::nn::detail::bn_block_rows<Ch> + 7, n = rows * Ch;
+    const auto x64 = random_values(std::size_t(n), 501), dy64 = random_values(std::size_t(n), 502);
+    const auto c64 = random_values(std::size_t(5 * Ch), 503, 0.5, 1.0);
+    std::vector<float> x(x64.begin(), x64.end()), dy(dy64.begin(), dy64.end()), coef(c64.begin(), c64.end());
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    auto rows_of = [&](auto f) {
+        constexpr std::int64_t block = strata::nn::detail::bn_block_rows<Ch>;
+        for (std::int64_t u = 0; u < (rows + block - 1) / block; ++u) f(u);
+    };
+    std::vector<float> by_rows(std::size_t(n), nan), by_elements32(std::size_t(n), nan), by_elements64(std::size_t(n), nan);
+    rows_of(strata::nn::detail::BnAffineRows<float, Ch>{x.data(), by_rows.data(), coef.data(), coef.data() + Ch, rows});
+    const strata::nn::detail::BnAffine<float, Ch> affine32{x.data(), by_elements32.data(), coef.data(), coef.data() + Ch};
+    const strata::nn::detail::BnAffine<float, Ch> affine64{x.data(), by_elements64.data(), coef.data(), coef.data() + Ch};
+    for (std::int64_t i = 0; i < n; ++i) {
+        affine32(std::int32_t(i));
+        affine64(i);
+    }
+    CHECK(std::memcmp(by_rows.data(), by_elements32.data(), sizeof(float) * std::size_t(n)) == 0);
+    CHECK(std::memcmp(by_rows.data(), by_elements64.data(), sizeof(float) * std::size_t(n)) == 0);
+    CHECK(std::none_of(by_rows.begin(), by_rows.end(), [](float v) { return std::isnan(v); }));
+
+    std::fill(by_rows.begin(), by_rows.end(), nan);
+    std::fill(by_elements32.begin(), by_elements32.end(), nan);
+    rows_of(strata::nn::detail::BnInputGradRows<float, Ch>{x.data(), dy.data(), by_rows.data(), coef.data(), rows});
+    const strata::nn::detail::BnInputGrad<float, Ch> grad{x.data(), dy.data(), by_elements32.data(), coef.data()};
+    for (std::int64_t i = 0; i < n; ++i) grad(std::int32_t(i));
+    CHECK(std::memcmp(by_rows.data(), by_elements32.data(), sizeof(float) * std::size_t(n)) == 0);
+    CHECK(std::none_of(by_rows.begin(), by_rows.end(), [](float v) { return std::isnan(v); }));
 }

@@ -489,6 +489,10 @@ TEST_CASE("Conv2D gradients match finite differences") {
     SUBCASE("1x1 image, same") { check_layer<Conv2D<2, 3, Tanh, 1, Padding::Same>, StaticShape<1, 1, 2>>(3, 22); }
     SUBCASE("softmax over channels") { check_layer<Conv2D<4, 3, Softmax>, StaticShape<5, 5, 2>>(2, 23); }
     SUBCASE("kernel as large as the image") { check_layer<Conv2D<3, 3, Tanh>, StaticShape<3, 3, 2>>(2, 24); }
+    // Stride 1 takes the data gradient as a convolution with the turned kernel: an even kernel
+    // pads unevenly (one more after), which that kernel's padding must mirror.
+    SUBCASE("even 2x4 kernel, stride 1, same") { check_layer<Conv2DRect<3, 2, 4, Tanh, 1, 1, Padding::Same>, StaticShape<5, 7, 2>>(2, 25); }
+    SUBCASE("more filters than channels, stride 1, valid") { check_layer<Conv2D<6, 3, Linear>, StaticShape<6, 5, 2>>(3, 26); }
 }
 
 TEST_CASE("MaxPooling2D gradients match finite differences") {
