@@ -489,10 +489,14 @@ TEST_CASE("Conv2D gradients match finite differences") {
     SUBCASE("1x1 image, same") { check_layer<Conv2D<2, 3, Tanh, 1, Padding::Same>, StaticShape<1, 1, 2>>(3, 22); }
     SUBCASE("softmax over channels") { check_layer<Conv2D<4, 3, Softmax>, StaticShape<5, 5, 2>>(2, 23); }
     SUBCASE("kernel as large as the image") { check_layer<Conv2D<3, 3, Tanh>, StaticShape<3, 3, 2>>(2, 24); }
-    // Stride 1 takes the data gradient as a convolution with the turned kernel: an even kernel
-    // pads unevenly (one more after), which that kernel's padding must mirror.
-    SUBCASE("even 2x4 kernel, stride 1, same") { check_layer<Conv2DRect<3, 2, 4, Tanh, 1, 1, Padding::Same>, StaticShape<5, 7, 2>>(2, 25); }
-    SUBCASE("more filters than channels, stride 1, valid") { check_layer<Conv2D<6, 3, Linear>, StaticShape<6, 5, 2>>(3, 26); }
+    // With stride 1 and no more filters than channels the host takes the data gradient as a
+    // convolution with the turned kernel (nn/conv2d.hpp, transposed_data): an even kernel pads
+    // unevenly (one more after), which the turned kernel's padding must mirror; valid padding
+    // becomes full padding.
+    SUBCASE("even 2x4 kernel, stride 1, same, fewer filters than channels") {
+        check_layer<Conv2DRect<2, 2, 4, Tanh, 1, 1, Padding::Same>, StaticShape<5, 7, 3>>(2, 25);
+    }
+    SUBCASE("3x3, valid, stride 1, fewer filters than channels") { check_layer<Conv2D<2, 3, Linear>, StaticShape<6, 5, 6>>(3, 26); }
 }
 
 TEST_CASE("MaxPooling2D gradients match finite differences") {
@@ -713,6 +717,9 @@ TEST_CASE("Conv2D on the host: many chunks per group match the reference, and no
     // run with 1, 2 and 3 threads: outputs and gradients must be bitwise equal.
     check_conv_against_reference<Conv2D<32, 3, ReLU>, StaticShape<28, 28, 1>, float, Host>(40, 79);
     check_conv_against_reference<Conv2D<64, 3, ReLU>, StaticShape<13, 13, 32>, float, Host>(7, 80);
+    // The resnet's first stage (16 channels in and out, same padding): its data gradient is the
+    // turned kernel's convolution (transposed_data), one image a chunk.
+    check_conv_against_reference<Conv2D<16, 3, Linear, 1, Padding::Same, false>, StaticShape<28, 28, 16>, float, Host>(9, 85);
     const int before = strata::num_threads();
     auto same_bits_on_1_2_3_threads = [](auto& f, const std::vector<double>& w) {
         strata::set_num_threads(1);
@@ -735,6 +742,12 @@ TEST_CASE("Conv2D on the host: many chunks per group match the reference, and no
         auto run = random_run<Conv2D<64, 3, ReLU>, StaticShape<13, 13, 32>>(7, 83);
         LayerRun<Conv2D<64, 3, ReLU>, StaticShape<13, 13, 32>, float, Host> f(7, run.params, run.x);
         same_bits_on_1_2_3_threads(f, reference_values(f.out_size(), 84));
+    }
+    {
+        using Stage1 = Conv2D<16, 3, Linear, 1, Padding::Same, false>;
+        auto run = random_run<Stage1, StaticShape<28, 28, 16>>(9, 86);
+        LayerRun<Stage1, StaticShape<28, 28, 16>, float, Host> f(9, run.params, run.x);
+        same_bits_on_1_2_3_threads(f, reference_values(f.out_size(), 87));
     }
     strata::set_num_threads(before);
 }
