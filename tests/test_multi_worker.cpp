@@ -17,30 +17,8 @@
 #include <strata/strata.hpp>
 #include <strata/distribute/multi_worker_mirrored.hpp>
 
-// ---- allocation counter: every operator new and aligned_alloc of this program is counted ------
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#include <atomic>
-#include <cstdlib>
-#include <malloc.h>
-#include <new>
-namespace {
-std::atomic<long> g_allocations{0};
-}
-void* operator new(std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    if (void* p = std::malloc(n ? n : 1)) return p;
-    throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-// Tensors' host memory (64-byte aligned) comes from aligned_alloc: counted too.
-extern "C" void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    return memalign(alignment, n);
-}
+#include "allocation_counter.hpp"  // every operator new and aligned_alloc of this program, counted
+using strata_test::allocations;
 
 using namespace strata::nn;
 namespace dist = strata::distribute;
@@ -287,9 +265,9 @@ TEST_CASE("after Model::build, the first train_step allocates nothing, whatever 
             auto it = ds.iterate(0);
             const auto& batch = *it;
             model.build(140);
-            const long before = g_allocations.load();
+            const long before = allocations.load();
             model.train_step(batch);
-            const long allocated = g_allocations.load() - before;
+            const long allocated = allocations.load() - before;
             CHECK(allocated == 0);
             // Every rank stepped once (a rank's failed check must not leave the others waiting).
             CHECK(same_on_every_rank(model.get_weights()));

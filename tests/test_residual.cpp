@@ -19,21 +19,8 @@
 
 #include "training_util.hpp"
 
-// ---- allocation counter: every operator new in this binary is counted ----------------------
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-namespace {
-std::atomic<long> g_allocations{0};
-}
-void* operator new(std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    if (void* p = std::malloc(n ? n : 1)) return p;
-    throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+#include "allocation_counter.hpp"  // every operator new and aligned_alloc of this program, counted
+using strata_test::allocations;
 
 using namespace strata::nn;
 namespace dist = strata::distribute;
@@ -152,9 +139,9 @@ TEST_CASE("residual blocks allocate nothing in steady state, and Network::reserv
         auto it = ds.iterate(0);
         model.train_step(*it);  // first step: buffers grow
         ++it;
-        const long before = g_allocations.load();
+        const long before = allocations.load();
         for (int i = 0; i < 3 && it != std::default_sentinel; ++i, ++it) model.train_step(*it);
-        CHECK(g_allocations.load() - before == 0);
+        CHECK(allocations.load() - before == 0);
     }
     SUBCASE("a Network after reserve, on its first pass") {
         Network<DropNet, float, strata::place::Host> net;
@@ -164,13 +151,13 @@ TEST_CASE("residual blocks allocate nothing in steady state, and Network::reserv
         strata::fill(x.view(), 0.5f);
         net.reserve(16, true);
         const strata::nn::Mode training{.training = true, .step = 1, .seed = 2};
-        const long before = g_allocations.load();
+        const long before = allocations.load();
         net.forward(params.data(), x.view(), training);
         strata::fill(net.output_grad(), 0.1f);
         net.backward(params.data(), grads.data(), training);
         // A smaller batch reuses the same buffers.
         net.forward(params.data(), x.view().slice(0, 9), training);
         net.backward(params.data(), grads.data(), training);
-        CHECK(g_allocations.load() - before == 0);
+        CHECK(allocations.load() - before == 0);
     }
 }

@@ -19,29 +19,9 @@
 
 #include "training_util.hpp"
 
-// ---- allocation counter: every operator new and aligned_alloc in this binary is counted -----
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#include "allocation_counter.hpp"  // every operator new and aligned_alloc of this program, counted
+using strata_test::allocations;
 using strata_test::lcg;
-
-namespace {
-std::atomic<long> g_allocations{0};
-}
-void* operator new(std::size_t n) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    if (void* p = std::malloc(n ? n : 1)) return p;
-    throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-// Tensors' host memory (place::Host's upstream, 64-byte aligned) is counted too: this program's
-// aligned_alloc stands in for the C library's (a weak symbol there), passing on to memalign.
-extern "C" void* aligned_alloc(std::size_t alignment, std::size_t n) noexcept {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-    return memalign(alignment, n);
-}
 
 using namespace strata::nn;
 namespace fs = std::filesystem;
@@ -182,9 +162,9 @@ TEST_CASE("after the first step, a training step allocates no heap memory") {
     auto it = ds.iterate(0);
     model.train_step(*it);  // first step: buffers grow
     ++it;
-    const long before = g_allocations.load();
+    const long before = allocations.load();
     for (int i = 0; i < 3 && it != std::default_sentinel; ++i, ++it) model.train_step(*it);
-    CHECK(g_allocations.load() - before == 0);
+    CHECK(allocations.load() - before == 0);
 }
 
 TEST_CASE("a Mirrored training step allocates no heap memory either (buckets and all)") {
@@ -203,9 +183,9 @@ TEST_CASE("a Mirrored training step allocates no heap memory either (buckets and
         ++it;
         model.train_step(*it);  // the communication threads' queues have grown too
         ++it;
-        const long before = g_allocations.load();
+        const long before = allocations.load();
         for (int i = 0; i < 2 && it != std::default_sentinel; ++i, ++it) model.train_step(*it);
-        CHECK(g_allocations.load() - before == 0);
+        CHECK(allocations.load() - before == 0);
     }
 }
 
@@ -224,9 +204,9 @@ long first_step_allocations(S& strategy, bool build = true) {
     auto it = ds.iterate(0);
     const auto& batch = *it;
     if (build) model.build(15);
-    const long before = g_allocations.load();
+    const long before = allocations.load();
     model.train_step(batch);
-    return g_allocations.load() - before;
+    return allocations.load() - before;
 }
 }  // namespace
 
