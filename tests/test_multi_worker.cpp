@@ -275,6 +275,34 @@ TEST_CASE("after Model::build, the first train_step allocates nothing, whatever 
     }
 }
 
+TEST_CASE("Model::build reserves the largest share the path hands a unit, whatever the input mode") {
+    // train_step (above) takes a global batch in both modes; fit with per-worker input splits
+    // each worker's own batch over its replicas only. build reserves largest_unit_share(n): it
+    // must cover every share unit_share hands out, in both modes, or that first step allocates.
+    // (Over the replicas of every process, as the global mode splits, a per-worker share would
+    // be under-reserved by the number of processes.)
+    const int me = world_rank();
+    for (auto input : {dist::WorkerInput::Replicated, dist::WorkerInput::PerWorker}) {
+        for (int replicas : {1, 2, 3}) {
+            dist::MultiWorkerMirrored<> mw(replicas, {}, {.input = input});
+            strata::Model<Cnn, dist::MultiWorkerMirrored<>> model(mw, 11);
+            const auto& path = model.gradient_path();
+            for (std::int64_t n : {1, 5, 12, 140, 141}) {
+                CAPTURE(replicas);
+                CAPTURE(int(input));
+                CAPTURE(n);
+                auto x = features(std::size_t(n), 400 + std::uint64_t(me));
+                auto ds = strata::data::Dataset<>::from_arrays(x, {6, 6, 2}, labels_of(x, std::size_t(n))).batch(std::size_t(n));
+                auto it = ds.iterate(0);
+                const auto& batch = *it;
+                std::int64_t largest = 0;
+                for (int r = 0; r < path.units(); ++r) largest = std::max(largest, path.unit_share(batch, r).size);
+                CHECK(path.largest_unit_share(n) == largest);
+            }
+        }
+    }
+}
+
 TEST_CASE("sample weights: global and per-worker input weigh as one device does on the same batches") {
     auto weights = [](std::size_t count, std::size_t offset) {
         std::vector<float> w(count);

@@ -16,7 +16,7 @@ class GradientPath<RankedDevice, Net, T> : public detail::LockstepPath<GradientP
     using Base = detail::LockstepPath<GradientPath, RankedDevice, Net, T>;
 
 public:
-    using Base::lockstep, Base::pipelined, Base::unit_network, Base::model_summary;
+    using Base::lockstep, Base::pipelined, Base::captures_step, Base::unit_network, Base::model_summary;
     using Base::gradient_buckets, Base::expected_updates, Base::end_epoch, Base::per_worker_input;
     using Base::sum_over_workers, Base::sum_outputs_over_workers, Base::after_save, Base::gathers_state, Base::bind_unit;
     using Base::gradient_ready, Base::end_step, Base::combine_totals;

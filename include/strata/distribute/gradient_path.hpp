@@ -208,6 +208,7 @@ struct WholeNetwork {};
 /// |-----------------------------------|------------------------|------------------------------------|
 /// | `lockstep`                        | true                   | ParameterServer (false)            |
 /// | `pipelined`                       | false                  | Pipeline (true)                    |
+/// | `captures_step`                   | false                  | OneDevice (true)                   |
 /// | `unit_network`                    | WholeNetwork           | Pipeline (a handle on its stages)  |
 /// | `gradient_buckets()`              | 0 (no all-reduce)      | Mirrored, MultiWorkerMirrored      |
 /// | `expected_updates(batches)`       | batches                | ParameterServer (rounds, or -1)    |
@@ -244,6 +245,11 @@ protected:
     /// Whether the path runs the layers itself, stage by stage (Pipeline): Model then hands it
     /// a staged unit of work (stage the mini-batch; the loss of each micro-batch).
     static constexpr bool pipelined = false;
+    /// Whether a training step is one unit's work on the calling thread, with nothing between its
+    /// forward and backward that another unit, thread or process takes part in (gradient_ready
+    /// starts no transfer): a place that can capture work as one graph (a GPU,
+    /// train/place_step.hpp) may then capture the whole step.
+    static constexpr bool captures_step = false;
     using unit_network = WholeNetwork;
     std::size_t gradient_buckets() const { return 0; }
     std::int64_t expected_updates(std::int64_t batches) const { return batches; }
@@ -508,6 +514,7 @@ template <class P>
 concept path_flags = requires {
     { std::bool_constant<P::lockstep>{} } -> std::same_as<std::bool_constant<P::lockstep>>;
     { std::bool_constant<P::pipelined>{} } -> std::same_as<std::bool_constant<P::pipelined>>;
+    { std::bool_constant<P::captures_step>{} } -> std::same_as<std::bool_constant<P::captures_step>>;
 };
 template <class P>
 concept path_units = requires(P& p, const P& cp, UnitFnArchetype f) {
@@ -626,7 +633,8 @@ struct GradientPathCheck {
                   "strata::distribute::GradientPath: the path lacks a public value_type, place_type or unit_network (for "
                   "unit_network, take PathBase's WholeNetwork by name: `using Base::unit_network;`)");
     static_assert(path_flags<Path>,
-                  "strata::distribute::GradientPath: the path has no public constant lockstep or pipelined" STRATA_PATH_DEFAULT("lockstep"));
+                  "strata::distribute::GradientPath: the path has no public constant lockstep, pipelined or captures_step"
+                  STRATA_PATH_DEFAULT("lockstep"));
     static_assert(path_units<Path>,
                   "strata::distribute::GradientPath: the path has no public units() or run_units(f) (its compute units, and f on each "
                   "unit's thread); every path defines them (detail::LockstepPath does for the lockstep paths)");

@@ -48,12 +48,12 @@
 #include "strata/nn/activation.hpp"
 #include "strata/nn/sequential.hpp"
 #include "strata/optim/optimizers.hpp"
-#include "strata/place/cuda_graph.hpp"
 #include "strata/train/callbacks.hpp"
 #include "strata/train/checkpoint.hpp"
 #include "strata/train/compile_settings.hpp"
 #include "strata/train/fit_loop.hpp"
 #include "strata/train/model_base.hpp"
+#include "strata/train/place_step.hpp"
 #include "strata/train/progress.hpp"
 
 namespace strata {
@@ -199,8 +199,7 @@ public:
         path_.compile(optimizer, distribute::collective::Settings{{"optimizer", optim::describe(optimizer)},
                                                                   {"precision", precision::name_of(compute_)}});
         // A captured step holds the loss, the metrics and the softmax fusion it was captured with.
-        if constexpr (!std::is_same_v<graph_t, NoGraph>)
-            for (auto& u : units_) u->graph.reset();
+        for (auto& u : units_) u->capture.reset();
         compiled_ = true;
     }
 
@@ -247,8 +246,7 @@ public:
     /// place::set_cuda_graphs; 0 elsewhere): what a benchmark checks before it names a figure.
     std::int64_t cuda_graph_replays() const {
         std::int64_t n = 0;
-        if constexpr (!std::is_same_v<graph_t, NoGraph>)
-            for (const auto& u : units_) n += u->graph.replays();
+        for (const auto& u : units_) n += u->capture.replays();
         return n;
     }
 
@@ -256,9 +254,8 @@ public:
     /// (place/cuda_graph.hpp says when a step can be a graph); "" off OneDevice<Cuda>, or when no
     /// step has run eagerly yet.
     std::string cuda_graph_note() const {
-        if constexpr (!std::is_same_v<graph_t, NoGraph>)
-            for (const auto& u : units_)
-                if (!u->graph.why_eager().empty()) return u->graph.why_eager();
+        for (const auto& u : units_)
+            if (!u->capture.why_eager().empty()) return u->capture.why_eager();
         return {};
     }
 
@@ -459,9 +456,7 @@ public:
                 auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
                 auto out = u.net.forward(path_.inference_params(r), x, mode);
                 const T* weights = b.w.empty() ? nullptr : stage_weights(u, b.w, b.size, b.y_per_example, false);
-                u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), 1.0, settings_.input_kind, weights);
-                if (settings_.accuracy) u.correct = correct_count(out, target);
-                count_metrics(u, out, target);
+                score(u, out, target, u.net.output_grad(), 1.0, weights);
             });
             for (int r = 0; r < N; ++r) {
                 loss_sum += units_[std::size_t(r)]->loss_sum;
@@ -597,14 +592,9 @@ private:
     void path_sum_over_workers(std::span<double> v) override { path_.sum_over_workers(v); }
     void path_after_save() const override { path_.after_save(); }
 
-    // What one compute unit (replica or worker) owns: its network's activations and the staging
-    // buffers of its share of a batch. Variables, gradients and optimizer slots belong to the path.
-    struct NoStaging {};
-    using staging_t = std::conditional_t<place::host_accessible_v<P>, NoStaging, place::detail::StagingBuffer<T>>;
-    using results_staging_t = std::conditional_t<place::host_accessible_v<P>, NoStaging, place::detail::StagingBuffer<double>>;
-    struct NoGraph {};
-    using graph_t = std::conditional_t<std::is_same_v<P, place::Cuda>, place::detail::CudaStepGraph, NoGraph>;
-    using event_t = std::conditional_t<std::is_same_v<P, place::Cuda>, place::detail::CudaEvent, NoGraph>;
+    // What one compute unit (replica or worker) owns: its network's activations, and what its
+    // place stages and captures (train/place_step.hpp). Variables, gradients and optimizer slots
+    // belong to the path.
     // Whether a layer draws random numbers (Dropout: its kernels take the step as an argument).
     template <class L>
     static constexpr bool layer_draws_random = requires(L& l) { l.set_stream(std::uint64_t(0)); };
@@ -614,11 +604,8 @@ private:
     struct DrawsRandom<std::tuple<L...>> {
         static constexpr bool value = (layer_draws_random<L> || ...);
     };
-    /// CUDA graphs: under OneDevice<Cuda>, a network without random layers runs its step's
-    /// forward, loss, metrics and backward as one captured graph (place/cuda_graph.hpp), the
-    /// optimizer's update after it as before.
     // Layers whose pass reads values back to the host (batch normalization's statistics) cannot
-    // be captured in a graph.
+    // be captured.
     template <class L>
     static constexpr bool layer_round_trips = [] {
         if constexpr (requires { L::host_round_trips; }) return bool(L::host_round_trips);
@@ -630,23 +617,19 @@ private:
     struct RoundTrips<std::tuple<L...>> {
         static constexpr bool value = (layer_round_trips<L> || ...);
     };
-    static constexpr bool graph_step_capable =
-        std::is_same_v<Strategy, distribute::OneDevice<place::Cuda>> && !path_type::pipelined &&
-        !DrawsRandom<typename Net::template bound_layers<T, P>>::value &&
-        !RoundTrips<typename Net::template bound_layers<T, P>>::value;
+    using capture_t = train::detail::StepCapture<T, P>;
+    /// Whether a training step may run as one captured graph (today: OneDevice<Cuda>, graphs on,
+    /// place::set_cuda_graphs): the place can capture one (StepCapture), the path's step is one
+    /// unit with nothing between forward and backward that a graph cannot hold (the path's
+    /// `captures_step`), and no layer draws random numbers or reads values back to the host. The
+    /// optimizer's update runs after it, outside the graph.
+    static constexpr bool step_capturable = capture_t::possible && path_type::captures_step &&
+                                            !DrawsRandom<typename Net::template bound_layers<T, P>>::value &&
+                                            !RoundTrips<typename Net::template bound_layers<T, P>>::value;
     struct Unit {
         network_type net;
-        Tensor<T, P> x, target;
-        Tensor<T, place::Host> target_host, x_host;
-        // Device places: pinned buffers the batch goes through to the device without a wait,
-        // and a step's loss and correct count come back through (device_step).
-        staging_t x_stage, target_stage;
-        results_staging_t results_stage;
-        Tensor<double, P> results;  // device_step: [loss sum, correct count] on the device
-        event_t results_ready;      // device_step: recorded once they are copied back
-        graph_t graph;
-        Tensor<T, P> weights;                    // sample × class weights of the batch (not host places)
-        Tensor<T, place::Host> weights_host;
+        train::detail::UnitStaging<T, P> staging;
+        capture_t capture;
         metrics::Counts counts;                  // since the epoch or evaluated pass began
         double loss_sum = 0;
         double correct = 0;                      // examples right (per-token ids: the shares right)
@@ -689,9 +672,7 @@ private:
             const std::int64_t count = out.dim(0);
             const TensorView<T, P> target = u.staged_target.slice(first, count);
             const T* weights = u.staged_weights ? u.staged_weights + first : nullptr;
-            u.loss_sum += loss::loss_and_grad(m->loss_, out, target, out_grad, denominator, m->settings_.input_kind, weights);
-            if (m->settings_.accuracy) u.correct += m->correct_count(out, target);
-            m->count_metrics(u, out, target);
+            m->score(u, out, target, out_grad, denominator, weights);
             (void)b;
         }
         distribute::UnitWork result(int r, const distribute::ReplicaBatch<Y>& b) const {
@@ -810,70 +791,56 @@ private:
             if (precision::scales_loss(compute_)) denominator /= path_.loss_scale_state().scale;
             auto x = stage_input(u, b.x.data(), b.size);
             auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
-#if STRATA_HAS_CUDA
-            if constexpr (graph_step_capable) {
-                // Nothing the host must read in the middle of the step: it can be one graph.
+            if constexpr (step_capturable) {
+                // Nothing the host must read in the middle of the step: the place may capture it.
                 if (b.w.empty() && class_weight_.empty() && settings_.top_k == 0 && !settings_.precision && !settings_.recall &&
                     !precision::is_mixed(compute_))
-                    return device_step(u, b.size, x, target, params, grads, denominator, mode, on_ready);
+                    return captured_step(u, b.size, x, target, params, grads, denominator, mode, on_ready);
             }
-#endif
             auto out = u.net.forward(params, x, mode);
-            {
-                STRATA_PROFILE_MODEL("loss");
-                // Unweighted data and no class weights: no weights staged, none applied.
-                const T* weights =
-                    b.w.empty() && class_weight_.empty() ? nullptr : stage_weights(u, b.w, b.size, b.y_per_example, true);
-                u.loss_sum = loss::loss_and_grad(loss_, out, target, u.net.output_grad(), denominator, settings_.input_kind, weights);
-            }
-            {
-                STRATA_PROFILE_MODEL("metrics");
-                if (settings_.accuracy) u.correct = correct_count(out, target);
-                count_metrics(u, out, target);
-            }
+            // Unweighted data and no class weights: no weights staged, none applied.
+            const T* weights = b.w.empty() && class_weight_.empty() ? nullptr : stage_weights(u, b.w, b.size, b.y_per_example, true);
+            score(u, out, target, u.net.output_grad(), denominator, weights);
             u.net.backward(params, grads, mode, on_ready);
             return {u.loss_sum, u.correct, b.size};
         };
     }
 
-#if STRATA_HAS_CUDA
-    // One unit's training step on a GPU with no wait in the middle: forward, the loss and
-    // correct count summed on the device and copied to pinned memory (an event marks it), then
-    // backward. The host waits for that event only, so it returns the loss and prepares the next
-    // batch while backward runs; the update that follows is queued behind it. Captured as a CUDA
-    // graph and replayed where u.graph allows (place/cuda_graph.hpp: the key names every buffer
-    // the kernels use that the allocation count would not cover); the same kernels either way,
-    // so the same figures.
+    // A unit's figures for outputs `out` against `target`, added to u's: the loss (its gradient
+    // into `out_grad`, scaled by 1 / denominator; each example weighed by `weights`, if any),
+    // the correct count, and the metrics beyond accuracy. Every pass scores through here:
+    // a training step, a pipelined micro-batch, an evaluated batch.
+    void score(Unit& u, const TensorView<T, P>& out, const TensorView<T, P>& target, const TensorView<T, P>& out_grad,
+               double denominator, const T* weights) {
+        {
+            STRATA_PROFILE_MODEL("loss");
+            u.loss_sum += loss::loss_and_grad(loss_, out, target, out_grad, denominator, settings_.input_kind, weights);
+        }
+        STRATA_PROFILE_MODEL("metrics");
+        if (settings_.accuracy) u.correct += metrics::count_correct(out, target, settings_.accuracy_kind);
+        count_metrics(u, out, target);
+    }
+
+    // The unit's step as the place captures it (train/place_step.hpp): forward, the loss and
+    // correct count summed where the unit computes, backward; the same kernels as the eager step.
     template <class OnReady>
-    distribute::UnitWork device_step(Unit& u, std::int64_t n, const TensorView<T, P>& x, const TensorView<T, P>& target,
-                                     const T* params, T* grads, double denominator, const nn::Mode& mode, OnReady& on_ready) {
-        if (u.results.size() != 2) u.results.resize(Shape{2});
-        double* host = u.results_stage.acquire(2);
-        double* dev = u.results.data();
+    distribute::UnitWork captured_step(Unit& u, std::int64_t n, const TensorView<T, P>& x, const TensorView<T, P>& target,
+                                       const T* params, T* grads, double denominator, const nn::Mode& mode, OnReady& on_ready) {
         const bool accuracy = settings_.accuracy;
-        auto body = [&] {
-            auto out = u.net.forward(params, x, mode);
-            const T* rows = loss::loss_rows_and_grad(loss_, out, target, u.net.output_grad(), denominator, settings_.input_kind,
-                                                     static_cast<const T*>(nullptr));
-            strata::detail::cuda_reduce::sum_to_device(rows, n, dev);
-            if (accuracy) metrics::count_correct_to_device(out, target, settings_.accuracy_kind, dev + 1);
-            place::cuda_check(cudaMemcpyAsync(host, dev, 2 * sizeof(double), cudaMemcpyDeviceToHost, P::stream()),
-                              "cudaMemcpyAsync (a step's loss and correct count)");
-            u.results_ready.record();
-            u.net.backward(params, grads, mode, on_ready);
-        };
-        place::detail::CudaStepGraph::Key key;
-        key.n = n;
-        key.denominator = denominator;
-        const void* buffers[6] = {params, grads, x.data(), target.data(), dev, host};
-        for (int i = 0; i < 6; ++i) key.buffers[i] = buffers[i];
-        u.graph.run(key, body);
-        u.results_ready.wait();
-        u.loss_sum = host[0];
-        u.correct = accuracy ? host[1] : 0;
+        const auto figures = u.capture.run(
+            {.n = n, .denominator = denominator, .params = params, .grads = grads, .x = x.data(), .target = target.data()},
+            [&](auto& sink) {
+                auto out = u.net.forward(params, x, mode);
+                sink.loss_rows(loss::loss_rows_and_grad(loss_, out, target, u.net.output_grad(), denominator, settings_.input_kind,
+                                                        static_cast<const T*>(nullptr)),
+                               n);
+                if (accuracy) sink.correct(out, target, settings_.accuracy_kind);
+            },
+            [&] { u.net.backward(params, grads, mode, on_ready); });
+        u.loss_sum = figures.loss_sum;
+        u.correct = accuracy ? figures.correct : 0;
         return {u.loss_sum, u.correct, n};
     }
-#endif
 
     template <class Y>
     std::int64_t expected_steps(const data::Dataset<Y>& train) const {
@@ -881,17 +848,10 @@ private:
     }
 
     // What a pass on `share` examples stages and scratches outside the network, sized on the
-    // unit's thread (the scratches are per thread): the targets (at most the output's values an
-    // example), the weights, a converted input, and the loss's and metrics' rows.
+    // unit's thread (the scratches are per thread): the input, the targets (at most the output's
+    // values an example), the weights, and the loss's and metrics' rows.
     void reserve_step_buffers(Unit& u, std::int64_t share) {
-        constexpr std::int64_t out = Net::output_shape::size;
-        u.target_host.resize(Shape{share * out});
-        u.weights_host.resize(Shape{share});
-        if constexpr (!(std::is_same_v<T, float> && place::host_accessible_v<P>)) u.x.resize(Net::input_shape::batched(share));
-        if constexpr (!place::host_accessible_v<P>) {
-            u.target.resize(Shape{share * out});
-            u.weights.resize(Shape{share});
-        }
+        u.staging.reserve(Net::input_shape::batched(share), share * Net::output_shape::size, share);
         reserve_scratches(share);
     }
     // The loss's and the metrics' per-thread scratch, on the calling thread.
@@ -904,49 +864,22 @@ private:
     }
 
     TensorView<T, P> stage_input(Unit& u, const float* src, std::int64_t count) {
-        const Shape shape = Net::input_shape::batched(count);
-        if constexpr (std::is_same_v<T, float> && place::host_accessible_v<P>) {
-            // The batch is already where the unit computes: no copy.
-            return TensorView<T, P>(const_cast<float*>(src), shape);
-        } else if constexpr (place::host_accessible_v<P>) {
-            u.x.resize(shape);
-            for (std::int64_t i = 0; i < shape.size(); ++i) u.x.data()[i] = T(src[i]);
-            return u.x.view();
-        } else {
-            // Through pinned memory, queued on the unit's stream: the host does not wait.
-            T* h = u.x_stage.acquire(std::size_t(shape.size()));
-            if constexpr (std::is_same_v<T, float>) std::copy_n(src, shape.size(), h);
-            else for (std::int64_t i = 0; i < shape.size(); ++i) h[i] = T(src[i]);
-            u.x.resize(shape);
-            u.x_stage.send(u.x.data(), std::size_t(shape.size()));
-            return u.x.view();
-        }
+        return u.staging.input(src, Net::input_shape::batched(count));
     }
 
     template <class Y>
     TensorView<T, P> stage_target(Unit& u, const Y* src, std::int64_t count, std::int64_t per) {
-        const Shape shape = per == 1 ? Shape{count} : Shape{count, per};
-        u.target_host.resize(shape);
-        for (std::int64_t i = 0; i < shape.size(); ++i) u.target_host.data()[i] = T(src[i]);
-        if constexpr (place::host_accessible_v<P>) {
-            return u.target_host.view();
-        } else {
-            T* h = u.target_stage.acquire(std::size_t(shape.size()));
-            std::copy_n(u.target_host.data(), shape.size(), h);
-            u.target.resize(shape);
-            u.target_stage.send(u.target.data(), std::size_t(shape.size()));
-            return u.target.view();
-        }
+        return u.staging.target(src, per == 1 ? Shape{count} : Shape{count, per});
     }
 
     // Each example's weight: its sample weight (1 when `sample` is empty) times, when
     // `with_classes` and class_weight_ is set, its class's weight — Keras multiplies the two
     // (trainers/data_adapters/data_adapter_utils.py, class_weight_to_sample_weights: the class
     // is the rounded label, or the argmax of a target row; an unlisted class weighs 1).
-    // Reads the targets stage_target left in u.target_host.
+    // Reads the targets stage_target staged.
     const T* stage_weights(Unit& u, std::span<const float> sample, std::int64_t count, std::int64_t per, bool with_classes) {
-        u.weights_host.resize(Shape{count});
-        const T* t = u.target_host.data();
+        T* out = u.staging.weights_on_host(count);
+        const T* t = u.staging.target_on_host();
         const bool classes = with_classes && !class_weight_.empty();
         for (std::int64_t i = 0; i < count; ++i) {
             T w = sample.empty() ? T(1) : T(sample[std::size_t(i)]);
@@ -961,15 +894,9 @@ private:
                 const auto it = class_weight_.find(c);
                 if (it != class_weight_.end()) w *= T(it->second);
             }
-            u.weights_host.data()[i] = w;
+            out[i] = w;
         }
-        if constexpr (place::host_accessible_v<P>) {
-            return u.weights_host.data();
-        } else {
-            u.weights.resize(Shape{count});
-            copy(u.weights_host.view(), u.weights.view());
-            return u.weights.data();
-        }
+        return u.staging.weights(count);
     }
 
     // The metrics beyond accuracy, counted per unit and summed by metric_figures on the
@@ -986,10 +913,6 @@ private:
         metrics::Counts c;
         for (const auto& u : units_) c += u->counts;
         return c;
-    }
-
-    double correct_count(const TensorView<T, P>& out, const TensorView<T, P>& target) {
-        return metrics::count_correct(out, target, settings_.accuracy_kind);
     }
 
     template <class Y>

@@ -19,7 +19,7 @@ class GradientPath<CentralStorage<P, sync::Synchronous>, Net, T>
 
 public:
     // The defaults this path takes, by name (detail::PathBase says why).
-    using Base::lockstep, Base::pipelined, Base::unit_network, Base::model_summary;
+    using Base::lockstep, Base::pipelined, Base::captures_step, Base::unit_network, Base::model_summary;
     using Base::gradient_buckets, Base::expected_updates, Base::end_epoch, Base::is_chief, Base::per_worker_input;
     using Base::sum_over_workers, Base::sum_outputs_over_workers, Base::after_save, Base::gathers_state, Base::bind_unit;
     using Base::gradient_ready, Base::combine_totals;

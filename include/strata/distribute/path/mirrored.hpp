@@ -262,7 +262,7 @@ class MirroredPath : public LockstepPath<MirroredPath<S, Net, T, Across>, S, Net
 
 public:
     // The defaults this path takes, by name (PathBase says why).
-    using Base::lockstep, Base::pipelined, Base::unit_network, Base::model_summary;
+    using Base::lockstep, Base::pipelined, Base::captures_step, Base::unit_network, Base::model_summary;
     using Base::expected_updates, Base::end_epoch, Base::gathers_state, Base::bind_unit, Base::end_step;
     using Base::syncs_batch_statistics, Base::replica_sum, Base::run_where_loss_runs;
 

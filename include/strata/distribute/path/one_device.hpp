@@ -22,6 +22,9 @@ public:
     using Base::sum_over_workers, Base::sum_outputs_over_workers, Base::after_save, Base::gathers_state, Base::bind_unit;
     using Base::gradient_ready, Base::end_step, Base::combine_totals;
     using Base::syncs_batch_statistics, Base::replica_sum, Base::run_where_loss_runs;
+    /// One replica on the calling thread, its gradients applied after backward: a place that can
+    /// capture the whole step may (PathBase::captures_step).
+    static constexpr bool captures_step = true;
 
     template <class Init>
     SingleCopyPath(Strategy& s, Init&& init) : Base(s) {

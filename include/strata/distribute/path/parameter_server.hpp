@@ -698,7 +698,7 @@ public:
     using Core::is_chief;
     // The defaults this path takes, by name (detail::PathBase says why).
     using Base = detail::PathBase<GradientPath>;
-    using Base::pipelined, Base::unit_network, Base::gradient_buckets, Base::per_worker_input, Base::unit_share;
+    using Base::pipelined, Base::captures_step, Base::unit_network, Base::gradient_buckets, Base::per_worker_input, Base::unit_share;
     using Base::sum_over_workers, Base::sum_outputs_over_workers, Base::after_save, Base::gathers_state, Base::bind_unit;
     using Base::model_summary;
     using Base::syncs_batch_statistics, Base::replica_sum, Base::run_where_loss_runs;

@@ -138,7 +138,7 @@ class PipelinePath : public PathBase<PipelinePath<P, Net, T>> {
 public:
     // The defaults this path takes, by name (PathBase says why).
     using Base::lockstep, Base::gradient_buckets, Base::expected_updates, Base::end_epoch, Base::per_worker_input, Base::unit_share;
-    using Base::replica_sum, Base::largest_unit_share;
+    using Base::replica_sum, Base::largest_unit_share, Base::captures_step;
     /// Synchronized batch normalization in the hybrid (replicas > 1, in one process): each
     /// micro-batch's statistics are summed over the replicas' same micro-batch, through the
     /// stage's replica group (forward_micro, backward_micro).
