@@ -94,6 +94,51 @@ TEST_CASE("the hybrid across processes (2 replicas × 2 stages) equals OneDevice
     check_across<sd::OneFOneB, sd::split::Balanced<2>>(2);
 }
 
+namespace {
+// Batch normalization between two Dense layers: split in two stages, each with one normalization.
+template <class Norm>
+using NormNet = Sequential<Input<8>, Dense<12, Tanh>, Norm, Dense<6, ReLU>, Norm, Dense<3, Softmax>>;
+using SyncNormNet = NormNet<SyncBatchNormalization<0.9>>;
+using PlainNormNet = NormNet<BatchNormalization<BatchNormOptions{.momentum = 0.9}>>;
+
+template <class N, class Strategy>
+std::vector<double> train_norm(Strategy& s, std::size_t global) {
+    strata::Model<N, Strategy, double> model(s, 7);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9});
+    model.fit(data(global * 3).batch(global), {.epochs = 2, .verbose = 0});
+    return model.get_weights();
+}
+}  // namespace
+
+TEST_CASE("synchronized batch normalization in the hybrid across processes: each micro-batch over every replica's") {
+    if (world() != 4) return;
+    using G = sd::Pipeline<strata::place::Host, sd::GPipe, sd::split::At<2>>;
+    using F = sd::Pipeline<strata::place::Host, sd::OneFOneB, sd::split::At<2>>;
+    for (std::size_t global : {12u, 10u}) {
+        CAPTURE(global);
+        // One micro-batch a replica: the statistics are the whole global batch's, as one device's.
+        sd::OneDevice<> one;
+        const auto reference = train_norm<SyncNormNet>(one, global);
+        G hybrid({.micro_batches = 1, .replicas = 2, .timeout = std::chrono::seconds(20), .processes = sd::pipeline_processes()});
+        CHECK(strata_test::max_relative_difference(train_norm<SyncNormNet>(hybrid, global), reference) <= 1e-10);
+        // The negative control: unsynchronized, each replica normalizes its own share.
+        G plain({.micro_batches = 1, .replicas = 2, .timeout = std::chrono::seconds(20), .processes = sd::pipeline_processes()});
+        CHECK(strata_test::max_relative_difference(train_norm<PlainNormNet>(plain, global), reference) > 1e-6);
+    }
+    // Two micro-batches a replica: micro-batch k over both replicas' k-th; GPipe and 1F1B meet the
+    // same sums in the same order on every copy of a stage, so they give the same bits.
+    G gpipe({.micro_batches = 2, .replicas = 2, .timeout = std::chrono::seconds(20), .processes = sd::pipeline_processes()});
+    const auto a = train_norm<SyncNormNet>(gpipe, 12);
+    F interleaved({.micro_batches = 2, .replicas = 2, .timeout = std::chrono::seconds(20), .processes = sd::pipeline_processes()});
+    CHECK(train_norm<SyncNormNet>(interleaved, 12) == a);
+    G plain({.micro_batches = 2, .replicas = 2, .timeout = std::chrono::seconds(20), .processes = sd::pipeline_processes()});
+    CHECK(strata_test::max_relative_difference(train_norm<PlainNormNet>(plain, 12), a) > 1e-6);
+    // A share too small for the micro-batches is refused on every rank, before any sum.
+    G small({.micro_batches = 4, .replicas = 2, .timeout = std::chrono::seconds(20), .processes = sd::pipeline_processes()});
+    const auto msg = strata_test::error_of([&] { train_norm<SyncNormNet>(small, 6); });
+    CHECK(strata_test::has(msg, "a batch of 6 over 2 replicas gives 3"));
+}
+
 TEST_CASE("a job of the wrong size is refused on every rank, naming the count expected") {
     using S = sd::Pipeline<strata::place::Host, sd::GPipe, sd::split::Balanced<3>>;
     const std::string e = strata_test::error_of([] { S p({.processes = sd::pipeline_processes()}); });

@@ -566,7 +566,7 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
     // Synchronized batch normalization: where the replicas step together, on shares of one batch.
     const bool can_sync = f.strategy == "mirrored" || f.strategy == "central_storage" || f.strategy == "multi_worker_mirrored";
     // The hybrid syncs each micro-batch over the replicas when asked (on), never by default: its
-    // statistics are then the micro-batches', and across processes it is not built yet.
+    // statistics are then the micro-batches', not the global batch's.
     const bool hybrid_sync = f.strategy == "hybrid" && f.sync_batch_norm == "on";
     if (f.sync_batch_norm == "on") {
         if (!model.has_sync_net)

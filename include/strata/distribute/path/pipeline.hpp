@@ -248,11 +248,8 @@ public:
         const int R = units();
         if constexpr (Net::synchronizes_replicas) {
             if (R > 1) {
-                STRATA_CHECK(!across(), ValueError,
-                             "Pipeline: synchronized batch normalization across processes is not supported yet (in one "
-                             "process the hybrid's replicas sum each micro-batch's statistics); use BatchNormalization<> "
-                             "without synchronized, or one process");
-                // Every replica must run the same micro-batches, so that each sum has all of them.
+                // Every replica must run the same micro-batches, so that each sum has all of them
+                // (across processes every rank computes the same condition, before any sum).
                 STRATA_CHECK(std::int64_t(batch.size()) / R >= strategy_->micro_batches(), ValueError,
                              "Pipeline: synchronized batch normalization needs every replica's share of the batch to "
                              "fill its ", strategy_->micro_batches(), " micro-batches; a batch of ", batch.size(), " over ", R,
@@ -474,11 +471,18 @@ private:
     // A training step's input and mode of each unit (train_step; sized by the constructor).
     std::vector<TensorView<T, P>> step_x_;
     std::vector<nn::Mode> step_mode_;
-    // Sums a synchronized layer's statistics over the replicas of stage s (unit r's thread of it).
+    // Sums a synchronized layer's statistics over the replicas of stage s (unit r's thread of it):
+    // in one process through the stage's replica group, across processes over the R ranks that
+    // run stage s (the sub-communicator the stage's gradients are summed over, with its deadline).
+    // Every copy of a stage runs the same micro-batches in the same order under either schedule,
+    // so the sums meet in the same order on every copy.
     struct StageSummer {
         PipelinePath* path;
         int r, s;
-        void operator()(std::span<double> v) const { path->strategy_->stage_group(s).all_reduce(r, v); }
+        void operator()(std::span<double> v) const {
+            if (path->across()) path->strategy_->processes().sum_copies(v);
+            else path->strategy_->stage_group(s).all_reduce(r, v);
+        }
     };
     std::vector<StageSummer> stage_summers_;  // [r · S + s], made by the constructor
     // What a training micro-batch of a synchronized network on stage s of unit r adds to its mode.
