@@ -257,6 +257,17 @@ def check_mpirun(exe, mpirun, data):
                env, timeout=300)
     ce.check(r.returncode != 0 and r.stderr.count("--sync-batch-norm: rank 0 has on, rank 1 has off") == 2,
              f"mpirun strata_train resnet, --sync-batch-norm on and off: exit {r.returncode}, {r.stderr[-600:]!r}")
+    # The hybrid across 4 processes (2 replicas x 2 stages), each micro-batch's statistics summed
+    # over the replicas' ranks of its stage.
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "hybrid.json")
+        r = ce.run([mpirun, "-np", "4", exe, "--data", data, "--model", "resnet", "--strategy", "hybrid", "--replicas", "2",
+                    "--stages", "2", "--micro-batches", "2", "--sync-batch-norm", "on", "--json", out] + SHORT, env, timeout=300)
+        if ce.check(r.returncode == 0, f"mpirun -np 4 strata_train resnet hybrid --sync-batch-norm on: exit {r.returncode}, "
+                                       f"{r.stderr[-600:]!r}"):
+            doc = ce.strict_json(out)
+            ce.check(doc["sync_batch_norm"] and doc["replicas"] == 2 and r.stdout.count("test accuracy") == 1,
+                     f"mpirun strata_train resnet hybrid: JSON {doc}, {r.stdout.count('test accuracy')} reports")
 
 
 def main():
