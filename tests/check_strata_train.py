@@ -31,6 +31,7 @@ Standard library only; the helpers are tests/check_examples.py's.
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -52,7 +53,7 @@ def flags_in_help(exe):
 def check_help(exe, mnist_cnn):
     r = ce.run([exe, "--help"])
     ce.check(r.returncode == 0, f"strata_train --help: exit {r.returncode}")
-    for text in ("--model", "--dataset", "--optimizer", "--learning-rate", "--momentum", "Models", "Datasets",
+    for text in ("--model", "--dataset", "--optimizer", "--learning-rate", "--momentum", "--tensor-parallel", "Models", "Datasets",
                  "  cnn ", "the seed CNN", "  vit ", "a Vision Transformer", "  mnist ", "  fashion_mnist ", "Zalando"):
         ce.check(text in r.stdout, f"strata_train --help does not show {text!r}")
     if mnist_cnn:
@@ -165,6 +166,31 @@ def check_vit(exe, data):
                      f"strata_train --model vit {' '.join(args)} JSON: {doc}")
     ce.bad_flag(exe, "strata_train", ["--data", os.path.join(data, "no-such-dir"), "--model", "vit", "--strategy", "mirrored",
                                       "--sync-batch-norm", "on"], "--sync-batch-norm")
+    # --tensor-parallel N: the attention layers split by heads and the MLPs column-then-row over
+    # N logical devices, alone and under mirrored replicas. The split model holds the same
+    # variables and draws the same initial values: it trains like the whole one on the same
+    # batches, to the order of the sums over the shards.
+    fields = ["tensor_parallel", "replicas", "epoch_loss", "test_loss", "test_accuracy"]
+    whole = {r: ce.json_run(exe, "strata_train", base + (["--strategy", "mirrored", "--replicas", str(r)] if r > 1 else []), fields)
+             for r in (1, 2)}
+    for args, shards, replicas in ((["--tensor-parallel", "2"], 2, 1),
+                                   (["--tensor-parallel", "4", "--strategy", "mirrored", "--replicas", "2"], 4, 2)):
+        doc = ce.json_run(exe, "strata_train", base + args, fields)
+        ref = whole[replicas]
+        if doc and ref:
+            close = all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(doc["epoch_loss"] + [doc["test_loss"]],
+                                                                    ref["epoch_loss"] + [ref["test_loss"]]))
+            ce.check(doc["tensor_parallel"] == shards and doc["replicas"] == replicas and close,
+                     f"strata_train --model vit {' '.join(args)}: JSON {doc} against the whole model's {ref}")
+    r = ce.run([exe] + base + ["--tensor-parallel", "2", "--verbose", "2"])
+    ce.check(r.returncode == 0 and re.search(r"^tensor parallel +2 shards", r.stdout, re.M) is not None,
+             f"strata_train --tensor-parallel 2: the table does not say so: {r.stdout[-800:]!r}")
+    missing = os.path.join(data, "no-such-dir")
+    for args in (["--model", "cnn", "--tensor-parallel", "2"],              # no split form
+                 ["--model", "vit", "--tensor-parallel", "3"],              # compiled for 2 and 4
+                 ["--model", "vit", "--tensor-parallel", "2", "--strategy", "central_storage", "--replicas", "2"],
+                 ["--model", "vit", "--tensor-parallel", "2", "--device", "gpu"]):
+        ce.bad_flag(exe, "strata_train", ["--data", missing] + args, "--tensor-parallel")
 
 
 def check_precision(exe, mnist_cnn, data):

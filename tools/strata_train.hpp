@@ -42,6 +42,7 @@ struct Flags {
     std::string lr_schedule = "constant";  // --lr-schedule: constant | cosine (linear warm-up, then cosine decay to 0)
     double warmup_epochs = 0;           // cosine: epochs of linear warm-up from 0
     std::string sync_batch_norm = "auto";  // auto | on | off: statistics over every replica's share
+    int tensor_parallel = 1;               // --tensor-parallel N: the model's layers split over N logical devices (1: whole)
     bool sync_bn = false;                  // what auto resolved to (check_flags)
     std::string augment = "auto";          // auto (the model's recipe) | on | off
     bool augmenting = false;               // what auto resolved to

@@ -88,6 +88,8 @@ Session::Session(const Job& job, int replicas_in_sync, std::function<std::pair<d
         if (replicas_in_sync >= 0) config["replicas in sync"] = std::to_string(replicas_in_sync);
         // A policy other than float32 changes the arithmetic (float32's backups read as they did).
         if (flags.compute != strata::precision::Compute::Float32) config["precision"] = flags.precision;
+        // The split changes the order of the sums over shards.
+        if (flags.tensor_parallel > 1) config["tensor parallel"] = std::to_string(flags.tensor_parallel);
         if (flags.strategy == "parameter_server")
             for (const auto& [k, v] : std::map<std::string, std::string>{
                      {"workers", std::to_string(flags.workers)}, {"servers", std::to_string(flags.servers)},
@@ -256,6 +258,11 @@ void declare_flags(CLI::App& app, Flags& f, const Tool& tool) {
                        "with more than one replica in sync; a model without batch normalization has none to sync); hybrid "
                        "takes on (in one process: each micro-batch over every replica's same micro-batch)")
             ->check(cli::one_of({"auto", "on", "off"}))->capture_default_str();
+        app.add_option("--tensor-parallel", f.tensor_parallel,
+                       "split the model's layers over N logical CPU devices of this process, as Megatron-LM splits a "
+                       "transformer (vit: every attention layer by heads, every MLP column-then-row; 2 or 4), under "
+                       "one_device, or mirrored for data x tensor parallelism (--replicas copies of the split model); 1: whole")
+            ->transform(cli::integer(1, 64))->capture_default_str();
         app.add_option("--augment", f.augment, "random crop after zero padding (--augment-pad) and, on fashion_mnist, random "
                                                "horizontal flip of the training images, drawn from --seed and the epoch "
                                                "whatever the replica count: on, off, or auto (the model's recipe: resnet on)")
@@ -578,6 +585,29 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
                                                                           " has one replica (hybrid has --replicas)"));
     }
     f.sync_bn = model.has_sync_net && ((can_sync && f.sync_batch_norm != "off") || hybrid_sync);
+    if (f.tensor_parallel > 1) {
+        // The split forms the program compiled (strata_train_tensor_parallel.cpp), in one process.
+        std::string with;
+        for (const ModelEntry& m : tool.models)
+            if (m.tensor_parallel) with += (with.empty() ? "" : ", ") + std::string(m.name);
+        if (!model.tensor_parallel)
+            throw cli::usage_error("--tensor-parallel: --model " + f.model + " has no form split over devices (" + with + " has)");
+        std::string counts;
+        bool compiled = false;
+        for (int n : model.tensor_parallel_shards) {
+            counts += (counts.empty() ? "" : " or ") + std::to_string(n);
+            compiled = compiled || n == f.tensor_parallel;
+        }
+        if (!compiled)
+            throw cli::usage_error("--tensor-parallel " + std::to_string(f.tensor_parallel) + ": --model " + f.model +
+                                   " is compiled split over " + counts + " devices");
+        if (f.strategy != "one_device" && f.strategy != "mirrored")
+            throw cli::usage_error("--tensor-parallel splits the layers over logical devices of one process: --strategy "
+                                   "one_device, or mirrored for data x tensor parallelism, not " + f.strategy);
+        if (f.device == "gpu" || app.count("--logical-gpus") || app.count("--gpu-memory-mb"))
+            throw cli::usage_error("--tensor-parallel: the split layers train on the CPU's logical devices in this program "
+                                   "(use --device cpu or auto)");
+    }
     if (app.count("--learning-rate") && !(f.learning_rate > 0))
         throw cli::usage_error("--learning-rate: expected a number > 0, found " + cli::detail::number_text(f.learning_rate));
     if (!(f.momentum < 1)) throw cli::usage_error("--momentum: expected a number in [0, 1), found " + cli::detail::number_text(f.momentum));
@@ -657,6 +687,7 @@ std::string resolve_device(const CLI::App& app, const Flags& f, const ModelEntry
     const bool gpu_flags = app.count("--logical-gpus") || app.count("--gpu-memory-mb");
     if (f.device == "cpu") return "cpu";
     const bool want_gpu = f.device == "gpu" || gpu_flags;
+    if (f.tensor_parallel > 1 && !want_gpu) return "cpu";  // the split layers: the CPU's logical devices
     const std::string asked = f.device == "gpu" ? "--device gpu" : (app.count("--logical-gpus") ? "--logical-gpus" : "--gpu-memory-mb");
 #ifndef STRATA_TRAIN_HAVE_CUDA
     // Built without CUDA (nvcc was not found when the program was configured; strata_train_gpu.cu
@@ -724,6 +755,8 @@ int run(const Tool& tool, int argc, char** argv) {
         int used_replicas = 1;
         if (device == "gpu") {
             rep = model.gpu(job, used_replicas);
+        } else if (flags.tensor_parallel > 1) {
+            rep = model.tensor_parallel(job, used_replicas);
         } else if (flags.strategy == "one_device" || flags.strategy == "mirrored" || flags.strategy == "central_storage") {
             rep = model.in_process(job, used_replicas);
         } else if (flags.strategy == "multi_worker_mirrored") {
@@ -776,6 +809,8 @@ int run(const Tool& tool, int argc, char** argv) {
                 std::printf("%-28s cosine decay to 0, after %g epochs of linear warm-up\n", "learning-rate schedule", flags.warmup_epochs);
             if (model.has_sync_net)
                 std::printf("%-28s %s\n", "batch normalization", flags.sync_bn ? "synchronized across replicas" : "per replica");
+            if (flags.tensor_parallel > 1)
+                std::printf("%-28s %d shards (logical CPU devices) each replica\n", "tensor parallel", flags.tensor_parallel);
             if (flags.augmenting)
                 std::printf("%-28s pad %d and random crop%s\n", "augmentation", flags.augment_pad,
                             flags.dataset == "fashion_mnist" ? ", horizontal flip" : "");
@@ -835,6 +870,7 @@ int run(const Tool& tool, int argc, char** argv) {
                 j["lr_schedule"] = flags.lr_schedule;
                 j["warmup_epochs"] = flags.warmup_epochs;
                 j["sync_batch_norm"] = flags.sync_bn;
+                j["tensor_parallel"] = flags.tensor_parallel;
                 j["augment"] = flags.augmenting;
                 j["augment_pad"] = flags.augmenting ? flags.augment_pad : 0;
                 j["non_trainable_params"] = model.num_non_trainable;

@@ -17,6 +17,11 @@
 #define STRATA_TRAIN_SYNC_NET 0
 #endif
 #define STRATA_TRAIN_TEXT(x) STRATA_TRAIN_TEXT_(x)
+// Whether the model has forms split by tensor parallelism (tools/meson.build passes
+// -DSTRATA_TRAIN_TENSOR_PARALLEL=1 for those that do, and compiles strata_train_tensor_parallel.cpp for them).
+#ifndef STRATA_TRAIN_TENSOR_PARALLEL
+#define STRATA_TRAIN_TENSOR_PARALLEL 0
+#endif
 
 namespace strata_train {
 
@@ -28,6 +33,8 @@ using Model = std::tuple_element_t<model_position < std::tuple_size_v<Models> ? 
 using Net = Model::Net;
 static_assert(has_sync_net<Model>() == bool(STRATA_TRAIN_SYNC_NET),
               "tools/meson.build's strata_train_sync_models must list exactly the models with a SyncNet");
+static_assert(has_tensor_parallel_net<Model>() == bool(STRATA_TRAIN_TENSOR_PARALLEL),
+              "tools/meson.build's strata_train_tensor_parallel_models must list exactly the models with tensor_parallel_shards");
 #if STRATA_TRAIN_SYNC_NET
 /// Its form with synchronized batch normalization (--sync-batch-norm).
 using SyncNet = Model::SyncNet;

@@ -100,13 +100,22 @@ struct ResNet {
 /// also builds for the GPU.
 struct ViT {
     static constexpr std::int64_t patch = 4, width = 64, depth = 4, heads = 4, mlp = 128;
-    using Attention = strata::nn::Residual<strata::nn::LayerNormalization<>, strata::nn::MultiHeadAttention<heads, width / heads>>;
-    using Mlp = strata::nn::Residual<strata::nn::LayerNormalization<>, strata::nn::TokenDense<mlp, strata::nn::GELU>,
-                                     strata::nn::TokenDense<width>>;
-    using Net = strata::nn::Sequential<strata::nn::Input<28, 28, 1>, strata::nn::PatchEmbedding<patch, width>,
-                                       strata::nn::PositionEmbedding<>, Attention, Mlp, Attention, Mlp, Attention, Mlp, Attention,
-                                       Mlp, strata::nn::LayerNormalization<>, strata::nn::GlobalAveragePooling1D,
-                                       strata::nn::Dense<10, strata::nn::Softmax>>;
+    // The network with its attention layer and its MLP's two layers as parameters: the plain
+    // layers (Net), or the same split over devices (TensorParallelNet).
+    template <class Attend, class Up, class Down>
+    struct With {
+        using Attention = strata::nn::Residual<strata::nn::LayerNormalization<>, Attend>;
+        using Mlp = strata::nn::Residual<strata::nn::LayerNormalization<>, Up, Down>;
+        using Net = strata::nn::Sequential<strata::nn::Input<28, 28, 1>, strata::nn::PatchEmbedding<patch, width>,
+                                           strata::nn::PositionEmbedding<>, Attention, Mlp, Attention, Mlp, Attention, Mlp,
+                                           Attention, Mlp, strata::nn::LayerNormalization<>, strata::nn::GlobalAveragePooling1D,
+                                           strata::nn::Dense<10, strata::nn::Softmax>>;
+    };
+    using Net = typename With<strata::nn::MultiHeadAttention<heads, width / heads>, strata::nn::TokenDense<mlp, strata::nn::GELU>,
+                              strata::nn::TokenDense<width>>::Net;
+    /// --tensor-parallel N, for each N here: With<> of the split layers (strata_train_tensor_parallel.cpp
+    /// makes it; each N divides the 4 heads and the MLP's 128 features).
+    static constexpr std::array<int, 2> tensor_parallel_shards{2, 4};
     static constexpr std::string_view name = "vit";
     static constexpr std::string_view description =
         "a Vision Transformer: patch 4 (49 tokens), width 64, depth 4, 4 heads, MLP 128 GELU, mean pooling, 139k variables";
@@ -130,6 +139,15 @@ constexpr Recipe recipe_of() {
 template <class M>
 constexpr bool has_sync_net() {
     return requires { typename M::SyncNet; };
+}
+
+/// Whether model M has forms split over devices by tensor parallelism (--tensor-parallel N for
+/// each N of its `tensor_parallel_shards`): a transformer whose `With<Attention, Up, Down>`
+/// takes its attention layer and its MLP's two layers, which strata_train_tensor_parallel.cpp
+/// replaces with Megatron's split forms.
+template <class M>
+constexpr bool has_tensor_parallel_net() {
+    return requires { M::tensor_parallel_shards; };
 }
 
 /// Whether model M trains on the GPU (--device gpu): unless it says `on_gpu = false`.

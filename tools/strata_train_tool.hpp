@@ -35,6 +35,9 @@ Report train_pipeline(const Job& job, int& replicas_in_sync);
 /// --strategy multi_worker_mirrored (strata_train_mw.cpp, where MPI is found).
 template <class M>
 Report train_multi_worker(const Job& job, int& replicas_in_sync);
+/// --tensor-parallel N (strata_train_tensor_parallel.cpp, for the models with a split form).
+template <class M>
+Report train_tensor_parallel(const Job& job, int& replicas_in_sync);
 /// --device gpu (strata_train_gpu.cu, where nvcc is found).
 template <class M>
 Report train_on_gpu(const Job& job, int& replicas_in_sync);
@@ -51,6 +54,8 @@ struct ModelEntry {
     Recipe recipe{};                 // the flags' defaults for it
     std::int64_t num_non_trainable = 0;  // batch normalization's moving statistics
     bool has_sync_net = false;       // a form with synchronized batch normalization (--sync-batch-norm)
+    Trainer tensor_parallel = nullptr;  // null where the model has no split form (--tensor-parallel)
+    std::vector<int> tensor_parallel_shards{};  // the shard counts --tensor-parallel takes for it
 };
 
 /// Model M's entry: its facts and its trainers.
@@ -62,6 +67,10 @@ ModelEntry entry() {
     e.recipe = recipe_of<M>();
     e.num_non_trainable = Net::num_non_trainable();
     e.has_sync_net = has_sync_net<M>();
+    if constexpr (has_tensor_parallel_net<M>()) {
+        e.tensor_parallel = &train_tensor_parallel<M>;
+        e.tensor_parallel_shards.assign(M::tensor_parallel_shards.begin(), M::tensor_parallel_shards.end());
+    }
 #ifdef STRATA_TRAIN_HAVE_MPI
     e.multi_worker = &train_multi_worker<M>;
 #endif

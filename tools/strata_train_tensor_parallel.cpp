@@ -1,0 +1,59 @@
+// tools/strata_train --tensor-parallel N: a transformer (a model with `tensor_parallel_shards`,
+// strata_train_models.hpp) with every attention layer split by heads and every MLP
+// column-then-row over N logical CPU devices, as Megatron-LM splits it
+// (distribute/tensor_parallel_attention.hpp), under --strategy one_device or mirrored (data ×
+// tensor parallelism: --replicas copies of the split model). One process: the shards are threads
+// of this process, each inside its logical device. A unit of its own, compiled only for the
+// models in tools/meson.build's strata_train_tensor_parallel_models, so that the split forms
+// cost the other models and mnist_cnn no compile time.
+#include "strata_train_model.hpp"
+
+#include <strata/distribute/tensor_parallel_attention.hpp>
+
+#include <vector>
+
+namespace strata_train {
+
+namespace {
+// Model M's network with its attention and MLP layers split over N shards: the same variables,
+// names and initial values as M::Net (so the two train alike, to the order of the sums, and
+// share checkpoints); one sum over the shards in each block's forward and one in its backward.
+template <class M, int N>
+using SplitNet =
+    typename M::template With<strata::distribute::TensorParallelMultiHeadAttention<M::heads, M::width / M::heads, 0, N>,
+                              strata::distribute::TensorParallelTokenDense<M::mlp, strata::nn::GELU, N, strata::distribute::Columns>,
+                              strata::distribute::TensorParallelTokenDense<M::width, strata::nn::Linear, N, strata::distribute::Rows>>::Net;
+
+template <class M, int N>
+Report train_split(const Job& job, int& replicas_in_sync) {
+    namespace sd = strata::distribute;
+    namespace pd = strata::place;
+    using Net = SplitNet<M, N>;
+    static_assert(Net::num_params == M::Net::num_params, "the split network must hold the plain network's variables");
+    const Flags& f = job.flags;
+    // N logical devices of the CPU: shard j of every split layer runs inside device j.
+    const auto cpu = pd::list_physical_devices(pd::DeviceKind::Cpu).front();
+    pd::set_logical_device_configuration(cpu, std::vector<pd::LogicalDeviceConfiguration>(std::size_t(N)), pd::Oversubscribe::Yes);
+    if (f.strategy == "one_device") {
+        sd::OneDevice<> s(f.threads);
+        replicas_in_sync = 1;
+        return train<Net>(s, job);
+    }
+    const sd::StrategyOptions opts{.cores_per_replica = f.threads, .timeout = std::chrono::milliseconds(f.timeout_ms)};
+    sd::Mirrored<> s(f.replicas, opts);
+    replicas_in_sync = s.num_replicas_in_sync();
+    return train<Net>(s, job);
+}
+}  // namespace
+
+template <class M>
+Report train_tensor_parallel(const Job& job, int& replicas_in_sync) {
+    static_assert(M::tensor_parallel_shards == std::array<int, 2>{2, 4},
+                  "strata_train_tensor_parallel.cpp compiles 2 and 4 shards: the model's tensor_parallel_shards must say so");
+    // check_flags refused every other count, strategy and device.
+    if (job.flags.tensor_parallel == 2) return train_split<M, 2>(job, replicas_in_sync);
+    return train_split<M, 4>(job, replicas_in_sync);
+}
+template Report train_tensor_parallel<Model>(const Job&, int&);
+
+}  // namespace strata_train
