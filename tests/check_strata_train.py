@@ -21,7 +21,7 @@ data set written here (IDX files; no download):
   * --precision: float32 by default (the JSON says so, with no loss scale); tf32 trains what
     float32 trains on a host, bit for bit; mixed_bfloat16 trains and says so; mixed_float16
     reports its loss scale and skipped steps (mirrored over 2 replicas); an unknown name, and
-    mixed_float16 under parameter_server, pipeline or hybrid, are usage errors (exit 2) before
+    mixed_float16 under parameter_server, are usage errors (exit 2) before
     any data is read, in strata_train and mnist_cnn; under --mpirun a rank with another
     --precision is refused, naming it.
 
@@ -135,7 +135,8 @@ def check_resnet(exe, data):
                            "--optimizer", "adam", "--lr-schedule", "constant", "--global-clipnorm", "1"], True),
                          # the hybrid syncs each micro-batch over its replicas when asked, not by default
                          (["--strategy", "hybrid", "--replicas", "2", "--micro-batches", "2"], False),
-                         (["--strategy", "hybrid", "--replicas", "2", "--micro-batches", "2", "--sync-batch-norm", "on"], True)):
+                         (["--strategy", "hybrid", "--replicas", "2", "--micro-batches", "2", "--sync-batch-norm", "on",
+                           "--global-clipnorm", "1"], True)):
         doc = ce.json_run(exe, "strata_train", base + args, fields)
         if doc:
             ce.check(doc["sync_batch_norm"] == synced, f"strata_train resnet {' '.join(args)}: sync_batch_norm {doc['sync_batch_norm']}")
@@ -143,7 +144,7 @@ def check_resnet(exe, data):
     for args, flag in ((["--model", "resnet", "--strategy", "parameter_server", "--sync-batch-norm", "on"], "--sync-batch-norm"),
                        (["--model", "resnet", "--strategy", "pipeline", "--sync-batch-norm", "on"], "--sync-batch-norm"),
                        (["--model", "cnn", "--strategy", "mirrored", "--sync-batch-norm", "on"], "--sync-batch-norm"),
-                       (["--model", "resnet", "--strategy", "pipeline", "--global-clipnorm", "1"], "--global-clipnorm"),
+                       (["--model", "resnet", "--strategy", "parameter_server", "--global-clipnorm", "1"], "--global-clipnorm"),
                        (["--model", "resnet", "--optimizer", "adam", "--weight-decay", "0.1"], "--weight-decay"),
                        (["--model", "cnn", "--warmup-epochs", "1"], "--warmup-epochs"),
                        (["--model", "cnn", "--augment-pad", "3"], "--augment-pad")):
@@ -204,8 +205,8 @@ def check_precision(exe, mnist_cnn, data):
             ce.check("float32, tf32, mixed_bfloat16, mixed_float16" in r.stderr and "'float8'" in r.stderr,
                      f"{name} --precision float8: the error does not list the policies: {r.stderr.strip()!r}")
         # mixed_float16's loss scale needs one skip decision for every replica: refused, saying
-        # why and what to use instead.
-        for strategy in ("parameter_server", "pipeline", "hybrid"):
+        # why and what to use instead, where the workers apply their gradients alone.
+        for strategy in ("parameter_server",):
             args = ["--data", missing, "--strategy", strategy, "--precision", "mixed_float16"]
             if ce.bad_flag(prog, name, args, "--precision mixed_float16"):
                 r = ce.run([prog] + args)
@@ -230,6 +231,16 @@ def check_precision(exe, mnist_cnn, data):
                  and 0 <= skipped <= 2 and doc["optimizer_iterations"] == 2 - skipped
                  and doc["loss_scale"] == 32768.0 / 2 ** skipped and len(doc["epoch_loss"]) == 1,
                  f"strata_train --precision mixed_float16 --strategy mirrored JSON: {doc}")
+    # ... and a pipeline's stages, which sum their gradients' squares before any applies, and the
+    # hybrid, its copies too: one decision a step, the same counts as above.
+    for args in (["--strategy", "pipeline"], ["--strategy", "hybrid", "--replicas", "2", "--micro-batches", "2"]):
+        doc = ce.json_run(exe, "strata_train", ["--data", data, "--precision", "mixed_float16"] + args + SHORT,
+                          fields + ["loss_scale", "skipped_steps", "optimizer_iterations"])
+        if doc:
+            skipped = doc["skipped_steps"]
+            ce.check(doc["precision"] == "mixed_float16" and isinstance(skipped, int) and 0 <= skipped <= 2
+                     and doc["optimizer_iterations"] == 2 - skipped and doc["loss_scale"] == 32768.0 / 2 ** skipped,
+                     f"strata_train --precision mixed_float16 {' '.join(args)} JSON: {doc}")
     # tf32 is float32 on a host: the same weights after the same steps.
     with tempfile.TemporaryDirectory() as d:
         saved = {}

@@ -240,16 +240,26 @@ TEST_CASE("SyncBatchNormalization in the hybrid: replicas sum each micro-batch's
     }
 }
 
-TEST_CASE("global_clipnorm: strategies whose optimizer states hold a part of the model refuse it at compile") {
-    const strata::optim::Optimizer clipped = strata::optim::SGD{.learning_rate = 0.1, .global_clipnorm = 1.0};
+TEST_CASE("global_clipnorm in a pipeline and the hybrid: the norm of the whole model's gradient, summed over the stages") {
+    // Each stage updates its own layers, but the scale is the whole gradient's: the stages'
+    // sums of squares are summed over the stages of each replica before any stage applies.
+    // Small enough to clip every step (the moving statistics are not part of the norm).
+    const strata::optim::Optimizer clipped = strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9, .global_clipnorm = 0.05};
+    const strata::optim::Optimizer plain = strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9};
     using S = dist::Pipeline<strata::place::Host, dist::GPipe, dist::split::At<4>>;
-    S pipeline({.micro_batches = 2});
-    strata::Model<PlainNet, S, double> model(pipeline, 1);
-    try {
-        model.compile(strata::loss::SparseCategoricalCrossentropy{}, clipped);
-        FAIL("a pipeline compiled with global_clipnorm");
-    } catch (const strata::ValueError& e) {
-        CHECK(std::string(e.what()).find("global_clipnorm") != std::string::npos);
+    using F = dist::Pipeline<strata::place::Host, dist::OneFOneB, dist::split::At<2, 6>>;
+    for (std::size_t global : {12u, 10u}) {
+        CAPTURE(global);
+        dist::OneDevice<> one;
+        const auto reference = train_with<SyncNet>(one, 3, global, clipped);
+        dist::OneDevice<> one_unclipped;
+        CHECK(max_relative_difference(train_with<SyncNet>(one_unclipped, 3, global, plain), reference) > 1e-3);  // it clips
+        S two_stages({.micro_batches = 1});  // one micro-batch: the batch's statistics, one device's
+        CHECK(max_relative_difference(train_with<SyncNet>(two_stages, 3, global, clipped), reference) <= 1e-10);
+        F three_stages({.micro_batches = 1});
+        CHECK(max_relative_difference(train_with<SyncNet>(three_stages, 3, global, clipped), reference) <= 1e-10);
+        S hybrid({.micro_batches = 1, .replicas = 2});  // the stages' gradients summed over the copies, then the norm
+        CHECK(max_relative_difference(train_with<SyncNet>(hybrid, 3, global, clipped), reference) <= 1e-10);
     }
 }
 

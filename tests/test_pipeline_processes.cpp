@@ -139,6 +139,37 @@ TEST_CASE("synchronized batch normalization in the hybrid across processes: each
     CHECK(strata_test::has(msg, "a batch of 6 over 2 replicas gives 3"));
 }
 
+TEST_CASE("global_clipnorm across processes: the norm of the whole model's gradient, summed over the stages' ranks") {
+    // Small enough to clip every step; each stage's process sums its part's squares with the
+    // other stages of its replica before it applies.
+    const strata::optim::Optimizer clipped = strata::optim::Adam{.learning_rate = 0.01, .global_clipnorm = 0.05};
+    auto run = [&](auto& s) {
+        strata::Model<Net, std::remove_reference_t<decltype(s)>, double> model(s, 5);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, clipped);
+        model.fit(data(48).batch(12), {.epochs = 2, .verbose = 0});
+        return model.get_weights();
+    };
+    sd::OneDevice<> one;
+    const auto reference = run(one);
+    {
+        strata::Model<Net, sd::OneDevice<>, double> unclipped(one, 5);
+        unclipped.compile(strata::loss::SparseCategoricalCrossentropy{}, adam);
+        unclipped.fit(data(48).batch(12), {.epochs = 2, .verbose = 0});
+        CHECK(strata_test::max_relative_difference(unclipped.get_weights(), reference) > 1e-3);  // it clips
+    }
+    using Two = sd::Pipeline<strata::place::Host, sd::GPipe, sd::split::Balanced<2>>;
+    using Four = sd::Pipeline<strata::place::Host, sd::OneFOneB, sd::split::Balanced<4>>;
+    if (world() == 2) {
+        Two p({.micro_batches = 2, .timeout = std::chrono::seconds(20), .processes = sd::pipeline_processes()});
+        CHECK(strata_test::max_relative_difference(run(p), reference) <= 1e-12);
+    } else if (world() == 4) {
+        Four p({.micro_batches = 2, .timeout = std::chrono::seconds(20), .processes = sd::pipeline_processes()});
+        CHECK(strata_test::max_relative_difference(run(p), reference) <= 1e-12);
+        Two hybrid({.micro_batches = 2, .replicas = 2, .timeout = std::chrono::seconds(20), .processes = sd::pipeline_processes()});
+        CHECK(strata_test::max_relative_difference(run(hybrid), reference) <= 1e-12);
+    }
+}
+
 TEST_CASE("a job of the wrong size is refused on every rank, naming the count expected") {
     using S = sd::Pipeline<strata::place::Host, sd::GPipe, sd::split::Balanced<3>>;
     const std::string e = strata_test::error_of([] { S p({.processes = sd::pipeline_processes()}); });

@@ -261,6 +261,26 @@ TEST_CASE("MixedFloat16: a step whose gradient overflows is skipped (nothing mov
         CHECK(r.loss_scale().scale == st.scale);
         CHECK(max_abs_diff(r.get_weights(), reference) < 1e-3);
     }
+    // A pipeline's stages each update their own layers, and take one decision: the stages'
+    // sums of squares are summed before any applies. At<3> puts the last Dense alone on stage
+    // 1: its kernel's gradient is computed in float32 and stays finite under a scale at which
+    // the float16 input gradient it hands to stage 0 overflows, so stages deciding alone would
+    // disagree (stage 1 would apply the first step, stage 0 skip it).
+    // One micro-batch a step, and the hybrid's two copies: one device's decisions.
+    using S = dist::Pipeline<strata::place::Host, dist::GPipe, dist::split::At<3>>;
+    for (int replicas : {1, 2}) {
+        CAPTURE(replicas);
+        S pipeline({.micro_batches = 1, .replicas = replicas});
+        strata::Model<ImgNet, S, prec::MixedFloat16> r(pipeline, 7);
+        r.compile(strata::loss::SparseCategoricalCrossentropy{}, sgd);
+        r.fit(images(12, 5).batch(12), {.epochs = 1, .verbose = 0});
+        CHECK(r.get_weights() == w0);
+        r.fit(images(12 * 40, 5).batch(12), {.epochs = 1, .verbose = 0});
+        CHECK(r.loss_scale().skipped_steps == st.skipped_steps);
+        CHECK(r.loss_scale().scale == st.scale);
+        CHECK(r.optimizer_iterations() == m.optimizer_iterations());
+        CHECK(max_abs_diff(r.get_weights(), reference) < 1e-3);
+    }
 }
 
 TEST_CASE("MixedFloat16: a scale that would fall below its floor stops with an error naming the step and the layer") {

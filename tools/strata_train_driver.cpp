@@ -524,16 +524,16 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
             throw cli::usage_error(std::string(name) + " is a pipeline/hybrid flag; it means nothing for --strategy " + f.strategy);
     // --precision (its name was checked by the flag): mixed_float16's loss scale skips a step whose
     // gradient is not finite, a decision every replica must take alike on one reduced gradient,
-    // which the parameter server's workers (each applied alone) and a pipeline's stages (each
-    // updating its own layers) do not share: refused before any data is read, as set_precision would.
+    // which the parameter server's workers (each applied alone) do not share: refused before any
+    // data is read, as set_precision would. (A pipeline's stages sum their parts' squares first.)
     if (!strata::precision::parse(f.precision, f.compute))
         throw cli::usage_error("--precision: expected one of float32, tf32, mixed_bfloat16, mixed_float16; found '" + f.precision + "'");
-    if (f.compute == strata::precision::Compute::Float16 && (ps || piped))
+    if (f.compute == strata::precision::Compute::Float16 && ps)
         throw cli::usage_error("--precision mixed_float16 needs replicas that step together on one reduced gradient, so that a "
                                "step whose gradient overflowed is skipped by all of them (its dynamic loss scale), and --strategy " +
-                               f.strategy + (ps ? " applies each worker's gradient on its own" : " updates each stage's layers apart") +
-                               ": use --precision mixed_bfloat16 (float32's range, no loss scale), or --strategy one_device, "
-                               "mirrored, central_storage or multi_worker_mirrored");
+                               f.strategy + " applies each worker's gradient on its own: use --precision mixed_bfloat16 (float32's "
+                               "range, no loss scale), or --strategy one_device, mirrored, central_storage, multi_worker_mirrored, "
+                               "pipeline or hybrid");
     if (f.strategy == "pipeline" && f.replicas != 1)
         throw cli::usage_error("--strategy pipeline takes --replicas 1 (R pipelines are --strategy hybrid), found --replicas " +
                                std::to_string(f.replicas));
@@ -566,10 +566,10 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
         throw cli::usage_error("--weight-decay is adamw's (decoupled weight decay); it means nothing for --optimizer " + f.optimizer);
     if (f.lr_schedule != "cosine" && given("--warmup-epochs"))
         throw cli::usage_error("--warmup-epochs is the cosine schedule's; give --lr-schedule cosine");
-    if (f.global_clipnorm > 0 && (ps || piped))
+    if (f.global_clipnorm > 0 && ps)
         throw cli::usage_error("--global-clipnorm needs the whole model's gradient in one place, and --strategy " + f.strategy +
-                               " updates each " + (ps ? "server's shards" : "stage's layers") +
-                               " from its own part: use mirrored, central_storage or multi_worker_mirrored");
+                               " updates each server's shards from its own part: use mirrored, central_storage, "
+                               "multi_worker_mirrored, pipeline or hybrid");
     // Synchronized batch normalization: where the replicas step together, on shares of one batch.
     const bool can_sync = f.strategy == "mirrored" || f.strategy == "central_storage" || f.strategy == "multi_worker_mirrored";
     // The hybrid syncs each micro-batch over the replicas when asked (on), never by default: its

@@ -274,6 +274,9 @@ public:
     /// Sums over the R copies of this rank's stage (the hybrid's gradients), in place.
     virtual void sum_copies(std::span<double> values) = 0;
     virtual void sum_copies(std::span<float> values) = 0;
+    /// Sums over the P stages of this rank's replica, in place (what a step decides from the
+    /// whole model's gradient: global_clipnorm's norm, the loss scale's finiteness).
+    virtual void sum_stages(std::span<double> values) = 0;
     virtual void barrier() = 0;
     /// Checks that every rank passes the same `settings` (the model, the optimizer): a
     /// ValueError on every rank naming each one that differs and which rank has what.
@@ -360,6 +363,9 @@ public:
     bool scoped() const { return scoped_; }
     /// The R copies of stage s, for the hybrid's all-reduce.
     collective::ReplicaGroup& stage_group(int s) { return *groups_[std::size_t(s)]; }
+    /// The P stages of replica r (in one process), for what a step decides from the whole
+    /// model's gradient (global_clipnorm's norm, the loss scale's finiteness).
+    collective::ReplicaGroup& pipeline_group(int r) { return *pipelines_[std::size_t(r)]; }
 
     /// Runs `fn(replica, stage)` on every stage's thread, inside its device, and waits for all.
     /// `on_failure(replica, stage)` runs on a failing stage's thread at once (it must wake the
@@ -384,7 +390,8 @@ private:
     bool host_;
     bool one_f_one_b_ = false;  // the schedule: the type's, or options_.schedule under AnySchedule
     std::vector<place::LogicalDevice> devices_;
-    std::vector<std::unique_ptr<collective::ReplicaGroup>> groups_;
+    std::vector<std::unique_ptr<collective::ReplicaGroup>> groups_;     // [s]: stage s's R copies
+    std::vector<std::unique_ptr<collective::ReplicaGroup>> pipelines_;  // [r]: replica r's P stages
     std::unique_ptr<ReplicaPool> pool_;
     int cores_ = 1;
     int rank_ = 0;

@@ -154,12 +154,10 @@ public:
     /// Whether the strategy steps all replicas in lockstep on one global batch (everything but
     /// ParameterServer); only then are the pieces of a step (compute_gradients, ...) offered.
     static constexpr bool lockstep = path_type::lockstep;
-    static_assert(precision::compute_of<Precision>() != precision::Compute::Float16 ||
-                      (lockstep && !path_type::pipelined),
+    static_assert(precision::compute_of<Precision>() != precision::Compute::Float16 || lockstep,
                   "strata::Model: precision::MixedFloat16 needs a strategy whose replicas step together on one reduced "
                   "gradient, so that a step with a non-finite gradient is skipped by all of them (ParameterServer applies "
-                  "each worker's gradient alone; a Pipeline's stages apply their parts apart): use MixedBFloat16, which "
-                  "needs no loss scale");
+                  "each worker's gradient alone): use MixedBFloat16, which needs no loss scale");
 
     /// A model with its own Default strategy (one replica, all host cores).
     explicit Model(std::uint64_t seed = 0)
@@ -206,17 +204,16 @@ public:
     /// The precision the layers compute in (Precision's; under precision::Any, set_precision's).
     precision::Compute dtype_policy() const { return compute_; }
     /// precision::Any only: the policy, chosen at run time, before compile. Refuses (ValueError)
-    /// what the compile-time policy would refuse to compile: float16 under ParameterServer or
-    /// Pipeline.
+    /// what the compile-time policy would refuse to compile: float16 under ParameterServer.
     void set_precision(precision::Compute c) {
         static_assert(std::is_same_v<Precision, precision::Any>,
                       "strata::Model::set_precision: the precision is fixed at compile time (Model's third argument); "
                       "only precision::Any chooses it at run time");
         STRATA_CHECK(!compiled_, ValueError, "set_precision: call it before compile (the optimizer's loss scale depends on it)");
-        STRATA_CHECK(c != precision::Compute::Float16 || (lockstep && !path_type::pipelined), ValueError,
+        STRATA_CHECK(c != precision::Compute::Float16 || lockstep, ValueError,
                      "set_precision: mixed_float16 needs a strategy whose replicas step together on one reduced gradient, so "
                      "that a step with a non-finite gradient is skipped by all of them (ParameterServer applies each worker's "
-                     "gradient alone; a Pipeline's stages apply their parts apart): use mixed_bfloat16, which needs no loss scale");
+                     "gradient alone): use mixed_bfloat16, which needs no loss scale");
         STRATA_CHECK((!std::is_same_v<T, double> || c == precision::Compute::Float32), ValueError,
                      "set_precision: a double model computes in double");
         compute_ = c;
@@ -561,6 +558,7 @@ private:
     }
     precision::Compute compute_ = precision::compute_of<Precision>();  // what the layers compute in
     bool weights_given_ = false;     // set_weights (and so load and a restored backup) gave them
+    double staged_loss_scale_ = 1;   // a pipelined step's loss scale (StagedWork::prepare)
     bool untrained_warned_ = false;  // statistics_untrained() said once
 
     using Base = train::ModelBase<T>;
@@ -656,6 +654,10 @@ private:
             u.staged_target = m->stage_target(u, b.y.data(), b.size, b.y_per_example);
             u.staged_weights = b.w.empty() && m->class_weight_.empty() ? nullptr
                                                                        : m->stage_weights(u, b.w, b.size, b.y_per_example, true);
+            // Under a loss scale the loss's gradient is S times the loss's (see make_unit_work);
+            // read here, on the caller's thread, before any stage runs (the stages' updates at
+            // the step's end change it).
+            m->staged_loss_scale_ = precision::scales_loss(m->compute_) ? m->path_.loss_scale_state().scale : 1.0;
             // The stages read the batch from their own threads and streams: the copies are done.
             P::synchronize();
             return x;
@@ -672,7 +674,7 @@ private:
             const std::int64_t count = out.dim(0);
             const TensorView<T, P> target = u.staged_target.slice(first, count);
             const T* weights = u.staged_weights ? u.staged_weights + first : nullptr;
-            m->score(u, out, target, out_grad, denominator, weights);
+            m->score(u, out, target, out_grad, denominator / m->staged_loss_scale_, weights);
             (void)b;
         }
         distribute::UnitWork result(int r, const distribute::ReplicaBatch<Y>& b) const {

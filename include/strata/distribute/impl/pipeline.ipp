@@ -62,6 +62,10 @@ STRATA_DECL PipelineRuntime::PipelineRuntime(PipelineOptions options, int stages
     pick_devices(threads);
     for (int s = 0; s < stages_; ++s)
         groups_.push_back(std::make_unique<collective::ReplicaGroup>(o.replicas, collective::GroupOptions{o.timeout}));
+    // A stage reaches the step's end while its neighbours may still be busy with their last
+    // micro-batches: it waits the timeout times the stages, as a neighbour's message does.
+    for (int r = 0; r < o.replicas; ++r)
+        pipelines_.push_back(std::make_unique<collective::ReplicaGroup>(stages_, collective::GroupOptions{o.timeout * stages_}));
     pool_ = std::make_unique<ReplicaPool>(threads, [this](int t) { enter_device(t); }, /*always_threads=*/true);
 }
 

@@ -42,6 +42,16 @@ public:
         stages_ = stages;
         replicas_ = replicas;
         box_ = std::make_unique<collective::Mailbox>(comm_, timeout, [this](int q) { return name(q); });
+        if (stages > 1) {
+            // The P stages of this rank's replica (every rank is known to be here: the split
+            // cannot wait forever).
+            MPI_Comm line;
+            MPI_Comm_split(comm_, rank_ / stages, rank_ % stages, &line);
+            collective::ProcessGroupOptions lo = o;
+            lo.settings = {};
+            stages_group_ = std::make_unique<collective::ProcessGroup>(line, 1, lo);
+            MPI_Comm_free(&line);
+        }
         if (replicas > 1) {
             // Every rank is known to be here (the group joined): the split cannot wait forever.
             MPI_Comm copies;
@@ -68,12 +78,17 @@ public:
     void sum_all(std::span<float> v) override { all_->all_reduce(0, v, collective::ReduceOp::Sum, SyncPoint{"all_reduce", "Pipeline: sum over the stages"}); }
     void sum_copies(std::span<double> v) override { sum_over_copies(v); }
     void sum_copies(std::span<float> v) override { sum_over_copies(v); }
+    void sum_stages(std::span<double> v) override {
+        if (stages_group_)
+            stages_group_->all_reduce(0, v, collective::ReduceOp::Sum, SyncPoint{"all_reduce", "Pipeline: a step's sum over the stages"});
+    }
     void barrier() override { all_->barrier(0, SyncPoint{"barrier", "Pipeline"}); }
     void agree(const collective::Settings& settings, std::string_view what) override { all_->agree(settings, what); }
     void fail(std::string_view why) noexcept override {
         collective::mpi::job_failed() = true;  // MPI_Finalize would wait for ranks that may be gone
         if (all_) all_->abort(why);
         if (copies_) copies_->abort(why);
+        if (stages_group_) stages_group_->abort(why);
     }
 
 private:
@@ -84,7 +99,7 @@ private:
 
     MPI_Comm comm_;
     int rank_ = 0, size_ = 1, stages_ = 1, replicas_ = 1;
-    std::unique_ptr<collective::ProcessGroup> all_, copies_;
+    std::unique_ptr<collective::ProcessGroup> all_, copies_, stages_group_;
     std::unique_ptr<collective::Mailbox> box_;
 };
 }  // namespace detail

@@ -228,9 +228,6 @@ public:
     }
 
     void compile(const optim::Optimizer& o, const collective::Settings& agreed) {
-        STRATA_CHECK(optim::global_clipnorm_of(o) == 0, ValueError, "Pipeline: global_clipnorm (", optim::global_clipnorm_of(o),
-                     ") needs the norm of the whole model's gradient, and each stage updates its own layers from its own part; "
-                     "train without it, or under Mirrored, CentralStorage or MultiWorkerMirrored");
         if (across()) strategy_->processes().agree(agreed, "compile's settings");
         const auto infos = Net::parameters();
         run_all([&](int r, int st) {
@@ -446,6 +443,8 @@ private:
     void backward_micro(int r, std::size_t s, std::int64_t k, std::int64_t m, std::int64_t n, const nn::Mode& mode);
     // Stage s of replica r's part of a training step over a share of n examples.
     void train_stage(int r, std::size_t s, std::int64_t n, const TensorView<T, P>& x, const nn::Mode& mode, LossFn loss);
+    // Stage s of replica r's update, once its gradient is complete (and summed over its copies).
+    void apply_stage(int r, std::size_t s);
 
     // ---- across processes: the messages between neighbouring stages -------------------------------
     // A message is a head (the micro-batch, its end on the virtual clock) and the values; its
@@ -675,8 +674,10 @@ void PipelinePath<P, Net, T>::run_all(FunctionRef<void(int, int)> fn) {
     try {
         strategy_->run_stages(wrapped, [](int, int) {});
     } catch (...) {
-        if (!across())
+        if (!across()) {
             for (std::size_t s = 0; s < S; ++s) strategy_->stage_group(int(s)).reset();
+            for (int q = 0; q < units(); ++q) strategy_->pipeline_group(q).reset();
+        }
         if (failed) throw_error<DistributedError>(first);
         throw;
     }
@@ -706,6 +707,7 @@ void PipelinePath<P, Net, T>::abort_all(int r, int s, const std::string& why) {
         rep->flow.cv.notify_all();
     }
     for (std::size_t q = 0; q < S; ++q) strategy_->stage_group(int(q)).abort(r, "stage " + std::to_string(s) + " threw");
+    for (int q = 0; q < units(); ++q) strategy_->pipeline_group(q).abort(q == r ? int(s) : 0, "stage " + std::to_string(s) + " threw");
 }
 
 template <class P, class Net, class T>
@@ -879,7 +881,30 @@ void PipelinePath<P, Net, T>::train_stage(int r, std::size_t s, std::int64_t n, 
         } else
             throw_error<ValueError>("Pipeline: replicas > 1 (the hybrid) needs host memory; on GPUs use replicas = 1");
     }
-    d.opt.apply(d.params.data(), d.grads.data());
+    apply_stage(r, s);
+}
+
+template <class P, class Net, class T>
+void PipelinePath<P, Net, T>::apply_stage(int r, std::size_t s) {
+    auto& d = stage(r, s);
+    if (!d.opt.clips_gradients()) {
+        d.opt.apply(d.params.data(), d.grads.data());
+        return;
+    }
+    // global_clipnorm's norm and the loss scale's finiteness are the whole model's gradient's:
+    // each stage's sum of squares is summed over the stages of its replica (every copy of a
+    // stage holds the same gradient once the hybrid's all-reduce is done, so every stage of
+    // every replica takes the same decision: one scale, or one skip, for the whole step).
+    double squares = d.num_params > 0 ? d.opt.squared_gradient_norm(d.grads.data()) : 0.0;
+    if (S > 1) {
+        STRATA_PROFILE_MODEL("all-reduce");
+        const std::span<double> v(&squares, 1);
+        if (across()) strategy_->processes().sum_stages(v);
+        else strategy_->pipeline_group(r).all_reduce(int(s), v);
+    }
+    d.opt.prepare_step_from_squared_norm(squares);
+    d.opt.apply_range(d.params.data(), d.grads.data(), 0, d.num_params);
+    d.opt.advance();
 }
 
 }  // namespace detail
