@@ -11,7 +11,7 @@ the table reports the median of the repetitions.
 
 Needs: build/tools/mnist_cnn (meson compile -C build mnist_cnn), MNIST in data/mnist
 (scripts/fetch-mnist data/mnist), and PyTorch in /usr/bin/python3 (Debian's python3-torch;
-scripts/install-deps --bench). Uses only the standard library itself.
+scripts/install-deps installs it). Uses only the standard library itself.
 """
 import argparse
 import json

@@ -18,7 +18,7 @@ one replica each) with --sync-batch-norm on and off.
 
 Needs: build/tools/strata_train, the data set (scripts/fetch-fashion-mnist data/fashion_mnist or
 scripts/fetch-mnist data/mnist), and PyTorch in /usr/bin/python3 (Debian's python3-torch;
-scripts/install-deps --bench).
+scripts/install-deps installs it).
 """
 import argparse
 import json
