@@ -126,8 +126,8 @@ def check_resnet(exe, data):
     doc = ce.json_run(exe, "strata_train", base, fields)
     if doc:
         ce.check(doc["model"] == "resnet" and doc["model_params"] == 78042 and doc["non_trainable_params"] == 480
-                 and doc["optimizer"] == "adamw" and doc["weight_decay"] == 0.05 and doc["lr_schedule"] == "cosine"
-                 and doc["warmup_epochs"] == 1 and doc["learning_rate"] == 0.002 and doc["augment"] and doc["augment_pad"] == 2
+                 and doc["optimizer"] == "adamw" and doc["weight_decay"] == 0.01 and doc["lr_schedule"] == "cosine"
+                 and doc["warmup_epochs"] == 1 and doc["learning_rate"] == 0.004 and doc["augment"] and doc["augment_pad"] == 1
                  and not doc["sync_batch_norm"], f"strata_train --model resnet (its recipe) JSON: {doc}")
     for args, synced in ((["--strategy", "mirrored", "--replicas", "2"], True),
                          (["--strategy", "mirrored", "--replicas", "2", "--sync-batch-norm", "off"], False),

@@ -559,6 +559,7 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
     if (!given("--lr-schedule")) f.lr_schedule = std::string(recipe.lr_schedule);
     if (!given("--warmup-epochs")) f.warmup_epochs = recipe.warmup_epochs;
     f.augmenting = f.augment == "on" || (f.augment == "auto" && recipe.augment);
+    if (!given("--augment-pad")) f.augment_pad = recipe.augment_pad;
     if (given("--augment-pad") && !f.augmenting) throw cli::usage_error("--augment-pad needs --augment on");
     if (f.augmenting && f.augment_pad >= 28)
         throw cli::usage_error("--augment-pad " + std::to_string(f.augment_pad) + ": expected fewer pixels than the 28 of an image side");
