@@ -13,6 +13,9 @@ promises when a link between hosts goes down.
     rank 0 names rank 1 as the one that did not arrive;
   * host 1's link down for 1.5 s (under --timeout-ms) once training runs, then back: training
     completes and saves the bytes of an undisturbed run;
+  * host 1's link down for good while training backs up every 20 steps (--backup-dir): the job
+    ends; the same command relaunched on the two hosts resumes from the last backup (it says
+    where) and saves the bytes of the undisturbed run;
   * after every run nothing is left: no namespace of the run, no process of it (mpirun, orted,
     mnist_cnn): every process of a run carries a marker in its environment, which is looked for
     in every process of the machine. That check is itself checked: a namespace and a process
@@ -209,6 +212,31 @@ def main():
                   "came back (make it longer)")
         check("did not arrive" not in err, f"link down and back: {err[-1500:]!r}")
         print(f"link down and back: ended in {seconds:.1f} s", flush=True)
+
+        # 4. Host 1 lost for good while training backs up every 20 steps, then the same command
+        # relaunched on the two hosts (as a scheduler would): it resumes from the last backup and
+        # ends with the undisturbed run's bytes. A backup is written atomically by rank 0, so the
+        # link going down mid-run leaves the last whole one. The link goes down 0.5 s after the
+        # first backup exists (step 20): training runs then, whatever the machine's load.
+        backups = os.path.join(d, "backups")
+        resumed = os.path.join(d, "resumed.safetensors")
+        again = base + mw + ["--epochs", "80", "--backup-dir", backups, "--backup-every-steps", "20", "--save", resumed]
+        rc, out, err, seconds = multihost(
+            args, "host lost, backing up",
+            hosts + ["--grace", str(GRACE), "--start-file", os.path.join(backups, "backup.safetensors"), "--down-at", "0.5",
+                     "--down-host", "1"],
+            [exe] + again + ["--timeout-ms", str(TIMEOUT_MS)], 300)
+        check(rc != 0 and "link down" in err, f"host lost while backing up: exit {rc}: {err[-1500:]!r}")
+        check(not os.path.exists(resumed), "host lost while backing up: the job saved its weights as if it had finished")
+        check(os.path.isdir(backups) and os.listdir(backups), f"host lost while backing up: no backup in {backups}")
+        rc, out, err, seconds2 = multihost(args, "relaunched", hosts, [exe] + again + ["--timeout-ms", "10000"], 300)
+        where = [line for line in out.splitlines() if line.startswith("resumed from the backup")]
+        check(rc == 0 and where, f"relaunched after the lost host: exit {rc}, resumed: {where}: {out[-600:]!r} {err[-1500:]!r}")
+        if check(os.path.exists(resumed) and os.path.exists(straight), "relaunched: no weights saved"):
+            with open(straight, "rb") as a, open(resumed, "rb") as b:
+                check(a.read() == b.read(), f"relaunched after the lost host ({where}): the weights differ from the undisturbed run's")
+        print(f"host lost, then relaunched: {where[0] if where else '(did not resume)'}; {seconds:.1f} s and {seconds2:.1f} s",
+              flush=True)
     print(f"multihost checks: {time.time() - t_start:.1f} s", flush=True)
     if failures:
         print(f"{len(failures)} check(s) failed")
