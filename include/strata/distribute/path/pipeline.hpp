@@ -139,9 +139,9 @@ public:
     // The defaults this path takes, by name (PathBase says why).
     using Base::lockstep, Base::gradient_buckets, Base::expected_updates, Base::end_epoch, Base::per_worker_input, Base::unit_share;
     using Base::replica_sum, Base::largest_unit_share, Base::captures_step;
-    /// Synchronized batch normalization in the hybrid (replicas > 1, in one process): each
-    /// micro-batch's statistics are summed over the replicas' same micro-batch, through the
-    /// stage's replica group (forward_micro, backward_micro).
+    /// Synchronized batch normalization in the hybrid (replicas > 1): each micro-batch's
+    /// statistics are summed over the replicas' same micro-batch, through the stage's replica
+    /// group in one process, over the stage's ranks across processes (StageSummer).
     static constexpr bool syncs_batch_statistics = true;
     using value_type = T;
     using place_type = P;
@@ -707,7 +707,8 @@ void PipelinePath<P, Net, T>::abort_all(int r, int s, const std::string& why) {
         rep->flow.cv.notify_all();
     }
     for (std::size_t q = 0; q < S; ++q) strategy_->stage_group(int(q)).abort(r, "stage " + std::to_string(s) + " threw");
-    for (int q = 0; q < units(); ++q) strategy_->pipeline_group(q).abort(q == r ? int(s) : 0, "stage " + std::to_string(s) + " threw");
+    // (Every replica's group has the S stages as members: stage s names the thrower in each.)
+    for (int q = 0; q < units(); ++q) strategy_->pipeline_group(q).abort(int(s), "stage " + std::to_string(s) + " threw");
 }
 
 template <class P, class Net, class T>
