@@ -247,7 +247,13 @@ void PsTransport<P, T>::sync_mirror() {
             continue;
         }
         const int from = remote_->server_rank(sv);
-        const auto m = remote_->receive(from, "ParameterServer: the servers' state after the epoch", idle_timeout());
+        auto m = remote_->receive(from, "ParameterServer: the servers' state after the epoch", idle_timeout());
+        // A worker rank may still hold shards the server sent for a job the coordinator
+        // cancelled before posting it (send_shards precedes the job): no job of this epoch will
+        // take them now, and they precede the state (one sender, one order). Left unread, the
+        // state check failed on them, and the server's send of them never completed at exit.
+        while (m.kind == ps_msg::kParams && remote_->role() == Role::Worker)
+            m = remote_->receive(from, "ParameterServer: the servers' state after the epoch", idle_timeout());
         if (m.kind == ps_msg::kAbort) coordinator_stopped(m);
         STRATA_CHECK(m.kind == ps_msg::kState, DistributedError, "ParameterServer: ", remote_->name(from), " sent message ", m.kind,
                      " where its state was expected");
