@@ -16,6 +16,13 @@ promises when a link between hosts goes down.
   * host 1's link down for good while training backs up every 20 steps (--backup-dir): the job
     ends; the same command relaunched on the two hosts resumes from the last backup (it says
     where) and saves the bytes of the undisturbed run;
+  * ParameterServer on 3 hosts x 2 (coordinator and server on host 0, two workers on each other
+    host): kbatch_sync under the virtual clock saves the bytes of the same job in one process;
+    host 2's link down for good once training runs: asynchronous training names both workers
+    there, goes on with the other two and reports them lost; synchronous stops naming one. Every
+    rank ends by itself (--keep-going: multihost ends only mpirun, hung in its abort);
+  * a 2-stage pipeline, one stage a host, loses the link: stage 0 names stage 1 (rank 1), and
+    every rank ends by itself;
   * after every run nothing is left: no namespace of the run, no process of it (mpirun, orted,
     mnist_cnn): every process of a run carries a marker in its environment, which is looked for
     in every process of the machine. That check is itself checked: a namespace and a process
@@ -123,6 +130,87 @@ def the_detector_detects():
         sleeper.wait()
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
     check(not left_behind(fake_pid, tag), "the detector's own namespace or process was not removed")
+
+
+def ended_by_themselves(err):
+    """Every rank of a --keep-going job ended by itself: multihost killed mpirun (hung in its abort
+    towards a host it cannot reach) only once every rank had ended, never a running rank, and the
+    deadline was not reached. Its message lists each rank: "rank R on host H: ended at T s"."""
+    return "still running at the deadline" not in err and ": running" not in err
+
+
+def parameter_server_and_pipeline(args, exe, data, base, d):
+    """ParameterServer with its coordinator and server on one host and its workers on two others;
+    a pipeline with its stages on two hosts."""
+    # 5. 3 hosts x 2: the coordinator (rank 0) and the server (rank 1) on host 0, workers 0 and 1
+    # (ranks 2, 3) on host 1, workers 2 and 3 (ranks 4, 5) on host 2. Undisturbed, under the
+    # virtual clock: the bytes of the same job in one process.
+    three = ["--hosts", "3", "--per-host", "2", "--link", "1gbit", "--deadline", str(DEADLINE)]
+    ps = ["--strategy", "parameter_server", "--workers", "4", "--servers", "1"]
+    exact = base + ps + ["--sync", "kbatch_sync", "--k", "2", "--clock", "virtual", "--straggler", "exp:5", "--epochs", "2",
+                         "--steps-per-epoch", "4"]
+    one, many = os.path.join(d, "ps_one.safetensors"), os.path.join(d, "ps_hosts.safetensors")
+    r = subprocess.run([exe] + exact + ["--save", one], capture_output=True, text=True, env=env("ps-one"), timeout=300)
+    check(r.returncode == 0, f"parameter_server in one process: exit {r.returncode}: {r.stderr[-500:]!r}")
+    rc, out, err, _ = multihost(args, "parameter server across hosts", three, [exe] + exact + ["--save", many], 300)
+    if check(rc == 0 and os.path.exists(one) and os.path.exists(many) and out.count("test accuracy") == 1,
+             f"parameter_server across 3 hosts: exit {rc}: {out[-400:]!r} {err[-1500:]!r}"):
+        with open(one, "rb") as a, open(many, "rb") as b:
+            check(a.read() == b.read(), "parameter_server across 3 hosts saved other bytes than in one process")
+
+    # Host 2's link down for good once training runs. Asynchronous: the coordinator names both
+    # workers there, training goes on with the other two and reports them lost; then it ends the
+    # job (MPI_Abort). --keep-going (mpirun --enable-recovery), as on one host: what the
+    # coordinator does about a lost worker is what runs, not Open MPI's reaction to a rank's end.
+    for sync in ("async", "sync"):
+        tb = os.path.join(d, f"tb_ps_{sync}")
+        j = os.path.join(d, f"ps_{sync}.json")
+        rc, out, err, seconds = multihost(
+            args, f"parameter server {sync}, host lost",
+            three + ["--keep-going", "--grace", str(GRACE), "--start-file", tb, "--down-at", "1", "--down-host", "2"],
+            [exe] + base + ps + ["--sync", sync, "--epochs", "25", "--batch-size", "8", "--timeout-ms", str(TIMEOUT_MS),
+                                 "--json", j, "--tensorboard", tb], 300)
+        check("host 2 (" in err and "link down" in err, f"parameter_server {sync}: the link did not go down: {err[-1500:]!r}")
+        check(ended_by_themselves(err), f"parameter_server {sync}, host lost: a rank did not end by itself: {err[-1500:]!r}")
+        if sync == "async":
+            doc = strict_json(j) if os.path.exists(j) else {}
+            # (Named in the order the coordinator found them lost: either.)
+            both = ("worker 2 (rank 4), worker 3 (rank 5)", "worker 3 (rank 5), worker 2 (rank 4)")
+            check(all(f"worker {w} (rank {w + 2}) did not report its mini-batch within {2 * TIMEOUT_MS} ms" in err
+                      for w in (2, 3)) and "training goes on with 2 of 4 workers" in err,
+                  f"parameter_server async, host lost: workers 2 and 3 not named: {err[-1500:]!r}")
+            check("test accuracy" in out and any(f"lost workers                 2 of 4: {b}; training went on with 2" in out
+                                                 for b in both) and
+                  sorted(doc.get("lost_worker_ranks", [])) == [4, 5] and doc.get("updates", 0) > 0,
+                  f"parameter_server async, host lost: training did not go on with the other host's workers: "
+                  f"{out[-500:]!r} {doc.get('lost_worker_ranks')!r}")
+            check(any(f"training is done, but the job lost {b}" in err for b in both),
+                  f"parameter_server async, host lost: the job's end does not name the lost workers: {err[-1500:]!r}")
+        else:
+            check(rc != 0 and "test accuracy" not in out and "Synchronous needs every worker" in err and
+                  any(f"worker {w} (rank {w + 2}) did not report its mini-batch" in err for w in (2, 3)) and
+                  "the coordinator stopped the job" in err,
+                  f"parameter_server sync, host lost: expected a clear error naming a worker on host 2: exit {rc}: "
+                  f"{err[-1500:]!r}")
+        ends = [line for line in err.splitlines() if "killing it" in line]
+        print(f"parameter server {sync}, host 2 lost: ended in {seconds:.1f} s; {ends[0] if ends else 'mpirun ended'}",
+              flush=True)
+
+    # 6. A 2-stage pipeline, one stage a host; host 1's link down for good once training runs:
+    # stage 0 names stage 1 (rank 1): waiting for a gradient, part-way through a message, or at
+    # the stop request every step agrees on. Every rank ends by itself.
+    tb = os.path.join(d, "tb_pipeline")
+    rc, out, err, seconds = multihost(
+        args, "pipeline, host lost",
+        ["--hosts", "2", "--per-host", "1", "--link", "1gbit", "--deadline", str(DEADLINE), "--keep-going",
+         "--grace", str(GRACE), "--start-file", tb, "--down-at", "1", "--down-host", "1"],
+        [exe] + base + ["--strategy", "pipeline", "--stages", "2", "--micro-batches", "2", "--epochs", "100",
+                        "--timeout-ms", str(TIMEOUT_MS), "--tensorboard", tb], 300)
+    errors = [line for line in err.splitlines() if line.startswith("mnist_cnn: error:")]
+    check(rc != 0 and errors and ("stage 1 (rank 1)" in errors[0] or "rank 1 of 2 did not arrive" in errors[0]),
+          f"pipeline, host lost: stage 0 did not name stage 1 (rank 1): exit {rc}: {err[-1500:]!r}")
+    check(ended_by_themselves(err), f"pipeline, host lost: a rank did not end by itself: {err[-1500:]!r}")
+    print(f"pipeline, host 1 lost: ended in {seconds:.1f} s; rank 0 said: {errors[0] if errors else '(nothing)'}", flush=True)
 
 
 def main():
@@ -246,6 +334,7 @@ def main():
                 check(a.read() == b.read(), f"relaunched after the lost host ({where}): the weights differ from the undisturbed run's")
         print(f"host lost, then relaunched: {where[0] if where else '(did not resume)'}; {seconds:.1f} s and {seconds2:.1f} s",
               flush=True)
+        parameter_server_and_pipeline(args, exe, data, base, d)
     print(f"multihost checks: {time.time() - t_start:.1f} s", flush=True)
     if failures:
         print(f"{len(failures)} check(s) failed")
