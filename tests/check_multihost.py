@@ -23,6 +23,8 @@ promises when a link between hosts goes down.
     rank ends by itself (--keep-going: multihost ends only mpirun, hung in its abort);
   * a 2-stage pipeline, one stage a host, loses the link: stage 0 names stage 1 (rank 1), and
     every rank ends by itself;
+  * host 1 unreachable at start-up (its link down before mpirun starts): no rank starts;
+    multihost names the host at --start-timeout and ends the job; bad flags exit 2;
   * after every run nothing is left: no namespace of the run, no process of it (mpirun, orted,
     mnist_cnn): every process of a run carries a marker in its environment, which is looked for
     in every process of the machine. That check is itself checked: a namespace and a process
@@ -132,6 +134,22 @@ def the_detector_detects():
     check(not left_behind(fake_pid, tag), "the detector's own namespace or process was not removed")
 
 
+def bad_flags(args):
+    """Flags multihost refuses before it makes anything: exit 2, naming the flag."""
+    for flags, says in (
+            (["--hosts", "2", "--per-host", "1", "--link", "1gbit", "--down-at", "start", "--down-host", "1",
+              "--start-file", "x"], "--down-at start needs no --start-file"),
+            (["--hosts", "2", "--per-host", "1", "--link", "1gbit", "--start-timeout", "0"], "--start-timeout: expected 1 to"),
+            (["--hosts", "2", "--per-host", "1", "--link", "1gbit", "--down-at", "soon", "--down-host", "1"],
+             "--down-at: expected a number of seconds, found 'soon'"),
+            (["--hosts", "2", "--per-host", "1", "--link", "1gbit", "--down-at", "1", "--down-host", "2"],
+             "--down-host: expected 0 to 1")):
+        r = subprocess.run([args.multihost] + flags + ["--", "true"], capture_output=True, text=True, env=env("flags"),
+                           timeout=60)
+        check(r.returncode == 2 and says in r.stderr, f"multihost {' '.join(flags)}: exit {r.returncode}, expected 2 and "
+                                                      f"{says!r}: {r.stderr[-300:]!r}")
+
+
 def ended_by_themselves(err):
     """Every rank of a --keep-going job ended by itself: multihost killed mpirun (hung in its abort
     towards a host it cannot reach) only once every rank had ended, never a running rank, and the
@@ -232,6 +250,7 @@ def main():
         return 1
     t_start = time.time()
     the_detector_detects()
+    bad_flags(args)
 
     with tempfile.TemporaryDirectory() as d:
         data = os.path.join(d, "mnist")
@@ -335,6 +354,19 @@ def main():
         print(f"host lost, then relaunched: {where[0] if where else '(did not resume)'}; {seconds:.1f} s and {seconds2:.1f} s",
               flush=True)
         parameter_server_and_pipeline(args, exe, data, base, d)
+
+        # 7. Host 1 unreachable at start-up (its link down before mpirun starts): mpirun starts
+        # no rank until every host's daemon has reached it, so nothing trains; multihost names
+        # the host at --start-timeout, ends the job and leaves nothing.
+        rc, out, err, seconds = multihost(
+            args, "unreachable at start-up",
+            hosts + ["--start-timeout", "10", "--down-at", "start", "--down-host", "1"],
+            [exe] + short + mw + ["--timeout-ms", str(TIMEOUT_MS)], 300)
+        said = [line for line in err.splitlines() if "not every rank started" in line]
+        check(rc == 124 and said and "host 1 (" in said[0] and "unreachable (its link is down)" in said[0] and
+              "test accuracy" not in out and seconds < 60,
+              f"host 1 unreachable at start-up: exit {rc} after {seconds:.1f} s: {err[-1500:]!r}")
+        print(f"unreachable at start-up: ended in {seconds:.1f} s; {said[0] if said else '(not named)'}", flush=True)
     print(f"multihost checks: {time.time() - t_start:.1f} s", flush=True)
     if failures:
         print(f"{len(failures)} check(s) failed")
