@@ -20,6 +20,16 @@ them alike; the table has medians over --reps. Columns:
   MiB/call       hierarchical only: what rank 0 (host 0's leader) put into the cross-host stage
                  per all-reduce call (the report's "MiB from this host" over its all-reduces)
   x flat         images/s over flat MPI's on the same link
+  link MiB/step  what host 0 sent over its link (multihost --json: the switch port's counters,
+                 IP and TCP headers included) over the training steps: the whole run's bytes,
+                 start-up and evaluation included (one broadcast of the weights, a few sums: well
+                 under 1% of 40 epochs)
+  formula        the same predicted from the gradient's size G (the model's parameters x 4 bytes)
+                 and the algorithm: hierarchical, the leaders' all-reduce over H hosts,
+                 2(H-1)/H x G; flat MPI over N = H x P ranks placed host by host, a ring sends
+                 2(N-1)/N x G over each host's one outgoing ring edge, recursive doubling (and
+                 Rabenseifner's halving and doubling) P x log2(H) x G: both are printed, as
+                 "ring / doubling", since Open MPI picks the algorithm by size
 --data: an MNIST directory; without it a tiny MNIST-shaped set (256 random images) is written to a
 temporary directory (the figures are rates: the images' content does not change them).
 Exit status 77 where scripts/multihost cannot run (not root, no network namespaces); 2 for bad
@@ -27,6 +37,7 @@ flags. Standard library only.
 """
 import argparse
 import json
+import math
 import os
 import platform
 import random
@@ -107,10 +118,12 @@ def load():
 
 def one_run(a, data, link, transport, work):
     out_json = os.path.join(work, "run.json")
-    if os.path.exists(out_json):
-        os.remove(out_json)
+    link_json = os.path.join(work, "links.json")
+    for f in (out_json, link_json):
+        if os.path.exists(f):
+            os.remove(f)
     cmd = [a.multihost, "--hosts", str(a.hosts), "--per-host", str(a.per_host), "--link", link, "--deadline", "900",
-           "--", a.mnist_cnn, "--data", data, "--strategy", "multi_worker_mirrored", "--transport", transport,
+           "--json", link_json, "--", a.mnist_cnn, "--data", data, "--strategy", "multi_worker_mirrored", "--transport", transport,
            "--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--threads", "1", "--verbose", "0",
            "--json", out_json]
     env = dict(os.environ)
@@ -125,6 +138,21 @@ def one_run(a, data, link, transport, work):
         doc = json.load(f)
     row = {"link": link, "transport": transport, "images_per_second": doc["train_images_per_second"],
            "train_seconds": doc["seconds"], "test_loss": doc["test_loss"]}
+    with open(link_json) as f:
+        links = json.load(f)["links"]
+    images = re.search(r"MNIST: (\d+) training", r.stdout)
+    per_epoch = doc.get("steps_per_epoch", -1)
+    if per_epoch is None or per_epoch <= 0:
+        per_epoch = -(-int(images.group(1)) // a.batch_size) if images else 0
+    steps = a.epochs * per_epoch
+    params = re.search(r"Total params: ([\d,]+)", r.stdout)  # the model's summary, printed by rank 0
+    g = int(params.group(1).replace(",", "")) * 4 if params else 0
+    n, h, p = a.hosts * a.per_host, a.hosts, a.per_host
+    row.update({"steps": steps, "gradient_bytes": g, "host0_sent_bytes": links[0]["sent_bytes"],
+                "host0_received_bytes": links[0]["received_bytes"],
+                "link_bytes_per_step": links[0]["sent_bytes"] / steps if steps else None,
+                "formula_bytes_per_step": ([2 * (h - 1) / h * g] if transport == "hierarchical" or p == 1 else
+                                           [2 * (n - 1) / n * g, p * math.log2(h) * g])})
     m = CROSS.search(r.stdout)
     if m:
         steps = int(m.group(2))
@@ -171,6 +199,10 @@ def main():
                 t["cross_host_ms_each"] = statistics.median(r["cross_host_ms_each"] for r in cross)
                 t["cross_host_mib_per_call"] = statistics.median(r["cross_host_mib"] / r["cross_host_all_reduces"]
                                                                  for r in cross)
+            per_step = [r["link_bytes_per_step"] for r in rs if r.get("link_bytes_per_step")]
+            if per_step:
+                t["link_mib_per_step"] = statistics.median(per_step) / 2**20
+                t["formula_mib_per_step"] = [x / 2**20 for x in rs[0]["formula_bytes_per_step"]]
             if transport == "mpi":
                 flat = med
             table.append(t)
@@ -184,14 +216,16 @@ def main():
     print(f"machine: {m['cpu']}, {m['cores']} cores, kernel {m['kernel']}; load average {load_before:.2f} before, "
           f"{load_after:.2f} after; {time.time() - t0:.0f} s")
     print(f"{'link':>7} {'transport':<13} {'images/s':>9} {'(min-max)':>17} {'ms/step':>8} {'cross ms':>9} {'MiB/call':>9} "
-          f"{'x flat':>7}")
+          f"{'x flat':>7} {'link MiB/step':>14} {'formula':>13}")
     for t in table:
         rng = f"{t['images_per_second_min']:.0f}-{t['images_per_second_max']:.0f}"
         cross = f"{t['cross_host_ms_each']:.3f}" if "cross_host_ms_each" in t else "-"
         mib = f"{t['cross_host_mib_per_call']:.3f}" if "cross_host_mib_per_call" in t else "-"
         xf = f"{t['x_flat']:.2f}" if "x_flat" in t else "-"
+        lm = f"{t['link_mib_per_step']:.3f}" if "link_mib_per_step" in t else "-"
+        fm = " / ".join(f"{x:.3f}" for x in t.get("formula_mib_per_step", [])) or "-"
         print(f"{t['link']:>7} {t['transport']:<13} {t['images_per_second']:9.1f} {rng:>17} {t['ms_per_step']:8.2f} "
-              f"{cross:>9} {mib:>9} {xf:>7}")
+              f"{cross:>9} {mib:>9} {xf:>7} {lm:>14} {fm:>13}")
     if a.json:
         doc = {"benchmark": "multihost_allreduce", "machine": m, "load_before": load_before, "load_after": load_after,
                "hosts": a.hosts, "per_host": a.per_host, "epochs": a.epochs, "batch_size": a.batch_size,

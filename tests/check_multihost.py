@@ -265,7 +265,18 @@ def main():
         one_json, mh_json = os.path.join(d, "one.json"), os.path.join(d, "mh.json")
         r = subprocess.run([exe] + short + ["--json", one_json], capture_output=True, text=True, env=env("one"), timeout=300)
         check(r.returncode == 0, f"mnist_cnn one_device: exit {r.returncode}: {r.stderr[-500:]!r}")
-        rc, out, err, _ = multihost(args, "2 hosts", hosts, [exe] + short + mw + ["--json", mh_json], 300)
+        links_json = os.path.join(d, "links.json")
+        rc, out, err, _ = multihost(args, "2 hosts", hosts + ["--json", links_json], [exe] + short + mw + ["--json", mh_json], 300)
+        # The bytes over the links: 6 steps, each an all-reduce of the gradient (121 930 floats)
+        # between the 2 hosts, so each sent at least 6 x 487 720 bytes; what one sent the other
+        # received (the rest is ARP and the like: a few KiB).
+        if check(os.path.exists(links_json), "multihost --json: not written"):
+            links = strict_json(links_json)["links"]
+            sent0, recv1 = links[0]["sent_bytes"], links[1]["received_bytes"]
+            check(sent0 >= 6 * 487720 and abs(sent0 - recv1) < 64 * 1024,
+                  f"multihost --json: host 0 sent {sent0} bytes, host 1 received {recv1}: expected at least 6 gradients "
+                  f"({6 * 487720} bytes), and the same on both sides")
+            print(f"2 hosts: host 0 sent {sent0 / 2**20:.2f} MiB over its link in 6 steps", flush=True)
         if check(rc == 0 and r.returncode == 0, f"2 hosts x 1 process: exit {rc}: {err[-1500:]!r}"):
             one, mh = strict_json(one_json), strict_json(mh_json)
             check(mh["replicas"] == 2 and out.count("test accuracy") == 1, f"2 hosts x 1 process: {mh} {out[-300:]!r}")
