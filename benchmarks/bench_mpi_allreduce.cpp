@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,12 +82,26 @@ void wait_for_all_quietly() {
     }
 }
 
+/// How many hosts the `size` processes run on: distinct MPI_Get_processor_name names.
+int count_hosts(int size) {
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    std::vector<char> all(std::size_t(size) * MPI_MAX_PROCESSOR_NAME);
+    MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+    std::vector<std::string> names;
+    for (int r = 0; r < size; ++r) names.emplace_back(all.data() + std::size_t(r) * MPI_MAX_PROCESSOR_NAME);
+    std::sort(names.begin(), names.end());
+    return int(std::unique(names.begin(), names.end()) - names.begin());
+}
+
 /// The whole benchmark on this rank: rank 0 prints the table and writes the JSON. Returns the
 /// exit status.
 int run(const Options& opt, int rank, int size, const char* prog) {
     const unsigned hw = std::thread::hardware_concurrency();
     bench::Machine machine;
     machine.hardware_threads = hw;
+    const int real_hosts = count_hosts(size);  // (every rank: a collective)
 
     if (rank == 0) {
         char version[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -99,20 +114,30 @@ int run(const Options& opt, int rank, int size, const char* prog) {
         if (unsigned(size) > hw)
             std::printf("note: %d processes on %u hardware threads are oversubscribed: processes take turns on the cores\n",
                         size, hw);
+        if (real_hosts > 1)
+            std::printf("%d processes on %d hosts: no shared-memory group over them all (strata shm left out); strata hier "
+                        "over the real hosts%s\n", size, real_hosts, opt.fake_hosts > 0 ? " (--fake-hosts overrides them)" : "");
         bench::print_all_reduce_conventions(opt.reps, opt.warmup, machine.load_before);
         std::printf("%4s %9s %-13s %10s %11s %11s %12s %11s %9s\n", "N", "MiB", "algorithm", "time ms", "algbw GB/s",
                     "busbw GB/s", "memcpy GB/s", "bus/memcpy", "x MPI");
     }
 
     namespace coll = strata::distribute::collective;
-    // The flat transports see the real host (one); the hierarchical one the declared layout.
-    coll::ProcessGroup shm(MPI_COMM_WORLD, 1,
-                           {.transport = coll::Transport::SharedMemory, .chunk_bytes = opt.chunk_kib << 10, .fake_hosts = 0});
+    // The real hosts (MPI_Get_processor_name, as ProcessGroup finds them): on one host the flat
+    // transports see it and the hierarchical one a declared layout; across hosts (a cluster, or
+    // scripts/multihost) there is no shared-memory group over every rank, and the hierarchical
+    // transport takes the real layout unless --fake-hosts says otherwise.
+    std::optional<coll::ProcessGroup> shm;
+    if (real_hosts == 1)
+        shm.emplace(MPI_COMM_WORLD, 1,
+                    coll::ProcessGroupOptions{.transport = coll::Transport::SharedMemory, .chunk_bytes = opt.chunk_kib << 10, .fake_hosts = 0});
     coll::ProcessGroup mpi(MPI_COMM_WORLD, 1, {.transport = coll::Transport::Mpi, .fake_hosts = 0});
-    const int hosts = opt.fake_hosts > 0 ? opt.fake_hosts : size % 2 == 0 ? 2 : 1;
+    const int hosts = opt.fake_hosts > 0 ? opt.fake_hosts : real_hosts > 1 ? real_hosts : size % 2 == 0 ? 2 : 1;
     coll::ProcessGroup hier(MPI_COMM_WORLD, 1,
-                            {.transport = coll::Transport::Hierarchical, .chunk_bytes = opt.chunk_kib << 10, .fake_hosts = hosts});
-    const char* methods[] = {"MPI_Allreduce", "strata shm", "strata mpi", "strata hier"};
+                            {.transport = coll::Transport::Hierarchical, .chunk_bytes = opt.chunk_kib << 10,
+                             .fake_hosts = opt.fake_hosts > 0 || real_hosts == 1 ? hosts : 0});
+    std::vector<const char*> methods = {"MPI_Allreduce", "strata shm", "strata mpi", "strata hier"};
+    if (!shm) methods.erase(methods.begin() + 1);
     struct Cross {
         double mib, ms_per_call, mib_per_call;
     };
@@ -133,7 +158,7 @@ int run(const Options& opt, int rank, int size, const char* prog) {
             const std::string m = method;
             auto once = [&] {
                 if (m == "MPI_Allreduce") MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(elements), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-                else if (m == "strata shm") shm.all_reduce(0, std::span<float>(buf));
+                else if (m == "strata shm") shm->all_reduce(0, std::span<float>(buf));
                 else if (m == "strata hier") hier.all_reduce(0, std::span<float>(buf));
                 else mpi.all_reduce(0, std::span<float>(buf));
             };
@@ -193,8 +218,9 @@ int run(const Options& opt, int rank, int size, const char* prog) {
     }
 
     if (rank == 0 && !cross.empty()) {
-        std::printf("\nstrata hier: %d hosts of %d processes (declared); its cross-host stage (MPI_Iallreduce between the "
-                    "%d leaders, arrival check included), mean of the timed calls on rank 0:\n", hosts, size / hosts, hosts);
+        std::printf("\nstrata hier: %d hosts of %d processes (%s); its cross-host stage (MPI_Iallreduce between the "
+                    "%d leaders, arrival check included), mean of the timed calls on rank 0:\n", hosts, size / hosts,
+                    real_hosts > 1 && opt.fake_hosts == 0 ? "real" : "declared", hosts);
         for (const auto& c : cross) std::printf("  %9.4g MiB: %8.3f ms per call, %g MiB sent into it per call\n", c.mib, c.ms_per_call, c.mib_per_call);
     }
     if (rank == 0) {
@@ -215,6 +241,7 @@ int run(const Options& opt, int rank, int size, const char* prog) {
             for (const auto& r : rows) json_rows.push_back(r.json(hw));
             j["rows"] = json_rows;
             j["hier_hosts"] = hosts;
+            j["real_hosts"] = real_hosts;
             cli::Json cj = cli::Json::array();
             for (const auto& c : cross) {
                 cli::Json e;
