@@ -12,6 +12,8 @@ data set written here (IDX files; no download):
     --data defaults to data/fashion_mnist;
   * the optimizer flags reach the optimizer (JSON optimizer_config);
   * strata_train's defaults train what mnist_cnn trains, bit for bit (the same saved weights);
+  * with --mpirun: parameter_server under --global-clipnorm across 5 processes saves the bytes of
+    the same job in one process;
   * with --mpirun: multi_worker_mirrored over 2 processes, one report naming the model; a rank
     started with another learning rate or dataset is refused, naming it;
   * --model resnet: its recipe by default, --sync-batch-norm auto/on/off, and the flags'
@@ -136,7 +138,10 @@ def check_resnet(exe, data):
                          # the hybrid syncs each micro-batch over its replicas when asked, not by default
                          (["--strategy", "hybrid", "--replicas", "2", "--micro-batches", "2"], False),
                          (["--strategy", "hybrid", "--replicas", "2", "--micro-batches", "2", "--sync-batch-norm", "on",
-                           "--global-clipnorm", "1"], True)):
+                           "--global-clipnorm", "1"], True),
+                         # the servers sum their parts' squares, then each clips its shards by the whole norm
+                         (["--strategy", "parameter_server", "--workers", "2", "--servers", "2", "--sync", "sync",
+                           "--global-clipnorm", "1"], False)):
         doc = ce.json_run(exe, "strata_train", base + args, fields)
         if doc:
             ce.check(doc["sync_batch_norm"] == synced, f"strata_train resnet {' '.join(args)}: sync_batch_norm {doc['sync_batch_norm']}")
@@ -144,7 +149,6 @@ def check_resnet(exe, data):
     for args, flag in ((["--model", "resnet", "--strategy", "parameter_server", "--sync-batch-norm", "on"], "--sync-batch-norm"),
                        (["--model", "resnet", "--strategy", "pipeline", "--sync-batch-norm", "on"], "--sync-batch-norm"),
                        (["--model", "cnn", "--strategy", "mirrored", "--sync-batch-norm", "on"], "--sync-batch-norm"),
-                       (["--model", "resnet", "--strategy", "parameter_server", "--global-clipnorm", "1"], "--global-clipnorm"),
                        (["--model", "resnet", "--optimizer", "adam", "--weight-decay", "0.1"], "--weight-decay"),
                        (["--model", "cnn", "--warmup-epochs", "1"], "--warmup-epochs"),
                        (["--model", "cnn", "--augment-pad", "3"], "--augment-pad")):
@@ -305,6 +309,25 @@ def check_mpirun(exe, mpirun, data):
             doc = ce.strict_json(out)
             ce.check(doc["sync_batch_norm"] and doc["replicas"] == 2 and r.stdout.count("test accuracy") == 1,
                      f"mpirun strata_train resnet hybrid: JSON {doc}, {r.stdout.count('test accuracy')} reports")
+    # ParameterServer across 5 processes (coordinator, 2 servers, 2 workers) under global_clipnorm:
+    # each server sends its part's sum of squares, the coordinator the whole back, and every
+    # server clips its shards by the whole norm; the bytes of the same job in one process, and
+    # not those of the unclipped job (the clip acts).
+    ps = [exe, "--data", data, "--strategy", "parameter_server", "--workers", "2", "--servers", "2", "--sync", "sync",
+          "--clock", "virtual", "--epochs", "2", "--steps-per-epoch", "4", "--batch-size", "8", "--verbose", "0", "--threads", "1"]
+    with tempfile.TemporaryDirectory() as d:
+        saved = {name: os.path.join(d, name + ".safetensors") for name in ("one", "many", "unclipped")}
+        runs = {"one": (ps + ["--global-clipnorm", "0.05", "--save", saved["one"]], None),
+                "many": ([mpirun, "-np", "5"] + ps + ["--global-clipnorm", "0.05", "--timeout-ms", "20000", "--save", saved["many"]], env),
+                "unclipped": (ps + ["--save", saved["unclipped"]], None)}
+        for name, (cmd, e) in runs.items():
+            r = ce.run(cmd, e, timeout=300)
+            ce.check(r.returncode == 0 and os.path.exists(saved[name]),
+                     f"strata_train parameter_server --global-clipnorm ({name}): exit {r.returncode}, {r.stderr[-600:]!r}")
+        if all(os.path.exists(f) for f in saved.values()):
+            read = {name: open(f, "rb").read() for name, f in saved.items()}
+            ce.check(read["one"] == read["many"], "parameter_server --global-clipnorm across 5 processes saved other bytes than in one")
+            ce.check(read["one"] != read["unclipped"], "parameter_server --global-clipnorm 0.05 saved the unclipped job's bytes")
 
 
 def main():

@@ -101,6 +101,22 @@ TEST_CASE("ParameterServer Synchronous equals OneDevice on the same global batch
     check_synchronous_equals_one_device<float>(strata::optim::SGD{.learning_rate = 0.1, .momentum = 0.9}, 1e-6);
 }
 
+TEST_CASE("global_clipnorm: the servers clip by the whole model's norm, as one device does (float64, S = 1, 2, 3)") {
+    // A clip norm every step's gradient exceeds: without the whole norm (each server clipping by
+    // its own part's) the servers would each scale by another factor.
+    const strata::optim::Optimizer clipped = strata::optim::Adam{.learning_rate = 0.01, .global_clipnorm = 0.05};
+    check_synchronous_equals_one_device<double>(clipped, 1e-12);
+    // The negative control: the clip changes the result by far more than the tolerance.
+    const auto data = dataset<Cnn>(55, 3);
+    const auto plain = one_device<Cnn, double>(data.batch(12), strata::optim::Adam{.learning_rate = 0.01});
+    const auto clip = one_device<Cnn, double>(data.batch(12), clipped);
+    CHECK(max_relative_difference(plain, clip) > 1e-3);
+    // And asynchronous training clips each update's gradient by its own whole norm: one worker
+    // is sequential SGD, so it equals one device on the same mini-batches.
+    const auto one_worker = ps_train<ss::Asynchronous<>, Cnn, double>(1, 3, {}, data.batch(12), clipped);
+    CHECK(max_relative_difference(one_worker, clip) <= 1e-12);
+}
+
 TEST_CASE("sharding does not change the arithmetic: any servers and partitioner give bitwise equal weights") {
     const auto data = dataset<Mlp>(40, 5).batch(4);
     const strata::optim::Optimizer opt = strata::optim::RMSprop{.learning_rate = 0.01};

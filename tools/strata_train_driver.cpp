@@ -567,10 +567,6 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
         throw cli::usage_error("--weight-decay is adamw's (decoupled weight decay); it means nothing for --optimizer " + f.optimizer);
     if (f.lr_schedule != "cosine" && given("--warmup-epochs"))
         throw cli::usage_error("--warmup-epochs is the cosine schedule's; give --lr-schedule cosine");
-    if (f.global_clipnorm > 0 && ps)
-        throw cli::usage_error("--global-clipnorm needs the whole model's gradient in one place, and --strategy " + f.strategy +
-                               " updates each server's shards from its own part: use mirrored, central_storage, "
-                               "multi_worker_mirrored, pipeline or hybrid");
     // Synchronized batch normalization: where the replicas step together, on shares of one batch.
     const bool can_sync = f.strategy == "mirrored" || f.strategy == "central_storage" || f.strategy == "multi_worker_mirrored";
     // The hybrid syncs each micro-batch over the replicas when asked (on), never by default: its

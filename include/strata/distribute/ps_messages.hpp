@@ -22,7 +22,7 @@ namespace strata::distribute::detail::ps_msg {
 // Message kinds.
 inline constexpr std::uint32_t kSendParams = 1, kParams = 2, kJob = 3, kDone = 4, kCancel = 5, kCancelled = 6, kFailed = 7,
                                kPushNow = 8, kDiscard = 9, kAdmit = 10, kPush = 11, kApply = 12, kAck = 13, kEnd = 14,
-                               kState = 15, kAbort = 16;
+                               kState = 15, kAbort = 16, kSquares = 17, kWhole = 18;
 
 template <class V>
 void put(std::vector<std::byte>& out, const V* p, std::size_t n) {

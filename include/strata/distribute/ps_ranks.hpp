@@ -80,7 +80,22 @@ private:
     void apply(PsServer<P, T>& srv, const ParameterServerProcesses::Received& m) {
         T inv{};
         ps_msg::get(m.payload.data(), &inv, 1);
-        srv.apply_inbox(inv);
+        if (t_->whole_gradient_first()) {
+            // The coordinator sums every server's sum of squares and sends the whole back.
+            const int coord = remote_->coordinator_rank();
+            const double part = srv.reduce_inbox(inv) ? srv.reduced_squares() : 0.0;
+            remote_->send(coord, ps_msg::kSquares, m.step, std::as_bytes(std::span<const double>(&part, 1)));
+            const auto w = remote_->receive(coord, "ParameterServer: the whole model's sum of squares", t_->idle_timeout());
+            if (w.kind == ps_msg::kAbort) t_->coordinator_stopped(w);
+            STRATA_CHECK(w.kind == ps_msg::kWhole && w.step == m.step && w.payload.size() == sizeof(double), DistributedError,
+                         "ParameterServer: the coordinator sent message ", w.kind, " where the whole sum of squares of update ",
+                         m.step, " was expected");
+            double whole = 0;
+            ps_msg::get(w.payload.data(), &whole, 1);
+            srv.apply_reduced(whole);
+        } else {
+            srv.apply_inbox(inv);
+        }
         const std::int64_t stop = ps_msg::stop_request();  // a signal here: the coordinator stops the job
         remote_->send(remote_->coordinator_rank(), ps_msg::kAck, m.step, std::as_bytes(std::span<const std::int64_t>(&stop, 1)));
     }

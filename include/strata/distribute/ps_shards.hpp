@@ -47,11 +47,31 @@ struct PsServer {
     }
     /// Applies the open update: the inbox's sum times `inv` (1 / the update's examples).
     void apply_inbox(T inv) {
-        if (size == 0 || received == 0) return;
+        if (!reduce_inbox(inv)) return;
+        opt.apply(params.data(), inbox[0].data());
+        received = 0;
+    }
+    /// The open update's gradient into the first message's buffer (the inbox's sum times
+    /// `inv`); false when this server has nothing to apply. Then, where the optimizer needs the
+    /// whole model's gradient first (global_clipnorm, a loss scale: opt.clips_gradients()),
+    /// the caller sums reduced_squares() over every server and hands the sum to apply_reduced.
+    bool reduce_inbox(T inv) {
+        if (size == 0 || received == 0) return false;
         auto acc = inbox[0].view();
         for (int i = 1; i < received; ++i) axpy(T(1), inbox[std::size_t(i)].view(), acc);
         scale(acc, inv, acc);
-        opt.apply(params.data(), acc.data());
+        return true;
+    }
+    /// The sum of squares of the reduced update over this server's trainable elements (0 with
+    /// nothing to apply).
+    double reduced_squares() { return size == 0 || received == 0 ? 0.0 : opt.squared_gradient_norm(inbox[0].data()); }
+    /// Applies the reduced update, clipped or skipped as the whole model's sum of squares
+    /// `whole` says: every server takes the same decision from the same sum.
+    void apply_reduced(double whole) {
+        if (size == 0 || received == 0) return;
+        opt.prepare_step_from_squared_norm(whole);
+        opt.apply_range(params.data(), inbox[0].data(), 0, size);
+        opt.advance();
         received = 0;
     }
 };

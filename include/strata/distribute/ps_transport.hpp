@@ -97,11 +97,27 @@ public:
                      TensorView<T, P>(msg.data() + srv.compact[i], Shape{srv.ranges[i].count}));
         }
     }
-    /// Every server applies its inbox times `inv`, making `version` the next one.
+    /// Every server applies its inbox times `inv`, making `version` the next one. Where the
+    /// optimizer needs the whole model's gradient first (global_clipnorm, a loss scale), each
+    /// server's sum of squares is summed over the servers, in their order, and every server
+    /// clips or skips by that sum: as one device does with the whole gradient.
     void apply(T inv, std::int64_t version) {
         if (remote_) return remote_apply(inv, version);
-        on_servers([&](int sv) { (*servers_)[std::size_t(sv)].apply_inbox(inv); });
+        if (!whole_gradient_first()) {
+            on_servers([&](int sv) { (*servers_)[std::size_t(sv)].apply_inbox(inv); });
+            return;
+        }
+        std::vector<double> part(servers_->size(), 0.0);
+        on_servers([&](int sv) {
+            auto& srv = (*servers_)[std::size_t(sv)];
+            if (srv.reduce_inbox(inv)) part[std::size_t(sv)] = srv.reduced_squares();
+        });
+        double whole = 0;
+        for (double x : part) whole += x;
+        on_servers([&](int sv) { (*servers_)[std::size_t(sv)].apply_reduced(whole); });
     }
+    /// Whether an update needs the whole model's sum of squares before any server applies.
+    bool whole_gradient_first() const { return !servers_->empty() && (*servers_)[0].opt.clips_gradients(); }
     /// Across processes: worker w's finished mini-batch `step` is not pushed.
     void discard(int w, std::uint64_t step) {
         if (remote_) decide(w, ps_msg::kDiscard, step);
@@ -198,6 +214,21 @@ template <class P, class T>
 void PsTransport<P, T>::remote_apply(T inv, std::int64_t version) {
     for (int sv = 0; sv < int(servers_->size()); ++sv)
         remote_->send(remote_->server_rank(sv), ps_msg::kApply, std::uint64_t(version), std::as_bytes(std::span<const T>(&inv, 1)));
+    if (whole_gradient_first()) {
+        // Each server reduced its inbox and sent its sum of squares; the whole sum goes back.
+        double whole = 0;
+        for (int sv = 0; sv < int(servers_->size()); ++sv) {
+            const auto m = remote_->receive(remote_->server_rank(sv), "ParameterServer: a server's sum of squares", coordinator_wait());
+            STRATA_CHECK(m.kind == ps_msg::kSquares && m.payload.size() == sizeof(double), DistributedError, "ParameterServer: ",
+                         remote_->name(m.source), " sent message ", m.kind, " where its sum of squares was expected");
+            double part = 0;
+            ps_msg::get(m.payload.data(), &part, 1);
+            whole += part;
+        }
+        for (int sv = 0; sv < int(servers_->size()); ++sv)
+            remote_->send(remote_->server_rank(sv), ps_msg::kWhole, std::uint64_t(version),
+                          std::as_bytes(std::span<const double>(&whole, 1)));
+    }
     for (int sv = 0; sv < int(servers_->size()); ++sv) {
         const auto m = remote_->receive(remote_->server_rank(sv), "ParameterServer: update acknowledgement", coordinator_wait());
         STRATA_CHECK(m.kind == ps_msg::kAck, DistributedError, "ParameterServer: ", remote_->name(m.source), " sent message ", m.kind,

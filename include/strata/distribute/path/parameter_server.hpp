@@ -591,9 +591,6 @@ ParameterServerCore<P, T>::~ParameterServerCore() = default;
 
 template <class P, class T>
 void ParameterServerCore<P, T>::compile(const optim::Optimizer& o, const collective::Settings& agreed) {
-    STRATA_CHECK(optim::global_clipnorm_of(o) == 0, ValueError, "ParameterServer: global_clipnorm (", optim::global_clipnorm_of(o),
-                 ") needs the norm of the whole model's gradient, and each server updates its shards from its own part; "
-                 "train without it, or under Mirrored, CentralStorage or MultiWorkerMirrored");
     if (remote_) remote_->agree(agreed, "compile's settings");  // every rank the same optimizer and precision
     transport_.on_servers([&](int sv) {
         auto& srv = servers_[std::size_t(sv)];
