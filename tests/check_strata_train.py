@@ -12,8 +12,8 @@ data set written here (IDX files; no download):
     --data defaults to data/fashion_mnist;
   * the optimizer flags reach the optimizer (JSON optimizer_config);
   * strata_train's defaults train what mnist_cnn trains, bit for bit (the same saved weights);
-  * with --mpirun: parameter_server under --global-clipnorm across 5 processes saves the bytes of
-    the same job in one process;
+  * with --mpirun: parameter_server under --global-clipnorm, and under --precision mixed_float16,
+    across 5 processes saves the bytes of the same job in one process;
   * with --mpirun: multi_worker_mirrored over 2 processes, one report naming the model; a rank
     started with another learning rate or dataset is refused, naming it;
   * --model resnet: its recipe by default, --sync-batch-norm auto/on/off, and the flags'
@@ -22,10 +22,9 @@ data set written here (IDX files; no download):
     --sync-batch-norm on refused (it has no batch normalization).
   * --precision: float32 by default (the JSON says so, with no loss scale); tf32 trains what
     float32 trains on a host, bit for bit; mixed_bfloat16 trains and says so; mixed_float16
-    reports its loss scale and skipped steps (mirrored over 2 replicas); an unknown name, and
-    mixed_float16 under parameter_server, are usage errors (exit 2) before
-    any data is read, in strata_train and mnist_cnn; under --mpirun a rank with another
-    --precision is refused, naming it.
+    reports its loss scale and skipped steps (mirrored, a pipeline, the hybrid, the parameter
+    server); an unknown name is a usage error (exit 2) before any data is read, in strata_train
+    and mnist_cnn; under --mpirun a rank with another --precision is refused, naming it.
 
   check_strata_train.py --strata-train PATH [--mnist-cnn PATH] [--mpirun PATH]
 
@@ -208,14 +207,6 @@ def check_precision(exe, mnist_cnn, data):
             r = ce.run([prog, "--data", missing, "--precision", "float8"])
             ce.check("float32, tf32, mixed_bfloat16, mixed_float16" in r.stderr and "'float8'" in r.stderr,
                      f"{name} --precision float8: the error does not list the policies: {r.stderr.strip()!r}")
-        # mixed_float16's loss scale needs one skip decision for every replica: refused, saying
-        # why and what to use instead, where the workers apply their gradients alone.
-        for strategy in ("parameter_server",):
-            args = ["--data", missing, "--strategy", strategy, "--precision", "mixed_float16"]
-            if ce.bad_flag(prog, name, args, "--precision mixed_float16"):
-                r = ce.run([prog] + args)
-                ce.check(f"--strategy {strategy}" in r.stderr and "use --precision mixed_bfloat16" in r.stderr,
-                         f"{name} {' '.join(args)}: the error does not say why and what instead: {r.stderr.strip()!r}")
     fields = ["precision", "strategy", "replicas", "epoch_loss", "test_accuracy", "test_loss"]
     doc = ce.json_run(exe, "strata_train", ["--data", data] + SHORT, fields)
     if doc:
@@ -237,7 +228,9 @@ def check_precision(exe, mnist_cnn, data):
                  f"strata_train --precision mixed_float16 --strategy mirrored JSON: {doc}")
     # ... and a pipeline's stages, which sum their gradients' squares before any applies, and the
     # hybrid, its copies too: one decision a step, the same counts as above.
-    for args in (["--strategy", "pipeline"], ["--strategy", "hybrid", "--replicas", "2", "--micro-batches", "2"]):
+    # ... and the parameter server's servers, which sum their parts' squares before any applies.
+    for args in (["--strategy", "pipeline"], ["--strategy", "hybrid", "--replicas", "2", "--micro-batches", "2"],
+                 ["--strategy", "parameter_server", "--workers", "2", "--servers", "2", "--sync", "sync", "--clock", "virtual"]):
         doc = ce.json_run(exe, "strata_train", ["--data", data, "--precision", "mixed_float16"] + args + SHORT,
                           fields + ["loss_scale", "skipped_steps", "optimizer_iterations"])
         if doc:
@@ -317,17 +310,25 @@ def check_mpirun(exe, mpirun, data):
           "--clock", "virtual", "--epochs", "2", "--steps-per-epoch", "4", "--batch-size", "8", "--verbose", "0", "--threads", "1"]
     with tempfile.TemporaryDirectory() as d:
         saved = {name: os.path.join(d, name + ".safetensors") for name in ("one", "many", "unclipped")}
+        for name in ("one16", "many16"):
+            saved[name] = os.path.join(d, name + ".safetensors")
+        mixed = ["--precision", "mixed_float16"]
         runs = {"one": (ps + ["--global-clipnorm", "0.05", "--save", saved["one"]], None),
                 "many": ([mpirun, "-np", "5"] + ps + ["--global-clipnorm", "0.05", "--timeout-ms", "20000", "--save", saved["many"]], env),
-                "unclipped": (ps + ["--save", saved["unclipped"]], None)}
+                "unclipped": (ps + ["--save", saved["unclipped"]], None),
+                # the job's loss scale, each job's divisor and the servers' one decision per update
+                "one16": (ps + mixed + ["--save", saved["one16"]], None),
+                "many16": ([mpirun, "-np", "5"] + ps + mixed + ["--timeout-ms", "20000", "--save", saved["many16"]], env)}
         for name, (cmd, e) in runs.items():
             r = ce.run(cmd, e, timeout=300)
             ce.check(r.returncode == 0 and os.path.exists(saved[name]),
-                     f"strata_train parameter_server --global-clipnorm ({name}): exit {r.returncode}, {r.stderr[-600:]!r}")
+                     f"strata_train parameter_server ({name}): exit {r.returncode}, {r.stderr[-600:]!r}")
         if all(os.path.exists(f) for f in saved.values()):
             read = {name: open(f, "rb").read() for name, f in saved.items()}
             ce.check(read["one"] == read["many"], "parameter_server --global-clipnorm across 5 processes saved other bytes than in one")
             ce.check(read["one"] != read["unclipped"], "parameter_server --global-clipnorm 0.05 saved the unclipped job's bytes")
+            ce.check(read["one16"] == read["many16"], "parameter_server --precision mixed_float16 across 5 processes saved other "
+                                                      "bytes than in one")
 
 
 def main():

@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -280,6 +281,67 @@ TEST_CASE("MixedFloat16: a step whose gradient overflows is skipped (nothing mov
         CHECK(r.loss_scale().scale == st.scale);
         CHECK(r.optimizer_iterations() == m.optimizer_iterations());
         CHECK(max_abs_diff(r.get_weights(), reference) < 1e-3);
+    }
+    // ParameterServer, synchronous, 2 workers of 6 examples (the global batch of 12) and 6
+    // servers, one variable each (round-robin): each server's part of the update's sum of
+    // squares is summed before any applies, so all skip the steps one device skips. Servers
+    // deciding alone would disagree: the last Dense's kernel and bias, each alone on a server,
+    // get gradients computed in float32 that stay finite where the float16 ones before overflow.
+    {
+        namespace ss = strata::sync;
+        using PS = dist::ParameterServer<strata::place::Host, ss::Synchronous>;
+        PS ps(2, 6, {.clock = dist::Clock::Virtual});
+        strata::Model<ImgNet, PS, prec::MixedFloat16> r(ps, 7);
+        r.compile(strata::loss::SparseCategoricalCrossentropy{}, sgd);
+        r.fit(images(12, 5).batch(6), {.epochs = 1, .verbose = 0});
+        CHECK(r.get_weights() == w0);
+        CHECK(r.loss_scale().skipped_steps == 1);
+        r.fit(images(12 * 40, 5).batch(6), {.epochs = 1, .verbose = 0});
+        CHECK(r.loss_scale().skipped_steps == st.skipped_steps);
+        CHECK(r.loss_scale().scale == st.scale);
+        CHECK(r.optimizer_iterations() == m.optimizer_iterations());
+        CHECK(max_abs_diff(r.get_weights(), reference) < 1e-3);
+    }
+}
+
+TEST_CASE("MixedFloat16 under asynchronous ParameterServer: each update skipped alone; a gradient computed under an older "
+          "scale is brought to the current one") {
+    namespace ss = strata::sync;
+    strata::optim::SGD sgd{.learning_rate = 0.05, .momentum = 0.9};
+    sgd.loss_scale.initial_scale = 0x1p40;
+    // One worker is sequential SGD: one device's decisions, step by step.
+    dist::OneDevice<> one;
+    strata::Model<ImgNet, dist::OneDevice<>, prec::MixedFloat16> m(one, 7);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, sgd);
+    m.fit(images(12 * 40, 5).batch(12), {.epochs = 1, .verbose = 0});
+    using Async = dist::ParameterServer<strata::place::Host, ss::Asynchronous<>>;
+    {
+        Async ps(1, 2, {.clock = dist::Clock::Virtual});
+        strata::Model<ImgNet, Async, prec::MixedFloat16> r(ps, 7);
+        r.compile(strata::loss::SparseCategoricalCrossentropy{}, sgd);
+        r.fit(images(12 * 40, 5).batch(12), {.epochs = 1, .verbose = 0});
+        CHECK(r.loss_scale().skipped_steps == m.loss_scale().skipped_steps);
+        CHECK(r.loss_scale().scale == m.loss_scale().scale);
+        CHECK(max_abs_diff(r.get_weights(), m.get_weights()) < 1e-6);
+    }
+    // Three workers: every update is one worker's gradient, and most were computed before the
+    // updates in between halved the scale. Brought to the current scale they are applied
+    // (or skipped) as gradients of that scale: the weights stay finite, and training goes on
+    // once the scale fits. Without the rescaling a gradient computed under 2^40 would be divided
+    // by a scale up to 2^20 times smaller and move the weights by 2^20 times its size.
+    {
+        Async ps(3, 2, {.clock = dist::Clock::Virtual});
+        strata::Model<ImgNet, Async, prec::MixedFloat16> r(ps, 7);
+        r.compile(strata::loss::SparseCategoricalCrossentropy{}, sgd);
+        const auto h = r.fit(images(12 * 60, 5).batch(12), {.epochs = 1, .verbose = 0});
+        const auto st = r.loss_scale();
+        CHECK(st.skipped_steps > 10);
+        CHECK(st.scale < 0x1p30);
+        CHECK(r.optimizer_iterations() > 5);
+        const auto w = r.get_weights();
+        CHECK(std::all_of(w.begin(), w.end(), [](float x) { return std::isfinite(x) && std::fabs(x) < 10; }));
+        CHECK(max_abs_diff(w, m.get_weights()) < 1.0);
+        CHECK(std::isfinite(h.history.at("loss").back()));
     }
 }
 

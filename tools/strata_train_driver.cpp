@@ -522,18 +522,11 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
     for (const char* name : {"--stages", "--micro-batches", "--schedule"})
         if (!piped && app.count(name))
             throw cli::usage_error(std::string(name) + " is a pipeline/hybrid flag; it means nothing for --strategy " + f.strategy);
-    // --precision (its name was checked by the flag): mixed_float16's loss scale skips a step whose
-    // gradient is not finite, a decision every replica must take alike on one reduced gradient,
-    // which the parameter server's workers (each applied alone) do not share: refused before any
-    // data is read, as set_precision would. (A pipeline's stages sum their parts' squares first.)
+    // --precision (its name was checked by the flag). mixed_float16's loss scale skips a step whose
+    // gradient is not finite, one decision for every replica, every pipeline stage and every
+    // parameter server (each sums its part's squares into the whole update's first).
     if (!strata::precision::parse(f.precision, f.compute))
         throw cli::usage_error("--precision: expected one of float32, tf32, mixed_bfloat16, mixed_float16; found '" + f.precision + "'");
-    if (f.compute == strata::precision::Compute::Float16 && ps)
-        throw cli::usage_error("--precision mixed_float16 needs replicas that step together on one reduced gradient, so that a "
-                               "step whose gradient overflowed is skipped by all of them (its dynamic loss scale), and --strategy " +
-                               f.strategy + " applies each worker's gradient on its own: use --precision mixed_bfloat16 (float32's "
-                               "range, no loss scale), or --strategy one_device, mirrored, central_storage, multi_worker_mirrored, "
-                               "pipeline or hybrid");
     if (f.strategy == "pipeline" && f.replicas != 1)
         throw cli::usage_error("--strategy pipeline takes --replicas 1 (R pipelines are --strategy hybrid), found --replicas " +
                                std::to_string(f.replicas));

@@ -81,6 +81,9 @@ public:
     /// Updates an epoch over `batches` (>= 0) mini-batches of `workers` workers makes (-1: not
     /// known ahead).
     virtual std::int64_t expected_updates(std::int64_t batches, int workers) const = 0;
+    /// How many pushes an update takes when every worker keeps up (the loss scale's
+    /// denominator: a worker's gradient is scaled as its share of such an update).
+    virtual int pushes_per_update(int /*workers*/) const { return 1; }
     /// Worker w was just handed a mini-batch.
     virtual void dispatched(int /*w*/, PsEpochMoves&) {}
     /// Worker w's push was admitted into the open update: closes it when the rule says, and
@@ -93,6 +96,7 @@ class SynchronousAdmission final : public PsAdmission {
 public:
     bool rounds() const override { return true; }
     bool needs_every_worker() const override { return true; }
+    int pushes_per_update(int workers) const override { return workers; }
     std::int64_t expected_updates(std::int64_t batches, int workers) const override { return (batches + workers - 1) / workers; }
     bool admitted(int w, PsEpochMoves& e) override {
         e.wait(w);
@@ -108,6 +112,7 @@ public:
 class KSyncAdmission final : public PsAdmission {
 public:
     explicit KSyncAdmission(int k) : k_(k) {}
+    int pushes_per_update(int) const override { return k_; }
     bool rounds() const override { return true; }
     std::int64_t expected_updates(std::int64_t batches, int workers) const override { return (batches + workers - 1) / workers; }
     bool admitted(int w, PsEpochMoves& e) override {
@@ -128,6 +133,7 @@ private:
 class KBatchSyncAdmission final : public PsAdmission {
 public:
     explicit KBatchSyncAdmission(int k) : k_(k) {}
+    int pushes_per_update(int) const override { return k_; }
     bool rounds() const override { return true; }
     std::int64_t expected_updates(std::int64_t, int) const override { return -1; }  // cancelled batches are not known ahead
     bool admitted(int w, PsEpochMoves& e) override {
@@ -156,6 +162,7 @@ private:
 class KAsyncAdmission final : public PsAdmission {
 public:
     explicit KAsyncAdmission(int k) : k_(k) {}
+    int pushes_per_update(int) const override { return k_; }
     std::int64_t expected_updates(std::int64_t batches, int) const override { return (batches + k_ - 1) / k_; }
     bool admitted(int w, PsEpochMoves& e) override {
         e.wait(w);
@@ -174,6 +181,7 @@ private:
 class KBatchAsyncAdmission final : public PsAdmission {
 public:
     explicit KBatchAsyncAdmission(int k) : k_(k) {}
+    int pushes_per_update(int) const override { return k_; }
     std::int64_t expected_updates(std::int64_t batches, int) const override { return (batches + k_ - 1) / k_; }
     bool admitted(int w, PsEpochMoves& e) override {
         if (e.pending() == k_ && !e.close()) return false;

@@ -36,6 +36,24 @@ const std::byte* get(const std::byte* in, V* p, std::size_t n) {
     std::memcpy(static_cast<void*>(p), in, n * sizeof(V));
     return in + n * sizeof(V);
 }
+/// A dynamic loss scale's state (optim::LossScaleState) as bytes: a server's acknowledgement and
+/// its state after an epoch carry it, so that every rank's copy of the servers has it.
+inline constexpr std::size_t kLossScaleBytes = sizeof(double) + 3 * sizeof(std::int64_t);
+inline void put_loss_scale(std::vector<std::byte>& out, const optim::LossScaleState& st) {
+    const std::int64_t counts[3] = {st.good_steps, st.skipped_steps, st.last_skipped ? 1 : 0};
+    put(out, &st.scale, 1);
+    put(out, counts, 3);
+}
+inline optim::LossScaleState get_loss_scale(const std::byte* in) {
+    optim::LossScaleState st;
+    std::int64_t counts[3] = {};
+    in = get(in, &st.scale, 1);
+    get(in, counts, 3);
+    st.good_steps = counts[0];
+    st.skipped_steps = counts[1];
+    st.last_skipped = counts[2] != 0;
+    return st;
+}
 inline std::span<const std::byte> text(const std::string& s) { return std::as_bytes(std::span<const char>(s.data(), s.size())); }
 inline std::string text_of(const ParameterServerProcesses::Received& m) {
     return std::string(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
@@ -92,7 +110,7 @@ struct OwnedBatch {
         put(bytes, w.data(), w.size());
         return bytes;
     }
-    void decode(const std::vector<std::byte>& payload) {
+    void decode(std::span<const std::byte> payload) {
         std::int64_t head[6];
         const std::byte* in = get(payload.data(), head, 6);
         size = head[0];

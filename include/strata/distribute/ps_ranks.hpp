@@ -96,8 +96,12 @@ private:
         } else {
             srv.apply_inbox(inv);
         }
-        const std::int64_t stop = ps_msg::stop_request();  // a signal here: the coordinator stops the job
-        remote_->send(remote_->coordinator_rank(), ps_msg::kAck, m.step, std::as_bytes(std::span<const std::int64_t>(&stop, 1)));
+        // A signal here: the coordinator stops the job. Then the loss scale as this update left it.
+        const std::int64_t stop = ps_msg::stop_request();
+        std::vector<std::byte> ack;
+        ps_msg::put(ack, &stop, 1);
+        ps_msg::put_loss_scale(ack, srv.opt.loss_scale_state());
+        remote_->send(remote_->coordinator_rank(), ps_msg::kAck, m.step, ack);
     }
 
     PsTransport<P, T>* t_;
@@ -120,12 +124,14 @@ public:
             if (m.kind == ps_msg::kEnd) return t_->epoch_ended(m);
             if (m.kind == ps_msg::kAbort) t_->coordinator_stopped(m);
             if (m.kind != ps_msg::kJob) continue;  // a cancellation or decision that came too late
-            ob.decode(m.payload);
+            double divisor = 1;  // the job: the loss's divisor (Job::divisor), then the mini-batch
+            ps_msg::get(m.payload.data(), &divisor, 1);
+            ob.decode(std::span<const std::byte>(m.payload).subspan(sizeof divisor));
             if (const std::string error = pull(m.step); !error.empty()) {
                 remote_->send(coord, ps_msg::kFailed, m.step, ps_msg::text(error));
                 continue;
             }
-            if (compute(ob, m.step, work)) await_decision(m.step);
+            if (compute(ob, m.step, divisor, work)) await_decision(m.step);
         }
     }
 
@@ -157,14 +163,14 @@ private:
     // Computes job `step` and reports it: true when it finished (the coordinator then decides),
     // false when it was cancelled or failed (reported as such).
     template <class Y>
-    bool compute(const ps_msg::OwnedBatch<Y>& ob, std::uint64_t step, PsWork<T, Y> work) {
+    bool compute(const ps_msg::OwnedBatch<Y>& ob, std::uint64_t step, double divisor, PsWork<T, Y> work) {
         const int coord = remote_->coordinator_rank();
         auto& wk = t_->workers()[std::size_t(w_)];
         UnitWork u;
         std::string error;
         bool cancelled = false;
         try {
-            u = work(w_, ob.view(), wk.params.data(), wk.grads.data(), 1.0, step, [&](std::int64_t, std::int64_t) {
+            u = work(w_, ob.view(), wk.params.data(), wk.grads.data(), divisor, step, [&](std::int64_t, std::int64_t) {
                 while (auto c = remote_->try_receive(coord)) {
                     if (c->kind == ps_msg::kAbort) t_->coordinator_stopped(*c);
                     if (c->kind == ps_msg::kCancel && c->step == step) throw Cancelled{};
@@ -193,12 +199,18 @@ private:
             const auto d = remote_->receive(coord, "ParameterServer: the coordinator's decision on a mini-batch", t_->idle_timeout());
             if (d.kind == ps_msg::kAbort) t_->coordinator_stopped(d);
             if (d.step != step || d.kind == ps_msg::kCancel) continue;
-            if (d.kind == ps_msg::kPushNow) push(step);
+            if (d.kind == ps_msg::kPushNow) {
+                double rescale = 1;  // to the loss scale in force now (PsTransport::push)
+                if (d.payload.size() == sizeof rescale) ps_msg::get(d.payload.data(), &rescale, 1);
+                push(step, rescale);
+            }
             return;  // pushed, or discarded
         }
     }
-    void push(std::uint64_t step) {
-        const auto g = to_vector(t_->workers()[std::size_t(w_)].grads.view());
+    void push(std::uint64_t step, double rescale) {
+        auto g = to_vector(t_->workers()[std::size_t(w_)].grads.view());
+        if (rescale != 1)
+            for (auto& x : g) x = T(double(x) * rescale);
         const auto& servers = t_->servers();
         for (int sv = 0; sv < int(servers.size()); ++sv) {
             const auto& srv = servers[std::size_t(sv)];

@@ -85,10 +85,12 @@ public:
         for (int sv = 0; sv < int(servers_->size()); ++sv)
             remote_->send(remote_->server_rank(sv), ps_msg::kSendParams, step, std::as_bytes(std::span<const std::int64_t>(&who, 1)));
     }
-    /// Worker w's gradient into the open update: one message per server, a copy of its shards.
-    void push(int w, std::uint64_t step) {
-        if (remote_) return remote_push(w, step);
+    /// Worker w's gradient into the open update: one message per server, a copy of its shards;
+    /// times `rescale` first (a loss scale's: Coordinator::admit).
+    void push(int w, std::uint64_t step, double rescale = 1) {
+        if (remote_) return remote_push(w, step, rescale);
         auto& wk = (*workers_)[std::size_t(w)];
+        if (rescale != 1) scale(wk.grads.view(), T(rescale), wk.grads.view());
         for (auto& srv : *servers_) {
             if (srv.size == 0) continue;
             auto& msg = srv.next_message();
@@ -128,7 +130,7 @@ public:
     /// On worker w's proxy thread: the mini-batch computed by worker rank w (its totals), or
     /// Cancelled, or the worker's error; `cancel` is forwarded to it.
     template <class Y>
-    UnitWork compute_remote(int w, const ps_msg::OwnedBatch<Y>& ob, std::uint64_t step, std::atomic<bool>& cancel);
+    UnitWork compute_remote(int w, const ps_msg::OwnedBatch<Y>& ob, std::uint64_t step, double divisor, std::atomic<bool>& cancel);
 
     /// Worker w is lost (its rank stopped answering): the job does not wait for it at exit.
     /// Returns its rank.
@@ -192,8 +194,8 @@ public:
 private:
     // The decision on a finished mini-batch (push it, or discard it).
     void decide(int w, std::uint32_t kind, std::uint64_t step) { remote_->send(remote_->worker_rank(w), kind, step, {}); }
-    void remote_push(int w, std::uint64_t step) {
-        decide(w, ps_msg::kPushNow, step);
+    void remote_push(int w, std::uint64_t step, double rescale) {
+        remote_->send(remote_->worker_rank(w), ps_msg::kPushNow, step, std::as_bytes(std::span<const double>(&rescale, 1)));
         const std::int64_t who = w;
         for (int sv = 0; sv < int(servers_->size()); ++sv)
             remote_->send(remote_->server_rank(sv), ps_msg::kAdmit, step, std::as_bytes(std::span<const std::int64_t>(&who, 1)));
@@ -236,14 +238,26 @@ void PsTransport<P, T>::remote_apply(T inv, std::int64_t version) {
         std::int64_t stop = 0;
         if (m.payload.size() >= sizeof stop) ps_msg::get(m.payload.data(), &stop, 1);
         ps_msg::take_stop(int(stop));
+        // Every server took the same decision from the same whole sum: the coordinator's copy
+        // of the servers follows server 0's loss scale (the next jobs are handed out under it).
+        if (sv == 0 && m.payload.size() == sizeof stop + ps_msg::kLossScaleBytes) {
+            const auto st = ps_msg::get_loss_scale(m.payload.data() + sizeof stop);
+            for (auto& srv : *servers_) srv.opt.set_loss_scale_state(st);
+        }
     }
 }
 
 template <class P, class T>
 template <class Y>
-UnitWork PsTransport<P, T>::compute_remote(int w, const ps_msg::OwnedBatch<Y>& ob, std::uint64_t step, std::atomic<bool>& cancel) {
+UnitWork PsTransport<P, T>::compute_remote(int w, const ps_msg::OwnedBatch<Y>& ob, std::uint64_t step, double divisor,
+                                           std::atomic<bool>& cancel) {
     const int rank = remote_->worker_rank(w);
-    remote_->send(rank, ps_msg::kJob, step, ob.encode());
+    // The job: the loss's divisor (Job::divisor), then the mini-batch.
+    std::vector<std::byte> job;
+    ps_msg::put(job, &divisor, 1);
+    const auto batch = ob.encode();
+    job.insert(job.end(), batch.begin(), batch.end());
+    remote_->send(rank, ps_msg::kJob, step, job);
     bool cancel_sent = false;
     // The worker first pulls from every server, each pull with the timeout, and reports a
     // server that does not answer; so its report may come up to a timeout later than its
@@ -306,6 +320,7 @@ void PsTransport<P, T>::send_state(int sv) {
     }
     const std::int64_t it = srv.opt.iterations();
     ps_msg::put(bytes, &it, 1);
+    ps_msg::put_loss_scale(bytes, srv.opt.loss_scale_state());
     for (int r = 0; r < remote_->processes(); ++r)
         if (r != from && std::find(gone_ranks_.begin(), gone_ranks_.end(), r) == gone_ranks_.end()) remote_->send(r, ps_msg::kState, 0, bytes);
 }
@@ -322,8 +337,9 @@ void PsTransport<P, T>::take_state(int sv, const Received& m) {
     take(srv.params, srv.size);
     for (auto& [name, t] : srv.opt.slots()) take(t, srv.size);
     std::int64_t it = 0;
-    ps_msg::get(in, &it, 1);
+    in = ps_msg::get(in, &it, 1);
     srv.opt.set_iterations(it);
+    srv.opt.set_loss_scale_state(ps_msg::get_loss_scale(in));
 }
 
 }  // namespace strata::distribute::detail

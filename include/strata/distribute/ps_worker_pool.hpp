@@ -44,6 +44,10 @@ public:
     struct Job {
         bool pending = false;
         std::uint64_t step = 0, n = 0;
+        // The loss's divisor (MixedFloat16): the update's expected examples over the loss scale
+        // in force when the job was handed out, as one device scales the loss of that batch;
+        // 1 without a loss scale (the gradient is the sum; the servers divide by the examples).
+        double divisor = 1;
     };
     struct Result {
         bool ready = false, cancelled = false;

@@ -154,10 +154,6 @@ public:
     /// Whether the strategy steps all replicas in lockstep on one global batch (everything but
     /// ParameterServer); only then are the pieces of a step (compute_gradients, ...) offered.
     static constexpr bool lockstep = path_type::lockstep;
-    static_assert(precision::compute_of<Precision>() != precision::Compute::Float16 || lockstep,
-                  "strata::Model: precision::MixedFloat16 needs a strategy whose replicas step together on one reduced "
-                  "gradient, so that a step with a non-finite gradient is skipped by all of them (ParameterServer applies "
-                  "each worker's gradient alone): use MixedBFloat16, which needs no loss scale");
 
     /// A model with its own Default strategy (one replica, all host cores).
     explicit Model(std::uint64_t seed = 0)
@@ -203,17 +199,12 @@ public:
 
     /// The precision the layers compute in (Precision's; under precision::Any, set_precision's).
     precision::Compute dtype_policy() const { return compute_; }
-    /// precision::Any only: the policy, chosen at run time, before compile. Refuses (ValueError)
-    /// what the compile-time policy would refuse to compile: float16 under ParameterServer.
+    /// precision::Any only: the policy, chosen at run time, before compile.
     void set_precision(precision::Compute c) {
         static_assert(std::is_same_v<Precision, precision::Any>,
                       "strata::Model::set_precision: the precision is fixed at compile time (Model's third argument); "
                       "only precision::Any chooses it at run time");
         STRATA_CHECK(!compiled_, ValueError, "set_precision: call it before compile (the optimizer's loss scale depends on it)");
-        STRATA_CHECK(c != precision::Compute::Float16 || lockstep, ValueError,
-                     "set_precision: mixed_float16 needs a strategy whose replicas step together on one reduced gradient, so "
-                     "that a step with a non-finite gradient is skipped by all of them (ParameterServer applies each worker's "
-                     "gradient alone): use mixed_bfloat16, which needs no loss scale");
         STRATA_CHECK((!std::is_same_v<T, double> || c == precision::Compute::Float32), ValueError,
                      "set_precision: a double model computes in double");
         compute_ = c;
@@ -789,8 +780,10 @@ private:
                                 .first_example = b.first, .global_examples = b.global_size, .replica_sum = path_.replica_sum(r),
                                 .compute = compute_};
             // Under a loss scale S the loss's gradient is S times the loss's (the optimizer divides
-            // the reduced gradient by S): the denominator is divided by S.
-            if (precision::scales_loss(compute_)) denominator /= path_.loss_scale_state().scale;
+            // the reduced gradient by S): the denominator is divided by S. ParameterServer (not
+            // lockstep: its workers compute while its servers apply) divides it itself, by the
+            // scale in force when it handed the mini-batch out.
+            if (precision::scales_loss(compute_) && lockstep) denominator /= path_.loss_scale_state().scale;
             auto x = stage_input(u, b.x.data(), b.size);
             auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
             if constexpr (step_capturable) {

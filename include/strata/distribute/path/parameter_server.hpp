@@ -171,9 +171,10 @@ public:
     void set_learning_rate(double lr) {
         for (auto& srv : servers_) srv.opt.set_learning_rate(lr);
     }
-    // No loss scale here: Model refuses precision::MixedFloat16 under ParameterServer (each
-    // worker's gradient is applied alone: no global step for every worker to skip together).
+    // The dynamic loss scale (precision::MixedFloat16): every server holds the same state, since
+    // each decides from the whole update's sum of squares (PsTransport::apply).
     optim::LossScaleState loss_scale_state() const { return compiled_ ? servers_[0].opt.loss_scale_state() : optim::LossScaleState{}; }
+    bool scales_loss() const { return compiled_ && servers_[0].opt.scales_loss(); }
     void set_loss_scale_state(const optim::LossScaleState& s) {
         for (auto& srv : servers_) srv.opt.set_loss_scale_state(s);
     }
@@ -392,7 +393,10 @@ bool ParameterServerCore<P, T>::Coordinator<Y>::hand_out(int w) {
     c_.transport_.pull(w, c_.version_);
     const std::uint64_t n = c_.workers_[std::size_t(w)].batches++;
     c_.clock_.start(w, n);
-    c_.pool_.prepare(w, Job{true, ++step_, n});
+    double divisor = 1;
+    if (c_.scales_loss())
+        divisor = double(owned_[std::size_t(w)].size) * rule_.pushes_per_update(workers()) / c_.loss_scale_state().scale;
+    c_.pool_.prepare(w, Job{true, ++step_, n, divisor});
     c_.transport_.send_shards(w, step_);
     state_[std::size_t(w)] = State::Computing;
     if (!c_.clock_.is_virtual()) c_.pool_.post(w);
@@ -415,11 +419,14 @@ UnitWork ParameterServerCore<P, T>::Coordinator<Y>::compute(int w, const Job& jo
     const auto t0 = std::chrono::steady_clock::now();
     UnitWork u;
     if (c_.remote_) {
-        u = c_.transport_.compute_remote(w, owned_[std::size_t(w)], job.step, cancel);
+        u = c_.transport_.compute_remote(w, owned_[std::size_t(w)], job.step, job.divisor, cancel);
         reported = true;
     } else {
         auto& wk = c_.workers_[std::size_t(w)];
-        u = work_(w, owned_[std::size_t(w)].view(), wk.params.data(), wk.grads.data(), 1.0, job.step, [&](std::int64_t, std::int64_t) {
+        // Under a loss scale the gradient is scaled as one device scales an update's batch
+        // (Model leaves the denominator to this path; Job::divisor).
+        u = work_(w, owned_[std::size_t(w)].view(), wk.params.data(), wk.grads.data(), job.divisor, job.step,
+                  [&](std::int64_t, std::int64_t) {
             if (cancel.load(std::memory_order_relaxed)) throw Cancelled{};
         });
     }
@@ -472,7 +479,12 @@ template <class P, class T>
 template <class Y>
 void ParameterServerCore<P, T>::Coordinator<Y>::admit(int w, const UnitWork& u) {
     const std::int64_t staleness = c_.version_ - c_.workers_[std::size_t(w)].version;
-    c_.transport_.push(w, c_.pool_.job(w).step);
+    // Under a loss scale the servers take the sum of the update's gradients times the scale in
+    // force now: the gradient computed as a share of an update (Job::divisor), under the scale
+    // of its hand-out, is brought back to that (an update in between may have skipped, halving
+    // the scale, or grown it; an inf stays an inf, and its update is skipped). 1 otherwise.
+    const double rescale = c_.scales_loss() ? c_.loss_scale_state().scale * c_.pool_.job(w).divisor : 1.0;
+    c_.transport_.push(w, c_.pool_.job(w).step, rescale);
     ++pending_;
     totals_.loss_sum += u.loss_sum;
     totals_.correct += double(u.correct);
