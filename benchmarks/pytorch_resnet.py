@@ -40,7 +40,6 @@ never the evaluation after each epoch.
 
 import argparse
 import json
-import math
 import os
 import struct
 import sys
@@ -86,33 +85,15 @@ import torch.nn as tnn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_common import cpu_model, evaluate, keras_glorot_uniform_  # noqa: E402
+from pytorch_common import KerasAdamW, cosine_lr, cpu_model, evaluate, keras_glorot_uniform_, load_idx  # noqa: E402
 
 EXPECTED_PARAMETERS = 78_042      # strata's count: trainable and moving statistics
 EXPECTED_NON_TRAINABLE = 480
 
 
-def read_idx(path, magic, dims):
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        fetch = "scripts/fetch-fashion-mnist" if ARGS.dataset == "fashion_mnist" else "scripts/fetch-mnist"
-        sys.exit(f"pytorch_resnet: cannot read {path}: {e.strerror}. Fetch the files with {fetch} "
-                 f"{os.path.dirname(path) or '.'} or pass --data DIR.")
-    header = 4 + 4 * dims
-    found = struct.unpack(">I", raw[:4])[0]
-    if found != magic:
-        sys.exit(f"pytorch_resnet: {path}: expected IDX magic 0x{magic:08x}, found 0x{found:08x}")
-    shape = struct.unpack(">" + "I" * dims, raw[4:header])
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
-
-
 def load(split):
-    images = read_idx(os.path.join(ARGS.data, f"{split}-images-idx3-ubyte"), 0x00000803, 3)
-    labels = read_idx(os.path.join(ARGS.data, f"{split}-labels-idx1-ubyte"), 0x00000801, 1)
-    x = torch.from_numpy(images.astype(np.float32) / 255.0).unsqueeze(1)  # NCHW
-    return x, torch.from_numpy(labels.astype(np.int64))
+    fetch = "scripts/fetch-fashion-mnist" if ARGS.dataset == "fashion_mnist" else "scripts/fetch-mnist"
+    return load_idx(ARGS.data, split, fetch, "pytorch_resnet")
 
 
 def bn(c):
@@ -214,37 +195,6 @@ def load_strata(model, path):
             if tuple(a.shape) != tuple(t.shape):
                 sys.exit(f"pytorch_resnet: {name} is {tuple(a.shape)} after the layout change, the model's is {tuple(t.shape)}")
             t.copy_(a)
-
-
-class KerasAdamW:
-    """keras.optimizers.AdamW: w -= w*wd*lr; m, v as Adam; w -= lr*sqrt(1-b2^t)/(1-b1^t) * m/(sqrt(v)+eps)."""
-
-    def __init__(self, params, weight_decay, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
-        self.params = [p for p in params]
-        self.wd, self.b1, self.b2, self.eps = weight_decay, beta_1, beta_2, epsilon
-        self.m = [torch.zeros_like(p) for p in self.params]
-        self.v = [torch.zeros_like(p) for p in self.params]
-        self.t = 0
-
-    @torch.no_grad()
-    def step(self, lr):
-        self.t += 1
-        alpha = lr * math.sqrt(1 - self.b2 ** self.t) / (1 - self.b1 ** self.t)
-        for p, m, v in zip(self.params, self.m, self.v):
-            if p.grad is None:
-                continue
-            p.mul_(1 - self.wd * lr)
-            m.add_(p.grad - m, alpha=1 - self.b1)
-            v.add_(p.grad * p.grad - v, alpha=1 - self.b2)
-            p.addcdiv_(m, v.sqrt().add_(self.eps), value=-alpha)
-
-
-def cosine_lr(step, warmup_steps, decay_steps, target):
-    """Keras' CosineDecay(initial 0, decay_steps, alpha 0, warmup_target, warmup_steps)."""
-    if step < warmup_steps:
-        return target * step / warmup_steps
-    s = min(step - warmup_steps, decay_steps)
-    return target * 0.5 * (1 + math.cos(math.pi * s / decay_steps))
 
 
 def augment(x, gen, flip):

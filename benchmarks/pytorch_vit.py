@@ -1,0 +1,214 @@
+#!/usr/bin/python3
+"""PyTorch side of the ViT comparison: strata_train's `vit`, the same network and recipe, in PyTorch.
+
+Run with the system Python that has PyTorch (Debian's python3-torch), from the repository root:
+
+    /usr/bin/python3 benchmarks/pytorch_vit.py --dataset fashion_mnist --epochs 10 --threads 1 --json vit-pytorch.json
+
+and beside it the strata side, `build/tools/strata_train --model vit --dataset fashion_mnist --threads 1 --json F`.
+
+The model (138 890 variables; asserted) is strata_train's `vit` (tools/strata_train_models.hpp),
+layer for layer:
+
+    Input(28, 28, 1), pixels / 255
+    PatchEmbedding: Conv2D(64, 4x4, stride 4) -> 49 tokens x 64
+    PositionEmbedding: + a learned [49, 64]
+    4 x [ x + MultiHeadAttention(LayerNorm(x))        4 heads, key_dim = value_dim = 16, biases
+          x + Dense(64)(GELU(Dense(128)(LayerNorm(x)))) ]   per token; GELU the exact (erf) form
+    LayerNormalization -> mean over the tokens -> Dense(10, softmax)
+
+LayerNormalization with Keras' epsilon 1e-3. Initialisation as Keras (and strata) start these
+layers: Glorot-uniform kernels with Keras' fans (for the attention's rank-3 kernels Keras
+multiplies both fans by the leading axis: [F, H, D] has fan_in H*F and fan_out D*F; the output
+kernel [H, D, F] fan_in D*H and fan_out F*H), zero biases, LayerNorm gamma 1 and beta 0, and the
+position table Glorot-uniform over [49, 64].
+
+Recipe (strata_train's defaults for vit): AdamW with Keras' update, weight decay 0.05, the learning
+rate by Keras' CosineDecay with a linear warm-up of one epoch to 1e-3, batch 128 reshuffled every
+epoch, no augmentation.
+
+Timing: "train images/s" counts the training steps (forward, backward, update), never the
+evaluation after each epoch.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", choices=["mnist", "fashion_mnist"], default="fashion_mnist")
+    p.add_argument("--data", default="", help="directory with the four IDX files (default: data/<dataset>)")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--steps-per-epoch", type=int, default=0, help="stop each epoch after N steps (0: the whole set)")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: all cores)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--learning-rate", type=float, default=1e-3, help="the warm-up's target, the cosine's start")
+    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--warmup-epochs", type=float, default=1.0)
+    p.add_argument("--eval-batch-size", type=int, default=1000)
+    p.add_argument("--json", default="", help="write the results to this JSON file")
+    a = p.parse_args()
+    if not a.data:
+        a.data = os.path.join("data", a.dataset)
+    for name in ("epochs", "batch_size", "eval_batch_size"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if a.steps_per_epoch < 0 or a.threads < 0:
+        p.error("--steps-per-epoch and --threads must be >= 0")
+    return a
+
+
+ARGS = parse_args()
+THREADS = ARGS.threads if ARGS.threads > 0 else (os.cpu_count() or 1)
+for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[var] = str(THREADS)
+
+import torch  # noqa: E402
+import torch.nn as tnn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_common import KerasAdamW, cosine_lr, cpu_model, evaluate, keras_glorot_uniform_, load_idx  # noqa: E402
+
+EXPECTED_PARAMETERS = 138_890  # strata's count
+TOKENS, WIDTH, HEADS, KEY_DIM, MLP, DEPTH, PATCH = 49, 64, 4, 16, 128, 4, 4
+
+
+def uniform_(t, fan_in, fan_out, gen):
+    limit = (6.0 / (fan_in + fan_out)) ** 0.5
+    with torch.no_grad():
+        t.uniform_(-limit, limit, generator=gen)
+
+
+class Attention(tnn.Module):
+    """Keras' MultiHeadAttention(4, 16) called as mha(x, x): the projections with biases, the
+    scaled dot product per head, the heads merged and projected back to the width."""
+
+    def __init__(self, gen):
+        super().__init__()
+        self.q, self.k, self.v = (tnn.Linear(WIDTH, HEADS * KEY_DIM) for _ in range(3))
+        self.o = tnn.Linear(HEADS * KEY_DIM, WIDTH)
+        for lin in (self.q, self.k, self.v):  # Keras' [F, H, D] kernel: fans H*F and D*F
+            uniform_(lin.weight, HEADS * WIDTH, KEY_DIM * WIDTH, gen)
+        uniform_(self.o.weight, KEY_DIM * HEADS, WIDTH * HEADS, gen)  # [H, D, F]: fans D*H and F*H
+        for lin in (self.q, self.k, self.v, self.o):
+            tnn.init.zeros_(lin.bias)
+
+    def forward(self, x):
+        n, s, _ = x.shape
+        split = lambda t: t.view(n, s, HEADS, KEY_DIM).transpose(1, 2)  # noqa: E731  [n, H, S, D]
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        a = torch.softmax(q @ k.transpose(-1, -2) / KEY_DIM ** 0.5, dim=-1)
+        return self.o((a @ v).transpose(1, 2).reshape(n, s, HEADS * KEY_DIM))
+
+
+class Block(tnn.Module):
+    def __init__(self, gen):
+        super().__init__()
+        self.norm1, self.norm2 = tnn.LayerNorm(WIDTH, eps=1e-3), tnn.LayerNorm(WIDTH, eps=1e-3)
+        self.attention = Attention(gen)
+        self.up, self.down = tnn.Linear(WIDTH, MLP), tnn.Linear(MLP, WIDTH)
+        for lin in (self.up, self.down):
+            keras_glorot_uniform_(lin.weight, gen)
+            tnn.init.zeros_(lin.bias)
+
+    def forward(self, x):
+        x = x + self.attention(self.norm1(x))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class ViT(tnn.Module):
+    def __init__(self, gen):
+        super().__init__()
+        self.patches = tnn.Conv2d(1, WIDTH, PATCH, stride=PATCH)
+        keras_glorot_uniform_(self.patches.weight, gen)
+        tnn.init.zeros_(self.patches.bias)
+        self.position = tnn.Parameter(torch.empty(TOKENS, WIDTH))
+        uniform_(self.position, TOKENS, WIDTH, gen)
+        self.blocks = tnn.ModuleList(Block(gen) for _ in range(DEPTH))
+        self.norm = tnn.LayerNorm(WIDTH, eps=1e-3)
+        self.head = tnn.Linear(WIDTH, 10)
+        keras_glorot_uniform_(self.head.weight, gen)
+        tnn.init.zeros_(self.head.bias)
+
+    def forward(self, x):
+        x = self.patches(x).flatten(2).transpose(1, 2) + self.position  # [n, 49, 64], row-major patches
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.norm(x).mean(dim=1))
+
+
+def main():
+    torch.set_num_threads(THREADS)
+    torch.manual_seed(ARGS.seed)
+    fetch = "scripts/fetch-fashion-mnist" if ARGS.dataset == "fashion_mnist" else "scripts/fetch-mnist"
+    x_train, y_train = load_idx(ARGS.data, "train", fetch, "pytorch_vit")
+    x_test, y_test = load_idx(ARGS.data, "t10k", fetch, "pytorch_vit")
+    gen = torch.Generator().manual_seed(ARGS.seed)
+    model = ViT(gen)
+    count = sum(p.numel() for p in model.parameters())
+    assert count == EXPECTED_PARAMETERS, f"{count} variables, expected {EXPECTED_PARAMETERS}"
+
+    n = x_train.shape[0]
+    steps_full = (n + ARGS.batch_size - 1) // ARGS.batch_size
+    steps = min(steps_full, ARGS.steps_per_epoch) if ARGS.steps_per_epoch else steps_full
+    warmup = int(round(ARGS.warmup_epochs * steps))
+    decay = max(steps * ARGS.epochs - warmup, 1)
+    opt = KerasAdamW(model.parameters(), ARGS.weight_decay)
+    shuffle_gen = torch.Generator().manual_seed(ARGS.seed + 1)
+    info = dict(framework="pytorch", torch_version=torch.__version__, cpu=cpu_model(), cpu_count=os.cpu_count(),
+                threads=torch.get_num_threads(), model="vit", dataset=ARGS.dataset, parameters=EXPECTED_PARAMETERS,
+                batch_size=ARGS.batch_size, steps_per_epoch=steps, epochs=ARGS.epochs, seed=ARGS.seed,
+                optimizer=f"AdamW (Keras' update), weight_decay={ARGS.weight_decay}",
+                schedule=f"CosineDecay(0 -> {ARGS.learning_rate} over {warmup} steps, then to 0 over {decay})")
+    print(f"PyTorch {info['torch_version']} vit ({EXPECTED_PARAMETERS} variables) on {ARGS.dataset}, {info['cpu']}, "
+          f"{info['threads']} threads")
+    print(f"batch {ARGS.batch_size}, {steps} steps/epoch, {info['optimizer']}, {info['schedule']}")
+    print(f"{'epoch':>5} {'train s':>8} {'train img/s':>12} {'train loss':>11} {'train acc':>10} {'test loss':>10} {'test acc':>9}")
+    epochs, step, total_images, total_seconds = [], 0, 0, 0.0
+    model.train()
+    for epoch in range(1, ARGS.epochs + 1):
+        order = torch.randperm(n, generator=shuffle_gen)
+        loss_sum, correct, seen = 0.0, 0, 0
+        t0 = time.perf_counter()
+        for s in range(steps):
+            idx = order[s * ARGS.batch_size:(s + 1) * ARGS.batch_size]
+            xb, yb = x_train[idx], y_train[idx]
+            logits = model(xb)
+            loss = F.cross_entropy(logits, yb)
+            model.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step(cosine_lr(step, warmup, decay, ARGS.learning_rate))
+            step += 1
+            loss_sum += loss.item() * yb.shape[0]
+            correct += (logits.detach().argmax(1) == yb).sum().item()
+            seen += yb.shape[0]
+        seconds = time.perf_counter() - t0
+        test_loss, test_acc = evaluate(model, x_test, y_test, ARGS.eval_batch_size)
+        row = dict(epoch=epoch, train_seconds=seconds, train_images_per_second=seen / seconds, train_loss=loss_sum / seen,
+                   train_accuracy=correct / seen, test_loss=test_loss, test_accuracy=test_acc)
+        epochs.append(row)
+        total_images += seen
+        total_seconds += seconds
+        print(f"{epoch:>5} {seconds:>8.1f} {row['train_images_per_second']:>12.1f} {row['train_loss']:>11.4f} "
+              f"{row['train_accuracy']:>10.4f} {test_loss:>10.4f} {test_acc:>9.4f}", flush=True)
+    info.update(test_accuracy=epochs[-1]["test_accuracy"], test_loss=epochs[-1]["test_loss"],
+                train_images_per_second=total_images / total_seconds, train_seconds=total_seconds,
+                step_ms=1000.0 * total_seconds / (steps * ARGS.epochs), epochs_detail=epochs,
+                load_average=" ".join(f"{v:.2f}" for v in os.getloadavg()))
+    print(f"train images/s {info['train_images_per_second']:.1f} ({info['step_ms']:.1f} ms a step); "
+          f"test accuracy {info['test_accuracy']:.4f}")
+    if ARGS.json:
+        with open(ARGS.json, "w") as f:
+            json.dump(info, f, indent=2)
+            f.write("\n")
+        print(f"wrote {ARGS.json}")
+
+
+if __name__ == "__main__":
+    main()
