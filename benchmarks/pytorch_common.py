@@ -3,11 +3,13 @@ benchmarks/pytorch_resnet.py, benchmarks/pytorch_vit.py): Keras's Glorot-uniform
 Keras's AdamW update and CosineDecay schedule, the IDX reader, the evaluation pass and the
 machine's description. Import it after the thread-count environment is set (the scripts set it
 before torch loads)."""
+import json
 import math
 import os
 import platform
 import struct
 import sys
+import time
 
 import numpy as np
 import torch
@@ -101,3 +103,69 @@ def cpu_model():
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def train_recipe(model, name, args, data, info, prepare=None):
+    """strata_train's recipe for `model` (Keras' AdamW, CosineDecay after a linear warm-up, batch
+    args.batch_size reshuffled every epoch), the table printed as it goes, the summary and the
+    JSON (args.json) written at the end. `data`: (x_train, y_train, x_test, y_test); `info`: the
+    run's description, completed here; `prepare(xb)`: the batch's augmentation, if any. Uses
+    args.epochs, steps_per_epoch, learning_rate, weight_decay, warmup_epochs, seed, eval_batch_size."""
+    x_train, y_train, x_test, y_test = data
+    n = x_train.shape[0]
+    steps_full = (n + args.batch_size - 1) // args.batch_size
+    steps = min(steps_full, args.steps_per_epoch) if args.steps_per_epoch else steps_full
+    warmup = int(round(args.warmup_epochs * steps))
+    decay = max(steps * args.epochs - warmup, 1)
+    opt = KerasAdamW(model.parameters(), args.weight_decay)
+    shuffle_gen = torch.Generator().manual_seed(args.seed + 1)
+    info.update(framework="pytorch", torch_version=torch.__version__, cpu=cpu_model(), cpu_count=os.cpu_count(),
+                threads=torch.get_num_threads(), model=name, batch_size=args.batch_size, steps_per_epoch=steps,
+                epochs=args.epochs, seed=args.seed, optimizer=f"AdamW (Keras' update), weight_decay={args.weight_decay}",
+                schedule=f"CosineDecay(0 -> {args.learning_rate} over {warmup} steps, then to 0 over {decay})")
+    print(f"PyTorch {info['torch_version']} {name} ({info['parameters']} variables) on {info['dataset']}, {info['cpu']}, "
+          f"{info['threads']} threads")
+    print(f"batch {args.batch_size}, {steps} steps/epoch, {info['optimizer']}, {info['schedule']}"
+          + (f", {info['augmentation']}" if "augmentation" in info else ""))
+    print(f"{'epoch':>5} {'train s':>8} {'train img/s':>12} {'train loss':>11} {'train acc':>10} {'test loss':>10} {'test acc':>9}")
+    epochs, step, total_images, total_seconds = [], 0, 0, 0.0
+    model.train()
+    for epoch in range(1, args.epochs + 1):
+        order = torch.randperm(n, generator=shuffle_gen)
+        loss_sum, correct, seen = 0.0, 0, 0
+        t0 = time.perf_counter()
+        for s in range(steps):
+            idx = order[s * args.batch_size:(s + 1) * args.batch_size]
+            xb, yb = x_train[idx], y_train[idx]
+            if prepare:
+                xb = prepare(xb)
+            logits = model(xb)
+            loss = F.cross_entropy(logits, yb)
+            model.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step(cosine_lr(step, warmup, decay, args.learning_rate))
+            step += 1
+            loss_sum += loss.item() * yb.shape[0]
+            correct += (logits.detach().argmax(1) == yb).sum().item()
+            seen += yb.shape[0]
+        seconds = time.perf_counter() - t0
+        test_loss, test_acc = evaluate(model, x_test, y_test, args.eval_batch_size)
+        row = dict(epoch=epoch, train_seconds=seconds, train_images_per_second=seen / seconds, train_loss=loss_sum / seen,
+                   train_accuracy=correct / seen, test_loss=test_loss, test_accuracy=test_acc)
+        epochs.append(row)
+        total_images += seen
+        total_seconds += seconds
+        print(f"{epoch:>5} {seconds:>8.1f} {row['train_images_per_second']:>12.1f} {row['train_loss']:>11.4f} "
+              f"{row['train_accuracy']:>10.4f} {test_loss:>10.4f} {test_acc:>9.4f}", flush=True)
+    info.update(test_accuracy=epochs[-1]["test_accuracy"], test_loss=epochs[-1]["test_loss"],
+                train_images_per_second=total_images / total_seconds, train_seconds=total_seconds,
+                step_ms=1000.0 * total_seconds / (steps * args.epochs), epochs_detail=epochs,
+                load_average=" ".join(f"{v:.2f}" for v in os.getloadavg()))
+    print(f"train images/s {info['train_images_per_second']:.1f} ({info['step_ms']:.1f} ms a step); "
+          f"test accuracy {info['test_accuracy']:.4f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(info, f, indent=2)
+            f.write("\n")
+        print(f"wrote {args.json}")
+    return info

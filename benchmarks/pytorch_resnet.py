@@ -43,7 +43,6 @@ import json
 import os
 import struct
 import sys
-import time
 
 
 def parse_args():
@@ -85,7 +84,7 @@ import torch.nn as tnn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_common import KerasAdamW, cosine_lr, cpu_model, evaluate, keras_glorot_uniform_, load_idx  # noqa: E402
+from pytorch_common import evaluate, keras_glorot_uniform_, load_idx, train_recipe  # noqa: E402
 
 EXPECTED_PARAMETERS = 78_042      # strata's count: trainable and moving statistics
 EXPECTED_NON_TRAINABLE = 480
@@ -242,69 +241,11 @@ def main():
         return
 
     flip = ARGS.flip == "on" or (ARGS.flip == "auto" and ARGS.dataset == "fashion_mnist")
-    n = x_train.shape[0]
-    steps_full = (n + ARGS.batch_size - 1) // ARGS.batch_size
-    steps = min(steps_full, ARGS.steps_per_epoch) if ARGS.steps_per_epoch else steps_full
-    total_steps = steps * ARGS.epochs
-    warmup = int(round(ARGS.warmup_epochs * steps))
-    decay = max(total_steps - warmup, 1)
-    opt = KerasAdamW(model.parameters(), ARGS.weight_decay)
-    shuffle_gen = torch.Generator().manual_seed(ARGS.seed + 1)
     aug_gen = torch.Generator().manual_seed(ARGS.seed + 2)
-    info = dict(framework="pytorch", torch_version=torch.__version__, cpu=cpu_model(), cpu_count=os.cpu_count(),
-                threads=torch.get_num_threads(), model="resnet", dataset=ARGS.dataset, parameters=EXPECTED_PARAMETERS,
-                non_trainable_parameters=non_trainable, batch_size=ARGS.batch_size, steps_per_epoch=steps, epochs=ARGS.epochs,
-                seed=ARGS.seed, optimizer=f"AdamW (Keras' update), weight_decay={ARGS.weight_decay}",
-                schedule=f"CosineDecay(0 -> {ARGS.learning_rate} over {warmup} steps, then to 0 over {decay})",
+    info = dict(dataset=ARGS.dataset, parameters=EXPECTED_PARAMETERS, non_trainable_parameters=non_trainable,
                 augmentation=f"pad {ARGS.pad} + random crop" + (", horizontal flip" if flip else ""))
-    print(f"PyTorch {info['torch_version']} resnet ({EXPECTED_PARAMETERS} variables, {non_trainable} not trained) on "
-          f"{ARGS.dataset}, {info['cpu']}, {info['threads']} threads")
-    print(f"batch {ARGS.batch_size}, {steps} steps/epoch, {info['optimizer']}, {info['schedule']}, {info['augmentation']}")
-    print(f"{'epoch':>5} {'train s':>8} {'train img/s':>12} {'train loss':>11} {'train acc':>10} {'test loss':>10} {'test acc':>9}")
-    epochs = []
-    step = 0
-    total_images, total_seconds = 0, 0.0
-    model.train()
-    for epoch in range(1, ARGS.epochs + 1):
-        order = torch.randperm(n, generator=shuffle_gen)
-        loss_sum, correct, seen = 0.0, 0, 0
-        t0 = time.perf_counter()
-        for s in range(steps):
-            idx = order[s * ARGS.batch_size:(s + 1) * ARGS.batch_size]
-            xb, yb = x_train[idx], y_train[idx]
-            if ARGS.pad or flip:
-                xb = augment(xb, aug_gen, flip)
-            logits = model(xb)
-            loss = F.cross_entropy(logits, yb)
-            model.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step(cosine_lr(step, warmup, decay, ARGS.learning_rate))
-            step += 1
-            b = yb.shape[0]
-            loss_sum += loss.item() * b
-            correct += (logits.detach().argmax(1) == yb).sum().item()
-            seen += b
-        seconds = time.perf_counter() - t0
-        test_loss, test_acc = evaluate(model, x_test, y_test, ARGS.eval_batch_size)
-        row = dict(epoch=epoch, train_seconds=seconds, train_images_per_second=seen / seconds, train_loss=loss_sum / seen,
-                   train_accuracy=correct / seen, test_loss=test_loss, test_accuracy=test_acc)
-        epochs.append(row)
-        total_images += seen
-        total_seconds += seconds
-        print(f"{epoch:>5} {seconds:>8.1f} {row['train_images_per_second']:>12.1f} {row['train_loss']:>11.4f} "
-              f"{row['train_accuracy']:>10.4f} {test_loss:>10.4f} {test_acc:>9.4f}", flush=True)
-    info.update(test_accuracy=epochs[-1]["test_accuracy"], test_loss=epochs[-1]["test_loss"],
-                train_images_per_second=total_images / total_seconds, train_seconds=total_seconds,
-                step_ms=1000.0 * total_seconds / (steps * ARGS.epochs), epochs_detail=epochs,
-                load_average=" ".join(f"{v:.2f}" for v in os.getloadavg()))
-    print(f"train images/s {info['train_images_per_second']:.1f} ({info['step_ms']:.1f} ms a step); "
-          f"test accuracy {info['test_accuracy']:.4f}")
-    if ARGS.json:
-        with open(ARGS.json, "w") as f:
-            json.dump(info, f, indent=2)
-            f.write("\n")
-        print(f"wrote {ARGS.json}")
-
+    train_recipe(model, "resnet", ARGS, (x_train, y_train, x_test, y_test), info,
+                 prepare=(lambda xb: augment(xb, aug_gen, flip)) if ARGS.pad or flip else None)
 
 if __name__ == "__main__":
     main()

@@ -32,10 +32,8 @@ evaluation after each epoch.
 """
 
 import argparse
-import json
 import os
 import sys
-import time
 
 
 def parse_args():
@@ -73,7 +71,7 @@ import torch.nn as tnn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_common import KerasAdamW, cosine_lr, cpu_model, evaluate, keras_glorot_uniform_, load_idx  # noqa: E402
+from pytorch_common import keras_glorot_uniform_, load_idx, train_recipe  # noqa: E402
 
 EXPECTED_PARAMETERS = 138_890  # strata's count
 TOKENS, WIDTH, HEADS, KEY_DIM, MLP, DEPTH, PATCH = 49, 64, 4, 16, 128, 4, 4
@@ -154,61 +152,7 @@ def main():
     count = sum(p.numel() for p in model.parameters())
     assert count == EXPECTED_PARAMETERS, f"{count} variables, expected {EXPECTED_PARAMETERS}"
 
-    n = x_train.shape[0]
-    steps_full = (n + ARGS.batch_size - 1) // ARGS.batch_size
-    steps = min(steps_full, ARGS.steps_per_epoch) if ARGS.steps_per_epoch else steps_full
-    warmup = int(round(ARGS.warmup_epochs * steps))
-    decay = max(steps * ARGS.epochs - warmup, 1)
-    opt = KerasAdamW(model.parameters(), ARGS.weight_decay)
-    shuffle_gen = torch.Generator().manual_seed(ARGS.seed + 1)
-    info = dict(framework="pytorch", torch_version=torch.__version__, cpu=cpu_model(), cpu_count=os.cpu_count(),
-                threads=torch.get_num_threads(), model="vit", dataset=ARGS.dataset, parameters=EXPECTED_PARAMETERS,
-                batch_size=ARGS.batch_size, steps_per_epoch=steps, epochs=ARGS.epochs, seed=ARGS.seed,
-                optimizer=f"AdamW (Keras' update), weight_decay={ARGS.weight_decay}",
-                schedule=f"CosineDecay(0 -> {ARGS.learning_rate} over {warmup} steps, then to 0 over {decay})")
-    print(f"PyTorch {info['torch_version']} vit ({EXPECTED_PARAMETERS} variables) on {ARGS.dataset}, {info['cpu']}, "
-          f"{info['threads']} threads")
-    print(f"batch {ARGS.batch_size}, {steps} steps/epoch, {info['optimizer']}, {info['schedule']}")
-    print(f"{'epoch':>5} {'train s':>8} {'train img/s':>12} {'train loss':>11} {'train acc':>10} {'test loss':>10} {'test acc':>9}")
-    epochs, step, total_images, total_seconds = [], 0, 0, 0.0
-    model.train()
-    for epoch in range(1, ARGS.epochs + 1):
-        order = torch.randperm(n, generator=shuffle_gen)
-        loss_sum, correct, seen = 0.0, 0, 0
-        t0 = time.perf_counter()
-        for s in range(steps):
-            idx = order[s * ARGS.batch_size:(s + 1) * ARGS.batch_size]
-            xb, yb = x_train[idx], y_train[idx]
-            logits = model(xb)
-            loss = F.cross_entropy(logits, yb)
-            model.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step(cosine_lr(step, warmup, decay, ARGS.learning_rate))
-            step += 1
-            loss_sum += loss.item() * yb.shape[0]
-            correct += (logits.detach().argmax(1) == yb).sum().item()
-            seen += yb.shape[0]
-        seconds = time.perf_counter() - t0
-        test_loss, test_acc = evaluate(model, x_test, y_test, ARGS.eval_batch_size)
-        row = dict(epoch=epoch, train_seconds=seconds, train_images_per_second=seen / seconds, train_loss=loss_sum / seen,
-                   train_accuracy=correct / seen, test_loss=test_loss, test_accuracy=test_acc)
-        epochs.append(row)
-        total_images += seen
-        total_seconds += seconds
-        print(f"{epoch:>5} {seconds:>8.1f} {row['train_images_per_second']:>12.1f} {row['train_loss']:>11.4f} "
-              f"{row['train_accuracy']:>10.4f} {test_loss:>10.4f} {test_acc:>9.4f}", flush=True)
-    info.update(test_accuracy=epochs[-1]["test_accuracy"], test_loss=epochs[-1]["test_loss"],
-                train_images_per_second=total_images / total_seconds, train_seconds=total_seconds,
-                step_ms=1000.0 * total_seconds / (steps * ARGS.epochs), epochs_detail=epochs,
-                load_average=" ".join(f"{v:.2f}" for v in os.getloadavg()))
-    print(f"train images/s {info['train_images_per_second']:.1f} ({info['step_ms']:.1f} ms a step); "
-          f"test accuracy {info['test_accuracy']:.4f}")
-    if ARGS.json:
-        with open(ARGS.json, "w") as f:
-            json.dump(info, f, indent=2)
-            f.write("\n")
-        print(f"wrote {ARGS.json}")
-
+    train_recipe(model, "vit", ARGS, (x_train, y_train, x_test, y_test), dict(dataset=ARGS.dataset, parameters=count))
 
 if __name__ == "__main__":
     main()
