@@ -18,7 +18,9 @@ import torch.nn.functional as F
 
 def load_idx(directory, split, fetch, prog):
     """(images NCHW float32 in [0, 1], labels int64) of `split` ("train" or "t10k") from the four
-    MNIST-format IDX files in `directory`; a missing file names `fetch`, the script that gets them."""
+    MNIST-format IDX files in `directory` (big-endian header: magic, then one uint32 per
+    dimension); a missing file names `fetch`, the script that gets them, and a malformed one what
+    is wrong with it, both as `prog`'s error."""
     def read(path, magic, dims):
         try:
             with open(path, "rb") as f:
@@ -27,15 +29,22 @@ def load_idx(directory, split, fetch, prog):
             sys.exit(f"{prog}: cannot read {path}: {e.strerror}. Fetch the files with {fetch} "
                      f"{os.path.dirname(path) or '.'} or pass --data DIR.")
         header = 4 + 4 * dims
+        if len(raw) < header:
+            sys.exit(f"{prog}: {path} is {len(raw)} bytes, shorter than an IDX header ({header} bytes)")
         found = struct.unpack(">I", raw[:4])[0]
         if found != magic:
             sys.exit(f"{prog}: {path}: expected IDX magic 0x{magic:08x}, found 0x{found:08x}")
         shape = struct.unpack(">" + "I" * dims, raw[4:header])
+        count = int(np.prod(shape))
+        if len(raw) - header != count:
+            sys.exit(f"{prog}: {path}: header says {shape} = {count} bytes of data, file has {len(raw) - header}")
         return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
 
     images = read(os.path.join(directory, f"{split}-images-idx3-ubyte"), 0x00000803, 3)
     labels = read(os.path.join(directory, f"{split}-labels-idx1-ubyte"), 0x00000801, 1)
-    x = torch.from_numpy(images.astype(np.float32) / 255.0).unsqueeze(1)  # NCHW
+    if images.shape[0] != labels.shape[0] or images.shape[1:] != (28, 28):
+        sys.exit(f"{prog}: {split}: {images.shape} images do not match {labels.shape} labels of 28x28")
+    x = torch.from_numpy(images.astype(np.float32) / np.float32(255.0)).unsqueeze(1).contiguous()  # NCHW
     return x, torch.from_numpy(labels.astype(np.int64))
 
 

@@ -56,9 +56,11 @@ never the evaluation on the test set after each epoch.
 import argparse
 import json
 import os
-import struct
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_args import checked, threads_before_torch  # noqa: E402
 
 
 def parse_args():
@@ -80,61 +82,24 @@ def parse_args():
                         "frozen TorchScript trace (torch.jit.freeze(torch.jit.trace(...))), --inference-reps times each")
     p.add_argument("--inference-reps", type=int, default=5)
     a = p.parse_args()
-    for name in ("epochs", "batch_size", "eval_batch_size"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if a.steps_per_epoch < 0 or a.threads < 0:
-        p.error("--steps-per-epoch and --threads must be >= 0")
-    return a
+    return checked(p, a)
 
 
 ARGS = parse_args()
-THREADS = ARGS.threads if ARGS.threads > 0 else (os.cpu_count() or 1)
-# Thread pools size themselves when the libraries load, so the environment is set before torch.
-for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ[var] = str(THREADS)
+THREADS = threads_before_torch(ARGS)
 
 import ctypes  # noqa: E402
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_common import cpu_model, evaluate, keras_glorot_uniform_  # noqa: E402
+from pytorch_common import cpu_model, evaluate, keras_glorot_uniform_, load_idx  # noqa: E402
 
 EXPECTED_PARAMETERS = 121_930
 
 
-def read_idx(path, magic, dims):
-    """The array in an IDX file (big-endian header: magic, then one uint32 per dimension)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        sys.exit(f"pytorch_mnist: cannot read {path}: {e.strerror}. Fetch the files with "
-                 f"scripts/fetch-mnist {os.path.dirname(path) or '.'} or pass --data DIR.")
-    header = 4 + 4 * dims
-    if len(raw) < header:
-        sys.exit(f"pytorch_mnist: {path} is {len(raw)} bytes, shorter than an IDX header ({header} bytes)")
-    found = struct.unpack(">I", raw[:4])[0]
-    if found != magic:
-        sys.exit(f"pytorch_mnist: {path}: expected IDX magic 0x{magic:08x}, found 0x{found:08x}")
-    shape = struct.unpack(">" + "I" * dims, raw[4:header])
-    count = int(np.prod(shape))
-    if len(raw) - header != count:
-        sys.exit(f"pytorch_mnist: {path}: header says {shape} = {count} bytes of data, file has {len(raw) - header}")
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
-
-
 def load(data_dir, prefix):
-    images = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte"), 0x00000803, 3)
-    labels = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte"), 0x00000801, 1)
-    if images.shape[0] != labels.shape[0] or images.shape[1:] != (28, 28):
-        sys.exit(f"pytorch_mnist: {prefix}: {images.shape} images do not match {labels.shape} labels of 28x28")
-    x = torch.from_numpy(images.astype(np.float32) / np.float32(255.0)).unsqueeze(1).contiguous()  # N,1,28,28
-    y = torch.from_numpy(labels.astype(np.int64))
-    return x, y
+    return load_idx(data_dir, prefix, "scripts/fetch-mnist", "pytorch_mnist")
 
 
 class Net(torch.nn.Module):

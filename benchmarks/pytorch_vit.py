@@ -35,6 +35,9 @@ import argparse
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_args import checked, threads_before_torch  # noqa: E402
+
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -53,24 +56,16 @@ def parse_args():
     a = p.parse_args()
     if not a.data:
         a.data = os.path.join("data", a.dataset)
-    for name in ("epochs", "batch_size", "eval_batch_size"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if a.steps_per_epoch < 0 or a.threads < 0:
-        p.error("--steps-per-epoch and --threads must be >= 0")
-    return a
+    return checked(p, a)
 
 
 ARGS = parse_args()
-THREADS = ARGS.threads if ARGS.threads > 0 else (os.cpu_count() or 1)
-for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ[var] = str(THREADS)
+THREADS = threads_before_torch(ARGS)
 
 import torch  # noqa: E402
 import torch.nn as tnn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pytorch_common import keras_glorot_uniform_, load_idx, train_recipe  # noqa: E402
 
 EXPECTED_PARAMETERS = 138_890  # strata's count
