@@ -1,6 +1,6 @@
 // step_profile: where a training step and an inference pass of a model spend their time: the
-// seed CNN (--model cnn, the default) or strata_train's resnet (--model resnet: a ResNet with
-// batch normalization; tools/strata_train_models.hpp).
+// seed CNN (--model cnn, the default), strata_train's resnet (--model resnet: a ResNet with
+// batch normalization) or its vit (--model vit: a Vision Transformer; tools/strata_train_models.hpp).
 //
 // Compiled with STRATA_PROFILE=1 (strata/core/profile.hpp), so the library's probes record the
 // time of every layer's forward and backward (the backward split into the activation's
@@ -299,8 +299,9 @@ int run(const Options& o, const char* what) {
 int main(int argc, char** argv) {
     CLI::App app{"Where a training step and an inference pass of a model spend their time."};
     Options o;
-    app.add_option("--model", o.model, "cnn (the seed CNN) or resnet (strata_train's, with batch normalization)")
-        ->check(cli::one_of({"cnn", "resnet"}))
+    app.add_option("--model", o.model, "cnn (the seed CNN), resnet (strata_train's, with batch normalization) or vit "
+                                       "(strata_train's Vision Transformer)")
+        ->check(cli::one_of({"cnn", "resnet", "vit"}))
         ->capture_default_str();
     app.add_option("--data", o.data, "directory with the MNIST IDX files (synthetic images when absent)")->capture_default_str();
     app.add_option("--batch", o.batch, "training batch size")->transform(cli::integer(std::int64_t(1), std::int64_t(1) << 20))->capture_default_str();
@@ -311,6 +312,7 @@ int main(int argc, char** argv) {
     app.add_option("--json", o.json, "also write the figures as JSON to FILE");
     return cli::run(app, argc, argv, [&] {
         if (o.model == "resnet") return run<strata_train::ResNet::Net>(o, "strata_train's resnet (tools/strata_train_models.hpp)");
+        if (o.model == "vit") return run<strata_train::ViT::Net>(o, "strata_train's vit (tools/strata_train_models.hpp)");
         return run<mnist_example::Net>(o, "the seed CNN (tools/mnist_cnn_net.hpp)");
     });
 }
