@@ -287,12 +287,16 @@ def main():
         says = "the shared-memory transport needs every rank on one host; the 2 ranks are on 2 hosts"
         check(rc != 0 and says in err, f"--transport shared_memory across 2 hosts: exit {rc}, expected {says!r}: {err[-1500:]!r}")
 
-        # 2. Host 1's link down for good once training runs (rank 0's TensorBoard event file
-        # exists once fit has begun): named, ended, nothing left.
-        tb = os.path.join(d, "tb_fault")
+        # 2. Host 1's link down for good once training runs: named, ended, nothing left. The
+        # fault is timed from the first backup (written at step 20), not from the TensorBoard
+        # file: that one exists before the set-up's agreements end, and under heavy load a fault
+        # timed from it once landed in them.
+        fault_backups = os.path.join(d, "fault_backups")
         rc, out, err, seconds = multihost(
-            args, "link down", hosts + ["--grace", str(GRACE), "--start-file", tb, "--down-at", "1", "--down-host", "1"],
-            [exe] + base + mw + ["--epochs", "100000", "--timeout-ms", str(TIMEOUT_MS), "--tensorboard", tb], 300)
+            args, "link down", hosts + ["--grace", str(GRACE), "--start-file", os.path.join(fault_backups, "backup.safetensors"),
+                                        "--down-at", "0.5", "--down-host", "1"],
+            [exe] + base + mw + ["--epochs", "100000", "--timeout-ms", str(TIMEOUT_MS), "--backup-dir", fault_backups,
+                                 "--backup-every-steps", "20"], 300)
         check("host 1 (strata-mh-" in err and "link down" in err, f"link down: the link never went down: {err[-1500:]!r}")
         check(rc != 0, f"link down: the job exited 0: {err[-1500:]!r}")
         # The link goes down within seconds of the start; the end comes at its timeout plus the
