@@ -323,6 +323,11 @@ def check_mpirun(exe, mpirun, data):
             r = ce.run(cmd, e, timeout=300)
             ce.check(r.returncode == 0 and os.path.exists(saved[name]),
                      f"strata_train parameter_server ({name}): exit {r.returncode}, {r.stderr[-600:]!r}")
+        # A rank started with another clip norm: every rank refuses at compile, naming the optimizer.
+        r = ce.run([mpirun, "-np", "4"] + ps + ["--global-clipnorm", "0.05", "--timeout-ms", "20000", ":", "-np", "1"] + ps +
+                   ["--timeout-ms", "20000"], env, timeout=300)
+        ce.check(r.returncode != 0 and r.stderr.count("the ranks disagree on compile's settings: optimizer: ranks 0, 1, 2, 3 have") == 5,
+                 f"parameter_server, --global-clipnorm on ranks 0-3 only: exit {r.returncode}, {r.stderr[-800:]!r}")
         if all(os.path.exists(f) for f in saved.values()):
             read = {name: open(f, "rb").read() for name, f in saved.items()}
             ce.check(read["one"] == read["many"], "parameter_server --global-clipnorm across 5 processes saved other bytes than in one")

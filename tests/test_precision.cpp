@@ -324,6 +324,31 @@ TEST_CASE("MixedFloat16 under asynchronous ParameterServer: each update skipped 
         CHECK(r.loss_scale().scale == m.loss_scale().scale);
         CHECK(max_abs_diff(r.get_weights(), m.get_weights()) < 1e-6);
     }
+    // Bulk synchronous (Asynchronous<0>): each clock's 3 workers compute on the same version and
+    // scale, and their pushes close one update each. With growth after every applied step the
+    // scale doubles between those pushes, so the second and third gradients were computed under
+    // a smaller scale than the one in force: brought to it, they train exactly as a run whose
+    // scale never grows (powers of 2 scale float16 values exactly while nothing overflows or
+    // underflows). Without the rescaling they would be 2 and 4 times too small.
+    {
+        using Bulk = dist::ParameterServer<strata::place::Host, ss::Asynchronous<0>>;
+        auto run = [&](std::int64_t growth) {
+            strata::optim::SGD s{.learning_rate = 0.05};
+            s.loss_scale.initial_scale = 0x1p6;
+            s.loss_scale.growth_steps = growth;
+            Bulk ps(3, 2, {.clock = dist::Clock::Virtual});
+            strata::Model<ImgNet, Bulk, prec::MixedFloat16> r(ps, 7);
+            r.compile(strata::loss::SparseCategoricalCrossentropy{}, s);
+            r.fit(images(12 * 6, 5).batch(12), {.epochs = 1, .verbose = 0});
+            return std::pair{r.get_weights(), r.loss_scale()};
+        };
+        const auto [grown, grown_scale] = run(1);
+        const auto [fixed, fixed_scale] = run(1000000);
+        CHECK(grown_scale.skipped_steps == 0);
+        CHECK(grown_scale.scale == 0x1p12);  // 6 updates, each doubling it
+        CHECK(fixed_scale.scale == 0x1p6);
+        CHECK(max_abs_diff(grown, fixed) < 1e-6);
+    }
     // Three workers: every update is one worker's gradient, and most were computed before the
     // updates in between halved the scale. Brought to the current scale they are applied
     // (or skipped) as gradients of that scale: the weights stay finite, and training goes on
