@@ -45,6 +45,7 @@ import argparse
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -706,6 +707,27 @@ def fake_hosts_parser(mpirun, exe, data):
                        capture_output=True, text=True, env=e, timeout=300)
     check(r.returncode == 0 and r.stdout.count("test accuracy") == 1,
           f"STRATA_FAKE_HOSTS=2 multi_worker_mirrored -np 2: exit {r.returncode}: {r.stderr[-600:]!r}")
+    # A job expected on 2 hosts (STRATA_EXPECT_HOSTS, as scripts/multihost or a cluster script
+    # sets it) that the launcher started on this one machine: refused on every rank, under
+    # every strategy across processes, naming the layout found, before any training.
+    host = socket.gethostname()
+    for value, np, strategy, says in (
+            ("2x1", 2, ["--strategy", "multi_worker_mirrored"],
+             f"the job was expected on 2 hosts of 1 rank each (STRATA_EXPECT_HOSTS / expect_hosts=2x1); found 1 host: "
+             f"'{host}' ranks 0-1"),
+            ("2", 4, ["--strategy", "parameter_server", "--workers", "2", "--servers", "1"],
+             f"the job was expected on 2 hosts (STRATA_EXPECT_HOSTS / expect_hosts=2); found 1 host: '{host}' ranks 0-3")):
+        e = env()
+        e["STRATA_EXPECT_HOSTS"] = value
+        try:
+            r = subprocess.run([mpirun, "-np", str(np), "-x", "STRATA_EXPECT_HOSTS", exe] + common + strategy,
+                               capture_output=True, text=True, env=e, timeout=120)
+        except subprocess.TimeoutExpired:
+            check(False, f"STRATA_EXPECT_HOSTS={value} {strategy[1]}: still running after 120 s (a hang)")
+            continue
+        check(r.returncode != 0 and r.stderr.count(says) == np and "test accuracy" not in r.stdout,
+              f"STRATA_EXPECT_HOSTS={value} {strategy[1]}: exit {r.returncode}, expected all {np} ranks to say {says!r}: "
+              f"{r.stderr[-800:]!r}")
 
 
 def main():
@@ -743,7 +765,8 @@ def main():
         h_json = os.path.join(d, "hier.json")
         e4 = env()
         e4["STRATA_FAKE_HOSTS"] = "2"
-        r = subprocess.run([args.mpirun, "-np", "4", "-x", "STRATA_FAKE_HOSTS", exe] + common +
+        e4["STRATA_EXPECT_HOSTS"] = "2x2"  # the layout expected is the one in use: taken
+        r = subprocess.run([args.mpirun, "-np", "4", "-x", "STRATA_FAKE_HOSTS", "-x", "STRATA_EXPECT_HOSTS", exe] + common +
                            ["--strategy", "multi_worker_mirrored", "--threads", "1", "--json", h_json],
                            capture_output=True, text=True, env=e4, timeout=300)
         if check(r.returncode == 0, f"mpirun -np 4 STRATA_FAKE_HOSTS=2 mnist_cnn: exit {r.returncode}: {r.stderr[-800:]!r}"):

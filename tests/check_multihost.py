@@ -88,12 +88,12 @@ def left_behind(run_pid, tag):
     return left
 
 
-def multihost(args, tag, flags, command, timeout):
+def multihost(args, tag, flags, command, timeout, extra_env=None):
     """Runs scripts/multihost FLAGS -- COMMAND; returns (exit status, stdout, stderr, seconds),
     after checking that it left nothing behind."""
     t0 = time.time()
     p = subprocess.Popen([args.multihost] + flags + ["--"] + command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env=env(tag))
+                         text=True, env=dict(env(tag), **(extra_env or {})))
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -286,6 +286,23 @@ def main():
                                     [exe] + short + mw + ["--transport", "shared_memory"], 300)
         says = "the shared-memory transport needs every rank on one host; the 2 ranks are on 2 hosts"
         check(rc != 0 and says in err, f"--transport shared_memory across 2 hosts: exit {rc}, expected {says!r}: {err[-1500:]!r}")
+        # Two hosts that answer to one name (cloned machines, containers all called the same):
+        # by the names they are one host, and Auto would put a shared-memory window across them.
+        # MPI knows they share no memory: refused on both ranks, naming the layout, before
+        # training. (STRATA_EXPECT_HOSTS=any: the expected layout, 2 hosts, would refuse it first.)
+        rc, out, err, _ = multihost(args, "one name for two hosts", hosts + ["--mpi-arg=-x", "--mpi-arg=STRATA_HOST_NAME=twin"],
+                                    [exe] + short + mw, 300, extra_env={"STRATA_EXPECT_HOSTS": "any"})
+        says = "ranks 0 and 1 name their host 'twin' (MPI_Get_processor_name, or STRATA_HOST_NAME) but do not share memory"
+        check(rc != 0 and err.count(says) == 2 and "1 host: 'twin' ranks 0-1; sharing memory: ranks 0 | 1" in err and
+              "test accuracy" not in out,
+              f"two hosts named alike: exit {rc}, expected {says!r} from both ranks: {err[-1500:]!r}")
+        # The layout the job was launched for (multihost passes STRATA_EXPECT_HOSTS=2x1 on; here
+        # the caller's 2x2 wins) against the one found: refused on both ranks, naming it.
+        rc, out, err, _ = multihost(args, "another layout", hosts, [exe] + short + mw, 300,
+                                    extra_env={"STRATA_EXPECT_HOSTS": "2x2"})
+        says = "the job was expected on 2 hosts of 2 ranks each (STRATA_EXPECT_HOSTS / expect_hosts=2x2); found 2 hosts: 'strata-mh-"
+        check(rc != 0 and err.count(says) == 2 and "test accuracy" not in out,
+              f"a job expected on 2 hosts x 2 started on 2 x 1: exit {rc}, expected {says!r} from both ranks: {err[-1500:]!r}")
 
         # 2. Host 1's link down for good once training runs: named, ended, nothing left. The
         # fault is timed from the first backup (written at step 20), not from the TensorBoard

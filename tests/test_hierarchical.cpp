@@ -82,6 +82,74 @@ TEST_CASE("the fake host layout: 4 ranks, STRATA_FAKE_HOSTS=2, are 2 hosts of 2,
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST_CASE("the host layout in words, and the layout a job expects (STRATA_EXPECT_HOSTS): refused on every rank with the layout found") {
+    REQUIRE(two_by_two());
+    {
+        coll::ProcessGroup pg(MPI_COMM_WORLD, 1);
+        CHECK(pg.host_layout() == "2 hosts (STRATA_FAKE_HOSTS): host 0 ranks 0-1, host 1 ranks 2-3");
+    }
+    for (const char* ok : {"2", "2x2", "any"}) {
+        CAPTURE(ok);
+        coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.expect_hosts = ok});
+        CHECK(pg.num_hosts() == 2);
+    }
+    for (const char* wrong : {"1", "4", "2x1", "1x4", "3x2"}) {
+        CAPTURE(wrong);
+        const auto msg = strata_test::error_of<strata::ValueError>(
+            [&] { coll::ProcessGroup g(MPI_COMM_WORLD, 1, {.expect_hosts = wrong}); });
+        CHECK(msg.find("ProcessGroup: the job was expected on ") != std::string::npos);
+        CHECK(msg.find("; found 2 hosts (STRATA_FAKE_HOSTS): host 0 ranks 0-1, host 1 ranks 2-3.") != std::string::npos);
+    }
+    for (const char* bad : {"2x", "x2", " 2", "2x2 ", "0", "2x0", "two"}) {
+        CAPTURE(bad);
+        const auto msg = strata_test::error_of<strata::ValueError>(
+            [&] { coll::ProcessGroup g(MPI_COMM_WORLD, 1, {.expect_hosts = bad}); });
+        CHECK(msg.find("expected H (hosts) or HxP (H hosts of P ranks each) in decimal digits") != std::string::npos);
+    }
+    // From the environment, as scripts/multihost passes it; a group of part of the job (here the
+    // ranks of one host) checks no expectation: it is the whole job's.
+    ::setenv("STRATA_EXPECT_HOSTS", "3", 1);
+    const auto env = strata_test::error_of<strata::ValueError>([] { coll::ProcessGroup g(MPI_COMM_WORLD, 1); });
+    CHECK(env.find("expected on 3 hosts (STRATA_EXPECT_HOSTS / expect_hosts=3); found 2 hosts") != std::string::npos);
+    MPI_Comm half = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, world_rank() / 2, world_rank(), &half);
+    {
+        coll::ProcessGroup part(half, 1, {.fake_hosts = 0});
+        CHECK(part.num_hosts() == 1);
+    }
+    MPI_Comm_free(&half);
+    ::unsetenv("STRATA_EXPECT_HOSTS");
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("hosts named by STRATA_HOST_NAME: the real layout from the names, in any order of ranks, hierarchical and exact") {
+    REQUIRE(two_by_two());
+    const int me = world_rank(), n = world_size();
+    // Ranks 0 and 2 on host 'even', 1 and 3 on 'odd': hosts that do not hold consecutive ranks
+    // (Open MPI's --map-by node). They are one machine, so they do share memory: accepted.
+    ::setenv("STRATA_HOST_NAME", me % 2 == 0 ? "even" : "odd", 1);
+    {
+        coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.fake_hosts = 0, .expect_hosts = "2x2"});
+        CHECK(pg.transport() == coll::Transport::Hierarchical);
+        CHECK(pg.host_layout() == "2 hosts: 'even' ranks 0,2, 'odd' ranks 1,3");
+        CHECK(pg.host_index() == me % 2);
+        CHECK(pg.host_rank() == me / 2);
+        std::vector<double> v(1001);
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = double(i) * (me + 1);
+        pg.all_reduce(0, std::span<double>(v));
+        bool ok = true;
+        for (std::size_t i = 0; i < v.size(); ++i) ok = ok && v[i] == double(i) * (n * (n + 1) / 2);
+        CHECK(ok);
+        for (int root = 0; root < n; ++root) {
+            std::vector<double> b(17, double(me));
+            pg.broadcast(0, std::span<double>(b), root);
+            CHECK(std::all_of(b.begin(), b.end(), [&](double x) { return x == double(root); }));
+        }
+    }
+    ::unsetenv("STRATA_HOST_NAME");
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST_CASE("hierarchical all-reduce, broadcast and barrier: exact sums, the same bits on every rank, the cross-host stage counted") {
     REQUIRE(two_by_two());
     const int n = world_size(), me = world_rank();

@@ -23,6 +23,12 @@
 ///   ProcessGroupOptions::fake_hosts or the environment variable STRATA_FAKE_HOSTS=H: the ranks
 ///   are split into H hosts of consecutive ranks (4 ranks, H = 2: {0, 1} and {2, 3}).
 ///
+/// Host layout: the hosts are told apart by MPI_Get_processor_name, or STRATA_HOST_NAME where a
+/// process sets it. Ranks that name one host must share memory (MPI_COMM_TYPE_SHARED) wherever
+/// a shared-memory window would be made, and a job may say the layout it was launched for
+/// (ProcessGroupOptions::expect_hosts, STRATA_EXPECT_HOSTS=HxP): either is refused on every
+/// rank, naming the layout found (host_layout()), before any collective.
+///
 /// Lanes: up to `lanes` threads of a process may call collectives at the same time, each on its
 /// own lane (MultiWorkerMirrored gives each local replica a lane, so that the R slices of a
 /// gradient bucket cross processes in parallel). Calls on one lane pair up in program order
@@ -116,6 +122,13 @@ struct ProcessGroupOptions {
     /// not arrive within 2000 ms" before any fault). 0: max(timeout, 30 s). Collectives keep
     /// `timeout`: a rank that dies once training runs is named within it.
     std::chrono::milliseconds startup_timeout{0};
+    /// The host layout the job was launched with, checked when the ranks join: "H" (H hosts)
+    /// or "HxP" (H hosts of P ranks each), in decimal digits. A job whose layout differs (a
+    /// hostfile that was not read, ranks mapped elsewhere) is refused on every rank with the
+    /// layout found, before any training. Only a group over every rank of the job checks it.
+    /// Empty: read STRATA_EXPECT_HOSTS (unset or empty: no expectation); "any": none, whatever
+    /// the environment says. scripts/multihost sets it for the job it starts.
+    std::string expect_hosts{};
 };
 
 /// What the cross-host stage of the hierarchical transport did on this rank (a host leader;
@@ -256,6 +269,11 @@ public:
     /// (" 2", "2 ", "+2", "2x", "0") is a ValueError naming the value.
     STRATA_MPI_DECL static int fake_hosts_from_environment();
 
+    /// The host layout in words, the same on every rank: "2 hosts: 'node01' ranks 0-1,
+    /// 'node02' ranks 2-3" (hosts in the order of their lowest rank; STRATA_FAKE_HOSTS's
+    /// layout is named so).
+    [[nodiscard]] STRATA_MPI_DECL std::string host_layout() const;
+
 private:
     void mark_failed() noexcept {
         failed_ = true;
@@ -274,6 +292,12 @@ private:
     // Every rank runs this with the same values (they agreed on them): the same error everywhere.
     STRATA_MPI_DECL void check_fake_hosts() const;
     STRATA_MPI_DECL int host_count() const;
+    // The layout expected (ProcessGroupOptions::expect_hosts or STRATA_EXPECT_HOSTS) against
+    // the one found: the same ValueError on every rank when they differ.
+    STRATA_MPI_DECL void check_expected_hosts(std::string_view expected) const;
+    // Ranks that name one host must share memory (MPI_COMM_TYPE_SHARED): two machines that
+    // answer to one name would put a shared-memory window across machines. Collective on `comm`.
+    STRATA_MPI_DECL void check_hosts_share_memory(MPI_Comm comm) const;
 
     // ---- hierarchical transport ------------------------------------------------------------------
 
@@ -454,6 +478,7 @@ private:
     // host layout and the hierarchical transport's stages
     int fake_hosts_ = 0;
     std::vector<int> host_of_, host_local_;          // per rank: its host, its index there
+    std::vector<std::string> host_names_;            // per host (in host_of_'s numbering)
     std::unique_ptr<ProcessGroup> inner_, outer_;    // this host's ranks; the hosts' leaders (on leaders)
     std::vector<CrossHostStats> cross_;              // per lane
     std::vector<int> names_;                         // a stage's ranks as ranks of the whole job

@@ -305,6 +305,9 @@ STRATA_MPI_DECL ProcessGroup::ProcessGroup(MPI_Comm comm, int lanes, ProcessGrou
                  "ProcessGroup: the shared-memory transport needs every rank on one host; the ", size_, " ranks are on ",
                  hosts, " hosts", fake_hosts_ > 0 ? " (STRATA_FAKE_HOSTS / fake_hosts)" : "",
                  " (use Transport::Hierarchical, Mpi or Auto)");
+    // A shared-memory window is only made between ranks that share memory (not with a fake
+    // layout: every rank is on this machine then).
+    if (fake_hosts_ == 0 && size_ > 1 && transport_ != Transport::Mpi) check_hosts_share_memory(comm);
     const SyncPoint setup{"set-up", "process group"};
     comm_ = dup(comm, setup);
     if (transport_ == Transport::Hierarchical) {
@@ -418,14 +421,25 @@ STRATA_MPI_DECL void ProcessGroup::join(MPI_Comm comm) {
     char host[MPI_MAX_PROCESSOR_NAME] = {};
     int host_len = 0;
     MPI_Get_processor_name(host, &host_len);
+    // STRATA_HOST_NAME names this process's host where the machines' own names do not tell
+    // them apart (containers that all answer "localhost"); per process, not compared.
+    std::string host_name(host, std::size_t(host_len));
+    if (const char* n = std::getenv("STRATA_HOST_NAME"); n != nullptr && *n != '\0') host_name = n;
     fake_hosts_ = options_.fake_hosts;
     if (fake_hosts_ < 0) fake_hosts_ = fake_hosts_from_environment();
+    std::string expected = options_.expect_hosts;
+    if (expected.empty())
+        if (const char* e = std::getenv("STRATA_EXPECT_HOSTS"); e != nullptr) expected = e;
+    // The launch's layout is the whole job's: a group of part of it (a hybrid's copies, a
+    // pipeline's stage, a host's ranks) has its own.
+    if (expected == "any" || size_ != mpi::world_size()) expected.clear();
     Settings mine{{"lanes", std::to_string(lanes_)},
                   {"transport", std::string(to_string(options_.transport))},
                   {"timeout_ms", std::to_string(options_.timeout.count())},
                   {"startup_timeout_ms", std::to_string(options_.startup_timeout.count())},
                   {"chunk_bytes", std::to_string(options_.chunk_bytes)},
-                  {"fake_hosts (STRATA_FAKE_HOSTS)", fake_hosts_ > 0 ? std::to_string(fake_hosts_) : std::string()}};
+                  {"fake_hosts (STRATA_FAKE_HOSTS)", fake_hosts_ > 0 ? std::to_string(fake_hosts_) : std::string()},
+                  {"expect_hosts (STRATA_EXPECT_HOSTS)", expected}};
     for (const auto& s : options_.settings) mine.push_back(s);
     // The program's (set_job_settings): compared by every group, so that no strategy across
     // processes can join without them.
@@ -436,11 +450,13 @@ STRATA_MPI_DECL void ProcessGroup::join(MPI_Comm comm) {
     host_local_.assign(std::size_t(size_), 0);
     if (size_ == 1) {
         check_fake_hosts();
+        host_names_.assign(1, fake_hosts_ > 0 ? std::string() : host_name);
+        check_expected_hosts(expected);
         return;
     }
     std::string bytes = detail::encode(mine);
     detail::put_text(bytes, "");  // the host name last, outside the settings compared
-    detail::put_text(bytes, std::string_view(host, std::size_t(host_len)));
+    detail::put_text(bytes, host_name);
     const auto all = exchange(comm, join_tag, bytes, SyncPoint{"set-up", "process group"}, options_.startup_timeout,
                               [] { mpi::job_failed() = true; });
     std::vector<Settings> per_rank;
@@ -481,6 +497,116 @@ STRATA_MPI_DECL void ProcessGroup::join(MPI_Comm comm) {
         host_of_[std::size_t(q)] = h;
         host_local_[std::size_t(q)] = int(std::count(host_of_.begin(), host_of_.begin() + q, h));
     }
+    host_names_ = fake_hosts_ > 0 ? std::vector<std::string>(std::size_t(fake_hosts_)) : seen;
+    check_expected_hosts(expected);
+}
+
+STRATA_MPI_DECL std::string ProcessGroup::host_layout() const {
+    const int hosts = host_count();
+    std::string out = std::to_string(hosts) + (hosts == 1 ? " host" : " hosts") +
+                      (fake_hosts_ > 0 ? " (STRATA_FAKE_HOSTS)" : "") + ":";
+    for (int h = 0; h < hosts; ++h) {
+        std::vector<int> ranks;
+        for (int q = 0; q < size_; ++q)
+            if ((host_of_.empty() ? 0 : host_of_[std::size_t(q)]) == h) ranks.push_back(q);
+        const std::string name = std::size_t(h) < host_names_.size() ? host_names_[std::size_t(h)] : std::string();
+        // (Appended piece by piece: g++ 12 warns falsely about `"x" + std::string`, -Wrestrict.)
+        out.append(h == 0 ? " " : ", ");
+        if (name.empty()) out.append("host ").append(std::to_string(h));
+        else out.append("'").append(name).append("'");
+        out.append(ranks.size() == 1 ? " rank " : " ranks ");
+        // Runs of consecutive ranks as first-last: "0-3", "0,2", "0-1,4".
+        for (std::size_t i = 0; i < ranks.size();) {
+            std::size_t j = i;
+            while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+            if (i > 0) out.append(",");
+            out.append(std::to_string(ranks[i]));
+            if (j > i) out.append("-").append(std::to_string(ranks[j]));
+            i = j + 1;
+        }
+    }
+    return out;
+}
+
+STRATA_MPI_DECL void ProcessGroup::check_expected_hosts(std::string_view expected) const {
+    if (expected.empty()) return;
+    // "H" or "HxP", decimal digits alone (one parser, as for STRATA_FAKE_HOSTS).
+    auto number = [](std::string_view t, long& n) {
+        n = 0;
+        if (t.empty() || t.size() > 7) return false;
+        for (char c : t) {
+            if (c < '0' || c > '9') return false;
+            n = n * 10 + (c - '0');
+        }
+        return n >= 1;
+    };
+    const std::size_t x = expected.find('x');
+    long want_hosts = 0, want_per_host = 0;
+    const bool ok = number(expected.substr(0, x), want_hosts) &&
+                    (x == std::string_view::npos || number(expected.substr(x + 1), want_per_host));
+    if (!ok)
+        throw_error<ValueError>("ProcessGroup: STRATA_EXPECT_HOSTS / expect_hosts='", expected,
+                                "': expected H (hosts) or HxP (H hosts of P ranks each) in decimal digits, e.g. 2x4");
+    const int hosts = host_count();
+    bool match = hosts == want_hosts;
+    for (int h = 0; match && want_per_host > 0 && h < hosts; ++h)
+        match = std::count(host_of_.begin(), host_of_.end(), h) == want_per_host ||
+                (host_of_.empty() && size_ == want_per_host);
+    if (!match)
+        throw_error<ValueError>("ProcessGroup: the job was expected on ", want_hosts, want_hosts == 1 ? " host" : " hosts",
+                                want_per_host > 0 ? " of " + std::to_string(want_per_host) + (want_per_host == 1 ? " rank" : " ranks") + " each"
+                                                  : std::string(),
+                                " (STRATA_EXPECT_HOSTS / expect_hosts=", expected, "); found ", host_layout(),
+                                ". Hosts are told apart by MPI_Get_processor_name (or STRATA_HOST_NAME): check the "
+                                "launcher's host list and mapping (mpirun --hostfile/--map-by, srun --ntasks-per-node)");
+}
+
+STRATA_MPI_DECL void ProcessGroup::check_hosts_share_memory(MPI_Comm comm) const {
+    // Which ranks share memory with this one, as MPI sees it; every rank learns every rank's
+    // answer (the lowest rank of its shared-memory group), so all refuse alike.
+    MPI_Comm node = MPI_COMM_NULL;
+    MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    MPI_Group node_group, comm_group;
+    MPI_Comm_group(node, &node_group);
+    MPI_Comm_group(comm, &comm_group);
+    std::vector<int> local(static_cast<std::size_t>(node_size)), in_comm(static_cast<std::size_t>(node_size));
+    for (int i = 0; i < node_size; ++i) local[std::size_t(i)] = i;
+    MPI_Group_translate_ranks(node_group, node_size, local.data(), comm_group, in_comm.data());
+    MPI_Group_free(&node_group);
+    MPI_Group_free(&comm_group);
+    MPI_Comm_free(&node);
+    int mine = *std::min_element(in_comm.begin(), in_comm.end());
+    std::vector<int> domain(static_cast<std::size_t>(size_));
+    MPI_Allgather(&mine, 1, MPI_INT, domain.data(), 1, MPI_INT, comm);
+    for (int p = 0; p < size_; ++p)
+        for (int q = p + 1; q < size_; ++q)
+            if (host_of_[std::size_t(p)] == host_of_[std::size_t(q)] && domain[std::size_t(p)] != domain[std::size_t(q)]) {
+                std::string machines;
+                std::vector<int> heads(domain);
+                std::sort(heads.begin(), heads.end());
+                heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+                for (int d : heads) {
+                    if (!machines.empty()) machines.append(" | ");
+                    bool first = true;
+                    for (int r = 0; r < size_; ++r)
+                        if (domain[std::size_t(r)] == d) {
+                            if (!first) machines.append(",");
+                            machines.append(std::to_string(r));
+                            first = false;
+                        }
+                }
+                const std::string name = host_names_[std::size_t(host_of_[std::size_t(p)])];
+                throw_error<ValueError>(
+                    "ProcessGroup: ranks ", p, " and ", q, " name their host '", name,
+                    "' (MPI_Get_processor_name, or STRATA_HOST_NAME) but do not share memory (MPI_COMM_TYPE_SHARED): "
+                    "two machines answer to one name, and the ", to_string(transport_),
+                    " transport would put a shared-memory window across them. The layout found: ", host_layout(),
+                    "; sharing memory: ranks ", machines,
+                    ". Give each machine its own name (its hostname, or STRATA_HOST_NAME per machine), or use "
+                    "Transport::Mpi");
+            }
 }
 
 STRATA_MPI_DECL int ProcessGroup::fake_hosts_from_environment() {
@@ -515,6 +641,7 @@ STRATA_MPI_DECL void ProcessGroup::open_hierarchy() {
     ProcessGroupOptions o = options_;
     o.settings.clear();
     o.fake_hosts = 0;
+    o.expect_hosts = "any";  // checked by this group, over the whole job
     o.transport = Transport::SharedMemory;
     std::vector<int> members, heads;
     for (int q = 0; q < size_; ++q) {
