@@ -5,14 +5,15 @@
 //   strata shm           strata's ProcessGroup, shared-memory transport (MultiWorkerMirrored's
 //                        cross-process stage on one host: an MPI-3 shared window, direct
 //                        reduce-scatter + all-gather through per-rank staging buffers)
-//   strata mpi           strata's ProcessGroup, MPI transport (arrival check + MPI_Iallreduce)
+//   strata mpi           strata's ProcessGroup, MPI transport (arrival check, then its ring of
+//                        point-to-point steps from --ring-min-kb on, MPI_Iallreduce below it)
 //   strata hier          strata's ProcessGroup, hierarchical transport over --fake-hosts H hosts of
-//                        N/H consecutive ranks (shared memory inside a host, MPI_Iallreduce between
-//                        the H leaders, broadcast back inside); its cross-host stage's time per call
-//                        is printed below the table (and written as cross_host_ms)
+//                        N/H consecutive ranks (shared memory inside a host, the MPI transport
+//                        between the H leaders, broadcast back inside); its cross-host stage's time
+//                        per call is printed below the table (and written as cross_host_ms)
 //
 //   mpirun --allow-run-as-root --oversubscribe -np 2 build/benchmarks/bench_mpi_allreduce
-//          [--sizes-mb MiB,...] [--reps N] [--warmup N] [--fake-hosts H] [--json FILE]
+//          [--sizes-mb MiB,...] [--reps N] [--warmup N] [--fake-hosts H] [--ring-min-kb K] [--json FILE]
 //
 // The number of participants is the number of MPI processes (-np). A sample is `calls`
 // back-to-back MPI_Allreduce calls (16 MiB worth, between 1 and 16) started after an
@@ -55,6 +56,7 @@ struct Options {
     int warmup = 2;
     std::size_t chunk_kib = 512;
     int fake_hosts = 0;  // 0: 2 when the processes divide by 2, else 1
+    long ring_min_kib = long(strata::distribute::collective::ProcessGroupOptions{}.ring_min_bytes >> 10);  // -1: never
     std::string json;
 };
 
@@ -69,6 +71,10 @@ void declare_flags(CLI::App& app, Options& o) {
         ->transform(cli::integer<std::size_t>(1, 1 << 20))->capture_default_str();
     app.add_option("--fake-hosts", o.fake_hosts, "strata hier: pretend the processes run on H hosts (0: 2 when -np is even)")
         ->transform(cli::integer(0, 1 << 16))->capture_default_str();
+    app.add_option("--ring-min-kb", o.ring_min_kib,
+                   "strata mpi and hier: buffers of at least K KiB go through the MPI transport's ring, smaller ones "
+                   "through MPI_Iallreduce (ProcessGroupOptions::ring_min_bytes); -1: MPI_Iallreduce always")
+        ->transform(cli::integer<long>(-1, 1 << 30))->capture_default_str();
     app.add_option("--json", o.json, "also write the figures as JSON to FILE (rank 0)");
 }
 
@@ -131,11 +137,12 @@ int run(const Options& opt, int rank, int size, const char* prog) {
     if (real_hosts == 1)
         shm.emplace(MPI_COMM_WORLD, 1,
                     coll::ProcessGroupOptions{.transport = coll::Transport::SharedMemory, .chunk_bytes = opt.chunk_kib << 10, .fake_hosts = 0});
-    coll::ProcessGroup mpi(MPI_COMM_WORLD, 1, {.transport = coll::Transport::Mpi, .fake_hosts = 0});
+    const std::size_t ring_min = opt.ring_min_kib < 0 ? SIZE_MAX : std::size_t(opt.ring_min_kib) << 10;
+    coll::ProcessGroup mpi(MPI_COMM_WORLD, 1, {.transport = coll::Transport::Mpi, .fake_hosts = 0, .ring_min_bytes = ring_min});
     const int hosts = opt.fake_hosts > 0 ? opt.fake_hosts : real_hosts > 1 ? real_hosts : size % 2 == 0 ? 2 : 1;
     coll::ProcessGroup hier(MPI_COMM_WORLD, 1,
                             {.transport = coll::Transport::Hierarchical, .chunk_bytes = opt.chunk_kib << 10,
-                             .fake_hosts = opt.fake_hosts > 0 || real_hosts == 1 ? hosts : 0});
+                             .fake_hosts = opt.fake_hosts > 0 || real_hosts == 1 ? hosts : 0, .ring_min_bytes = ring_min});
     std::vector<const char*> methods = {"MPI_Allreduce", "strata shm", "strata mpi", "strata hier"};
     if (!shm) methods.erase(methods.begin() + 1);
     struct Cross {
@@ -218,8 +225,8 @@ int run(const Options& opt, int rank, int size, const char* prog) {
     }
 
     if (rank == 0 && !cross.empty()) {
-        std::printf("\nstrata hier: %d hosts of %d processes (%s); its cross-host stage (MPI_Iallreduce between the "
-                    "%d leaders, arrival check included), mean of the timed calls on rank 0:\n", hosts, size / hosts,
+        std::printf("\nstrata hier: %d hosts of %d processes (%s); its cross-host stage (the MPI transport between "
+                    "the %d leaders, arrival check included), mean of the timed calls on rank 0:\n", hosts, size / hosts,
                     real_hosts > 1 && opt.fake_hosts == 0 ? "real" : "declared", hosts);
         for (const auto& c : cross) std::printf("  %9.4g MiB: %8.3f ms per call, %g MiB sent into it per call\n", c.mib, c.ms_per_call, c.mib_per_call);
     }
@@ -233,6 +240,7 @@ int run(const Options& opt, int rank, int size, const char* prog) {
             j["transport"] = "MPI processes";
             j["dtype"] = "float32";
             j["op"] = "sum";
+            j["ring_min_bytes"] = opt.ring_min_kib < 0 ? -1.0 : double(ring_min);
             j["machine"] = machine.json();
             j["reps"] = opt.reps;
             j["warmup"] = opt.warmup;

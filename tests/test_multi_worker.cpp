@@ -417,6 +417,51 @@ TEST_CASE("ProcessGroup all-reduce, broadcast and barrier over both transports")
     }
 }
 
+TEST_CASE("the MPI transport's ring all-reduce: each element summed once in ring order, the same bits on every rank") {
+    const int n = world_size(), me = world_rank();
+    // Every rank's values are known to all (seeded by rank): the expected sum of chunk c of n
+    // (as even as possible) is the float fold over ranks c, c + 1, ..., c + n - 1 (mod n).
+    auto values = [](int rank, std::size_t len) {
+        auto d = lcg(len, 1000 + std::uint64_t(rank), -1, 1);
+        return std::vector<float>(d.begin(), d.end());
+    };
+    coll::ProcessGroup ring(MPI_COMM_WORLD, 1, {.transport = coll::Transport::Mpi, .ring_min_bytes = 0});
+    coll::ProcessGroup iall(MPI_COMM_WORLD, 1, {.transport = coll::Transport::Mpi, .ring_min_bytes = SIZE_MAX});
+    for (std::size_t len : {std::size_t(1), std::size_t(2), std::size_t(3), std::size_t(7), std::size_t(1000), std::size_t(100003)}) {
+        CAPTURE(len);
+        auto v = values(me, len);
+        ring.all_reduce(0, std::span<float>(v));
+        std::vector<std::vector<float>> all;
+        for (int q = 0; q < n; ++q) all.push_back(values(q, len));
+        bool ring_order = true, close = true;
+        const bool ringed = len >= std::size_t(n);  // fewer elements than ranks: MPI_Iallreduce
+        for (std::size_t i = 0; i < len; ++i) {
+            double exact = 0;
+            for (int q = 0; q < n; ++q) exact += all[std::size_t(q)][i];
+            close = close && std::abs(double(v[i]) - exact) <= 1e-6 * (1 + std::abs(exact));
+            if (!ringed) continue;
+            int c = 0;  // i's chunk: [len * c / n, len * (c + 1) / n)
+            while (std::size_t(std::int64_t(len) * (c + 1) / n) <= i) ++c;
+            float fold = all[std::size_t(c)][i];
+            for (int k = 1; k < n; ++k) fold = fold + all[std::size_t((c + k) % n)][i];
+            ring_order = ring_order && std::memcmp(&fold, &v[i], sizeof(float)) == 0;
+        }
+        CHECK(close);
+        CHECK(ring_order);
+        CHECK(same_on_every_rank(v));
+        // The other path (MPI_Iallreduce) agrees to rounding.
+        auto w = values(me, len);
+        iall.all_reduce(0, std::span<float>(w));
+        CHECK(max_relative_difference(std::vector<double>(v.begin(), v.end()), std::vector<double>(w.begin(), w.end())) < 1e-5);
+    }
+    // Ranks that disagree on the threshold would take different paths: refused when they join.
+    const auto msg = strata_test::error_of<strata::ValueError>([&] {
+        coll::ProcessGroup g(MPI_COMM_WORLD, 1, {.transport = coll::Transport::Mpi, .ring_min_bytes = me == 0 ? 1024u : 2048u});
+    });
+    CHECK(msg.find("ring_min_bytes") != std::string::npos);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST_CASE("ProcessGroup: ranks that pass different lengths all get a ShapeError naming both") {
     coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.transport = coll::Transport::SharedMemory});
     std::vector<float> v(world_rank() == 1 ? 7 : 5, 1.0f);

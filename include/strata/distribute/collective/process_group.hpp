@@ -11,9 +11,12 @@
 ///   buffers per lane. A collective is a direct reduce-scatter + all-gather through them,
 ///   synchronised by the counters, which is what lets a waiting rank see exactly which ranks
 ///   are late (MPI itself has no collective with a timeout). No MPI call is made per step.
-/// - Mpi (Auto's choice across hosts, or forced): MPI_Iallreduce / MPI_Ibcast on a
-///   communicator per lane, polled against the deadline; before each collective the ranks
-///   report their arrival to rank 0, which names whoever is missing.
+/// - Mpi (Auto's choice across hosts, or forced): on a communicator per lane, polled against
+///   the deadline, an all-reduce of at least ProcessGroupOptions::ring_min_bytes is strata's
+///   own ring (reduce-scatter then all-gather, point to point between neighbours: each rank
+///   sends and receives 2 (P - 1) / P of the buffer, both ways at once, each element summed
+///   once), smaller ones MPI_Iallreduce; broadcasts MPI_Ibcast. Before each collective the
+///   ranks report their arrival to rank 0, which names whoever is missing.
 /// - Hierarchical (Auto's choice when several hosts hold several ranks each): the ranks are
 ///   grouped by host; inside a host a shared-memory group all-reduces, the host's leader (its
 ///   lowest rank) all-reduces the host's sum with the other leaders over MPI, and broadcasts the
@@ -65,6 +68,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -129,6 +133,14 @@ struct ProcessGroupOptions {
     /// Empty: read STRATA_EXPECT_HOSTS (unset or empty: no expectation); "any": none, whatever
     /// the environment says. scripts/multihost sets it for the job it starts.
     std::string expect_hosts{};
+    /// The MPI transport (and the hierarchical transport's stage between hosts) all-reduces a
+    /// buffer of at least this many bytes with its own ring: reduce-scatter then all-gather
+    /// between neighbouring ranks, point to point, each rank sending and receiving
+    /// 2 (P - 1) / P of the buffer both ways at once. Smaller buffers, and all when it is
+    /// SIZE_MAX, go to MPI_Iallreduce (fewer rounds). Open MPI 4.1 serves MPI_Iallreduce with
+    /// algorithms that sent 2 buffers per rank, or one each way in turn, over a slow link
+    /// (docs/benchmarks.md, "Across emulated hosts"). Every rank must use the same value.
+    std::size_t ring_min_bytes = std::size_t(256) << 10;
 };
 
 /// What the cross-host stage of the hierarchical transport did on this rank (a host leader;
@@ -435,6 +447,12 @@ private:
     // ranks still stuck in it tell each other so (silent_ranks), and the error names those not
     // heard from, as the arrival check names those that did not come.
     STRATA_MPI_DECL void wait_transfer(MPI_Request& req, int lane, const SyncPoint& at);
+    // The same for several requests (a ring step's send and receive): all must complete.
+    STRATA_MPI_DECL void wait_transfers(std::span<MPI_Request> reqs, int lane, const SyncPoint& at);
+    // The MPI transport's ring all-reduce (ProcessGroupOptions::ring_min_bytes): reduce-scatter
+    // then all-gather between neighbours, point to point; bytes of T.
+    template <Reducible T>
+    void ring_all_reduce(int lane, std::span<T> data, const SyncPoint& at);
     // After a transfer's timeout: sends "stuck at this collective" to every other rank on the
     // lane's control communicator and collects theirs for a short window; returns the ranks
     // not heard from. Every rank an all-reduce still needs is stuck in it too and times out
@@ -473,6 +491,7 @@ private:
     };
     std::unique_ptr<ControlBuffers[]> control_;
     std::vector<MPI_Comm> lane_comms_, control_comms_;
+    std::vector<std::vector<std::byte>> ring_in_;  // per lane: the chunk a ring step receives (kept by a failed group)
     std::vector<std::uint64_t> seq_;
     std::mutex mpi_mutex_;
     // host layout and the hierarchical transport's stages
@@ -646,16 +665,61 @@ void ProcessGroup::shm_broadcast(int lane, std::span<T> data, int root, const Sy
 template <Reducible T>
 void ProcessGroup::mpi_all_reduce(int lane, std::span<T> data, ReduceOp op, const SyncPoint& at) {
     arrival_check(lane, at);
-    MPI_Request req;
-    {
-        std::unique_lock lock(mpi_mutex_, std::defer_lock);
-        if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
-        MPI_Iallreduce(MPI_IN_PLACE, data.data(), int(data.size()), mpi::datatype<T>(), MPI_SUM,
-                       lane_comms_[std::size_t(lane)], &req);
+    if (data.size() * sizeof(T) >= options_.ring_min_bytes && std::int64_t(data.size()) >= size_) {
+        ring_all_reduce(lane, data, at);
+    } else {
+        MPI_Request req;
+        {
+            std::unique_lock lock(mpi_mutex_, std::defer_lock);
+            if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
+            MPI_Iallreduce(MPI_IN_PLACE, data.data(), int(data.size()), mpi::datatype<T>(), MPI_SUM,
+                           lane_comms_[std::size_t(lane)], &req);
+        }
+        wait_transfer(req, lane, at);
     }
-    wait_transfer(req, lane, at);
     if (op == ReduceOp::Mean)
         for (auto& v : data) v /= T(size_);
+}
+
+template <Reducible T>
+void ProcessGroup::ring_all_reduce(int lane, std::span<T> data, const SyncPoint& at) {
+    // Chunk c of P (as even as possible) is summed along the ring once, starting at rank c + 1:
+    // after P - 1 steps of reduce-scatter rank r holds the whole sum of chunk r + 1, and P - 1
+    // steps of all-gather copy every sum to every rank. Each rank sends and receives
+    // 2 (P - 1) / P of the buffer, both ways at once (bandwidth-optimal); every rank holds the
+    // same bits, the same from run to run (each element summed once, in ring order).
+    const int p = size_, r = rank_;
+    const int next = (r + 1) % p, prev = (r + p - 1) % p;
+    const auto n = std::int64_t(data.size());
+    auto first = [&](int c) { return n * c / p; };
+    auto count = [&](int c) { return first(c + 1) - first(c); };
+    auto& in = ring_in_[std::size_t(lane)];
+    const std::int64_t most = (n + p - 1) / p;
+    if (in.size() < std::size_t(most) * sizeof(T)) in.resize(std::size_t(most) * sizeof(T));
+    T* got = reinterpret_cast<T*>(in.data());
+    MPI_Comm c = lane_comms_[std::size_t(lane)];
+    constexpr int tag = 7;
+    auto step = [&](int send_c, T* recv_into, int recv_c) {
+        MPI_Request reqs[2];
+        {
+            std::unique_lock lock(mpi_mutex_, std::defer_lock);
+            if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
+            MPI_Irecv(recv_into, int(count(recv_c)), mpi::datatype<T>(), prev, tag, c, &reqs[0]);
+            MPI_Isend(data.data() + first(send_c), int(count(send_c)), mpi::datatype<T>(), next, tag, c, &reqs[1]);
+        }
+        wait_transfers(reqs, lane, at);
+    };
+    for (int s = 0; s < p - 1; ++s) {  // reduce-scatter
+        const int send_c = (r - s + p) % p, recv_c = (r - s - 1 + 2 * p) % p;
+        step(send_c, got, recv_c);
+        T* mine = data.data() + first(recv_c);
+        const std::int64_t m = count(recv_c);
+        for (std::int64_t i = 0; i < m; ++i) mine[i] = got[i] + mine[i];  // the ring's partial sum, then this rank's
+    }
+    for (int s = 0; s < p - 1; ++s) {  // all-gather
+        const int send_c = (r + 1 - s + p) % p, recv_c = (r - s + p) % p;
+        step(send_c, data.data() + first(recv_c), recv_c);
+    }
 }
 
 template <Reducible T>

@@ -322,6 +322,7 @@ STRATA_MPI_DECL ProcessGroup::ProcessGroup(MPI_Comm comm, int lanes, ProcessGrou
             control_comms_[std::size_t(l)] = dup(comm_, setup);
         }
         seq_.assign(std::size_t(lanes_), 0);
+        ring_in_.resize(std::size_t(lanes_));
         control_ = std::make_unique<ControlBuffers[]>(std::size_t(lanes_));
     }
     // Every strategy across processes joins through a ProcessGroup: the first one over the
@@ -438,6 +439,7 @@ STRATA_MPI_DECL void ProcessGroup::join(MPI_Comm comm) {
                   {"timeout_ms", std::to_string(options_.timeout.count())},
                   {"startup_timeout_ms", std::to_string(options_.startup_timeout.count())},
                   {"chunk_bytes", std::to_string(options_.chunk_bytes)},
+                  {"ring_min_bytes", std::to_string(options_.ring_min_bytes)},
                   {"fake_hosts (STRATA_FAKE_HOSTS)", fake_hosts_ > 0 ? std::to_string(fake_hosts_) : std::string()},
                   {"expect_hosts (STRATA_EXPECT_HOSTS)", expected}};
     for (const auto& s : options_.settings) mine.push_back(s);
@@ -839,13 +841,17 @@ STRATA_MPI_DECL void ProcessGroup::wait_request(MPI_Request& req, RunningDeadlin
 }
 
 STRATA_MPI_DECL void ProcessGroup::wait_transfer(MPI_Request& req, int lane, const SyncPoint& at) {
+    wait_transfers(std::span<MPI_Request>(&req, 1), lane, at);
+}
+
+STRATA_MPI_DECL void ProcessGroup::wait_transfers(std::span<MPI_Request> reqs, int lane, const SyncPoint& at) {
     RunningDeadline deadline = fresh(options_.timeout);
     for (int spins = 0;; ++spins) {
         int done = 0;
         {
             std::unique_lock lock(mpi_mutex_, std::defer_lock);
             if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
-            MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            MPI_Testall(int(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
         }
         if (done) return;
         if (deadline.expired()) break;
