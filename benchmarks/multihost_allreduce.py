@@ -15,7 +15,7 @@ repetition, every link and transport in each), so that load on the machine drift
 them alike; the table has medians over --reps. Columns:
   images/s       the JSON's train_images_per_second (the epochs' time, not set-up or evaluation)
   ms/step        batch / images/s
-  cross ms       hierarchical only: rank 0's cross-host stage per all-reduce (MPI_Iallreduce
+  cross ms       hierarchical only: rank 0's cross-host stage per all-reduce (the MPI transport
                  between the host leaders, arrival check included), from its report
   MiB/call       hierarchical only: what rank 0 (host 0's leader) put into the cross-host stage
                  per all-reduce call (the report's "MiB from this host" over its all-reduces)
@@ -29,7 +29,9 @@ them alike; the table has medians over --reps. Columns:
                  2(H-1)/H x G; flat MPI over N = H x P ranks placed host by host, a ring sends
                  2(N-1)/N x G over each host's one outgoing ring edge, recursive doubling (and
                  Rabenseifner's halving and doubling) P x log2(H) x G: both are printed, as
-                 "ring / doubling", since Open MPI picks the algorithm by size
+                 "ring / doubling" (strata's MPI transport runs its own ring from 256 KiB on,
+                 ProcessGroupOptions::ring_min_bytes; MPI_Iallreduce below, where Open MPI
+                 picks the algorithm by size)
 --data: an MNIST directory; without it a tiny MNIST-shaped set (256 random images) is written to a
 temporary directory (the figures are rates: the images' content does not change them).
 Exit status 77 where scripts/multihost cannot run (not root, no network namespaces); 2 for bad

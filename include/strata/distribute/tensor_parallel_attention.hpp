@@ -110,7 +110,7 @@ public:
             if (dropped_) drop(s.a.data(), s.ad.data(), nh * S * S, h0, hc, mode);
             gemm_strided_batched<T, P>(Trans::No, Trans::No, S, Dv, S, T(1), weights(s), S, S * S, s.v.data(), Dv, S * Dv, T(0),
                                        s.o.data(), Dv, S * Dv, nh);
-            place::for_each_n<P>(rows * hc * Dv, nn::detail::MergeHeads<T>{s.o.data(), s.merged.data(), S, hc, Dv});
+            nn::detail::merge_heads<P>(rows, s.o.data(), s.merged.data(), S, hc, Dv);
             // This shard's part of the output: its heads times their rows of the output kernel.
             gemm(Trans::No, Trans::No, T(1), s.merged.view(),
                  TensorView<T, P>(const_cast<T*>(params) + Plain::o_kernel + h0 * Dv * F, Shape{hc * Dv, F}), T(0), s.y.view());
@@ -149,7 +149,7 @@ public:
                  TensorView<T, P>(grads + Plain::o_kernel + h0 * Dv * F, Shape{hc * Dv, F}));
             const TensorView<T, P> dmerged(s.rows.data(), Shape{rows, hc * Dv});
             gemm(Trans::No, Trans::Yes, T(1), dym, wo, T(0), dmerged);
-            place::for_each_n<P>(rows * hc * Dv, nn::detail::SplitHeads<T>{s.rows.data(), nullptr, s.do_.data(), S, hc, Dv});
+            nn::detail::split_heads<P>(rows, s.rows.data(), static_cast<const T*>(nullptr), s.do_.data(), S, hc, Dv);
             gemm_strided_batched<T, P>(Trans::No, Trans::Yes, S, S, Dv, T(1), s.do_.data(), Dv, S * Dv, s.v.data(), Dv, S * Dv, T(0),
                                        s.da.data(), S, S * S, nh);
             gemm_strided_batched<T, P>(Trans::Yes, Trans::No, S, Dv, S, T(1), weights(s), S, S * S, s.do_.data(), Dv, S * Dv, T(0),
@@ -225,7 +225,7 @@ private:
         each_index<P>(F * hc * D, GatherColumns<T>{params + kernel, w.data(), H * D, h0 * D, hc * D});
         const TensorView<T, P> raw(s.rows.data(), Shape{rows, hc * D});
         gemm(Trans::No, Trans::No, T(1), xm, w.view(), T(0), raw);
-        place::for_each_n<P>(rows * hc * D, nn::detail::SplitHeads<T>{s.rows.data(), bias ? params + b + h0 * D : nullptr, out.data(), S, hc, D});
+        nn::detail::split_heads<P>(rows, s.rows.data(), bias ? params + b + h0 * D : static_cast<const T*>(nullptr), out.data(), S, hc, D);
     }
     // One projection's gradients from its heads' gradient dh [n·hc, S, D]: the kernel's columns
     // (scattered into grads), the bias's slice, and this shard's dx (+)= dh_merged · wᵀ.
@@ -233,7 +233,7 @@ private:
                       std::int64_t h0, std::int64_t hc, const Tensor<T, P>& w, const Tensor<T, P>& dh, bool want_dx, bool accumulate) {
         const std::int64_t rows = xm.dim(0);
         const TensorView<T, P> g(s.rows.data(), Shape{rows, hc * D});
-        place::for_each_n<P>(rows * hc * D, nn::detail::MergeHeads<T>{dh.data(), s.rows.data(), S, hc, D});
+        nn::detail::merge_heads<P>(rows, dh.data(), s.rows.data(), S, hc, D);
         if (bias) sum(g, 0, TensorView<T, P>(grads + b + h0 * D, Shape{hc * D}));
         s.dw.resize(Shape{F, hc * D});
         gemm(Trans::Yes, Trans::No, T(1), xm, g, T(0), s.dw.view());
