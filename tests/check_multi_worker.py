@@ -685,22 +685,11 @@ def fake_hosts_parser(mpirun, exe, data):
     under the parameter server, which has no host layout, a value is refused instead of ignored."""
     common = ["--data", data, "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "12", "--verbose", "0",
               "--threads", "1", "--timeout-ms", "20000"]
-    for value, np, strategy, says in (
-            (" 2", 2, ["--strategy", "multi_worker_mirrored"], "STRATA_FAKE_HOSTS=' 2': expected a number of hosts in decimal digits alone"),
-            ("2 ", 2, ["--strategy", "multi_worker_mirrored"], "STRATA_FAKE_HOSTS='2 ': expected a number of hosts in decimal digits alone"),
-            ("2", 4, ["--strategy", "parameter_server", "--workers", "2", "--servers", "1"],
-             "STRATA_FAKE_HOSTS=2 declares a host layout, which the parameter server does not use")):
-        e = env()
-        e["STRATA_FAKE_HOSTS"] = value
-        try:
-            r = subprocess.run([mpirun, "-np", str(np), "-x", "STRATA_FAKE_HOSTS", exe] + common + strategy,
-                               capture_output=True, text=True, env=e, timeout=120)
-        except subprocess.TimeoutExpired:
-            check(False, f"STRATA_FAKE_HOSTS={value!r} {strategy[1]}: still running after 120 s (a hang)")
-            continue
-        check(r.returncode != 0 and r.stderr.count(says) == np and "test accuracy" not in r.stdout,
-              f"STRATA_FAKE_HOSTS={value!r} {strategy[1]}: exit {r.returncode}, expected all {np} ranks to say {says!r}: "
-              f"{r.stderr[-800:]!r}")
+    refused_by_variable(mpirun, exe, common, "STRATA_FAKE_HOSTS", (
+        (" 2", 2, ["--strategy", "multi_worker_mirrored"], "STRATA_FAKE_HOSTS=' 2': expected a number of hosts in decimal digits alone"),
+        ("2 ", 2, ["--strategy", "multi_worker_mirrored"], "STRATA_FAKE_HOSTS='2 ': expected a number of hosts in decimal digits alone"),
+        ("2", 4, ["--strategy", "parameter_server", "--workers", "2", "--servers", "1"],
+         "STRATA_FAKE_HOSTS=2 declares a host layout, which the parameter server does not use")))
     e = env()
     e["STRATA_FAKE_HOSTS"] = "2"
     r = subprocess.run([mpirun, "-np", "2", "-x", "STRATA_FAKE_HOSTS", exe] + common + ["--strategy", "multi_worker_mirrored"],
@@ -711,22 +700,27 @@ def fake_hosts_parser(mpirun, exe, data):
     # sets it) that the launcher started on this one machine: refused on every rank, under
     # every strategy across processes, naming the layout found, before any training.
     host = socket.gethostname()
-    for value, np, strategy, says in (
-            ("2x1", 2, ["--strategy", "multi_worker_mirrored"],
-             f"the job was expected on 2 hosts of 1 rank each (STRATA_EXPECT_HOSTS / expect_hosts=2x1); found 1 host: "
-             f"'{host}' ranks 0-1"),
-            ("2", 4, ["--strategy", "parameter_server", "--workers", "2", "--servers", "1"],
-             f"the job was expected on 2 hosts (STRATA_EXPECT_HOSTS / expect_hosts=2); found 1 host: '{host}' ranks 0-3")):
+    refused_by_variable(mpirun, exe, common, "STRATA_EXPECT_HOSTS", (
+        ("2x1", 2, ["--strategy", "multi_worker_mirrored"],
+         f"the job was expected on 2 hosts of 1 rank each (STRATA_EXPECT_HOSTS / expect_hosts=2x1); found 1 host: '{host}' ranks 0-1"),
+        ("2", 4, ["--strategy", "parameter_server", "--workers", "2", "--servers", "1"],
+         f"the job was expected on 2 hosts (STRATA_EXPECT_HOSTS / expect_hosts=2); found 1 host: '{host}' ranks 0-3")))
+
+
+def refused_by_variable(mpirun, exe, common, variable, cases):
+    """Each case (value, np, strategy flags, words): mnist_cnn under mpirun -np with `variable`
+    set to the value on every rank is refused on all np ranks with those words, before training."""
+    for value, np, strategy, says in cases:
         e = env()
-        e["STRATA_EXPECT_HOSTS"] = value
+        e[variable] = value
         try:
-            r = subprocess.run([mpirun, "-np", str(np), "-x", "STRATA_EXPECT_HOSTS", exe] + common + strategy,
+            r = subprocess.run([mpirun, "-np", str(np), "-x", variable, exe] + common + strategy,
                                capture_output=True, text=True, env=e, timeout=120)
         except subprocess.TimeoutExpired:
-            check(False, f"STRATA_EXPECT_HOSTS={value} {strategy[1]}: still running after 120 s (a hang)")
+            check(False, f"{variable}={value!r} {strategy[1]}: still running after 120 s (a hang)")
             continue
         check(r.returncode != 0 and r.stderr.count(says) == np and "test accuracy" not in r.stdout,
-              f"STRATA_EXPECT_HOSTS={value} {strategy[1]}: exit {r.returncode}, expected all {np} ranks to say {says!r}: "
+              f"{variable}={value!r} {strategy[1]}: exit {r.returncode}, expected all {np} ranks to say {says!r}: "
               f"{r.stderr[-800:]!r}")
 
 
