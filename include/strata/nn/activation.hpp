@@ -144,6 +144,32 @@ struct BiasActivate {
         y[i] = Act::apply(v);
     }
 };
+/// y[r·C + c] = act(y[r·C + c] + bias[c]), one row r per index: the host's shape (the
+/// per-value form's `i % channels` is a 64-bit division per value, which cost more than the add:
+/// with GELU's input it was 12% of the ViT's step on the host); a loop over the row that the
+/// compiler can vectorise. On a GPU one thread per value stays (coalesced).
+template <class T, class Act>
+struct BiasActivateByRow {
+    T* y;
+    const T* bias;
+    std::int64_t channels;
+    STRATA_HD void operator()(std::int64_t r) const {
+        T* row = y + r * channels;
+        for (std::int64_t c = 0; c < channels; ++c) row[c] = Act::apply(row[c] + bias[c]);
+    }
+};
+/// `count` values y (rows of `channels`) become act(y + bias) (bias may be null), in the shape
+/// that suits the place.
+template <class Act, class P, class T>
+void bias_activate_values(std::int64_t count, T* y, const T* bias, std::int64_t channels) {
+    if constexpr (std::is_same_v<P, place::Host>) {
+        if (bias) {
+            place::for_each_n<P>(count / channels, BiasActivateByRow<T, Act>{y, bias, channels});
+            return;
+        }
+    }
+    place::for_each_n<P>(count, BiasActivate<T, Act>{y, bias, channels});
+}
 template <class T, class Act>
 struct ActivationGrad {
     const T* y;
@@ -171,16 +197,13 @@ template <class Act, class T, class P>
 void bias_activation(const TensorView<T, P>& y, const T* bias, std::int64_t channels, bool skip_activation) {
     if (y.size() == 0) return;
     if constexpr (Act::rowwise) {
-        if (bias) place::for_each_n<P>(y.size(),
-                                     detail::BiasActivate<T, Linear>{y.data(), bias, channels});
+        if (bias) detail::bias_activate_values<Linear, P>(y.size(), y.data(), bias, channels);
         if (!skip_activation) softmax(y, y);
     } else {
         if (skip_activation || std::is_same_v<Act, Linear>) {
-            if (bias) place::for_each_n<P>(y.size(),
-                                         detail::BiasActivate<T, Linear>{y.data(), bias, channels});
+            if (bias) detail::bias_activate_values<Linear, P>(y.size(), y.data(), bias, channels);
         } else {
-            place::for_each_n<P>(y.size(),
-                               detail::BiasActivate<T, Act>{y.data(), bias, channels});
+            detail::bias_activate_values<Act, P>(y.size(), y.data(), bias, channels);
         }
     }
 }
