@@ -144,31 +144,49 @@ struct BiasActivate {
         y[i] = Act::apply(v);
     }
 };
-/// y[r·C + c] = act(y[r·C + c] + bias[c]), one row r per index: the host's shape (the
+/// y[r·C + c] = act(y[r·C + c] + bias[c]), one row r per index, keeping y + bias in `keep`
+/// when it is not null (an activation whose derivative needs its input): the host's shape (the
 /// per-value form's `i % channels` is a 64-bit division per value, which cost more than the add:
 /// with GELU's input it was 12% of the ViT's step on the host); a loop over the row that the
 /// compiler can vectorise. On a GPU one thread per value stays (coalesced).
 template <class T, class Act>
 struct BiasActivateByRow {
     T* y;
+    T* keep;
     const T* bias;
     std::int64_t channels;
     STRATA_HD void operator()(std::int64_t r) const {
         T* row = y + r * channels;
-        for (std::int64_t c = 0; c < channels; ++c) row[c] = Act::apply(row[c] + bias[c]);
+        if (keep) {
+            T* kept = keep + r * channels;
+            for (std::int64_t c = 0; c < channels; ++c) {
+                kept[c] = row[c] + bias[c];
+                row[c] = Act::apply(kept[c]);
+            }
+        } else {
+            for (std::int64_t c = 0; c < channels; ++c) row[c] = Act::apply(row[c] + bias[c]);
+        }
     }
 };
+/// On the host with a bias, `count` values y (rows of `channels`) become act(y + bias) one row
+/// per index (y + bias kept in `keep` when not null), and true is returned; elsewhere nothing is
+/// done and false is returned, for the caller's one-value-per-index form.
+template <class Act, class P, class T>
+bool bias_activate_rows(std::int64_t count, T* y, T* keep, const T* bias, std::int64_t channels) {
+    if constexpr (std::is_same_v<P, place::Host>) {
+        if (bias) {
+            place::for_each_n<P>(count / channels, BiasActivateByRow<T, Act>{y, keep, bias, channels});
+            return true;
+        }
+    }
+    return false;
+}
 /// `count` values y (rows of `channels`) become act(y + bias) (bias may be null), in the shape
 /// that suits the place.
 template <class Act, class P, class T>
 void bias_activate_values(std::int64_t count, T* y, const T* bias, std::int64_t channels) {
-    if constexpr (std::is_same_v<P, place::Host>) {
-        if (bias) {
-            place::for_each_n<P>(count / channels, BiasActivateByRow<T, Act>{y, bias, channels});
-            return;
-        }
-    }
-    place::for_each_n<P>(count, BiasActivate<T, Act>{y, bias, channels});
+    if (!bias_activate_rows<Act, P>(count, y, static_cast<T*>(nullptr), bias, channels))
+        place::for_each_n<P>(count, BiasActivate<T, Act>{y, bias, channels});
 }
 template <class T, class Act>
 struct ActivationGrad {

@@ -56,23 +56,6 @@ struct BiasActivateKeep {
         y[i] = Act::apply(v);
     }
 };
-/// The same, one row per index (the host's shape: no division per value; see BiasActivateByRow).
-template <class T, class Act>
-struct BiasActivateKeepByRow {
-    T* y;
-    T* pre;
-    const T* bias;
-    std::int64_t channels;
-    STRATA_HD void operator()(std::int64_t r) const {
-        T* row = y + r * channels;
-        T* kept = pre + r * channels;
-        for (std::int64_t c = 0; c < channels; ++c) {
-            const T v = row[c] + bias[c];
-            kept[c] = v;
-            row[c] = Act::apply(v);
-        }
-    }
-};
 /// dy[i] = act'(pre[i]) · dy[i] in place.
 template <class T, class Act>
 struct ActivationGradFromInput {
@@ -99,12 +82,8 @@ void dense_bias_activation(const TensorView<T, P>& y, const T* bias, std::int64_
                 bias_activate_values<Act, P>(count, y.data(), bias, units);
             } else {
                 pre.resize(Shape{count / units, units});
-                bool rows = false;  // the host's shape, where there is a bias to add
-                if constexpr (std::is_same_v<P, place::Host>) {
-                    if (bias) place::for_each_n<P>(count / units, BiasActivateKeepByRow<T, Act>{y.data(), pre.data(), bias, units});
-                    rows = bias != nullptr;
-                }
-                if (!rows) place::for_each_n<P>(count, BiasActivateKeep<T, Act>{y.data(), pre.data(), bias, units});
+                if (!bias_activate_rows<Act, P>(count, y.data(), pre.data(), bias, units))
+                    place::for_each_n<P>(count, BiasActivateKeep<T, Act>{y.data(), pre.data(), bias, units});
             }
             return;
         }

@@ -133,18 +133,20 @@ struct MergeHeads {
 };
 /// The same two moves with one index per row of D values (a token's part for one head), for the
 /// host: three divisions a row instead of four a value, and a contiguous copy the compiler
-/// vectorises. The per-value form took 37% of the ViT's training step on the host (perf, 2
-/// divisions' latency per float moved); on a GPU one thread per value keeps the accesses
-/// coalesced, so it stays there (split_heads / merge_heads choose).
+/// vectorises. The per-value form took 37% of the ViT's training step on the host (perf: the
+/// divisions, not the copy); on a GPU one thread per value keeps the accesses coalesced, so it
+/// stays there (split_heads / merge_heads choose). `split`: row j of dst is in [n, H, S] order
+/// and comes from [n, S, H] (+ bias[h·D + d] when given); otherwise the other way round.
 template <class T>
-struct SplitHeadRows {
+struct HeadRows {
     const T* src;
     const T* bias;
     T* dst;
     std::int64_t S, H, D;
-    STRATA_HD void operator()(std::int64_t j) const {  // j over [n, H, S]
-        const std::int64_t s = j % S, h = j / S % H, e = j / (S * H);
-        const T* from = src + ((e * S + s) * H + h) * D;
+    bool split;
+    STRATA_HD void operator()(std::int64_t j) const {
+        const std::int64_t s = split ? j % S : j / H % S, h = split ? j / S % H : j % H, e = j / (S * H);
+        const T* from = src + (split ? (e * S + s) * H + h : (e * H + h) * S + s) * D;
         T* to = dst + j * D;
         if (bias) {
             const T* b = bias + h * D;
@@ -154,29 +156,17 @@ struct SplitHeadRows {
         }
     }
 };
-template <class T>
-struct MergeHeadRows {
-    const T* src;
-    T* dst;
-    std::int64_t S, H, D;
-    STRATA_HD void operator()(std::int64_t j) const {  // j over [n, S, H]
-        const std::int64_t h = j % H, s = j / H % S, e = j / (H * S);
-        const T* from = src + ((e * H + h) * S + s) * D;
-        T* to = dst + j * D;
-        for (std::int64_t d = 0; d < D; ++d) to[d] = from[d];
-    }
-};
 /// `tokens` = n·S rows of H·D values [n, S, H, D] to [n, H, S, D] (+ bias[h·D + d] when given),
 /// in the shape that suits the place.
 template <class P, class T>
 void split_heads(std::int64_t tokens, const T* src, const T* bias, T* dst, std::int64_t S, std::int64_t H, std::int64_t D) {
-    if constexpr (std::is_same_v<P, place::Host>) place::for_each_n<P>(tokens * H, SplitHeadRows<T>{src, bias, dst, S, H, D});
+    if constexpr (std::is_same_v<P, place::Host>) place::for_each_n<P>(tokens * H, HeadRows<T>{src, bias, dst, S, H, D, true});
     else place::for_each_n<P>(tokens * H * D, SplitHeads<T>{src, bias, dst, S, H, D});
 }
 /// [n, H, S, D] to [n, S, H, D], `tokens` = n·S, in the shape that suits the place.
 template <class P, class T>
 void merge_heads(std::int64_t tokens, const T* src, T* dst, std::int64_t S, std::int64_t H, std::int64_t D) {
-    if constexpr (std::is_same_v<P, place::Host>) place::for_each_n<P>(tokens * H, MergeHeadRows<T>{src, dst, S, H, D});
+    if constexpr (std::is_same_v<P, place::Host>) place::for_each_n<P>(tokens * H, HeadRows<T>{src, nullptr, dst, S, H, D, false});
     else place::for_each_n<P>(tokens * H * D, MergeHeads<T>{src, dst, S, H, D});
 }
 /// Softmax of one row of scores per index, in place; row r is query r % S; with `causal` its

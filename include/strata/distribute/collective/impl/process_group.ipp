@@ -510,7 +510,7 @@ STRATA_MPI_DECL std::string ProcessGroup::host_layout() const {
     for (int h = 0; h < hosts; ++h) {
         std::vector<int> ranks;
         for (int q = 0; q < size_; ++q)
-            if ((host_of_.empty() ? 0 : host_of_[std::size_t(q)]) == h) ranks.push_back(q);
+            if (host_of_[std::size_t(q)] == h) ranks.push_back(q);
         const std::string name = std::size_t(h) < host_names_.size() ? host_names_[std::size_t(h)] : std::string();
         // (Appended piece by piece: g++ 12 warns falsely about `"x" + std::string`, -Wrestrict.)
         out.append(h == 0 ? " " : ", ");
@@ -551,9 +551,7 @@ STRATA_MPI_DECL void ProcessGroup::check_expected_hosts(std::string_view expecte
                                 "': expected H (hosts) or HxP (H hosts of P ranks each) in decimal digits, e.g. 2x4");
     const int hosts = host_count();
     bool match = hosts == want_hosts;
-    for (int h = 0; match && want_per_host > 0 && h < hosts; ++h)
-        match = std::count(host_of_.begin(), host_of_.end(), h) == want_per_host ||
-                (host_of_.empty() && size_ == want_per_host);
+    for (int h = 0; match && want_per_host > 0 && h < hosts; ++h) match = std::count(host_of_.begin(), host_of_.end(), h) == want_per_host;
     if (!match)
         throw_error<ValueError>("ProcessGroup: the job was expected on ", want_hosts, want_hosts == 1 ? " host" : " hosts",
                                 want_per_host > 0 ? " of " + std::to_string(want_per_host) + (want_per_host == 1 ? " rank" : " ranks") + " each"
