@@ -370,6 +370,10 @@ def disagreeing_ranks(mpirun, exe, data, d):
     ]
     for name, a, b, expected in cases:
         refused_on_every_rank(mpirun, common, 1, 1, name, a, b, expected)
+    # The layout the job expects (STRATA_EXPECT_HOSTS) is one of the settings compared.
+    refused_on_every_rank(mpirun, [], 1, 1, "STRATA_EXPECT_HOSTS", ["env", "STRATA_EXPECT_HOSTS=1"] + common,
+                          ["env", "STRATA_EXPECT_HOSTS=1x2"] + common,
+                          "expect_hosts (STRATA_EXPECT_HOSTS): rank 0 has 1, rank 1 has 1x2")
 
 
 def parameter_server_disagreeing_ranks(mpirun, exe, data):
