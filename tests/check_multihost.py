@@ -86,8 +86,12 @@ def marked_processes(tag):
 
 
 def left_behind(run_pid, tag):
-    """What a run left: its namespaces (strata-mh-PID-*) and its processes."""
+    """What a run left: its namespaces (strata-mh-PID-*), its processes, and Open MPI session
+    folders of its hosts in the temporary folder (ompi.strata-mh-PID-hN.UID: a daemon killed
+    with its host left one there before the run kept them in its own folder)."""
     left = [n for n in namespaces() if n.startswith(f"strata-mh-{run_pid}-")]
+    tmp = tempfile.gettempdir()
+    left += [os.path.join(tmp, n) for n in sorted(os.listdir(tmp)) if n.startswith(f"ompi.strata-mh-{run_pid}-")]
     left += [f"process {pid} ({name})" for pid, name in sorted(marked_processes(tag).items())]
     return left
 
