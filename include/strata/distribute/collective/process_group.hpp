@@ -456,10 +456,16 @@ private:
     // After a transfer's timeout: sends "stuck at this collective" to every other rank on the
     // lane's control communicator and collects theirs for a short window; returns the ranks
     // not heard from. Every rank an all-reduce still needs is stuck in it too and times out
-    // within moments, so in an all-reduce these are the ranks that stopped or were cut off. (A
-    // rank that finished the transfer before the fault and went on is not stuck, and is named
-    // among them: the message says what was seen, "nothing has come from it since".)
+    // within moments, so in an all-reduce these are the ranks that stopped or were cut off. A
+    // rank that finished the transfer before the fault and went on waits in the next collective,
+    // and answers from there (answer_probes): it is not named.
     STRATA_MPI_DECL std::vector<int> silent_ranks(int lane);
+    // While a rank waits (an arrival, a transfer, rank 0's answer), it answers the word of a
+    // rank in silent_ranks with its own: a rank that is alive and waiting somewhere else (it
+    // finished the transfer that stopped and went on to the next collective, and waits there)
+    // is then heard from, and not named among the missing. Nothing to do in a healthy group
+    // (one MPI_Iprobe); called once a wait has spun a while.
+    STRATA_MPI_DECL void answer_probes(int lane);
 
     template <Reducible T>
     void mpi_all_reduce(int lane, std::span<T> data, ReduceOp op, const SyncPoint& at);
@@ -488,6 +494,10 @@ private:
         std::vector<int> late, late_in;
         std::uint64_t stuck = 0;             // silent_ranks: what this rank sends,
         std::vector<std::uint64_t> stuck_in;  // and what the others sent
+        // answer_probes: per rank, the collective it said it was stuck in (0: not heard from),
+        // the receive buffer of one such word, and the word this rank answers with.
+        std::vector<std::uint64_t> heard;
+        std::uint64_t probe_in = 0, reply = 0;
     };
     std::unique_ptr<ControlBuffers[]> control_;
     std::vector<MPI_Comm> lane_comms_, control_comms_;

@@ -834,7 +834,10 @@ STRATA_MPI_DECL void ProcessGroup::wait_request(MPI_Request& req, RunningDeadlin
             throw_error<DistributedError>(where(at, lane), ": ", who, " did not arrive within ",
                                           (shown.count() > 0 ? shown : options_.timeout).count(), " ms");
         }
-        if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (spins > 256) {
+            answer_probes(lane);
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
     }
 }
 
@@ -853,7 +856,10 @@ STRATA_MPI_DECL void ProcessGroup::wait_transfers(std::span<MPI_Request> reqs, i
         }
         if (done) return;
         if (deadline.expired()) break;
-        if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (spins > 256) {
+            answer_probes(lane);
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
     }
     const std::vector<int> silent = silent_ranks(lane);
     mark_failed();
@@ -870,6 +876,8 @@ STRATA_MPI_DECL std::vector<int> ProcessGroup::silent_ranks(int lane) {
     // The buffers live in the group: requests still posted when this returns (to a rank that
     // is gone) are left with the failed group, never pointing into a dead stack frame.
     ControlBuffers& cb = control_[std::size_t(lane)];
+    answer_probes(lane);  // a rank whose word came while this one was busy has been heard from
+    if (cb.heard.empty()) cb.heard.assign(std::size_t(size_), 0);
     cb.stuck = seq_[std::size_t(lane)];
     cb.stuck_in.assign(std::size_t(size_), 0);
     std::vector<MPI_Request> recvs(std::size_t(size_), MPI_REQUEST_NULL);
@@ -897,13 +905,36 @@ STRATA_MPI_DECL std::vector<int> ProcessGroup::silent_ranks(int lane) {
             if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
             for (int q = 0; q < size_; ++q) {
                 if (q == rank_) continue;
-                int done = recvs[std::size_t(q)] == MPI_REQUEST_NULL;
+                // Its word came to answer_probes (it asked first), or its answer came here.
+                int done = recvs[std::size_t(q)] == MPI_REQUEST_NULL || cb.heard[std::size_t(q)] != 0;
                 if (!done) MPI_Test(&recvs[std::size_t(q)], &done, MPI_STATUS_IGNORE);
                 if (!done) silent.push_back(q);
             }
         }
         if (silent.empty() || deadline.expired()) return silent;
         if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+}
+
+STRATA_MPI_DECL void ProcessGroup::answer_probes(int lane) {
+    if (!control_ || std::size_t(lane) >= control_comms_.size()) return;  // not set up yet
+    MPI_Comm c = control_comms_[std::size_t(lane)];
+    ControlBuffers& cb = control_[std::size_t(lane)];
+    std::unique_lock lock(mpi_mutex_, std::defer_lock);
+    if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, 4, c, &flag, &st);
+        if (!flag) return;
+        // One word, already here: the receive completes at once.
+        MPI_Recv(&cb.probe_in, 1, MPI_UINT64_T, st.MPI_SOURCE, 4, c, MPI_STATUS_IGNORE);
+        if (cb.heard.empty()) cb.heard.assign(std::size_t(size_), 0);
+        cb.heard[std::size_t(st.MPI_SOURCE)] = std::max<std::uint64_t>(cb.probe_in, 1);
+        cb.reply = seq_[std::size_t(lane)];
+        MPI_Request send;
+        MPI_Isend(&cb.reply, 1, MPI_UINT64_T, st.MPI_SOURCE, 4, c, &send);
+        MPI_Request_free(&send);  // a few bytes, sent eagerly (its buffer lives with the group)
     }
 }
 
@@ -972,12 +1003,27 @@ STRATA_MPI_DECL void ProcessGroup::arrival_check(int lane, const SyncPoint& at) 
                          ranks_text(late).c_str(), static_cast<long long>(options_.timeout.count()));
         }
         if (expired) break;
-        if (spins > 256) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (spins > 256) {
+            answer_probes(lane);
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    }
+    // Of the late ranks, those alive and waiting in an earlier collective (stuck behind the one
+    // that stopped: it finished a transfer for this rank, not for them) answer a probe; those
+    // that do not are the missing ones. Named: the missing; the others said apart.
+    std::vector<int> behind;
+    if (!late.empty()) {
+        const std::vector<int> silent = silent_ranks(lane);
+        std::vector<int> gone;
+        for (int q : late) (std::find(silent.begin(), silent.end(), q) != silent.end() ? gone : behind).push_back(q);
+        if (!gone.empty()) late = gone;
+        else behind.clear();
     }
     cb.answer = std::int64_t(late.size());
     std::vector<MPI_Request> sends;
     for (int q = 1; q < size_; ++q) {
-        if (std::find(late.begin(), late.end(), q) != late.end()) continue;
+        if (std::find(late.begin(), late.end(), q) != late.end() || std::find(behind.begin(), behind.end(), q) != behind.end())
+            continue;
         MPI_Request s1 = MPI_REQUEST_NULL, s2 = MPI_REQUEST_NULL;
         locked([&] {
             MPI_Isend(&cb.answer, 1, MPI_INT64_T, q, 2, c, &s1);
@@ -989,6 +1035,11 @@ STRATA_MPI_DECL void ProcessGroup::arrival_check(int lane, const SyncPoint& at) 
     if (!late.empty()) {
         mark_failed();
         // The answers go out eagerly (a few bytes); ranks that are gone never take theirs.
+        if (!behind.empty())
+            throw_error<DistributedError>(where(at, lane), ": ", ranks_text(late), " did not arrive within ",
+                                          options_.timeout.count(), " ms (", ranks_text(behind),
+                                          behind.size() == 1 ? " answered: it is" : " answered: they are",
+                                          " still in an earlier collective, waiting)");
         throw_error<DistributedError>(where(at, lane), ": ", ranks_text(late), " did not arrive within ",
                                       options_.timeout.count(), " ms");
     }
