@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -364,6 +365,113 @@ TEST_CASE_TEMPLATE("GELU layers on every place match the host's float64 values",
         CHECK(std::abs(rd.y[i] - GELUTanh::apply(x[i])) <= 1e-15 * (1 + std::abs(x[i])));
         CHECK(std::abs(rd.dx[i] - GELUTanh::grad_from_input(x[i], w[i])) <= 1e-15);
     }
+}
+
+TEST_CASE("the exact GELU in float on the host, eight lanes: against long double, the same bits wherever a value sits, and Dense's rows use it") {
+    using strata::nn::detail::gelu_grad_simd;
+    using strata::nn::detail::gelu_row_simd;
+    if (!strata::nn::detail::gelu_simd) {
+        MESSAGE("this unit is compiled without AVX2 and FMA: Dense keeps the per-value std::erfc form, checked above");
+        return;
+    }
+    // GELU'(x) = Φ(x) + x φ(x), in long double.
+    auto grad_ref = [](long double x) {
+        return 0.5L * std::erfc(-x / std::sqrt(2.0L)) +
+               x * std::exp(-0.5L * x * x) / std::sqrt(2.0L * 3.14159265358979323846264338327950288L);
+    };
+    // 1. 200 001 points of [-12, 12] (and NaN, ±inf, ±0, ±50 below): within 2e-6 of the value
+    //    wherever it is a normal float, the derivative within 1e-6; and not the per-value form's bits
+    //    (which of the two ran is told apart).
+    const int n = 200001;
+    std::vector<float> x(static_cast<std::size_t>(n)), y, dy(static_cast<std::size_t>(n), 1.0f);
+    for (int i = 0; i < n; ++i) x[std::size_t(i)] = -12.0f + 24.0f * float(i) / float(n - 1);
+    y = x;
+    gelu_row_simd(y.data(), nullptr, nullptr, n);
+    gelu_grad_simd(x.data(), dy.data(), n);
+    double worst = 0, worst_grad = 0;
+    int other_bits = 0;
+    for (int i = 0; i < n; ++i) {
+        const float xi = x[std::size_t(i)];
+        const long double ref = gelu_ref(xi);
+        if (std::abs(double(ref)) >= double(std::numeric_limits<float>::min()))
+            worst = std::max(worst, std::abs(double((y[std::size_t(i)] - ref) / ref)));
+        worst_grad = std::max(worst_grad, std::abs(double(dy[std::size_t(i)] - grad_ref(xi))));
+        const float per_value = GELU::apply(xi);
+        other_bits += std::memcmp(&per_value, &y[std::size_t(i)], sizeof(float)) != 0;
+    }
+    INFO("worst relative error " << worst << ", derivative " << worst_grad);
+    CHECK(worst <= 2e-6);
+    CHECK(worst_grad <= 1e-6);
+    CHECK(other_bits > 1000);
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> sx{inf, -inf, nan, 0.0f, -0.0f, 50.0f, -50.0f, 1e30f, -1e30f, -20.0f, 1.0f};
+    std::vector<float> sy = sx, sd(sx.size(), 1.0f);
+    gelu_row_simd(sy.data(), nullptr, nullptr, std::int64_t(sy.size()));
+    gelu_grad_simd(sx.data(), sd.data(), std::int64_t(sd.size()));
+    CHECK(sy[0] == inf);
+    CHECK(sd[0] == 1.0f);
+    CHECK(sy[1] == 0.0f);
+    CHECK(sd[1] == 0.0f);
+    CHECK(std::isnan(sy[2]));
+    CHECK(std::isnan(sd[2]));
+    CHECK(sy[3] == 0.0f);
+    CHECK(sd[3] == 0.5f);
+    CHECK(sd[4] == 0.5f);
+    CHECK(sy[5] == 50.0f);
+    CHECK(sd[5] == 1.0f);
+    CHECK(sy[6] == 0.0f);
+    CHECK(sd[6] == 0.0f);
+    CHECK(sy[7] == 1e30f);
+    CHECK(sy[8] == 0.0f);
+    CHECK(sy[9] == 0.0f);  // Φ(-20) is far below float's least subnormal
+    CHECK(std::abs(double(sy[10]) - 0.8413447460685429) <= 1e-7);
+    std::vector<float> nan_dy{nan}, at{-50.0f};
+    gelu_grad_simd(at.data(), nan_dy.data(), 1);
+    CHECK(std::isnan(nan_dy[0]));  // dy · 0 stays NaN, as the per-value form's
+
+    // 2. A value's bits do not depend on where it sits: rows of 1 to 19 copies (full lanes and
+    //    padded tails), with and without a bias, kept pre-activations included.
+    for (float v : {-0.7517915f, 2.5f, -6.125f, 1e-3f}) {
+        CAPTURE(v);
+        float one = v, g1 = 1.0f, pre1 = v;
+        gelu_row_simd(&one, nullptr, nullptr, 1);
+        gelu_grad_simd(&pre1, &g1, 1);
+        for (std::int64_t len = 1; len <= 19; ++len) {
+            std::vector<float> row(static_cast<std::size_t>(len), 0.0f), bias(static_cast<std::size_t>(len), v), keep(static_cast<std::size_t>(len)), g(static_cast<std::size_t>(len), 1.0f);
+            gelu_row_simd(row.data(), keep.data(), bias.data(), len);
+            std::vector<float> pre(std::size_t(len), v);
+            gelu_grad_simd(pre.data(), g.data(), len);
+            for (std::int64_t c = 0; c < len; ++c) {
+                CHECK(std::memcmp(&row[std::size_t(c)], &one, sizeof(float)) == 0);
+                CHECK(keep[std::size_t(c)] == v);
+                CHECK(std::memcmp(&g[std::size_t(c)], &g1, sizeof(float)) == 0);
+            }
+        }
+    }
+
+    // 3. Dense<11, GELU> in float on the host is Dense<11> (the same GEMM and bias) followed by the
+    //    eight-lane GELU, bit for bit, forward and backward.
+    using Gelu = Sequential<Input<6>, Dense<11, GELU>>;
+    using Lin = Sequential<Input<6>, Dense<11>>;
+    Network<Gelu, float, Host> g;
+    Network<Lin, float, Host> l;
+    const auto pd = reference_values(Gelu::num_params, 21, -0.8, 0.8);
+    std::vector<float> params(pd.begin(), pd.end()), gg(params.size()), gl(params.size());
+    const std::int64_t rows = 5;
+    auto xin = on_place<float, Host>(reference_values(rows * 6, 22, -2, 2), Gelu::input_shape::batched(rows));
+    const auto yg = g.forward(params.data(), xin.view(), Mode{});
+    const auto yl = l.forward(params.data(), xin.view(), Mode{});
+    std::vector<float> pre(yl.data(), yl.data() + yl.size()), want = pre;
+    gelu_row_simd(want.data(), nullptr, nullptr, std::int64_t(want.size()));
+    CHECK(std::memcmp(want.data(), yg.data(), want.size() * sizeof(float)) == 0);
+    const auto wd = reference_values(rows * 11, 23, -1, 1);
+    std::vector<float> w(wd.begin(), wd.end()), wpre = w;
+    gelu_grad_simd(pre.data(), wpre.data(), std::int64_t(wpre.size()));
+    std::copy(w.begin(), w.end(), g.output_grad().data());
+    g.backward(params.data(), gg.data(), Mode{});
+    std::copy(wpre.begin(), wpre.end(), l.output_grad().data());
+    l.backward(params.data(), gl.data(), Mode{});
+    CHECK(std::memcmp(gg.data(), gl.data(), gg.size() * sizeof(float)) == 0);
 }
 
 // ---- LayerNormalization ---------------------------------------------------------------------

@@ -13,10 +13,12 @@
 /// `dy * (y > 0)`, do), so a corrupted weight or a diverging step is never turned into a finite
 /// value that trains on. The forms stay branch-free selects, so the host loops vectorise.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "strata/fwd.hpp"
+#include "strata/nn/gelu_simd.hpp"
 #include "strata/tensor/tensor_all.hpp"
 
 namespace strata::nn {
@@ -168,12 +170,45 @@ struct BiasActivateByRow {
         }
     }
 };
-/// On the host with a bias, `count` values y (rows of `channels`) become act(y + bias) one row
-/// per index (y + bias kept in `keep` when not null), and true is returned; elsewhere nothing is
-/// done and false is returned, for the caller's one-value-per-index form.
+/// The exact GELU in float on the host, a row per index through the eight-lane form
+/// (strata/nn/gelu_simd.hpp); bias and keep may be null.
+struct GeluRowsSimd {
+    float* y;
+    float* keep;
+    const float* bias;
+    std::int64_t channels;
+    void operator()(std::int64_t r) const {
+        gelu_row_simd(y + r * channels, keep ? keep + r * channels : nullptr, bias, channels);
+    }
+};
+/// dy = dy · GELU'(pre) in float on the host, blocks of 1024 values per index through the
+/// eight-lane form (the result of a value does not depend on the block it falls in).
+struct GeluGradSimd {
+    const float* pre;
+    float* dy;
+    std::int64_t count;
+    static constexpr std::int64_t block = 1024;
+    void operator()(std::int64_t b) const {
+        const std::int64_t first = b * block;
+        gelu_grad_simd(pre + first, dy + first, std::min(block, count - first));
+    }
+};
+/// Whether Act in T on P goes through the eight-lane GELU. (A unit compiled without AVX2 and
+/// FMA, as nvcc's host code is, takes the per-value std::erfc form: within float's tolerance of
+/// the eight-lane one, not the same bits; a program should not mix the two for one model.)
+template <class Act, class P, class T>
+inline constexpr bool gelu_lanes_v = gelu_simd && std::is_same_v<Act, GELU> && std::is_same_v<T, float> && std::is_same_v<P, place::Host>;
+
+/// On the host with a bias (and for the exact GELU in float, with or without one), `count`
+/// values y (rows of `channels`) become act(y + bias) one row per index (y + bias kept in
+/// `keep` when not null), and true is returned; elsewhere nothing is done and false is
+/// returned, for the caller's one-value-per-index form.
 template <class Act, class P, class T>
 bool bias_activate_rows(std::int64_t count, T* y, T* keep, const T* bias, std::int64_t channels) {
-    if constexpr (std::is_same_v<P, place::Host>) {
+    if constexpr (gelu_lanes_v<Act, P, T>) {
+        place::for_each_n<P>(count / channels, GeluRowsSimd{y, keep, bias, channels});
+        return true;
+    } else if constexpr (std::is_same_v<P, place::Host>) {
         if (bias) {
             place::for_each_n<P>(count / channels, BiasActivateByRow<T, Act>{y, keep, bias, channels});
             return true;

@@ -105,7 +105,10 @@ void dense_activation_backward(const TensorView<T, P>& y, const TensorView<T, P>
             STRATA_CHECK(pre.size() == count, ValueError, layer, "<", units, ", ", Act::name,
                          ">: backward needs the pre-activation of a forward on the same batch (", count / units,
                          " rows) without Mode::no_backward");
-            place::for_each_n<P>(count, ActivationGradFromInput<T, Act>{pre.data(), dy.data()});
+            if constexpr (gelu_lanes_v<Act, P, T>)
+                place::for_each_n<P>((count + GeluGradSimd::block - 1) / GeluGradSimd::block, GeluGradSimd{pre.data(), dy.data(), count});
+            else
+                place::for_each_n<P>(count, ActivationGradFromInput<T, Act>{pre.data(), dy.data()});
         }
         if (bias_grad) sum(dy, 0, TensorView<T, P>(bias_grad, Shape{units}));
     } else {
