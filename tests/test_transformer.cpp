@@ -472,6 +472,25 @@ TEST_CASE("the exact GELU in float on the host, eight lanes: against long double
     std::copy(wpre.begin(), wpre.end(), l.output_grad().data());
     l.backward(params.data(), gl.data(), Mode{});
     CHECK(std::memcmp(gg.data(), gl.data(), gg.size() * sizeof(float)) == 0);
+
+    // 4. ActivationLayer<GELU> in float on the host: the same lanes, forward and backward (1300
+    //    values: a block of 1024 and a tail).
+    using Act = Sequential<Input<13>, ActivationLayer<GELU>>;
+    Network<Act, float, Host> a;
+    const std::int64_t arows = 100;
+    const auto ad = reference_values(arows * 13, 24, -7, 7);
+    auto ax = on_place<float, Host>(ad, Act::input_shape::batched(arows));
+    const auto ay = a.forward(nullptr, ax.view(), Mode{});
+    std::vector<float> axv(ax.data(), ax.data() + ax.size()), aw = axv;
+    gelu_row_simd(aw.data(), nullptr, nullptr, std::int64_t(aw.size()));
+    CHECK(std::memcmp(aw.data(), ay.data(), aw.size() * sizeof(float)) == 0);
+    const auto agd = reference_values(arows * 13, 25, -1, 1);
+    std::vector<float> ag(agd.begin(), agd.end()), agw = ag;
+    gelu_grad_simd(axv.data(), agw.data(), std::int64_t(agw.size()));
+    std::copy(ag.begin(), ag.end(), a.output_grad().data());
+    auto adx = on_place<float, Host>(std::vector<double>(ag.size()), Act::input_shape::batched(arows));
+    a.backward(nullptr, nullptr, Mode{}, nullptr, adx.view());
+    CHECK(std::memcmp(agw.data(), adx.data(), agw.size() * sizeof(float)) == 0);
 }
 
 // ---- LayerNormalization ---------------------------------------------------------------------

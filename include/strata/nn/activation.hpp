@@ -181,6 +181,16 @@ struct GeluRowsSimd {
         gelu_row_simd(y + r * channels, keep ? keep + r * channels : nullptr, bias, channels);
     }
 };
+/// y = GELU(y) in place, in float on the host, blocks of 1024 values per index through the
+/// eight-lane form (ActivationLayer's forward).
+struct GeluBlocksSimd {
+    float* y;
+    std::int64_t count;
+    void operator()(std::int64_t b) const {
+        const std::int64_t first = b * 1024;
+        gelu_row_simd(y + first, nullptr, nullptr, std::min<std::int64_t>(1024, count - first));
+    }
+};
 /// dy = dy · GELU'(pre) in float on the host, blocks of 1024 values per index through the
 /// eight-lane form (the result of a value does not depend on the block it falls in).
 struct GeluGradSimd {

@@ -78,7 +78,15 @@ public:
         const TensorView<T, P> ym(y.data(), Shape{n, In::size});
         if constexpr (!Act::rowwise && !std::is_same_v<Act, Linear>) {
             if (!mode.skip_activation) {
-                if (n > 0) place::for_each_n<P>(n * In::size, ApplyActivation<T, Act>{x.data(), y.data()});
+                if (n > 0) {
+                    if constexpr (gelu_lanes_v<Act, P, T>) {  // the eight-lane GELU (gelu_simd.hpp), in blocks
+                        copy(TensorView<T, P>(x.data(), Shape{n, In::size}), ym);
+                        place::for_each_n<P>((n * In::size + GeluGradSimd::block - 1) / GeluGradSimd::block,
+                                             GeluBlocksSimd{y.data(), n * In::size});
+                    } else {
+                        place::for_each_n<P>(n * In::size, ApplyActivation<T, Act>{x.data(), y.data()});
+                    }
+                }
                 return;
             }
         }
@@ -92,8 +100,15 @@ public:
         if constexpr (!Act::rowwise && !std::is_same_v<Act, Linear>) {
             if (!mode.skip_activation) {
                 if constexpr (grad_needs_input_v<Act>) {
-                    if (!dx.empty() && n > 0)
-                        place::for_each_n<P>(n * In::size, ActivationGradFromInputInto<T, Act>{x.data(), dy.data(), dx.data()});
+                    if (!dx.empty() && n > 0) {
+                        if constexpr (gelu_lanes_v<Act, P, T>) {
+                            copy(TensorView<T, P>(dy.data(), Shape{n, In::size}), TensorView<T, P>(dx.data(), Shape{n, In::size}));
+                            place::for_each_n<P>((n * In::size + GeluGradSimd::block - 1) / GeluGradSimd::block,
+                                                 GeluGradSimd{x.data(), dx.data(), n * In::size});
+                        } else {
+                            place::for_each_n<P>(n * In::size, ActivationGradFromInputInto<T, Act>{x.data(), dy.data(), dx.data()});
+                        }
+                    }
                 } else {
                     if (!dx.empty() && n > 0) place::for_each_n<P>(n * In::size, ActivationGradInto<T, Act>{y.data(), dy.data(), dx.data()});
                 }

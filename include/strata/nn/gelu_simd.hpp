@@ -23,7 +23,8 @@
 /// value's result does not depend on where it sits in a row or in a batch: N replicas on the
 /// shards of a batch give one device's bits. Where the instructions are not targeted (and in
 /// nvcc's units: `strata::nn::detail::gelu_simd` is false there) the layers keep the per-value
-/// std::erfc form. Other uses of GELU (ActivationLayer, the per-value `GELU::apply`) keep it too.
+/// std::erfc form. ActivationLayer<GELU> takes the eight lanes too; the per-value `GELU::apply`
+/// (and a GPU) keeps std::erfc.
 
 #include <cstdint>
 
