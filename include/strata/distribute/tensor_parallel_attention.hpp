@@ -106,7 +106,7 @@ public:
             project(s, xm, params, Plain::v_kernel, Plain::v_bias, Dv, h0, hc, s.wv, s.v);
             gemm_strided_batched<T, P>(Trans::No, Trans::Yes, S, S, Dk, T(scale()), s.q.data(), Dk, S * Dk, s.k.data(), Dk, S * Dk,
                                        T(0), s.a.data(), S, S * S, nh);
-            place::for_each_n<P>(nh * S, nn::detail::AttentionSoftmaxRows<T>{s.a.data(), S, O.causal});
+            nn::detail::attention_softmax_rows<P>(s.a.data(), nh * S, S, O.causal);
             if (dropped_) drop(s.a.data(), s.ad.data(), nh * S * S, h0, hc, mode);
             gemm_strided_batched<T, P>(Trans::No, Trans::No, S, Dv, S, T(1), weights(s), S, S * S, s.v.data(), Dv, S * Dv, T(0),
                                        s.o.data(), Dv, S * Dv, nh);

@@ -1,6 +1,7 @@
 #pragma once
 /// \file strata/nn/gelu_simd.hpp
 /// The exact GELU and its derivative in float on the host, eight values at a time (AVX2 and FMA,
+/// the attention softmax's exponentials too: softmax_row_simd, at the end;
 /// where the compiler targets them: -march=native on such a CPU, or -mavx2 -mfma), for Dense's
 /// and TokenDense's rows. glibc's erfcf is a call per value that GCC does not vectorise; it was
 /// about a fifth of the ViT's training step on the host (docs/tools.md).
@@ -156,6 +157,52 @@ inline void gelu_grad_simd(const float* pre, float* dy, std::int64_t n) {
     }
 #else
     (void)pre, (void)dy, (void)n;
+#endif
+}
+
+/// One row of the attention's softmax in float, in place: the first `valid` scores become
+/// e^(s − max) / Σ e^(s − max), the rest of the S entries 0 (the causal mask). The exponentials
+/// through the eight lanes' exp (above: within 2 units in the last place for arguments ≤ 0),
+/// summed in double in eight lanes and then in a fixed order, so a row's bits depend only on its
+/// scores. Requires gelu_simd.
+inline void softmax_row_simd(float* row, std::int64_t valid, std::int64_t S) {
+#if STRATA_GELU_SIMD
+    float m = row[0];
+    {
+        std::int64_t j = 0;
+        __m256 mv = _mm256_set1_ps(row[0]);
+        for (; j + 8 <= valid; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(row + j));
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, mv);
+        for (float v : lanes) m = v > m ? v : m;
+        for (; j < valid; ++j) m = row[j] > m ? row[j] : m;
+    }
+    const __m256 mm = _mm256_set1_ps(m);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    std::int64_t j = 0;
+    for (; j + 8 <= valid; j += 8) {
+        const __m256 e = GeluLanes::exp(_mm256_sub_ps(_mm256_loadu_ps(row + j), mm), _mm256_setzero_ps());
+        _mm256_storeu_ps(row + j, e);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    if (j < valid) {  // the tail through the same lanes; the padding's e^(−inf) is 0
+        alignas(32) float buf[8];
+        for (int k = 0; k < 8; ++k) buf[k] = j + k < valid ? row[j + k] : -__builtin_huge_valf();
+        const __m256 e = GeluLanes::exp(_mm256_sub_ps(_mm256_load_ps(buf), mm), _mm256_setzero_ps());
+        _mm256_store_ps(buf, e);
+        for (std::int64_t k = j; k < valid; ++k) row[k] = buf[k - j];
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    alignas(32) double part[4];
+    _mm256_store_pd(part, _mm256_add_pd(s0, s1));
+    const double sum = ((part[0] + part[1]) + part[2]) + part[3];
+    const float inv = float(1.0 / sum);
+    for (std::int64_t k = 0; k < valid; ++k) row[k] *= inv;
+    for (std::int64_t k = valid; k < S; ++k) row[k] = 0.0f;
+#else
+    (void)row, (void)valid, (void)S;
 #endif
 }
 

@@ -41,6 +41,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "strata/fwd.hpp"
@@ -193,6 +194,22 @@ struct AttentionSoftmaxRows {
         for (std::int64_t j = valid; j < S; ++j) row[j] = T(0);
     }
 };
+/// The host's float rows through the eight lanes (strata/nn/gelu_simd.hpp, softmax_row_simd).
+struct AttentionSoftmaxRowsSimd {
+    float* a;
+    std::int64_t S;
+    bool causal;
+    void operator()(std::int64_t r) const { softmax_row_simd(a + r * S, causal ? r % S + 1 : S, S); }
+};
+/// The attention's softmax over `rows` rows of S scores, in place, in the shape that suits the
+/// place: eight lanes for float on a host built for them, one row per index otherwise.
+template <class P, class T>
+void attention_softmax_rows(T* a, std::int64_t rows, std::int64_t S, bool causal) {
+    if constexpr (gelu_simd && std::is_same_v<T, float> && std::is_same_v<P, place::Host>)
+        place::for_each_n<P>(rows, AttentionSoftmaxRowsSimd{a, S, causal});
+    else
+        place::for_each_n<P>(rows, AttentionSoftmaxRows<T>{a, S, causal});
+}
 /// Softmax backward of one row per index, in place: dS = A ⊙ (dA − Σ_j dA_j A_j) (masked
 /// entries have A = 0, so 0).
 template <class T>
@@ -307,7 +324,7 @@ public:
         // Scores, softmax, weighted values: per (example, head).
         gemm_strided_batched<T, P>(Trans::No, Trans::Yes, S, S, Dk, T(scale()), q_.data(), Dk, S * Dk, k_.data(), Dk, S * Dk, T(0),
                                    a_.data(), S, S * S, nh);
-        place::for_each_n<P>(nh * S, AttentionSoftmaxRows<T>{a_.data(), S, O.causal});
+        attention_softmax_rows<P>(a_.data(), nh * S, S, O.causal);
         dropped_ = drops && mode.training;
         if (dropped_) drop(a_.data(), ad_.data(), nh * S * S, mode);  // the weights the values are summed with
         gemm_strided_batched<T, P>(Trans::No, Trans::No, S, Dv, S, T(1), weights(), S, S * S, v_.data(), Dv, S * Dv, T(0), o_.data(), Dv,
