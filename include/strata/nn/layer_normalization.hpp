@@ -86,11 +86,25 @@ struct LnRowForward {
     void operator()(std::int64_t r) const {
         const T* xr = x + r * C;
         T* yr = y + r * C;
-        double s = 0;
-        for (std::int64_t c = 0; c < C; ++c) s += double(xr[c]);
+        // Both sums in four partial sums, c mod 4, added in a fixed order at the end: four
+        // chains of dependent adds instead of one (the compiler may not reorder them), which
+        // took the ViT's layer normalizations from 8% of its step (perf); a row's bits still
+        // depend only on the row.
+        double s4[4] = {0, 0, 0, 0};
+        std::int64_t c4 = C - C % 4;
+        for (std::int64_t c = 0; c < c4; c += 4)
+            for (int k = 0; k < 4; ++k) s4[k] += double(xr[c + k]);
+        double s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+        for (std::int64_t c = c4; c < C; ++c) s += double(xr[c]);
         const double m = s / double(C);
-        double q = 0;
-        for (std::int64_t c = 0; c < C; ++c) {
+        double q4[4] = {0, 0, 0, 0};
+        for (std::int64_t c = 0; c < c4; c += 4)
+            for (int k = 0; k < 4; ++k) {
+                const double d = double(xr[c + k]) - m;
+                q4[k] += d * d;
+            }
+        double q = (q4[0] + q4[1]) + (q4[2] + q4[3]);
+        for (std::int64_t c = c4; c < C; ++c) {
             const double d = double(xr[c]) - m;
             q += d * d;
         }
