@@ -181,26 +181,28 @@ struct GeluRowsSimd {
         gelu_row_simd(y + r * channels, keep ? keep + r * channels : nullptr, bias, channels);
     }
 };
-/// y = GELU(y) in place, in float on the host, blocks of 1024 values per index through the
-/// eight-lane form (ActivationLayer's forward).
+/// The eight-lane GELU over `count` values in blocks of `block` per index (the result of a value
+/// does not depend on the block it falls in): y = GELU(x) (ActivationLayer's forward; x may be y).
 struct GeluBlocksSimd {
+    static constexpr std::int64_t block = 1024;
+    const float* x;
     float* y;
     std::int64_t count;
-    void operator()(std::int64_t b) const {
-        const std::int64_t first = b * 1024;
-        gelu_row_simd(y + first, nullptr, nullptr, std::min<std::int64_t>(1024, count - first));
-    }
-};
-/// dy = dy · GELU'(pre) in float on the host, blocks of 1024 values per index through the
-/// eight-lane form (the result of a value does not depend on the block it falls in).
-struct GeluGradSimd {
-    const float* pre;
-    float* dy;
-    std::int64_t count;
-    static constexpr std::int64_t block = 1024;
+    static std::int64_t blocks(std::int64_t count) { return (count + block - 1) / block; }
     void operator()(std::int64_t b) const {
         const std::int64_t first = b * block;
-        gelu_grad_simd(pre + first, dy + first, std::min(block, count - first));
+        gelu_apply_simd(x + first, y + first, nullptr, nullptr, std::min(block, count - first));
+    }
+};
+/// dx = dy · GELU'(pre), the same way (dx may be dy: Dense's backward, in place).
+struct GeluGradSimd {
+    const float* pre;
+    const float* dy;
+    float* dx;
+    std::int64_t count;
+    void operator()(std::int64_t b) const {
+        const std::int64_t first = b * GeluBlocksSimd::block;
+        gelu_grad_apply_simd(pre + first, dy + first, dx + first, std::min(GeluBlocksSimd::block, count - first));
     }
 };
 /// Whether Act in T on P goes through the eight-lane GELU. (A unit compiled without AVX2 and

@@ -80,9 +80,7 @@ public:
             if (!mode.skip_activation) {
                 if (n > 0) {
                     if constexpr (gelu_lanes_v<Act, P, T>) {  // the eight-lane GELU (gelu_simd.hpp), in blocks
-                        copy(TensorView<T, P>(x.data(), Shape{n, In::size}), ym);
-                        place::for_each_n<P>((n * In::size + GeluGradSimd::block - 1) / GeluGradSimd::block,
-                                             GeluBlocksSimd{y.data(), n * In::size});
+                        place::for_each_n<P>(GeluBlocksSimd::blocks(n * In::size), GeluBlocksSimd{x.data(), y.data(), n * In::size});
                     } else {
                         place::for_each_n<P>(n * In::size, ApplyActivation<T, Act>{x.data(), y.data()});
                     }
@@ -102,9 +100,8 @@ public:
                 if constexpr (grad_needs_input_v<Act>) {
                     if (!dx.empty() && n > 0) {
                         if constexpr (gelu_lanes_v<Act, P, T>) {
-                            copy(TensorView<T, P>(dy.data(), Shape{n, In::size}), TensorView<T, P>(dx.data(), Shape{n, In::size}));
-                            place::for_each_n<P>((n * In::size + GeluGradSimd::block - 1) / GeluGradSimd::block,
-                                                 GeluGradSimd{x.data(), dx.data(), n * In::size});
+                            place::for_each_n<P>(GeluBlocksSimd::blocks(n * In::size),
+                                                 GeluGradSimd{x.data(), dy.data(), dx.data(), n * In::size});
                         } else {
                             place::for_each_n<P>(n * In::size, ActivationGradFromInputInto<T, Act>{x.data(), dy.data(), dx.data()});
                         }

@@ -106,7 +106,7 @@ void dense_activation_backward(const TensorView<T, P>& y, const TensorView<T, P>
                          ">: backward needs the pre-activation of a forward on the same batch (", count / units,
                          " rows) without Mode::no_backward");
             if constexpr (gelu_lanes_v<Act, P, T>)
-                place::for_each_n<P>((count + GeluGradSimd::block - 1) / GeluGradSimd::block, GeluGradSimd{pre.data(), dy.data(), count});
+                place::for_each_n<P>(GeluBlocksSimd::blocks(count), GeluGradSimd{pre.data(), dy.data(), dy.data(), count});
             else
                 place::for_each_n<P>(count, ActivationGradFromInput<T, Act>{pre.data(), dy.data()});
         }

@@ -116,49 +116,53 @@ struct GeluLanes {
 };
 #endif
 
-/// row[c] = GELU(row[c] + bias[c]) for c < n, keeping row + bias in `keep` when it is not null
-/// (bias may be null). Requires gelu_simd.
-inline void gelu_row_simd(float* row, float* keep, const float* bias, std::int64_t n) {
+/// dst[c] = GELU(src[c] + bias[c]) for c < n (src may be dst), keeping src + bias in `keep`
+/// when it is not null (bias may be null). Requires gelu_simd.
+inline void gelu_apply_simd(const float* src, float* dst, float* keep, const float* bias, std::int64_t n) {
 #if STRATA_GELU_SIMD
     std::int64_t c = 0;
     for (; c + 8 <= n; c += 8) {
-        __m256 v = _mm256_loadu_ps(row + c);
+        __m256 v = _mm256_loadu_ps(src + c);
         if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + c));
         if (keep) _mm256_storeu_ps(keep + c, v);
-        _mm256_storeu_ps(row + c, GeluLanes::gelu(v));
+        _mm256_storeu_ps(dst + c, GeluLanes::gelu(v));
     }
     if (c < n) {  // the tail through the same eight lanes
         alignas(32) float buf[8] = {};
-        for (std::int64_t i = c; i < n; ++i) buf[i - c] = bias ? row[i] + bias[i] : row[i];
+        for (std::int64_t i = c; i < n; ++i) buf[i - c] = bias ? src[i] + bias[i] : src[i];
         const __m256 v = _mm256_load_ps(buf);
         alignas(32) float out[8];
         _mm256_store_ps(out, GeluLanes::gelu(v));
         for (std::int64_t i = c; i < n; ++i) {
             if (keep) keep[i] = buf[i - c];
-            row[i] = out[i - c];
+            dst[i] = out[i - c];
         }
     }
 #else
-    (void)row, (void)keep, (void)bias, (void)n;
+    (void)src, (void)dst, (void)keep, (void)bias, (void)n;
 #endif
 }
+/// row[c] = GELU(row[c] + bias[c]) in place (gelu_apply_simd).
+inline void gelu_row_simd(float* row, float* keep, const float* bias, std::int64_t n) { gelu_apply_simd(row, row, keep, bias, n); }
 
-/// dy[i] = dy[i] · GELU'(pre[i]) for i < n. Requires gelu_simd.
-inline void gelu_grad_simd(const float* pre, float* dy, std::int64_t n) {
+/// dx[i] = dy[i] · GELU'(pre[i]) for i < n (dx may be dy). Requires gelu_simd.
+inline void gelu_grad_apply_simd(const float* pre, const float* dy, float* dx, std::int64_t n) {
 #if STRATA_GELU_SIMD
     std::int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dy + i, GeluLanes::grad(_mm256_loadu_ps(pre + i), _mm256_loadu_ps(dy + i)));
+        _mm256_storeu_ps(dx + i, GeluLanes::grad(_mm256_loadu_ps(pre + i), _mm256_loadu_ps(dy + i)));
     if (i < n) {
         alignas(32) float x[8] = {}, d[8] = {}, out[8];
         for (std::int64_t k = i; k < n; ++k) x[k - i] = pre[k], d[k - i] = dy[k];
         _mm256_store_ps(out, GeluLanes::grad(_mm256_load_ps(x), _mm256_load_ps(d)));
-        for (std::int64_t k = i; k < n; ++k) dy[k] = out[k - i];
+        for (std::int64_t k = i; k < n; ++k) dx[k] = out[k - i];
     }
 #else
-    (void)pre, (void)dy, (void)n;
+    (void)pre, (void)dy, (void)dx, (void)n;
 #endif
 }
+/// dy[i] = dy[i] · GELU'(pre[i]) in place (gelu_grad_apply_simd).
+inline void gelu_grad_simd(const float* pre, float* dy, std::int64_t n) { gelu_grad_apply_simd(pre, dy, dy, n); }
 
 /// One row of the attention's softmax in float, in place: the first `valid` scores become
 /// e^(s − max) / Σ e^(s − max), the rest of the S entries 0 (the causal mask). The exponentials
