@@ -39,6 +39,7 @@
 #include "strata/fwd.hpp"
 #include "strata/distribute/collective/all_reduce.hpp"
 #include "strata/distribute/replica_pool.hpp"
+#include "strata/distribute/shard_group.hpp"
 #include "strata/distribute/combinations.hpp"
 #include "strata/distribute/slice.hpp"
 #include "strata/distribute/sync.hpp"
@@ -186,8 +187,12 @@ public:
     int local_replicas() const { return group_.size(); }
     /// Index of this process's first replica among all replicas in sync.
     int first_replica() const { return 0; }
-    /// Whether this process prints progress and writes files (the only one, or MPI rank 0).
-    bool is_chief() const { return true; }
+    /// Whether this process prints progress and writes files: the only one, or, where the job's
+    /// tensor-parallel layers are split over processes (shard_group.hpp), their shard 0.
+    bool is_chief() const {
+        const ShardGroup* g = job_shard_group();
+        return !g || g->shard() == 0;
+    }
     /// The logical device of each replica.
     const std::vector<place::LogicalDevice>& devices() const { return devices_; }
     const StrategyOptions& options() const { return options_; }

@@ -26,12 +26,14 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "strata/fwd.hpp"
 #include "strata/distribute/replica_pool.hpp"
+#include "strata/distribute/shard_group.hpp"
 #include "strata/nn/dense.hpp"
 #include "strata/nn/token_dense.hpp"
 #include "strata/place/devices.hpp"
@@ -84,25 +86,63 @@ constexpr ShardPart shard_part(std::int64_t dim, int shards, int j) {
     return {j * base + (j < extra ? j : extra), base + (j < extra ? 1 : 0)};
 }
 
-/// The threads a tensor-parallel layer's shards run on: one per shard, each inside logical
-/// device j when at least `shards` are configured for the place (and more than one shard),
-/// otherwise on the host with its share of the cores. Started on the first run.
+/// Where a tensor-parallel layer's shards run: by default one thread per shard, each inside
+/// logical device j when at least `shards` are configured for the place (and more than one
+/// shard), otherwise on the host with its share of the cores. When the job has a
+/// tensor-parallel group of processes (shard_group.hpp: distribute::tensor_parallel_processes()),
+/// this process runs its own shard only, and the layer's sums over shards are sums over the
+/// processes (across()). Decided on the first run.
 template <class P>
 class ShardPool {
 public:
-    explicit ShardPool(int shards) : shards_(shards) {}
+    ShardPool(int shards, const char* layer) : shards_(shards), layer_(layer) {}
 
-    /// Runs f(j) on every shard's thread and waits for all (a shard's exception passes on).
+    /// Runs f(j) on every shard's thread and waits for all (a shard's exception passes on);
+    /// across processes, f(shard()) on the calling thread.
     template <class F>
     void run(F&& f) {
-        if (!pool_) start();
-        pool_->run(f);
+        if (!started_) start();
+        if (group_) {
+            STRATA_CHECK(claim_shard_group_thread(), ValueError, layer_, ": tensor parallelism across processes (",
+                         group_->describe(), ") runs the split layers on one thread of each process, the one that ran the first (one "
+                         "replica per process: OneDevice), but another thread ran this one (a second replica of Mirrored?)");
+            f(group_->shard());
+        } else {
+            pool_->run(f);
+        }
     }
-    /// The logical devices the shards run on (names), once the pool has run.
+    /// Whether the shards are the job's processes (known once the pool has run).
+    bool across() const { return group_ != nullptr; }
+    /// Across processes: this process's shard.
+    int shard() const { return group_ ? group_->shard() : 0; }
+    /// Across processes: sums count values at data over the processes, in place (`what` names
+    /// the sum in a timeout's message: a string literal).
+    template <class T>
+    void sum(T* data, std::int64_t count, const char* what) {
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+            group_->sum(std::span<T>(data, std::size_t(count)), what);
+        } else {
+            throw ValueError(std::string(layer_) + ": tensor parallelism across processes sums float or double activations; this "
+                                                   "model computes in another type");
+        }
+    }
+    /// The logical devices the shards run on (names), once the pool has run; across processes,
+    /// this process's shard ("process 1 of 2").
     const std::vector<std::string>& devices() const { return devices_; }
 
 private:
     void start() {
+        if (ShardGroup* g = job_shard_group()) {
+            STRATA_CHECK((std::is_same_v<P, place::Host>), ValueError, layer_,
+                         ": tensor parallelism across processes runs on the host; this layer is on a GPU");
+            STRATA_CHECK(g->shards() == shards_, ValueError, layer_, " is split over ", shards_,
+                         " shards, but the job's tensor-parallel group has ", g->describe(),
+                         ": start one process per shard (mpirun -np ", shards_, ")");
+            group_ = g;
+            devices_ = {"process " + std::to_string(g->shard()) + " of " + std::to_string(g->shards())};
+            started_ = true;
+            return;
+        }
         const auto kind = std::is_same_v<P, place::Host> ? place::DeviceKind::Cpu : place::DeviceKind::Gpu;
         auto configured = place::list_logical_devices(kind);
         const bool scoped = int(configured.size()) >= shards_ && shards_ > 1;
@@ -120,12 +160,29 @@ private:
                 set_num_threads(cores);
             }
         }, /*always_threads=*/true);
+        started_ = true;
     }
 
     int shards_;
+    const char* layer_;
+    bool started_ = false;
+    ShardGroup* group_ = nullptr;
     std::shared_ptr<ReplicaPool> pool_;
     std::vector<std::string> devices_;
 };
+
+/// The sum over shards of their parts part(j) into `out`: in shard order on one process (the
+/// same sum every run), or this process's part summed over the processes.
+template <class T, class P, class Part>
+void sum_over_shards(ShardPool<P>& pool, int shards, Part part, const TensorView<T, P>& out, const char* what) {
+    if (pool.across()) {
+        copy(part(pool.shard()), out);
+        pool.sum(out.data(), out.size(), what);
+        return;
+    }
+    copy(part(0), out);
+    for (int j = 1; j < shards; ++j) axpy(T(1), part(j), out);
+}
 }  // namespace detail
 
 /// A Dense layer split over `Shards` threads/devices along `Axis` (Columns or Rows); see the file
@@ -224,6 +281,7 @@ public:
                 each_index<P>(inputs * count, GatherColumns<T>{params, s.w.data(), Units, first, count});
                 s.y.resize(Shape{n, count});
                 gemm(Trans::No, Trans::No, T(1), TensorView<T, P>(x.data(), Shape{n, inputs}), s.w.view(), T(0), s.y.view());
+                if (pool_.across()) fill(ym, T(0));  // the other processes' columns: zero, then summed in
                 each_index<P>(n * count, ScatterColumns<T>{s.y.data(), y.data(), Units, first, count});  // all-gather
             } else {
                 // X_j: the input's features [first, first + count); W_j: kernel rows, contiguous.
@@ -235,9 +293,10 @@ public:
             }
             P::synchronize();
         });
-        if constexpr (!by_columns) {  // reduce, in shard order (the same sum every run)
-            copy(shards_[0].y.view(), ym);
-            for (int j = 1; j < Shards; ++j) axpy(T(1), shards_[std::size_t(j)].y.view(), ym);
+        if constexpr (by_columns) {
+            if (pool_.across()) pool_.sum(ym.data(), ym.size(), "tensor-parallel dense forward (all-gather)");
+        } else {  // reduce
+            sum_over_shards(pool_, Shards, [&](int j) { return shards_[std::size_t(j)].y.view(); }, ym, "tensor-parallel dense forward (reduce)");
         }
         nn::detail::dense_bias_activation<Act>(ym, params + kernel_size, Units, mode, pre_);
     }
@@ -249,9 +308,13 @@ public:
         nn::detail::dense_activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, grads + kernel_size, Units, mode, pre_,
                                                    PerToken ? "TensorParallelTokenDense" : "TensorParallelDense");
         const bool want_dx = !dx.empty();
+        const TensorView<T, P> kernel_grad(grads, Shape{kernel_size});
         run([&](int j) {
             Shard& s = shards_[std::size_t(j)];
             const auto [first, count] = part(j);
+            // Across processes each writes its shard of the kernel's gradient into zeros; the sum
+            // over the processes below then gathers the others'.
+            if (pool_.across()) fill(kernel_grad, T(0));
             if constexpr (by_columns) {
                 s.dy.resize(Shape{n, count});
                 each_index<P>(n * count, GatherColumns<T>{dy.data(), s.dy.data(), Units, first, count});
@@ -265,6 +328,7 @@ public:
             } else {
                 gemm(Trans::Yes, Trans::No, T(1), s.x.view(), dym, T(0), TensorView<T, P>(grads + first * Units, Shape{count, Units}));
                 if (want_dx) {  // the input gradient's features [first, first + count): all-gathered
+                    if (pool_.across()) fill(TensorView<T, P>(dx.data(), Shape{n, inputs}), T(0));
                     s.dx.resize(Shape{n, count});
                     gemm(Trans::No, Trans::Yes, T(1), dym, TensorView<T, P>(const_cast<T*>(params) + first * Units, Shape{count, Units}),
                          T(0), s.dx.view());
@@ -273,13 +337,15 @@ public:
             }
             P::synchronize();
         });
+        const TensorView<T, P> dxm(dx.data(), Shape{n, inputs});
         if constexpr (by_columns) {
-            if (want_dx) {
-                const TensorView<T, P> dxm(dx.data(), Shape{n, inputs});
-                copy(shards_[0].dx.view(), dxm);
-                for (int j = 1; j < Shards; ++j) axpy(T(1), shards_[std::size_t(j)].dx.view(), dxm);
-            }
+            if (want_dx)
+                sum_over_shards(pool_, Shards, [&](int j) { return shards_[std::size_t(j)].dx.view(); }, dxm,
+                                "tensor-parallel dense backward (input gradient, reduce)");
+        } else {
+            if (want_dx && pool_.across()) pool_.sum(dxm.data(), dxm.size(), "tensor-parallel dense backward (input gradient, all-gather)");
         }
+        if (pool_.across()) pool_.sum(kernel_grad.data(), kernel_grad.size(), "tensor-parallel dense backward (kernel gradient, all-gather)");
     }
 
     /// The logical devices the shards run on (names), once the layer has run.
@@ -295,7 +361,7 @@ private:
         pool_.run(f);
     }
 
-    ShardPool<P> pool_{Shards};
+    ShardPool<P> pool_{Shards, PerToken ? "TensorParallelTokenDense" : "TensorParallelDense"};
     std::vector<Shard> shards_ = std::vector<Shard>(std::size_t(Shards));
     [[no_unique_address]] nn::detail::PreActivation<Act, T, P> pre_;  // GELU's input, for backward
 };

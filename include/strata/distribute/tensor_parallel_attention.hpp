@@ -118,8 +118,7 @@ public:
         });
         // The sum over shards, in shard order (the same sum every run), then the bias once.
         const TensorView<T, P> ym(y.data(), Shape{rows, F});
-        copy(shards_[0].y.view(), ym);
-        for (int j = 1; j < Shards; ++j) axpy(T(1), shards_[std::size_t(j)].y.view(), ym);
+        sum_over_shards(pool_, Shards, [&](int j) { return shards_[std::size_t(j)].y.view(); }, ym, "tensor-parallel attention forward");
         if (bias) nn::bias_activation<nn::Linear>(ym, params + Plain::o_bias, F, false);
     }
 
@@ -139,7 +138,11 @@ public:
         const TensorView<T, P> xm(x.data(), Shape{rows, F}), dym(dy.data(), Shape{rows, F});
         if (bias) sum(dym, 0, TensorView<T, P>(grads + Plain::o_bias, Shape{F}));
         const bool want_dx = !dx.empty();
+        // Every variable before the output bias is split by heads: across processes each writes
+        // its heads' part into zeros, and the sum over the processes below gathers the others'.
+        const TensorView<T, P> split_grads(grads, Shape{Plain::o_bias});
         run([&](int j) {
+            if (pool_.across()) fill(split_grads, T(0));
             Shard& s = shards_[std::size_t(j)];
             const auto [h0, hc] = part(j);
             const std::int64_t nh = n * hc;
@@ -165,11 +168,10 @@ public:
             project_back(s, xm, grads, Plain::v_kernel, Plain::v_bias, Dv, h0, hc, s.wv, s.dv, want_dx, true);
             P::synchronize();
         });
-        if (want_dx) {  // the sum over shards of their heads' input gradients, in shard order
-            const TensorView<T, P> dxm(dx.data(), Shape{rows, F});
-            copy(shards_[0].dx.view(), dxm);
-            for (int j = 1; j < Shards; ++j) axpy(T(1), shards_[std::size_t(j)].dx.view(), dxm);
-        }
+        if (want_dx)  // the sum over shards of their heads' input gradients
+            sum_over_shards(pool_, Shards, [&](int j) { return shards_[std::size_t(j)].dx.view(); }, TensorView<T, P>(dx.data(), Shape{rows, F}),
+                            "tensor-parallel attention backward (input gradient)");
+        if (pool_.across()) pool_.sum(split_grads.data(), split_grads.size(), "tensor-parallel attention backward (gradients, all-gather)");
     }
 
     /// The logical devices the shards run on (names), once the layer has run.
@@ -241,7 +243,7 @@ private:
         if (want_dx) gemm(Trans::No, Trans::Yes, T(1), g, w.view(), T(accumulate ? 1 : 0), s.dx.view());
     }
 
-    ShardPool<P> pool_{Shards};
+    ShardPool<P> pool_{Shards, "TensorParallelMultiHeadAttention"};
     std::vector<Shard> shards_ = std::vector<Shard>(std::size_t(Shards));
     std::int64_t n_ = 0;
     bool dropped_ = false;      // the last forward dropped weights (training, rate > 0)

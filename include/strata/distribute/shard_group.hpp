@@ -1,0 +1,84 @@
+#pragma once
+/// \file strata/distribute/shard_group.hpp
+/// The job's tensor-parallel group: when the shards of the tensor-parallel layers
+/// (distribute/tensor_parallel.hpp, tensor_parallel_attention.hpp) are the processes of an MPI
+/// job rather than threads of one process, every process holds the whole model and computes
+/// its own shard of each split layer, and the layers' sums over shards become sums over the
+/// processes. A `ShardGroup` is what those sums run on; `distribute::tensor_parallel_processes()`
+/// (tensor_parallel_mpi.hpp, which needs MPI) makes one over an MPI communicator and registers
+/// it here, as the job's. No MPI here.
+///
+/// Registered, it is every split layer's: a layer of `Shards` shards in a job whose group has
+/// another size is a ValueError naming both numbers, and the split layers run on one thread of
+/// each process (one replica per process: OneDevice), because the processes' sums pair up in
+/// program order. A one-process strategy's chief (the process that prints and writes files) is
+/// then the group's shard 0 (ReplicaRuntime::is_chief).
+#include <atomic>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+
+namespace strata::distribute {
+
+/// The processes a job's tensor-parallel layers are split over (see the file comment).
+class ShardGroup {
+public:
+    /// This process's shard (its rank in the group) and the number of shards.
+    [[nodiscard]] virtual int shard() const = 0;
+    [[nodiscard]] virtual int shards() const = 0;
+    /// Sums `data` over the group's processes in place, the same result on every process (each
+    /// element summed in one fixed order). `what` names the sum in a timeout's message; it must
+    /// outlive the call (a string literal). Throws DistributedError naming a process that does
+    /// not arrive within the group's deadline.
+    virtual void sum(std::span<float> data, const char* what) = 0;
+    virtual void sum(std::span<double> data, const char* what) = 0;
+    /// The group in words ("2 MPI processes").
+    [[nodiscard]] virtual std::string describe() const = 0;
+
+protected:
+    ~ShardGroup() = default;
+};
+
+namespace detail {
+struct JobShardGroup {
+    std::atomic<ShardGroup*> group{nullptr};
+    std::mutex mutex;
+    std::thread::id thread{};  // the thread that ran the first split layer on the group
+};
+inline JobShardGroup& job_shard_group_slot() {
+    static JobShardGroup slot;  // an inline function's static: one per program
+    return slot;
+}
+}  // namespace detail
+
+/// Registers `g` as the job's tensor-parallel group unless one is registered; returns whether it was.
+inline bool register_shard_group(ShardGroup* g) {
+    ShardGroup* none = nullptr;
+    auto& slot = detail::job_shard_group_slot();
+    std::lock_guard lock(slot.mutex);
+    if (!slot.group.compare_exchange_strong(none, g)) return false;
+    slot.thread = {};
+    return true;
+}
+/// Unregisters `g` if it is the job's group (it is going away).
+inline void unregister_shard_group(ShardGroup* g) {
+    auto& slot = detail::job_shard_group_slot();
+    std::lock_guard lock(slot.mutex);
+    ShardGroup* expected = g;
+    if (slot.group.compare_exchange_strong(expected, nullptr)) slot.thread = {};
+}
+/// The job's tensor-parallel group, or null (the split layers' shards are threads).
+inline ShardGroup* job_shard_group() { return detail::job_shard_group_slot().group.load(); }
+
+/// Whether the calling thread may run split layers on the job's group: the first thread that
+/// asks claims it; any other is refused (false) for as long as the group is registered.
+inline bool claim_shard_group_thread() {
+    auto& slot = detail::job_shard_group_slot();
+    std::lock_guard lock(slot.mutex);
+    const auto me = std::this_thread::get_id();
+    if (slot.thread == std::thread::id{}) slot.thread = me;
+    return slot.thread == me;
+}
+
+}  // namespace strata::distribute

@@ -1,0 +1,128 @@
+// Tensor parallelism across processes (issue 43; distribute/tensor_parallel_mpi.hpp), run by
+// `mpirun -np 4` (tests/meson.build): the transformer of test_tensor_parallel.cpp with its
+// attention split by heads and its MLP column-then-row, shard j on rank j, trains under
+// OneDevice in each process as the unsplit transformer on one device (float64 to 1e-12), over 2
+// processes (ranks {0, 1} and {2, 3}, each pair a job of its own) and over all 4; every process
+// ends with the same bits; rank 0 is the chief; a layer split another number of ways than the
+// group has processes, and a second replica thread, are ValueErrors on every rank.
+#include <doctest/doctest.h>
+
+#include "test_util.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <strata/strata.hpp>
+#include <strata/distribute/tensor_parallel.hpp>
+#include <strata/distribute/tensor_parallel_attention.hpp>
+#include <strata/distribute/tensor_parallel_mpi.hpp>
+
+using namespace strata::nn;
+namespace dist = strata::distribute;
+namespace coll = strata::distribute::collective;
+
+namespace {
+
+// The images' 72 values as 6 tokens of 12 features.
+strata::data::Dataset<> tokens(std::size_t n, std::uint64_t seed) {
+    auto f = strata_test::lcg(n * 72, seed, 0, 1);
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) y[i] = std::int32_t((f[i * 72] + f[i * 72 + 7] > 1.0) + (f[i * 72 + 40] > 0.5));
+    return strata::data::Dataset<>::from_arrays(std::vector<float>(f.begin(), f.end()), {6, 12}, std::move(y));
+}
+
+// Two pre-norm encoder blocks: attention 4 heads (key size 3, value size 2), MLP 22 GELU (the
+// hidden features split 11+11 and 6+6+5+5).
+template <class Attention, class Up, class Down>
+using Transformer = Sequential<Input<6, 12>, Residual<LayerNormalization<>, Attention>, Residual<LayerNormalization<>, Up, Down>,
+                               Residual<LayerNormalization<>, Attention>, Residual<LayerNormalization<>, Up, Down>,
+                               LayerNormalization<>, GlobalAveragePooling1D, Dense<3, Softmax>>;
+template <MultiHeadAttentionOptions O = MultiHeadAttentionOptions{}>
+using Unsplit = Transformer<MultiHeadAttention<4, 3, 2, O>, TokenDense<22, GELU>, TokenDense<12>>;
+template <int N, MultiHeadAttentionOptions O = MultiHeadAttentionOptions{}>
+using Split = Transformer<dist::TensorParallelMultiHeadAttention<4, 3, 2, N, O>, dist::TensorParallelTokenDense<22, GELU, N, dist::Columns>,
+                          dist::TensorParallelTokenDense<12, Linear, N, dist::Rows>>;
+
+struct Run {
+    std::vector<double> weights, loss;
+    strata::Evaluation eval;
+    bool chief = false;
+};
+
+template <class Net, class Strategy>
+Run train(Strategy& s) {
+    strata::Model<Net, Strategy, double> model(s, 11);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    auto h = model.fit(tokens(40, 3).batch(10), {.epochs = 2, .verbose = 0});
+    return {model.get_weights(), h.history.at("loss"), model.evaluate(tokens(24, 5).batch(8)), s.is_chief()};
+}
+
+int world_rank() { return coll::mpi::world_rank(); }
+
+// Splits the world into groups of `n` consecutive ranks and checks that each group, as the job's
+// tensor-parallel group, trains Split<n> as Unsplit on one device.
+template <int N, MultiHeadAttentionOptions O = MultiHeadAttentionOptions{}>
+void check_across() {
+    dist::OneDevice<> alone;
+    const Run ref = train<Unsplit<O>>(alone);  // before the group: no split layer runs here
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, world_rank() / N, world_rank() % N, &comm);
+    {
+        auto group = dist::tensor_parallel_processes(comm, {.timeout = std::chrono::seconds(30)});
+        REQUIRE(group->shards() == N);
+        CHECK(group->shard() == world_rank() % N);
+        dist::OneDevice<> one;
+        const Run got = train<Split<N, O>>(one);
+        const double diff = strata_test::max_relative_difference(got.weights, ref.weights);
+        INFO("largest relative weight difference " << diff);
+        CHECK(diff <= 1e-12);
+        CHECK(strata_test::max_relative_difference(got.loss, ref.loss) <= 1e-12);
+        CHECK(got.eval.loss == doctest::Approx(ref.eval.loss).epsilon(1e-12));
+        CHECK(got.eval.accuracy == ref.eval.accuracy);
+        CHECK(got.chief == (group->shard() == 0));
+        // Every process of the group holds the same bits (shard 0's, broadcast).
+        std::vector<double> first = got.weights;
+        group->group().broadcast(0, std::span<double>(first), 0);
+        CHECK(first == got.weights);
+    }
+    MPI_Comm_free(&comm);
+    // The group is gone: the split layers are threads again, and the process is its own chief.
+    CHECK(dist::job_shard_group() == nullptr);
+    CHECK(alone.is_chief());
+}
+
+}  // namespace
+
+TEST_CASE("tensor parallelism across 2 and 4 processes equals the unsplit transformer on one device (float64)") {
+    REQUIRE(coll::mpi::world_size() == 4);
+    check_across<2>();
+    check_across<4>();
+}
+
+TEST_CASE("across processes with the causal mask and no biases, and with attention dropout (each rank draws its heads' masks)") {
+    constexpr MultiHeadAttentionOptions causal{.use_bias = false, .causal = true};
+    check_across<2, causal>();
+    constexpr MultiHeadAttentionOptions dropout{.dropout = 0.25};
+    check_across<4, dropout>();
+}
+
+TEST_CASE("across processes: a layer split another number of ways than the group has processes, and a second replica, are refused") {
+    auto group = dist::tensor_parallel_processes(MPI_COMM_WORLD, {.timeout = std::chrono::seconds(30)});
+    dist::OneDevice<> one;
+    std::string msg = strata_test::error_of([&] { train<Split<2>>(one); });
+    INFO(msg);
+    CHECK(strata_test::has(msg, "TensorParallelMultiHeadAttention is split over 2 shards, but the job's tensor-parallel group has 4 MPI "
+                                "processes: start one process per shard (mpirun -np 2)"));
+    // A second group in the same job.
+    msg = strata_test::error_of([&] { dist::TensorParallelProcesses again(MPI_COMM_WORLD); });
+    CHECK(strata_test::has(msg, "the job already has a tensor-parallel group"));
+    // Mirrored's replicas run on threads of their own: not the thread that ran the first split layer.
+    dist::OneDevice<> first;
+    train<Split<4>>(first);
+    dist::Mirrored<> two(2);
+    msg = strata_test::error_of([&] { train<Split<4>>(two); });
+    INFO(msg);
+    CHECK(strata_test::has(msg, "runs the split layers on one thread of each process"));
+}
