@@ -45,6 +45,23 @@ template <int N, MultiHeadAttentionOptions O = MultiHeadAttentionOptions{}>
 using Split = Transformer<dist::TensorParallelMultiHeadAttention<4, 3, 2, N, O>, dist::TensorParallelTokenDense<22, GELU, N, dist::Columns>,
                           dist::TensorParallelTokenDense<12, Linear, N, dist::Rows>>;
 
+// The values the split layers' sums move per training step of `batch` examples, Megatron's
+// count: per encoder block one sum of [batch·S, F] forward (attention's output; the MLP's
+// row-parallel output), and backward one of [batch·S, F] (the input gradient) plus the gathered
+// gradients of the split variables: the attention's query, key and value kernels and biases and
+// its output kernel; the MLP's two kernels and its first layer's bias. The paired MLP's hidden
+// columns never cross.
+template <bool Bias>
+std::int64_t values_per_step(std::int64_t batch, bool training) {
+    constexpr std::int64_t S = 6, F = 12, H = 4, Dk = 3, Dv = 2, Hidden = 22, blocks = 2;
+    const std::int64_t rows = batch * S;
+    const std::int64_t attention = 2 * F * H * Dk + F * H * Dv + H * Dv * F + (Bias ? 2 * H * Dk + H * Dv : 0);
+    const std::int64_t mlp = F * Hidden + Hidden + Hidden * F;
+    const std::int64_t forward = blocks * (rows * F) * 2;
+    const std::int64_t backward = blocks * (rows * F + attention) + blocks * (rows * F + mlp);
+    return training ? forward + backward : forward;
+}
+
 struct Run {
     std::vector<double> weights, loss;
     strata::Evaluation eval;
@@ -63,7 +80,7 @@ int world_rank() { return coll::mpi::world_rank(); }
 
 // Splits the world into groups of `n` consecutive ranks and checks that each group, as the job's
 // tensor-parallel group, trains Split<n> as Unsplit on one device.
-template <int N, MultiHeadAttentionOptions O = MultiHeadAttentionOptions{}>
+template <int N, MultiHeadAttentionOptions O = MultiHeadAttentionOptions{}, class Net = Split<N, O>>
 void check_across() {
     dist::OneDevice<> alone;
     const Run ref = train<Unsplit<O>>(alone);  // before the group: no split layer runs here
@@ -74,7 +91,7 @@ void check_across() {
         REQUIRE(group->shards() == N);
         CHECK(group->shard() == world_rank() % N);
         dist::OneDevice<> one;
-        const Run got = train<Split<N, O>>(one);
+        const Run got = train<Net>(one);
         const double diff = strata_test::max_relative_difference(got.weights, ref.weights);
         INFO("largest relative weight difference " << diff);
         CHECK(diff <= 1e-12);
@@ -86,6 +103,13 @@ void check_across() {
         std::vector<double> first = got.weights;
         group->group().broadcast(0, std::span<double>(first), 0);
         CHECK(first == got.weights);
+        // What crossed: 8 steps of 10 examples, then 3 evaluation batches of 8, against the
+        // formula (the paired MLP, 14 sums a step, 4 a batch of inference).
+        if constexpr (std::is_same_v<Net, Split<N, O>>) {
+            const auto t = group->traffic();
+            CHECK(t.sums == 8 * 14 + 3 * 4);
+            CHECK(t.bytes == std::int64_t(sizeof(double)) * (8 * values_per_step<O.use_bias>(10, true) + 3 * values_per_step<O.use_bias>(8, false)));
+        }
     }
     MPI_Comm_free(&comm);
     // The group is gone: the split layers are threads again, and the process is its own chief.
@@ -99,6 +123,14 @@ TEST_CASE("tensor parallelism across 2 and 4 processes equals the unsplit transf
     REQUIRE(coll::mpi::world_size() == 4);
     check_across<2>();
     check_across<4>();
+}
+
+TEST_CASE("across processes, a column-parallel layer whose output goes to an unsplit layer gathers it (no pair)") {
+    // The MLP's second layer whole: the hidden columns must be gathered for it (forward), and
+    // their gradient summed back (backward, the unsplit layer's input gradient is whole).
+    using Unpaired = Transformer<dist::TensorParallelMultiHeadAttention<4, 3, 2, 2>, dist::TensorParallelTokenDense<22, GELU, 2, dist::Columns>,
+                                 TokenDense<12>>;
+    check_across<2, MultiHeadAttentionOptions{}, Unpaired>();
 }
 
 TEST_CASE("across processes with the causal mask and no biases, and with attention dropout (each rank draws its heads' masks)") {

@@ -269,6 +269,29 @@ public:
     static std::vector<nn::ParamInfo> param_info() { return Plain::param_info(); }
     void init(T* params, std::uint64_t seed, std::uint64_t stream) const { Plain().init(params, seed, stream); }
 
+    /// Megatron's pair (Shoeybi et al. 2019, §3, the MLP's f and g): a column-parallel layer
+    /// whose output the next layer, row-parallel and split the same way (the same shards over
+    /// the same features and tokens), reads as it is. Across processes the pair then skips the
+    /// column layer's all-gather forward and the row layer's backward: each process's hidden
+    /// columns, and their gradient, stay where they were computed, and the other columns are
+    /// zeros, which neither layer reads. (Called by Network and Residual: nn::link_neighbours.)
+    template <class Next>
+    void link_next(Next& next) {
+        if constexpr (by_columns && requires { next.take_split_input(Shards, Units, tokens); })
+            paired_ = next.take_split_input(Shards, Units, tokens);
+    }
+    /// The row-parallel side of link_next: whether this layer reads its input split as it comes
+    /// (`shards` shards of `features` features per token, `rows_per_example` tokens).
+    bool take_split_input(int shards, std::int64_t features, std::int64_t rows_per_example)
+        requires(!by_columns)
+    {
+        split_input_ = shards == Shards && features == inputs && rows_per_example == tokens;
+        return split_input_;
+    }
+    /// Whether this layer is one of Megatron's pair (link_next): its output (column-parallel) or
+    /// its input (row-parallel) stays split across processes.
+    bool paired() const { return paired_ || split_input_; }
+
     void forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const nn::Mode& mode) {
         const std::int64_t n = x.dim(0) * tokens;  // rows
         const TensorView<T, P> ym(y.data(), Shape{n, Units});
@@ -294,7 +317,7 @@ public:
             P::synchronize();
         });
         if constexpr (by_columns) {
-            if (pool_.across()) pool_.sum(ym.data(), ym.size(), "tensor-parallel dense forward (all-gather)");
+            if (pool_.across() && !paired_) pool_.sum(ym.data(), ym.size(), "tensor-parallel dense forward (all-gather)");
         } else {  // reduce
             sum_over_shards(pool_, Shards, [&](int j) { return shards_[std::size_t(j)].y.view(); }, ym, "tensor-parallel dense forward (reduce)");
         }
@@ -308,7 +331,10 @@ public:
         nn::detail::dense_activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, grads + kernel_size, Units, mode, pre_,
                                                    PerToken ? "TensorParallelTokenDense" : "TensorParallelDense");
         const bool want_dx = !dx.empty();
+        // Across processes each shard's part of the kernel's gradient, and of a paired column
+        // layer's bias gradient (its other columns' output gradient is zero), is gathered below.
         const TensorView<T, P> kernel_grad(grads, Shape{kernel_size});
+        const TensorView<T, P> split_grads(grads, Shape{kernel_size + (paired_ ? Units : 0)});
         run([&](int j) {
             Shard& s = shards_[std::size_t(j)];
             const auto [first, count] = part(j);
@@ -343,9 +369,10 @@ public:
                 sum_over_shards(pool_, Shards, [&](int j) { return shards_[std::size_t(j)].dx.view(); }, dxm,
                                 "tensor-parallel dense backward (input gradient, reduce)");
         } else {
-            if (want_dx && pool_.across()) pool_.sum(dxm.data(), dxm.size(), "tensor-parallel dense backward (input gradient, all-gather)");
+            if (want_dx && pool_.across() && !split_input_)
+                pool_.sum(dxm.data(), dxm.size(), "tensor-parallel dense backward (input gradient, all-gather)");
         }
-        if (pool_.across()) pool_.sum(kernel_grad.data(), kernel_grad.size(), "tensor-parallel dense backward (kernel gradient, all-gather)");
+        if (pool_.across()) pool_.sum(split_grads.data(), split_grads.size(), "tensor-parallel dense backward (gradients, all-gather)");
     }
 
     /// The logical devices the shards run on (names), once the layer has run.
@@ -362,6 +389,8 @@ private:
     }
 
     ShardPool<P> pool_{Shards, PerToken ? "TensorParallelTokenDense" : "TensorParallelDense"};
+    bool paired_ = false;       // column-parallel, its output read split by the next layer (link_next)
+    bool split_input_ = false;  // row-parallel, its input read split from the previous layer
     std::vector<Shard> shards_ = std::vector<Shard>(std::size_t(Shards));
     [[no_unique_address]] nn::detail::PreActivation<Act, T, P> pre_;  // GELU's input, for backward
 };

@@ -63,14 +63,29 @@ public:
 
     int shard() const override { return group_.rank(); }
     int shards() const override { return group_.size(); }
-    void sum(std::span<float> data, const char* what) override { group_.all_reduce(0, data, collective::ReduceOp::Sum, SyncPoint{what}); }
-    void sum(std::span<double> data, const char* what) override { group_.all_reduce(0, data, collective::ReduceOp::Sum, SyncPoint{what}); }
+    void sum(std::span<float> data, const char* what) override { sum_counted(data, what); }
+    void sum(std::span<double> data, const char* what) override { sum_counted(data, what); }
     std::string describe() const override { return std::to_string(group_.size()) + " MPI process" + (group_.size() == 1 ? "" : "es"); }
 
     /// The group's communicator, for a program's own sums.
     collective::ProcessGroup& group() { return group_; }
 
+    /// What the split layers' sums moved through this process since the group was made: the
+    /// sums, and the bytes of the buffers summed (each the whole buffer, as the layers give it).
+    struct Traffic {
+        std::int64_t sums = 0, bytes = 0;
+    };
+    Traffic traffic() const { return traffic_; }
+
 private:
+    template <class T>
+    void sum_counted(std::span<T> data, const char* what) {
+        ++traffic_.sums;
+        traffic_.bytes += std::int64_t(data.size_bytes());
+        group_.all_reduce(0, data, collective::ReduceOp::Sum, SyncPoint{what});
+    }
+
+    Traffic traffic_;
     collective::ProcessGroup group_;
 };
 

@@ -317,4 +317,13 @@ constexpr const char* spec_keras_name() {
     else return "layer";
 }
 
+/// Introduces neighbouring bound layers (a Network's layers I and I + 1 that it runs, a
+/// Residual branch's K and K + 1): `a.link_next(b)` where layer A has one. Optional; a layer
+/// that must know what consumes its output declares it (Megatron's column-parallel layer, whose
+/// output a row-parallel layer split the same way reads as it is: distribute/tensor_parallel.hpp).
+template <class A, class B>
+void link_neighbours(A& a, B& b) {
+    if constexpr (requires { a.link_next(b); }) a.link_next(b);
+}
+
 }  // namespace strata::nn

@@ -431,6 +431,13 @@ public:
         on_inner([&](auto& layer, std::size_t) -> decltype(layer.reserve(n, training)) { layer.reserve(n, training); });
     }
 
+    /// Introduces the branch's neighbouring layers to each other (nn::link_neighbours).
+    ResidualImpl() {
+        [&]<std::size_t... K>(std::index_sequence<K...>) {
+            (link_neighbours(std::get<first_branch + K>(inner_), std::get<first_branch + K + 1>(inner_)), ...);
+        }(std::make_index_sequence<(branch_size > 0 ? branch_size - 1 : 0)>{});
+    }
+
     /// The inner layers (the projection first, when there is one).
     Inner& layers() { return inner_; }
 

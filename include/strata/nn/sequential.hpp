@@ -227,6 +227,7 @@ public:
                      " layers; a range holds at least one of them");
         base_ = offsets[first];
         set_streams(std::make_index_sequence<L>{});
+        link_layers(std::make_index_sequence<L - 1>{});
         if constexpr (profile::enabled) label_layers(std::make_index_sequence<L>{});
     }
 
@@ -311,6 +312,11 @@ private:
             if constexpr (requires { layer.set_stream(stream); }) layer.set_stream(stream);
         };
         (one(std::get<I>(layers_), std::uint64_t(I) * 16), ...);
+    }
+    // Neighbouring layers this network runs both of (nn::link_neighbours).
+    template <std::size_t... I>
+    void link_layers(std::index_sequence<I...>) {
+        ((runs<I>() && runs<I + 1>() ? link_neighbours(std::get<I>(layers_), std::get<I + 1>(layers_)) : void()), ...);
     }
     // The step profiler (core/profile.hpp) reports each layer under its summary() name.
     template <std::size_t... I>
