@@ -16,6 +16,8 @@ data set written here (IDX files; no download):
     across 5 processes saves the bytes of the same job in one process;
   * with --mpirun: multi_worker_mirrored over 2 processes, one report naming the model; a rank
     started with another learning rate or dataset is refused, naming it;
+  * with --mpirun: --model vit --tensor-parallel 2 over 2 processes (a shard each), one report and
+    the whole model's figures; another process count or strategy refused; a stalled shard named;
   * --model resnet: its recipe by default, --sync-batch-norm auto/on/off, and the flags'
     combinations a strategy cannot honour refused (exit 2);
   * --model vit: its size and recipe by default, on one device and mirrored over 2 replicas, and
@@ -302,6 +304,36 @@ def check_mpirun(exe, mpirun, data):
             doc = ce.strict_json(out)
             ce.check(doc["sync_batch_norm"] and doc["replicas"] == 2 and r.stdout.count("test accuracy") == 1,
                      f"mpirun strata_train resnet hybrid: JSON {doc}, {r.stdout.count('test accuracy')} reports")
+    # --tensor-parallel 2 across 2 processes (rank j shard j of every split layer): one report,
+    # and the whole model's figures on the same batches, to the order of the sums; a launcher of
+    # another size, or another strategy, refused on every rank.
+    vit = [exe, "--data", data, "--model", "vit"] + SHORT
+    with tempfile.TemporaryDirectory() as d:
+        out, whole = os.path.join(d, "tp.json"), os.path.join(d, "whole.json")
+        ref = ce.run(vit + ["--json", whole], timeout=300)
+        r = ce.run([mpirun, "-np", "2"] + vit + ["--tensor-parallel", "2", "--verbose", "2", "--json", out], env, timeout=300)
+        if ce.check(r.returncode == 0 and ref.returncode == 0,
+                    f"mpirun -np 2 strata_train vit --tensor-parallel 2: exit {r.returncode}, {r.stderr[-600:]!r}"):
+            doc, base = ce.strict_json(out), ce.strict_json(whole)
+            close = all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(doc["epoch_loss"] + [doc["test_loss"]],
+                                                                    base["epoch_loss"] + [base["test_loss"]]))
+            ce.check(doc["tensor_parallel"] == 2 and doc["tensor_parallel_across_processes"] and close
+                     and r.stdout.count("test accuracy") == 1 and "2 shards (MPI processes" in r.stdout,
+                     f"mpirun strata_train vit --tensor-parallel 2: JSON {doc} against the whole model's {base}, "
+                     f"{r.stdout.count('test accuracy')} reports")
+    for np_, extra, named in (("2", ["--tensor-parallel", "4"], "needs one process per shard (mpirun -np 4), found 2"),
+                              ("2", ["--tensor-parallel", "2", "--strategy", "mirrored", "--replicas", "2"], "--strategy one_device, not mirrored")):
+        r = ce.run([mpirun, "-np", np_] + vit + extra, env, timeout=300)
+        ce.check(r.returncode != 0 and named in r.stderr,
+                 f"mpirun -np {np_} strata_train vit {' '.join(extra)}: exit {r.returncode}, {r.stderr[-600:]!r}")
+    # A shard that stalls (SIGSTOP) mid-training: the other names it and the sum it waited in,
+    # within the deadline, and the job ends.
+    import check_multi_worker as cmw
+    rc, secs, err = cmw.fault(mpirun, exe, data, "stall", timeout_ms=3000, np=2, victim_rank=1,
+                              strategy=("--model", "vit", "--tensor-parallel", "2"))
+    if rc is not None:
+        ce.check(rc != 0 and re.search(r"tensor-parallel [a-z ,()-]+: rank 1 of 2 did not arrive within 3000 ms", err) is not None,
+                 f"mpirun -np 2 strata_train vit --tensor-parallel 2, rank 1 stopped: exit {rc} after {secs:.1f} s, {err[-800:]!r}")
     # ParameterServer across 5 processes (coordinator, 2 servers, 2 workers) under global_clipnorm:
     # each server sends its part's sum of squares, the coordinator the whole back, and every
     # server clips its shards by the whole norm; the bytes of the same job in one process, and

@@ -7,6 +7,7 @@
 // group has processes, and a second replica thread, are ValueErrors on every rank.
 #include <doctest/doctest.h>
 
+#include "tensor_parallel_nets.hpp"
 #include "test_util.hpp"
 
 #include <cstdint>
@@ -25,25 +26,13 @@ namespace coll = strata::distribute::collective;
 
 namespace {
 
-// The images' 72 values as 6 tokens of 12 features.
-strata::data::Dataset<> tokens(std::size_t n, std::uint64_t seed) {
-    auto f = strata_test::lcg(n * 72, seed, 0, 1);
-    std::vector<std::int32_t> y(n);
-    for (std::size_t i = 0; i < n; ++i) y[i] = std::int32_t((f[i * 72] + f[i * 72 + 7] > 1.0) + (f[i * 72 + 40] > 0.5));
-    return strata::data::Dataset<>::from_arrays(std::vector<float>(f.begin(), f.end()), {6, 12}, std::move(y));
-}
-
-// Two pre-norm encoder blocks: attention 4 heads (key size 3, value size 2), MLP 22 GELU (the
-// hidden features split 11+11 and 6+6+5+5).
-template <class Attention, class Up, class Down>
-using Transformer = Sequential<Input<6, 12>, Residual<LayerNormalization<>, Attention>, Residual<LayerNormalization<>, Up, Down>,
-                               Residual<LayerNormalization<>, Attention>, Residual<LayerNormalization<>, Up, Down>,
-                               LayerNormalization<>, GlobalAveragePooling1D, Dense<3, Softmax>>;
-template <MultiHeadAttentionOptions O = MultiHeadAttentionOptions{}>
-using Unsplit = Transformer<MultiHeadAttention<4, 3, 2, O>, TokenDense<22, GELU>, TokenDense<12>>;
-template <int N, MultiHeadAttentionOptions O = MultiHeadAttentionOptions{}>
-using Split = Transformer<dist::TensorParallelMultiHeadAttention<4, 3, 2, N, O>, dist::TensorParallelTokenDense<22, GELU, N, dist::Columns>,
-                          dist::TensorParallelTokenDense<12, Linear, N, dist::Rows>>;
+// The transformer of test_tensor_parallel.cpp: two pre-norm encoder blocks on [6, 12] examples,
+// attention 4 heads (key size 3, value size 2), MLP 22 GELU (the hidden features split 11+11
+// and 6+6+5+5).
+using strata_test::tp::tokens;
+using strata_test::tp::Transformer;
+using strata_test::tp::Unsplit;
+using strata_test::tp::Split;
 
 // The values the split layers' sums move per training step of `batch` examples, Megatron's
 // count: per encoder block one sum of [batch·S, F] forward (attention's output; the MLP's

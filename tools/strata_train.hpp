@@ -116,6 +116,9 @@ struct Report {
     strata::precision::Compute compute = strata::precision::Compute::Float32;
     std::int64_t optimizer_iterations = 0;
     strata::optim::LossScaleState loss_scale{};
+    // --tensor-parallel N across processes: the sums the split layers made on this process over
+    // the whole run (training, validation, the test evaluation), and the bytes they summed.
+    std::int64_t tensor_parallel_sums = 0, tensor_parallel_bytes = 0;
 };
 
 // Across processes (every strategy: multi_worker_mirrored, parameter_server, pipeline, hybrid):

@@ -261,7 +261,8 @@ void declare_flags(CLI::App& app, Flags& f, const Tool& tool) {
         app.add_option("--tensor-parallel", f.tensor_parallel,
                        "split the model's layers over N logical CPU devices of this process, as Megatron-LM splits a "
                        "transformer (vit: every attention layer by heads, every MLP column-then-row; 2 or 4), under "
-                       "one_device, or mirrored for data x tensor parallelism (--replicas copies of the split model); 1: whole")
+                       "one_device, or mirrored for data x tensor parallelism (--replicas copies of the split model); "
+                       "under mpirun -np N, over the N processes (rank j shard j; --strategy one_device); 1: whole")
             ->transform(cli::integer(1, 64))->capture_default_str();
         app.add_option("--augment", f.augment, "random crop after zero padding (--augment-pad) and, on fashion_mnist, random "
                                                "horizontal flip of the training images, drawn from --seed and the epoch "
@@ -426,6 +427,22 @@ void check_output_dir(const std::string& flag, const std::string& path) {
 void check_launcher(const Flags& f) {
     const auto launch = strata::distribute::launch_info();
     if (launch.size <= 1 || f.strategy == "multi_worker_mirrored") return;
+    if (f.tensor_parallel > 1) {  // one job: a shard per process
+#ifdef STRATA_TRAIN_HAVE_MPI
+        if (f.strategy != "one_device")
+            throw cli::usage_error("--tensor-parallel " + std::to_string(f.tensor_parallel) + " across processes (" + launch.describe() +
+                                   ") runs one replica in each process, each its shard of the split layers: --strategy one_device, "
+                                   "not " + f.strategy);
+        if (launch.size != f.tensor_parallel)
+            throw cli::usage_error("--tensor-parallel " + std::to_string(f.tensor_parallel) + " across processes needs one process per shard (mpirun -np " +
+                                   std::to_string(f.tensor_parallel) + "), found " + std::to_string(launch.size) + " (" +
+                                   launch.describe() + ")");
+        return;
+#else
+        throw cli::usage_error("--tensor-parallel across processes needs MPI, and this build has none, but " + launch.describe() +
+                               " (install libopenmpi-dev and reconfigure, or start it once without the launcher)");
+#endif
+    }
     if (f.strategy == "pipeline" || f.strategy == "hybrid") {  // one job: a stage per process
 #ifdef STRATA_TRAIN_HAVE_MPI
         return;  // the Pipeline refuses a job of the wrong size, naming the count it needs
@@ -721,8 +738,10 @@ int run(const Tool& tool, int argc, char** argv) {
         // Under multi_worker_mirrored every process runs this program; rank 0 reports.
         // ... and under parameter_server started by a launcher (rank 0, the coordinator).
         // ... and under pipeline or hybrid started by a launcher (rank 0 runs stage 0).
+        // ... and under --tensor-parallel N started by a launcher of N processes (rank 0, shard 0).
         const bool across = flags.strategy == "multi_worker_mirrored" ||
-                            ((flags.strategy == "parameter_server" || flags.strategy == "pipeline" || flags.strategy == "hybrid") &&
+                            ((flags.strategy == "parameter_server" || flags.strategy == "pipeline" || flags.strategy == "hybrid" ||
+                              flags.tensor_parallel > 1) &&
                              strata::distribute::launch_info().size > 1);
         const bool chief = !across || multi_worker_rank() == 0;
         const auto data = load_dataset(dataset, flags.data);
@@ -800,7 +819,9 @@ int run(const Tool& tool, int argc, char** argv) {
             if (model.has_sync_net)
                 std::printf("%-28s %s\n", "batch normalization", flags.sync_bn ? "synchronized across replicas" : "per replica");
             if (flags.tensor_parallel > 1)
-                std::printf("%-28s %d shards (logical CPU devices) each replica\n", "tensor parallel", flags.tensor_parallel);
+                std::printf("%-28s %d shards (%s)\n", "tensor parallel", flags.tensor_parallel,
+                            strata::distribute::launch_info().size > 1 ? "MPI processes, rank j shard j"
+                                                                       : "logical CPU devices, each replica");
             if (flags.augmenting)
                 std::printf("%-28s pad %d and random crop%s\n", "augmentation", flags.augment_pad,
                             flags.dataset == "fashion_mnist" ? ", horizontal flip" : "");
@@ -861,6 +882,11 @@ int run(const Tool& tool, int argc, char** argv) {
                 j["warmup_epochs"] = flags.warmup_epochs;
                 j["sync_batch_norm"] = flags.sync_bn;
                 j["tensor_parallel"] = flags.tensor_parallel;
+                j["tensor_parallel_across_processes"] = flags.tensor_parallel > 1 && strata::distribute::launch_info().size > 1;
+                if (rep.tensor_parallel_sums > 0) {  // what the split layers' sums moved through rank 0, the whole run
+                    j["tensor_parallel_sums"] = rep.tensor_parallel_sums;
+                    j["tensor_parallel_bytes"] = rep.tensor_parallel_bytes;
+                }
                 j["augment"] = flags.augmenting;
                 j["augment_pad"] = flags.augmenting ? flags.augment_pad : 0;
                 j["non_trainable_params"] = model.num_non_trainable;

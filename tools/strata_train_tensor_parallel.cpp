@@ -2,13 +2,19 @@
 // strata_train_models.hpp) with every attention layer split by heads and every MLP
 // column-then-row over N logical CPU devices, as Megatron-LM splits it
 // (distribute/tensor_parallel_attention.hpp), under --strategy one_device or mirrored (data ×
-// tensor parallelism: --replicas copies of the split model). One process: the shards are threads
-// of this process, each inside its logical device. A unit of its own, compiled only for the
+// tensor parallelism: --replicas copies of the split model). In one process the shards are threads
+// of this process, each inside its logical device; under a launcher of N processes (mpirun -np N,
+// --strategy one_device) they are the processes, rank j shard j (distribute/tensor_parallel_mpi.hpp),
+// each holding the whole model and reading the same batches. A unit of its own, compiled only for the
 // models in tools/meson.build's strata_train_tensor_parallel_models, so that the split forms
 // cost the other models and mnist_cnn no compile time.
 #include "strata_train_model.hpp"
 
 #include <strata/distribute/tensor_parallel_attention.hpp>
+#include <strata/distribute/launcher.hpp>
+#ifdef STRATA_TRAIN_HAVE_MPI
+#include <strata/distribute/tensor_parallel_mpi.hpp>
+#endif
 
 #include <vector>
 
@@ -31,6 +37,17 @@ Report train_split(const Job& job, int& replicas_in_sync) {
     using Net = SplitNet<M, N>;
     static_assert(Net::num_params == M::Net::num_params, "the split network must hold the plain network's variables");
     const Flags& f = job.flags;
+#ifdef STRATA_TRAIN_HAVE_MPI
+    if (sd::launch_info().size > 1) {  // check_launcher: N processes, --strategy one_device
+        auto shards = sd::tensor_parallel_processes(MPI_COMM_WORLD, {.timeout = std::chrono::milliseconds(f.timeout_ms)});
+        sd::OneDevice<> s(f.threads);
+        replicas_in_sync = 1;
+        Report rep = train<Net>(s, job);
+        rep.tensor_parallel_sums = shards->traffic().sums;
+        rep.tensor_parallel_bytes = shards->traffic().bytes;
+        return rep;
+    }
+#endif
     // N logical devices of the CPU: shard j of every split layer runs inside device j.
     const auto cpu = pd::list_physical_devices(pd::DeviceKind::Cpu).front();
     pd::set_logical_device_configuration(cpu, std::vector<pd::LogicalDeviceConfiguration>(std::size_t(N)), pd::Oversubscribe::Yes);

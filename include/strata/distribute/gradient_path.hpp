@@ -57,6 +57,7 @@
 #include "strata/distribute/distributed_dataset.hpp"
 #include "strata/distribute/rendezvous.hpp"
 #include "strata/distribute/settings.hpp"
+#include "strata/distribute/shard_group.hpp"
 #include "strata/place/devices.hpp"
 #include "strata/nn/layer.hpp"
 #include "strata/optim/optimizers.hpp"
@@ -213,7 +214,7 @@ struct WholeNetwork {};
 /// | `gradient_buckets()`              | 0 (no all-reduce)      | Mirrored, MultiWorkerMirrored      |
 /// | `expected_updates(batches)`       | batches                | ParameterServer (rounds, or -1)    |
 /// | `end_epoch(logs, history)`        | nothing                | ParameterServer (figures, staleness)|
-/// | `is_chief()`                      | true                   | MultiWorkerMirrored, Pipeline, ParameterServer (rank 0)|
+/// | `is_chief()`                      | shard_group_chief()    | MultiWorkerMirrored, Pipeline, ParameterServer (rank 0)|
 /// | `per_worker_input()`              | false                  | MultiWorkerMirrored                |
 /// | `unit_share(batch, r)`            | even split over units()| lockstep paths, MultiWorkerMirrored|
 /// | `largest_unit_share(n)`           | its largest share      | the same, and ParameterServer (n:  |
@@ -255,7 +256,7 @@ protected:
     std::int64_t expected_updates(std::int64_t batches) const { return batches; }
     template <class Logs, class History>
     void end_epoch(Logs&, History&) const {}
-    bool is_chief() const { return true; }
+    bool is_chief() const { return shard_group_chief(); }  // true, but for tensor parallelism across processes
     bool per_worker_input() const { return false; }
     template <class Y>
     ReplicaBatch<Y> unit_share(const data::Batch<Y>& batch, int r) const {

@@ -71,6 +71,14 @@ inline void unregister_shard_group(ShardGroup* g) {
 /// The job's tensor-parallel group, or null (the split layers' shards are threads).
 inline ShardGroup* job_shard_group() { return detail::job_shard_group_slot().group.load(); }
 
+/// Whether this process is the chief of a one-process strategy's job (it prints and writes the
+/// files): always, unless the job's tensor-parallel layers are split over processes, where the
+/// chief is their shard 0. (PathBase::is_chief and ReplicaRuntime::is_chief, the defaults.)
+inline bool shard_group_chief() {
+    const ShardGroup* g = job_shard_group();
+    return !g || g->shard() == 0;
+}
+
 /// Whether the calling thread may run split layers on the job's group: the first thread that
 /// asks claims it; any other is refused (false) for as long as the group is registered.
 inline bool claim_shard_group_thread() {

@@ -189,10 +189,7 @@ public:
     int first_replica() const { return 0; }
     /// Whether this process prints progress and writes files: the only one, or, where the job's
     /// tensor-parallel layers are split over processes (shard_group.hpp), their shard 0.
-    bool is_chief() const {
-        const ShardGroup* g = job_shard_group();
-        return !g || g->shard() == 0;
-    }
+    bool is_chief() const { return shard_group_chief(); }
     /// The logical device of each replica.
     const std::vector<place::LogicalDevice>& devices() const { return devices_; }
     const StrategyOptions& options() const { return options_; }
