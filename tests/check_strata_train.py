@@ -16,8 +16,9 @@ data set written here (IDX files; no download):
     across 5 processes saves the bytes of the same job in one process;
   * with --mpirun: multi_worker_mirrored over 2 processes, one report naming the model; a rank
     started with another learning rate or dataset is refused, naming it;
-  * with --mpirun: --model vit --tensor-parallel 2 over 2 processes (a shard each), one report and
-    the whole model's figures; another process count or strategy refused; a stalled shard named;
+  * with --mpirun: --model vit --tensor-parallel 2 over 2 processes (a shard each), and 2 replicas
+    of 2 shards over 4 (multi_worker_mirrored): one report and the whole model's figures; another
+    process count or strategy refused; a stalled shard named;
   * --model resnet: its recipe by default, --sync-batch-norm auto/on/off, and the flags'
     combinations a strategy cannot honour refused (exit 2);
   * --model vit: its size and recipe by default, on one device and mirrored over 2 replicas, and
@@ -321,8 +322,20 @@ def check_mpirun(exe, mpirun, data):
                      and r.stdout.count("test accuracy") == 1 and "2 shards (MPI processes" in r.stdout,
                      f"mpirun strata_train vit --tensor-parallel 2: JSON {doc} against the whole model's {base}, "
                      f"{r.stdout.count('test accuracy')} reports")
+        # Data x tensor: 2 replicas (multi_worker_mirrored) of 2 shards over 4 processes.
+        r = ce.run([mpirun, "-np", "4"] + vit + ["--tensor-parallel", "2", "--strategy", "multi_worker_mirrored", "--replicas", "1",
+                                                 "--json", out], env, timeout=300)
+        if ce.check(r.returncode == 0, f"mpirun -np 4 strata_train vit --tensor-parallel 2 multi_worker_mirrored: exit {r.returncode}, "
+                                       f"{r.stderr[-600:]!r}"):
+            doc = ce.strict_json(out)
+            close = all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(doc["epoch_loss"] + [doc["test_loss"]],
+                                                                    base["epoch_loss"] + [base["test_loss"]]))
+            ce.check(doc["replicas"] == 2 and doc["tensor_parallel"] == 2 and close and r.stdout.count("test accuracy") == 1,
+                     f"mpirun -np 4 strata_train vit --tensor-parallel 2 multi_worker_mirrored: JSON {doc} against {base}")
     for np_, extra, named in (("2", ["--tensor-parallel", "4"], "needs one process per shard (mpirun -np 4), found 2"),
-                              ("2", ["--tensor-parallel", "2", "--strategy", "mirrored", "--replicas", "2"], "--strategy one_device, not mirrored")):
+                              ("2", ["--tensor-parallel", "2", "--strategy", "mirrored", "--replicas", "2"], "not mirrored"),
+                              ("2", ["--tensor-parallel", "2", "--strategy", "multi_worker_mirrored", "--replicas", "2"],
+                               "one replica per process (--replicas 1)")):
         r = ce.run([mpirun, "-np", np_] + vit + extra, env, timeout=300)
         ce.check(r.returncode != 0 and named in r.stderr,
                  f"mpirun -np {np_} strata_train vit {' '.join(extra)}: exit {r.returncode}, {r.stderr[-600:]!r}")

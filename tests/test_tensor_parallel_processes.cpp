@@ -3,8 +3,9 @@
 // attention split by heads and its MLP column-then-row, shard j on rank j, trains under
 // OneDevice in each process as the unsplit transformer on one device (float64 to 1e-12), over 2
 // processes (ranks {0, 1} and {2, 3}, each pair a job of its own) and over all 4; every process
-// ends with the same bits; rank 0 is the chief; a layer split another number of ways than the
-// group has processes, and a second replica thread, are ValueErrors on every rank.
+// ends with the same bits; rank 0 is the chief; 2 replicas of 2 shards (MultiWorkerMirrored over
+// the replicas) equal it too; a layer split another number of ways than the group has
+// processes, and a second replica thread, are ValueErrors on every rank.
 #include <doctest/doctest.h>
 
 #include "tensor_parallel_nets.hpp"
@@ -18,6 +19,7 @@
 #include <strata/strata.hpp>
 #include <strata/distribute/tensor_parallel.hpp>
 #include <strata/distribute/tensor_parallel_attention.hpp>
+#include <strata/distribute/multi_worker_mirrored.hpp>
 #include <strata/distribute/tensor_parallel_mpi.hpp>
 
 using namespace strata::nn;
@@ -112,6 +114,32 @@ TEST_CASE("tensor parallelism across 2 and 4 processes equals the unsplit transf
     REQUIRE(coll::mpi::world_size() == 4);
     check_across<2>();
     check_across<4>();
+}
+
+TEST_CASE("data x tensor across processes: 2 replicas (MultiWorkerMirrored) of 2 shards equal the unsplit transformer on one device") {
+    // Replica r: ranks 2r and 2r + 1; shard j of both replicas: ranks j and 2 + j. Each replica
+    // takes its half of every global batch of 10; 4 and 6 do not matter to the shards.
+    dist::OneDevice<> alone;
+    const Run ref = train<Unsplit<>>(alone);
+    {
+        auto layout = dist::tensor_parallel_replicas(2, {.timeout = std::chrono::seconds(30)});
+        CHECK(layout->replicas() == 2);
+        CHECK(layout->replica() == world_rank() / 2);
+        CHECK(layout->shards().shard() == world_rank() % 2);
+        dist::MultiWorkerMirrored<> s(1, {.timeout = std::chrono::seconds(30)}, {.comm = layout->replica_comm()});
+        CHECK(s.num_replicas_in_sync() == 2);
+        const Run got = train<Split<2>>(s);
+        const double diff = strata_test::max_relative_difference(got.weights, ref.weights);
+        INFO("largest relative weight difference " << diff);
+        CHECK(diff <= 1e-12);
+        CHECK(strata_test::max_relative_difference(got.loss, ref.loss) <= 1e-12);
+        CHECK(got.eval.loss == doctest::Approx(ref.eval.loss).epsilon(1e-12));
+        CHECK(got.chief == (world_rank() == 0));
+        // Each process's shard summed over its replica's batch share: half the single-replica count.
+        const auto t = layout->shards().traffic();
+        CHECK(t.sums == 8 * 14 + 3 * 4);
+    }
+    CHECK(dist::job_shard_group() == nullptr);
 }
 
 TEST_CASE("across processes, a column-parallel layer whose output goes to an unsplit layer gathers it (no pair)") {

@@ -426,13 +426,25 @@ void check_output_dir(const std::string& flag, const std::string& path) {
 // separate copies, each printing its report and writing the same files: refused on every rank.
 void check_launcher(const Flags& f) {
     const auto launch = strata::distribute::launch_info();
-    if (launch.size <= 1 || f.strategy == "multi_worker_mirrored") return;
-    if (f.tensor_parallel > 1) {  // one job: a shard per process
+    if (launch.size <= 1) return;
+    if (f.tensor_parallel > 1) {  // one job: a shard per process (and replicas of the shards)
 #ifdef STRATA_TRAIN_HAVE_MPI
+        const std::string tp = "--tensor-parallel " + std::to_string(f.tensor_parallel);
+        if (f.strategy == "multi_worker_mirrored") {  // data x tensor: R replicas of N shards
+            if (f.replicas != 1)
+                throw cli::usage_error(tp + " --strategy multi_worker_mirrored: one replica per process (--replicas 1); the replicas "
+                                            "are the job's processes in groups of " + std::to_string(f.tensor_parallel) + ", not " +
+                                       std::to_string(f.replicas));
+            if (launch.size % f.tensor_parallel != 0)
+                throw cli::usage_error(tp + " --strategy multi_worker_mirrored needs replicas of " + std::to_string(f.tensor_parallel) +
+                                       " processes (mpirun -np R·" + std::to_string(f.tensor_parallel) + "), found " +
+                                       std::to_string(launch.size) + " (" + launch.describe() + ")");
+            return;
+        }
         if (f.strategy != "one_device")
-            throw cli::usage_error("--tensor-parallel " + std::to_string(f.tensor_parallel) + " across processes (" + launch.describe() +
-                                   ") runs one replica in each process, each its shard of the split layers: --strategy one_device, "
-                                   "not " + f.strategy);
+            throw cli::usage_error(tp + " across processes (" + launch.describe() +
+                                   ") runs one replica in each process, each its shard of the split layers: --strategy one_device "
+                                   "(or multi_worker_mirrored --replicas 1 for replicas of the shards), not " + f.strategy);
         if (launch.size != f.tensor_parallel)
             throw cli::usage_error("--tensor-parallel " + std::to_string(f.tensor_parallel) + " across processes needs one process per shard (mpirun -np " +
                                    std::to_string(f.tensor_parallel) + "), found " + std::to_string(launch.size) + " (" +
@@ -443,6 +455,7 @@ void check_launcher(const Flags& f) {
                                " (install libopenmpi-dev and reconfigure, or start it once without the launcher)");
 #endif
     }
+    if (f.strategy == "multi_worker_mirrored") return;
     if (f.strategy == "pipeline" || f.strategy == "hybrid") {  // one job: a stage per process
 #ifdef STRATA_TRAIN_HAVE_MPI
         return;  // the Pipeline refuses a job of the wrong size, naming the count it needs
@@ -608,9 +621,11 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
         if (!compiled)
             throw cli::usage_error("--tensor-parallel " + std::to_string(f.tensor_parallel) + ": --model " + f.model +
                                    " is compiled split over " + counts + " devices");
-        if (f.strategy != "one_device" && f.strategy != "mirrored")
+        const bool launched = strata::distribute::launch_info().size > 1;
+        if (f.strategy != "one_device" && f.strategy != "mirrored" && !(launched && f.strategy == "multi_worker_mirrored"))
             throw cli::usage_error("--tensor-parallel splits the layers over logical devices of one process: --strategy "
-                                   "one_device, or mirrored for data x tensor parallelism, not " + f.strategy);
+                                   "one_device, or mirrored for data x tensor parallelism (under mpirun: one_device, or "
+                                   "multi_worker_mirrored for replicas of the shards), not " + f.strategy);
         if (f.device == "gpu" || app.count("--logical-gpus") || app.count("--gpu-memory-mb"))
             throw cli::usage_error("--tensor-parallel: the split layers train on the CPU's logical devices in this program "
                                    "(use --device cpu or auto)");
@@ -820,7 +835,7 @@ int run(const Tool& tool, int argc, char** argv) {
                 std::printf("%-28s %s\n", "batch normalization", flags.sync_bn ? "synchronized across replicas" : "per replica");
             if (flags.tensor_parallel > 1)
                 std::printf("%-28s %d shards (%s)\n", "tensor parallel", flags.tensor_parallel,
-                            strata::distribute::launch_info().size > 1 ? "MPI processes, rank j shard j"
+                            strata::distribute::launch_info().size > 1 ? "MPI processes: rank q is shard q % N of replica q / N"
                                                                        : "logical CPU devices, each replica");
             if (flags.augmenting)
                 std::printf("%-28s pad %d and random crop%s\n", "augmentation", flags.augment_pad,

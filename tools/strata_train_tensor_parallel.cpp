@@ -5,7 +5,8 @@
 // tensor parallelism: --replicas copies of the split model). In one process the shards are threads
 // of this process, each inside its logical device; under a launcher of N processes (mpirun -np N,
 // --strategy one_device) they are the processes, rank j shard j (distribute/tensor_parallel_mpi.hpp),
-// each holding the whole model and reading the same batches. A unit of its own, compiled only for the
+// each holding the whole model and reading the same batches; under --strategy multi_worker_mirrored
+// and R·N processes, R replicas of N shards (distribute::tensor_parallel_replicas). A unit of its own, compiled only for the
 // models in tools/meson.build's strata_train_tensor_parallel_models, so that the split forms
 // cost the other models and mnist_cnn no compile time.
 #include "strata_train_model.hpp"
@@ -13,6 +14,7 @@
 #include <strata/distribute/tensor_parallel_attention.hpp>
 #include <strata/distribute/launcher.hpp>
 #ifdef STRATA_TRAIN_HAVE_MPI
+#include <strata/distribute/multi_worker_mirrored.hpp>
 #include <strata/distribute/tensor_parallel_mpi.hpp>
 #endif
 
@@ -38,6 +40,16 @@ Report train_split(const Job& job, int& replicas_in_sync) {
     static_assert(Net::num_params == M::Net::num_params, "the split network must hold the plain network's variables");
     const Flags& f = job.flags;
 #ifdef STRATA_TRAIN_HAVE_MPI
+    if (sd::launch_info().size > 1 && f.strategy == "multi_worker_mirrored") {  // check_launcher: R·N processes, --replicas 1
+        auto layout = sd::tensor_parallel_replicas(N, {.timeout = std::chrono::milliseconds(f.timeout_ms)});
+        sd::MultiWorkerMirrored<> s(1, {.cores_per_replica = f.threads, .timeout = std::chrono::milliseconds(f.timeout_ms)},
+                                    {.comm = layout->replica_comm()});
+        replicas_in_sync = s.num_replicas_in_sync();
+        Report rep = train<Net>(s, job);
+        rep.tensor_parallel_sums = layout->shards().traffic().sums;
+        rep.tensor_parallel_bytes = layout->shards().traffic().bytes;
+        return rep;
+    }
     if (sd::launch_info().size > 1) {  // check_launcher: N processes, --strategy one_device
         auto shards = sd::tensor_parallel_processes(MPI_COMM_WORLD, {.timeout = std::chrono::milliseconds(f.timeout_ms)});
         sd::OneDevice<> s(f.threads);

@@ -154,7 +154,7 @@ public:
     int num_workers() const { return pg_.size(); }
     int worker_index() const { return pg_.rank(); }
     /// Rank 0 prints and writes files.
-    bool is_chief() const { return pg_.rank() == 0; }
+    bool is_chief() const { return pg_.rank() == 0 && shard_group_chief(); }  // (and shard 0 under tensor_parallel_replicas)
     bool per_worker_input() const { return mw_.input == WorkerInput::PerWorker; }
     const MultiWorkerOptions& multi_worker_options() const { return mw_; }
     collective::ProcessGroup& process_group() { return pg_; }

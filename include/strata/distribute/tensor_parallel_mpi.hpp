@@ -96,4 +96,69 @@ inline std::shared_ptr<TensorParallelProcesses> tensor_parallel_processes(MPI_Co
     return std::make_shared<TensorParallelProcesses>(comm, std::move(options));
 }
 
+/// Data × tensor parallelism across processes, Megatron's layout (Narayanan et al. 2021,
+/// "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", §2.3: the
+/// tensor-parallel group on consecutive ranks, data-parallel replicas across them): the job's
+/// R·N ranks as R replicas of N shards. Ranks r·N .. r·N + N − 1 hold replica r's shards (a
+/// TensorParallelProcesses over them); the ranks holding the same shard j of every replica
+/// ({j, N + j, 2N + j, ...}) are the replicas' communicator, which a MultiWorkerMirrored takes
+/// (MultiWorkerOptions::comm) to split each global batch into R shares and to all-reduce the
+/// gradients:
+///
+/// \code
+/// // mpirun -np 4: 2 replicas × 2 shards
+/// auto layout = sd::tensor_parallel_replicas(2);
+/// sd::MultiWorkerMirrored<> s(1, {}, {.comm = layout->replica_comm()});   // one replica per process
+/// strata::Model<Net, sd::MultiWorkerMirrored<>> model(s, 42);
+/// \endcode
+///
+/// Every process of a replica computes the whole gradient (its split variables' gradients
+/// gathered in the split layers' backward), so each shard's all-reduce over the replicas gives
+/// every process the same update. A group over every rank of the job is made first: it compares
+/// the ranks' settings and is the job's stop channel (neither the shards' group nor the
+/// replicas' spans the job). The chief is rank 0 (replica 0's shard 0).
+class TensorParallelReplicas {
+public:
+    /// Collective over MPI_COMM_WORLD: every rank calls it with the same `shards`.
+    TensorParallelReplicas(int shards, collective::ProcessGroupOptions options = {})
+        : job_((collective::mpi::ensure_initialized(), MPI_COMM_WORLD), 1, options) {
+        STRATA_CHECK(shards >= 1 && job_.size() % shards == 0, ValueError, "tensor_parallel_replicas: ", job_.size(),
+                     " processes are not replicas of ", shards, " shards each (mpirun -np R·", shards, ")");
+        // Every rank is known to be here (the job's group joined): the splits cannot wait forever.
+        MPI_Comm_split(MPI_COMM_WORLD, job_.rank() / shards, job_.rank() % shards, &shards_comm_);
+        MPI_Comm_split(MPI_COMM_WORLD, job_.rank() % shards, job_.rank() / shards, &replicas_comm_);
+        options.settings = {};  // compared once, by the job's group
+        shards_ = std::make_unique<TensorParallelProcesses>(shards_comm_, options);
+    }
+    ~TensorParallelReplicas() {
+        shards_.reset();
+        if (!mpi_failed()) {
+            MPI_Comm_free(&shards_comm_);
+            MPI_Comm_free(&replicas_comm_);
+        }
+    }
+    TensorParallelReplicas(const TensorParallelReplicas&) = delete;
+    TensorParallelReplicas& operator=(const TensorParallelReplicas&) = delete;
+
+    /// The ranks holding this process's shard in every replica, for MultiWorkerOptions::comm.
+    MPI_Comm replica_comm() const { return replicas_comm_; }
+    /// This process's replica, and the replicas' count.
+    int replica() const { return job_.rank() / shards_->shards(); }
+    int replicas() const { return job_.size() / shards_->shards(); }
+    /// The shards' group (this process's shard: shards().shard()).
+    TensorParallelProcesses& shards() { return *shards_; }
+
+private:
+    static bool mpi_failed() { return collective::mpi::job_failed().load(); }
+
+    collective::ProcessGroup job_;
+    MPI_Comm shards_comm_ = MPI_COMM_NULL, replicas_comm_ = MPI_COMM_NULL;
+    std::unique_ptr<TensorParallelProcesses> shards_;
+};
+
+/// The job as replicas of `shards` shards (see TensorParallelReplicas; collective).
+inline std::shared_ptr<TensorParallelReplicas> tensor_parallel_replicas(int shards, collective::ProcessGroupOptions options = {}) {
+    return std::make_shared<TensorParallelReplicas>(shards, std::move(options));
+}
+
 }  // namespace strata::distribute
