@@ -5,7 +5,7 @@
 // thread pool at the full thread budget. "strata" is strata::gemm with whatever threading it
 // chooses (today: C split over its OpenMP team, one single-threaded BLAS call per block). Both
 // run the same BLAS kernels, so the ratio shows what strata's layer (checks, threading) costs or
-// gains; C agrees to float rounding (bit for bit when both split the work the same way). Shapes: square matrices, and the GEMMs of the MNIST
+// gains; C agrees to float rounding (bit for bit when both split the work the same way). Shapes: square matrices, the GEMMs of the ViT, and the GEMMs of the MNIST
 // CNN's training step at batch 128 (im2col forward, and the two backward GEMMs of each layer:
 // the weight gradient dW = X^T dY and the input gradient dX = dY W^T).
 //
@@ -96,6 +96,15 @@ std::vector<Case> cases() {
         {"conv1", 128 * 26 * 26, 3 * 3 * 1, 32, ""},
         {"conv2", 128 * 11 * 11, 3 * 3 * 32, 64, ""},
         {"dense1", 128, 5 * 5 * 64, 64, ""},
+        // strata_train's ViT at batch 128 (49 tokens, width 64, 4 heads of 16, MLP 128): a
+        // projection (query, key, value, output), the MLP's two layers, and one head's scores
+        // (Q Kᵀ: M 49, K 16, N 49) and weighted values (A V: M 49, K 49, N 16), which run as
+        // 512 such products a block.
+        {"vit.proj", 128 * 49, 64, 64, ""},
+        {"vit.mlp_up", 128 * 49, 64, 128, ""},
+        {"vit.mlp_down", 128 * 49, 128, 64, ""},
+        {"vit.scores", 49, 16, 49, ""},
+        {"vit.av", 49, 49, 16, ""},
     };
     for (const auto& l : layers) {
         const std::string n = l.name;
