@@ -5,13 +5,16 @@
 // processes (ranks {0, 1} and {2, 3}, each pair a job of its own) and over all 4; every process
 // ends with the same bits; rank 0 is the chief; 2 replicas of 2 shards (MultiWorkerMirrored over
 // the replicas) equal it too; a layer split another number of ways than the group has
-// processes, and a second replica thread, are ValueErrors on every rank.
+// processes, and a second replica thread, are ValueErrors on every rank; a backup written by
+// rank 0 resumes every rank bit for bit.
 #include <doctest/doctest.h>
 
 #include "tensor_parallel_nets.hpp"
 #include "test_util.hpp"
 
 #include <cstdint>
+#include <filesystem>
+#include <unistd.h>
 #include <memory>
 #include <string>
 #include <vector>
@@ -140,6 +143,49 @@ TEST_CASE("data x tensor across processes: 2 replicas (MultiWorkerMirrored) of 2
         CHECK(t.sums == 8 * 14 + 3 * 4);
     }
     CHECK(dist::job_shard_group() == nullptr);
+}
+
+namespace {
+// Stops fit (as StopOnSignal does) after its `at`-th batch, on every rank alike.
+struct StopAt : strata::train::Callback {
+    std::int64_t at, batches = 0;
+    explicit StopAt(std::int64_t a) : at(a) {}
+    void on_train_batch_end(strata::train::TrainingContext& ctx, std::int64_t, const strata::train::Logs&) override {
+        if (++batches == at) ctx.stop_training = true;
+    }
+};
+}  // namespace
+
+TEST_CASE("across processes, BackupAndRestore: rank 0 writes the backup, every rank resumes from it, bit for bit") {
+    namespace tr = strata::train;
+    auto group = dist::tensor_parallel_processes(MPI_COMM_WORLD, {.timeout = std::chrono::seconds(30)});
+    auto fit = [](strata::Model<Split<4>, dist::OneDevice<>, double>& m, tr::CallbackList callbacks) {
+        m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+        return m.fit(tokens(40, 3).batch(10), {.epochs = 2, .callbacks = std::move(callbacks), .verbose = 0});
+    };
+    dist::OneDevice<> a, b, c;
+    strata::Model<Split<4>, dist::OneDevice<>, double> straight(a, 11);
+    const auto full = fit(straight, {});
+    // One folder for the job: rank 0's name for it.
+    long long pid = world_rank() == 0 ? (long long)::getpid() : 0;
+    MPI_Bcast(&pid, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    const auto dir = std::filesystem::temp_directory_path() / ("strata_tp_backup_" + std::to_string(pid));
+    auto backup = std::make_shared<tr::BackupAndRestore>(dir.string(), tr::BackupOptions{.save_every_steps = 3});
+    {
+        strata::Model<Split<4>, dist::OneDevice<>, double> first(b, 11);
+        fit(first, {backup, std::make_shared<StopAt>(6)});  // stopped at epoch 1, batch 2: backed up there
+    }
+    group->group().barrier(0);  // rank 0 has written it (a relaunch would find it written)
+    CHECK(std::filesystem::exists(backup->file()));
+    strata::Model<Split<4>, dist::OneDevice<>, double> second(c, 11);
+    const auto resumed = fit(second, {backup});
+    REQUIRE(backup->restored());
+    CHECK(backup->restored()->epoch == 1);
+    CHECK(backup->restored()->batches == 2);
+    CHECK(second.get_weights() == straight.get_weights());
+    CHECK(resumed["loss"].back() == full["loss"].back());
+    group->group().barrier(0);
+    if (world_rank() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("across processes, a column-parallel layer whose output goes to an unsplit layer gathers it (no pair)") {
