@@ -959,17 +959,44 @@ STRATA_MPI_DECL void ProcessGroup::arrival_check(int lane, const SyncPoint& at) 
             MPI_Isend(&cb.mine, 1, MPI_UINT64_T, 0, 1, c, &send);
             MPI_Irecv(&cb.answer, 1, MPI_INT64_T, 0, 2, c, &recv);
         });
-        // Rank 0 answers at its own deadline at the latest: wait longer than that before
-        // naming rank 0 itself.
+        // Rank 0 answers at its own deadline at the latest, and this rank waits twice that.
+        // But rank 0 may have come to this collective well after this rank did (a slower step
+        // on a loaded machine): before naming it, ask whether it lives (silent_ranks; it answers
+        // from its own wait), and give a rank 0 that does up to two more timeouts to answer. A
+        // fresh clone's suite once named a live rank 0 here ("rank 0 of 3 did not arrive")
+        // while rank 0 was still waiting out the stopped rank.
         RunningDeadline root_deadline = fresh(2 * options_.timeout);
         const std::string root = "rank " + std::to_string(name_of(0)) + " of " + std::to_string(named_size());
-        wait_request(recv, root_deadline, at, lane, root);
-        wait_request(send, root_deadline, at, lane, root);
+        auto wait_root = [&](MPI_Request& r) {
+            for (int more = 0;; ++more) {
+                for (int spins = 0;; ++spins) {
+                    int done = 0;
+                    locked([&] { MPI_Test(&r, &done, MPI_STATUS_IGNORE); });
+                    if (done) return;
+                    if (root_deadline.expired()) break;
+                    if (spins > 256) {
+                        answer_probes(lane);
+                        std::this_thread::sleep_for(std::chrono::microseconds(50));
+                    }
+                }
+                if (more < 2) {
+                    const std::vector<int> silent = silent_ranks(lane);
+                    if (std::find(silent.begin(), silent.end(), 0) == silent.end()) {
+                        root_deadline = fresh(options_.timeout);
+                        continue;
+                    }
+                }
+                mark_failed();
+                throw_error<DistributedError>(where(at, lane), ": ", root, " did not arrive within ", options_.timeout.count(), " ms");
+            }
+        };
+        wait_root(recv);
+        wait_root(send);
         if (cb.answer > 0) {  // the number of missing ranks; their ranks follow
             cb.late_in.assign(std::size_t(cb.answer), 0);
             MPI_Request r2;
             locked([&] { MPI_Irecv(cb.late_in.data(), int(cb.answer), MPI_INT, 0, 3, c, &r2); });
-            wait_request(r2, root_deadline, at, lane, root);
+            wait_root(r2);
             mark_failed();
             throw_error<DistributedError>(where(at, lane), ": ", ranks_text(cb.late_in), " did not arrive within ",
                                           options_.timeout.count(), " ms");
