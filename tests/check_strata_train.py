@@ -18,7 +18,7 @@ data set written here (IDX files; no download):
     started with another learning rate or dataset is refused, naming it;
   * with --mpirun: --model vit --tensor-parallel 2 over 2 processes (a shard each), and 2 replicas
     of 2 shards over 4 (multi_worker_mirrored): one report and the whole model's figures; another
-    process count or strategy refused; a stalled shard named;
+    process count or strategy refused; ranks with another split refused, named; a stalled shard named;
   * --model resnet: its recipe by default, --sync-batch-norm auto/on/off, and the flags'
     combinations a strategy cannot honour refused (exit 2);
   * --model vit: its size and recipe by default, on one device and mirrored over 2 replicas, and
@@ -339,6 +339,11 @@ def check_mpirun(exe, mpirun, data):
         r = ce.run([mpirun, "-np", np_] + vit + extra, env, timeout=300)
         ce.check(r.returncode != 0 and named in r.stderr,
                  f"mpirun -np {np_} strata_train vit {' '.join(extra)}: exit {r.returncode}, {r.stderr[-600:]!r}")
+    # Ranks started with another split: named on every rank when they join.
+    mw = ["--strategy", "multi_worker_mirrored", "--replicas", "1"]
+    r = ce.run([mpirun, "-np", "1"] + vit + mw + ["--tensor-parallel", "2", ":", "-np", "1"] + vit + mw, env, timeout=300)
+    ce.check(r.returncode != 0 and r.stderr.count("--tensor-parallel: rank 0 has 2, rank 1 has 1") == 2,
+             f"mpirun strata_train vit, --tensor-parallel 2 on rank 0 only: exit {r.returncode}, {r.stderr[-600:]!r}")
     # A shard that stalls (SIGSTOP) mid-training: the other names it within the deadline, in the
     # sum it waited in (a split layer's, or the step's stop agreement between two steps), and the
     # job ends.

@@ -210,6 +210,9 @@ TEST_CASE("across processes: a layer split another number of ways than the group
     INFO(msg);
     CHECK(strata_test::has(msg, "TensorParallelMultiHeadAttention is split over 2 shards, but the job's tensor-parallel group has 4 MPI "
                                 "processes: start one process per shard (mpirun -np 2)"));
+    // 4 processes are not replicas of 3 shards: refused on every rank before any split.
+    msg = strata_test::error_of([&] { dist::tensor_parallel_replicas(3); });
+    CHECK(strata_test::has(msg, "tensor_parallel_replicas: 4 processes are not replicas of 3 shards each (mpirun -np R·3)"));
     // A second group in the same job.
     msg = strata_test::error_of([&] { dist::TensorParallelProcesses again(MPI_COMM_WORLD); });
     CHECK(strata_test::has(msg, "the job already has a tensor-parallel group"));

@@ -148,6 +148,8 @@ inline strata::distribute::collective::Settings shared_settings(const Flags& f, 
             {"--backup-every-steps", std::to_string(f.backup_every_steps)},
             {"--backup-force", f.backup_force ? "given" : ""},
             {"--model", f.model},
+            // The split layers' shards pair up across processes: one split on every rank.
+            {"--tensor-parallel", std::to_string(f.tensor_parallel)},
             {"--dataset", f.dataset},
             {"--sync-batch-norm", f.sync_bn ? "on" : "off"},
             {"--precision", f.precision},
