@@ -74,10 +74,10 @@ int world_rank() { return coll::mpi::world_rank(); }
 
 // Splits the world into groups of `n` consecutive ranks and checks that each group, as the job's
 // tensor-parallel group, trains Split<n> as Unsplit on one device.
-template <int N, MultiHeadAttentionOptions O = MultiHeadAttentionOptions{}, class Net = Split<N, O>>
+template <int N, MultiHeadAttentionOptions O = MultiHeadAttentionOptions{}, class Net = Split<N, O>, class Reference = Unsplit<O>>
 void check_across() {
     dist::OneDevice<> alone;
-    const Run ref = train<Unsplit<O>>(alone);  // before the group: no split layer runs here
+    const Run ref = train<Reference>(alone);  // before the group: no split layer runs here
     MPI_Comm comm;
     MPI_Comm_split(MPI_COMM_WORLD, world_rank() / N, world_rank() % N, &comm);
     {
@@ -188,12 +188,17 @@ TEST_CASE("across processes, BackupAndRestore: rank 0 writes the backup, every r
     if (world_rank() == 0) std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("across processes, a column-parallel layer whose output goes to an unsplit layer gathers it (no pair)") {
+TEST_CASE("across processes, a column-parallel layer whose output goes to an unsplit layer, or whose activation is Softmax, gathers "
+          "it (no pair)") {
     // The MLP's second layer whole: the hidden columns must be gathered for it (forward), and
     // their gradient summed back (backward, the unsplit layer's input gradient is whole).
     using Unpaired = Transformer<dist::TensorParallelMultiHeadAttention<4, 3, 2, 2>, dist::TensorParallelTokenDense<22, GELU, 2, dist::Columns>,
                                  TokenDense<12>>;
     check_across<2, MultiHeadAttentionOptions{}, Unpaired>();
+    // A Softmax MLP layer is never paired: its activation needs the whole row, gathered first.
+    using SoftmaxMlp = Transformer<dist::TensorParallelMultiHeadAttention<4, 3, 2, 2>, dist::TensorParallelTokenDense<22, Softmax, 2, dist::Columns>,
+                                   dist::TensorParallelTokenDense<12, Linear, 2, dist::Rows>>;
+    check_across<2, MultiHeadAttentionOptions{}, SoftmaxMlp, Transformer<MultiHeadAttention<4, 3, 2>, TokenDense<22, Softmax>, TokenDense<12>>>();
 }
 
 TEST_CASE("across processes with the causal mask and no biases, and with attention dropout (each rank draws its heads' masks)") {

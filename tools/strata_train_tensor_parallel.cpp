@@ -32,6 +32,15 @@ using SplitNet =
                               strata::distribute::TensorParallelTokenDense<M::mlp, strata::nn::GELU, N, strata::distribute::Columns>,
                               strata::distribute::TensorParallelTokenDense<M::width, strata::nn::Linear, N, strata::distribute::Rows>>::Net;
 
+#ifdef STRATA_TRAIN_HAVE_MPI
+// The report with what the split layers' sums moved through this process (the JSON's).
+Report with_traffic(Report rep, const strata::distribute::TensorParallelProcesses& shards) {
+    rep.tensor_parallel_sums = shards.traffic().sums;
+    rep.tensor_parallel_bytes = shards.traffic().bytes;
+    return rep;
+}
+#endif
+
 template <class M, int N>
 Report train_split(const Job& job, int& replicas_in_sync) {
     namespace sd = strata::distribute;
@@ -45,19 +54,13 @@ Report train_split(const Job& job, int& replicas_in_sync) {
         sd::MultiWorkerMirrored<> s(1, {.cores_per_replica = f.threads, .timeout = std::chrono::milliseconds(f.timeout_ms)},
                                     {.comm = layout->replica_comm()});
         replicas_in_sync = s.num_replicas_in_sync();
-        Report rep = train<Net>(s, job);
-        rep.tensor_parallel_sums = layout->shards().traffic().sums;
-        rep.tensor_parallel_bytes = layout->shards().traffic().bytes;
-        return rep;
+        return with_traffic(train<Net>(s, job), layout->shards());
     }
     if (sd::launch_info().size > 1) {  // check_launcher: N processes, --strategy one_device
         auto shards = sd::tensor_parallel_processes(MPI_COMM_WORLD, {.timeout = std::chrono::milliseconds(f.timeout_ms)});
         sd::OneDevice<> s(f.threads);
         replicas_in_sync = 1;
-        Report rep = train<Net>(s, job);
-        rep.tensor_parallel_sums = shards->traffic().sums;
-        rep.tensor_parallel_bytes = shards->traffic().bytes;
-        return rep;
+        return with_traffic(train<Net>(s, job), *shards);
     }
 #endif
     // N logical devices of the CPU: shard j of every split layer runs inside device j.

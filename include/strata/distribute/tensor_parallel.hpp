@@ -270,14 +270,15 @@ public:
     void init(T* params, std::uint64_t seed, std::uint64_t stream) const { Plain().init(params, seed, stream); }
 
     /// Megatron's pair (Shoeybi et al. 2019, §3, the MLP's f and g): a column-parallel layer
-    /// whose output the next layer, row-parallel and split the same way (the same shards over
-    /// the same features and tokens), reads as it is. Across processes the pair then skips the
-    /// column layer's all-gather forward and the row layer's backward: each process's hidden
-    /// columns, and their gradient, stay where they were computed, and the other columns are
-    /// zeros, which neither layer reads. (Called by Network and Residual: nn::link_neighbours.)
+    /// with a value-by-value activation (not Softmax, which needs the whole row) whose output the
+    /// next layer, row-parallel and split the same way (the same shards over the same features
+    /// and tokens), reads as it is. Across processes the pair then skips the column layer's
+    /// all-gather forward and the row layer's backward: each process's hidden columns, biased and
+    /// activated there, and their gradient stay where they were computed, and the other columns
+    /// are zeros, which neither layer reads. (Called by Network and Residual: nn::link_neighbours.)
     template <class Next>
     void link_next(Next& next) {
-        if constexpr (by_columns && requires { next.take_split_input(Shards, Units, tokens); })
+        if constexpr (by_columns && !Act::rowwise && requires { next.take_split_input(Shards, Units, tokens); })
             paired_ = next.take_split_input(Shards, Units, tokens);
     }
     /// The row-parallel side of link_next: whether this layer reads its input split as it comes
@@ -288,10 +289,6 @@ public:
         split_input_ = shards == Shards && features == inputs && rows_per_example == tokens;
         return split_input_;
     }
-    /// Whether this layer is one of Megatron's pair (link_next): its output (column-parallel) or
-    /// its input (row-parallel) stays split across processes.
-    bool paired() const { return paired_ || split_input_; }
-
     void forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const nn::Mode& mode) {
         const std::int64_t n = x.dim(0) * tokens;  // rows
         const TensorView<T, P> ym(y.data(), Shape{n, Units});
@@ -304,7 +301,9 @@ public:
                 each_index<P>(inputs * count, GatherColumns<T>{params, s.w.data(), Units, first, count});
                 s.y.resize(Shape{n, count});
                 gemm(Trans::No, Trans::No, T(1), TensorView<T, P>(x.data(), Shape{n, inputs}), s.w.view(), T(0), s.y.view());
-                if (pool_.across()) fill(ym, T(0));  // the other processes' columns: zero, then summed in
+                // Paired across processes, this shard's columns only are biased and activated.
+                if (split_here()) nn::detail::dense_bias_activation<Act>(s.y.view(), params + kernel_size + first, count, mode, pre_);
+                if (pool_.across()) fill(ym, T(0));  // the other processes' columns: zero (summed in, unless paired)
                 each_index<P>(n * count, ScatterColumns<T>{s.y.data(), y.data(), Units, first, count});  // all-gather
             } else {
                 // X_j: the input's features [first, first + count); W_j: kernel rows, contiguous.
@@ -317,7 +316,8 @@ public:
             P::synchronize();
         });
         if constexpr (by_columns) {
-            if (pool_.across() && !paired_) pool_.sum(ym.data(), ym.size(), "tensor-parallel dense forward (all-gather)");
+            if (split_here()) return;  // biased and activated above
+            if (pool_.across()) pool_.sum(ym.data(), ym.size(), "tensor-parallel dense forward (all-gather)");
         } else {  // reduce
             sum_over_shards(pool_, Shards, [&](int j) { return shards_[std::size_t(j)].y.view(); }, ym, "tensor-parallel dense forward (reduce)");
         }
@@ -328,22 +328,25 @@ public:
                   const TensorView<T, P>& dx, const nn::Mode& mode) {
         const std::int64_t n = x.dim(0) * tokens;  // rows
         const TensorView<T, P> dym(dy.data(), Shape{n, Units});
-        nn::detail::dense_activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, grads + kernel_size, Units, mode, pre_,
-                                                   PerToken ? "TensorParallelTokenDense" : "TensorParallelDense");
+        const char* name = PerToken ? "TensorParallelTokenDense" : "TensorParallelDense";
+        if (!split_here())  // (paired across processes: this shard's columns, below)
+            nn::detail::dense_activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, grads + kernel_size, Units, mode,
+                                                       pre_, name);
         const bool want_dx = !dx.empty();
         // Across processes each shard's part of the kernel's gradient, and of a paired column
-        // layer's bias gradient (its other columns' output gradient is zero), is gathered below.
-        const TensorView<T, P> kernel_grad(grads, Shape{kernel_size});
+        // layer's bias gradient, is gathered below.
         const TensorView<T, P> split_grads(grads, Shape{kernel_size + (paired_ ? Units : 0)});
         run([&](int j) {
             Shard& s = shards_[std::size_t(j)];
             const auto [first, count] = part(j);
-            // Across processes each writes its shard of the kernel's gradient into zeros; the sum
-            // over the processes below then gathers the others'.
-            if (pool_.across()) fill(kernel_grad, T(0));
+            // Across processes each writes its shard of the kernel's gradient (and, paired, of the
+            // bias's) into zeros; the sum over the processes below then gathers the others'.
+            if (pool_.across()) fill(split_grads, T(0));
             if constexpr (by_columns) {
                 s.dy.resize(Shape{n, count});
                 each_index<P>(n * count, GatherColumns<T>{dy.data(), s.dy.data(), Units, first, count});
+                if (split_here())  // this shard's columns: s.y holds their activated output
+                    nn::detail::dense_activation_backward<Act>(s.y.view(), s.dy.view(), grads + kernel_size + first, count, mode, pre_, name);
                 s.dw.resize(Shape{inputs, count});
                 gemm(Trans::Yes, Trans::No, T(1), TensorView<T, P>(x.data(), Shape{n, inputs}), s.dy.view(), T(0), s.dw.view());
                 each_index<P>(inputs * count, ScatterColumns<T>{s.dw.data(), grads, Units, first, count});
@@ -391,6 +394,9 @@ private:
     ShardPool<P> pool_{Shards, PerToken ? "TensorParallelTokenDense" : "TensorParallelDense"};
     bool paired_ = false;       // column-parallel, its output read split by the next layer (link_next)
     bool split_input_ = false;  // row-parallel, its input read split from the previous layer
+    // This process holds only its shard's columns of the output (column-parallel, paired, across
+    // processes): they are biased, activated and differentiated on the shard's own [n, count].
+    bool split_here() const { return by_columns && paired_ && pool_.across(); }
     std::vector<Shard> shards_ = std::vector<Shard>(std::size_t(Shards));
     [[no_unique_address]] nn::detail::PreActivation<Act, T, P> pre_;  // GELU's input, for backward
 };
