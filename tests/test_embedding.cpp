@@ -29,6 +29,7 @@
 
 #if !defined(__CUDACC__)
 #include <strata/strata.hpp>
+#include <strata/distribute/tensor_parallel_attention.hpp>
 
 #include "training_util.hpp"
 #endif
@@ -563,3 +564,259 @@ TEST_CASE("a sequence model saves and loads its embedding by name") {
     std::filesystem::remove(path);
 }
 #endif
+
+// ---- Padding: Embedding's mask_zero -------------------------------------------------------------
+
+namespace {
+// A pre-norm encoder over 6 ids with id 0 as padding (or not), pooled over the tokens.
+template <bool Mask>
+using PadNet = Sequential<Input<6>, Embedding<7, 4, EmbeddingOptions{.mask_zero = Mask}>, PositionEmbedding<>,
+                          Residual<LayerNormalization<>, MultiHeadAttention<2, 3>>,
+                          Residual<LayerNormalization<>, TokenDense<8, GELU>, Dropout<10>, TokenDense<4>>, GlobalAveragePooling1D,
+                          Dense<3, Softmax>>;
+// Four sequences: padding at the end, padding inside (Keras masks every 0), none, and padding
+// only.
+const std::vector<double> kPadded = {3, 1, 4, 0, 0, 0,  //
+                                     5, 0, 2, 6, 0, 1,  //
+                                     1, 2, 3, 4, 5, 6,  //
+                                     0, 0, 0, 0, 0, 0};
+
+// The output and the gradients (objective sum(w ⊙ y)) of PadNet<Mask> on kPadded, in training
+// mode (the dropout draws), with the table's row 0 (the padding's) set to `row0`.
+template <bool Mask, class T = double, class P = Host>
+std::pair<std::vector<double>, std::vector<double>> pad_pass(double row0, std::uint64_t seed = 3) {
+    using Net = PadNet<Mask>;
+    Network<Net, T, P> net;
+    Tensor<T, P> params(Shape{Net::num_params}), grads(Shape{Net::num_params});
+    net.init(params.data(), seed);
+    std::vector<T> hp(std::size_t(Net::num_params));
+    strata::copy(params.view(), TensorView<T, Host>(hp.data(), Shape{Net::num_params}));
+    const auto noise = reference_values(Net::num_params, seed + 1, -0.2, 0.2);
+    for (std::size_t i = 0; i < hp.size(); ++i) hp[i] += T(noise[i]);
+    for (std::int64_t d = 0; d < 4; ++d) hp[std::size_t(d)] = T(row0 + 0.1 * double(d));  // embedding/embeddings[0]
+    strata::copy(TensorView<T, Host>(hp.data(), Shape{Net::num_params}), params.view());
+    auto x = on_place<T, P>(kPadded, Net::input_shape::batched(4));
+    const Mode mode{.training = true, .step = 7, .seed = 11};
+    const auto y = as_double(net.forward(params.data(), x.view(), mode));
+    const auto w = reference_values(4 * 3, seed + 2);
+    std::vector<T> wt(w.begin(), w.end());
+    strata::copy(TensorView<T, Host>(wt.data(), Shape{4, 3}), net.output_grad());
+    net.backward(params.data(), grads.data(), mode);
+    return {y, as_double(grads.view())};
+}
+}  // namespace
+
+TEST_CASE("mask_zero: nothing a padded token holds reaches the output or another variable's gradient; without the mask it does") {
+    const auto [y1, g1] = pad_pass<true>(0.3);
+    const auto [y2, g2] = pad_pass<true>(-2.0);
+    for (double v : y1) CHECK(std::isfinite(v));
+    // Bit for bit: the padded keys' weights are exactly 0, the pooling skips the padding.
+    CHECK(y1 == y2);
+    // The padding's row has no gradient; every other variable's is the same.
+    for (std::size_t i = 0; i < 4; ++i) {
+        CHECK(g1[i] == 0.0);
+        CHECK(g2[i] == 0.0);
+    }
+    CHECK(std::vector<double>(g1.begin() + 4, g1.end()) == std::vector<double>(g2.begin() + 4, g2.end()));
+    CHECK(std::any_of(g1.begin() + 4, g1.end(), [](double v) { return v != 0; }));
+    // (The negative control.) Without the mask, row 0 is an ordinary word: it changes every output.
+    const auto [n1, ng1] = pad_pass<false>(0.3);
+    const auto [n2, ng2] = pad_pass<false>(-2.0);
+    for (std::size_t e = 0; e < 4; ++e) {
+        CAPTURE(e);
+        if (e == 2) continue;  // the sequence without padding
+        CHECK(std::abs(n1[e * 3] - n2[e * 3]) > 1e-6);
+    }
+    CHECK(std::abs(ng1[0]) > 0);
+}
+
+TEST_CASE("mask_zero: the masked attention and pooling against a float64 reference of the tokens that count") {
+    // The attention block alone: ids -> Embedding -> MultiHeadAttention -> mean of the tokens
+    // that count, against the same computed here by hand over those tokens only.
+    using Net = Sequential<Input<6>, Embedding<7, 4, EmbeddingOptions{.mask_zero = true}>, MultiHeadAttention<2, 3>, GlobalAveragePooling1D>;
+    using Impl = std::tuple_element_t<1, Network<Net, double, Host>::Layers>;
+    Network<Net, double, Host> net;
+    std::vector<double> p(std::size_t(Net::num_params));
+    net.init(p.data(), 5);
+    const auto noise = reference_values(Net::num_params, 6, -0.3, 0.3);
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] += noise[i];
+    auto x = on_place<double, Host>(kPadded, Net::input_shape::batched(4));
+    const auto y = as_double(net.forward(p.data(), x.view(), Mode{}));
+    const double* emb = p.data();
+    const double* w = p.data() + 7 * 4;  // the attention's block
+    const std::int64_t F = 4, H = 2, D = 3;
+    for (std::int64_t e = 0; e < 4; ++e) {
+        std::vector<std::int64_t> keep;
+        for (std::int64_t t = 0; t < 6; ++t)
+            if (kPadded[std::size_t(e * 6 + t)] != 0) keep.push_back(t);
+        std::vector<double> pooled(F, 0.0);
+        for (std::int64_t t : keep) {  // only the tokens that count are pooled, and they attend to those only
+            auto proj = [&](std::int64_t kernel, std::int64_t bias, std::int64_t tok, std::int64_t h, std::int64_t d) {
+                double s = w[bias + h * D + d];
+                const auto id = std::int64_t(kPadded[std::size_t(e * 6 + tok)]);
+                for (std::int64_t f = 0; f < F; ++f) s += emb[id * F + f] * w[kernel + (f * H + h) * D + d];
+                return s;
+            };
+            std::vector<double> out(F, 0.0);
+            for (std::int64_t f = 0; f < F; ++f) out[std::size_t(f)] = w[Impl::o_bias + f];
+            for (std::int64_t h = 0; h < H; ++h) {
+                std::vector<double> sc;
+                double m = -1e300;
+                for (std::int64_t k : keep) {
+                    double s = 0;
+                    for (std::int64_t d = 0; d < D; ++d) s += proj(Impl::q_kernel, Impl::q_bias, t, h, d) * proj(Impl::k_kernel, Impl::k_bias, k, h, d);
+                    sc.push_back(s / std::sqrt(double(D)));
+                    m = std::max(m, sc.back());
+                }
+                double z = 0;
+                for (double& s : sc) z += (s = std::exp(s - m));
+                for (std::int64_t d = 0; d < D; ++d) {
+                    double o = 0;
+                    for (std::size_t j = 0; j < keep.size(); ++j) o += sc[j] / z * proj(Impl::v_kernel, Impl::v_bias, keep[j], h, d);
+                    for (std::int64_t f = 0; f < F; ++f) out[std::size_t(f)] += o * w[Impl::o_kernel + (h * D + d) * F + f];
+                }
+            }
+            for (std::int64_t f = 0; f < F; ++f) pooled[std::size_t(f)] += out[std::size_t(f)] / double(keep.size());
+        }
+        for (std::int64_t f = 0; f < F; ++f) {
+            CAPTURE(e);
+            CHECK(y[std::size_t(e * F + f)] == doctest::Approx(pooled[std::size_t(f)]).epsilon(1e-12));
+        }
+    }
+    // Padding only: every weight of its attention is 0 and its pooled features are 0.
+    for (std::int64_t f = 0; f < F; ++f) CHECK(y[std::size_t(3 * F + f)] == 0.0);
+}
+
+TEST_CASE("mask_zero: gradients match finite differences, every variable but the padding's row") {
+    using Net = PadNet<true>;
+    Network<Net, double, Host> net;
+    std::vector<double> p(std::size_t(Net::num_params)), g(p.size());
+    net.init(p.data(), 8);
+    const auto noise = reference_values(Net::num_params, 9, -0.2, 0.2);
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] += noise[i];
+    auto x = on_place<double, Host>(kPadded, Net::input_shape::batched(4));
+    const auto w = reference_values(12, 10);
+    const Mode mode{.training = true, .step = 2, .seed = 4};  // the dropout's mask is the same in every pass
+    auto objective = [&] {
+        const auto y = as_double(net.forward(p.data(), x.view(), mode));
+        double s = 0;
+        for (std::size_t i = 0; i < y.size(); ++i) s += w[i] * y[i];
+        return s;
+    };
+    objective();
+    std::copy(w.begin(), w.end(), net.output_grad().data());
+    net.backward(p.data(), g.data(), mode);
+    double worst = 0;
+    int checked = 0;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+        const double old = p[i];
+        p[i] = old + 1e-6;
+        const double fp = objective();
+        p[i] = old - 1e-6;
+        const double fm = objective();
+        p[i] = old;
+        const double fd = (fp - fm) / 2e-6;
+        const double err = std::abs(fd - g[i]) / std::max(1e-4, std::abs(fd));
+        if (i < 4) CHECK(std::abs(fd) < 1e-9);  // the padding's row changes nothing
+        if (err > worst) worst = err;
+        checked += g[i] != 0;
+    }
+    INFO("worst relative error " << worst);
+    CHECK(worst < 1e-5);
+    CHECK(checked > int(p.size()) / 2);
+}
+
+TEST_CASE("mask_zero: a model split where the Embedding's mask cannot reach is refused; the mask's layers are listed") {
+    // A pipeline stage that starts after the Embedding and before the pooling never sees the ids.
+    CHECK_THROWS_WITH_AS((Network<PadNet<true>, double, Host>(2, 6)), doctest::Contains("cannot see the ids its token mask comes from"),
+                         strata::ValueError);
+    CHECK_NOTHROW((Network<PadNet<true>, double, Host>(0, 3)));
+    CHECK_NOTHROW((Network<PadNet<true>, double, Host>(5, 6)));  // after the pooling: no mask to see
+    CHECK(Network<PadNet<true>, double, Host>::masks_tokens);
+    CHECK_FALSE(Network<PadNet<false>, double, Host>::masks_tokens);
+    CHECK(PadNet<true>::parameters().size() == PadNet<false>::parameters().size());  // the same variables
+}
+
+#if !defined(__CUDACC__)
+TEST_CASE("mask_zero with the attention split over 2 shards (heads) and Megatron's MLP: one device's output and gradients (float64)") {
+    namespace dist = strata::distribute;
+    using Whole = Sequential<Input<6>, Embedding<7, 4, EmbeddingOptions{.mask_zero = true}>, PositionEmbedding<>,
+                             Residual<LayerNormalization<>, MultiHeadAttention<2, 3>>,
+                             Residual<LayerNormalization<>, TokenDense<8, GELU>, TokenDense<4>>, GlobalAveragePooling1D, Dense<3, Softmax>>;
+    using Split = Sequential<Input<6>, Embedding<7, 4, EmbeddingOptions{.mask_zero = true}>, PositionEmbedding<>,
+                             Residual<LayerNormalization<>, dist::TensorParallelMultiHeadAttention<2, 3, 0, 2>>,
+                             Residual<LayerNormalization<>, dist::TensorParallelTokenDense<8, GELU, 2, dist::Columns>,
+                                      dist::TensorParallelTokenDense<4, Linear, 2, dist::Rows>>,
+                             GlobalAveragePooling1D, Dense<3, Softmax>>;
+    static_assert(Whole::num_params == Split::num_params);
+    Network<Whole, double, Host> a;
+    Network<Split, double, Host> b;
+    std::vector<double> p(std::size_t(Whole::num_params)), ga(p.size()), gb(p.size());
+    a.init(p.data(), 12);
+    const auto noise = reference_values(Whole::num_params, 13, -0.2, 0.2);
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] += noise[i];
+    auto x = on_place<double, Host>(kPadded, Whole::input_shape::batched(4));
+    const auto ya = as_double(a.forward(p.data(), x.view(), Mode{.training = true}));
+    const auto yb = as_double(b.forward(p.data(), x.view(), Mode{.training = true}));
+    for (std::size_t i = 0; i < ya.size(); ++i) CHECK(yb[i] == doctest::Approx(ya[i]).epsilon(1e-12));
+    const auto w = reference_values(12, 14);
+    std::copy(w.begin(), w.end(), a.output_grad().data());
+    std::copy(w.begin(), w.end(), b.output_grad().data());
+    a.backward(p.data(), ga.data(), Mode{.training = true});
+    b.backward(p.data(), gb.data(), Mode{.training = true});
+    double worst = 0;
+    for (std::size_t i = 0; i < ga.size(); ++i) worst = std::max(worst, std::abs(ga[i] - gb[i]));
+    INFO("largest gradient difference " << worst);
+    CHECK(worst < 1e-12);
+    for (std::size_t i = 0; i < 4; ++i) CHECK(gb[i] == 0.0);  // the padding's row
+}
+
+TEST_CASE("mask_zero under Mirrored (2 replicas, shards of different padding) trains as one device does") {
+    // Sequences of 1 to 6 ids in [1, 6], padded with 0; the label: whether id 1 is among them.
+    auto task = [](std::size_t n, std::uint64_t seed) {
+        const auto u = strata_test::lcg(n * 7, seed, 0, 1);
+        std::vector<float> x(n * 6, 0.0f);
+        std::vector<std::int32_t> y(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            const auto len = 1 + std::size_t(u[i * 7] * 6) % 6;
+            bool one = false;
+            for (std::size_t t = 0; t < len; ++t) {
+                x[i * 6 + t] = float(1 + std::int64_t(u[i * 7 + 1 + t] * 6) % 6);
+                one = one || x[i * 6 + t] == 1.0f;
+            }
+            y[i] = one ? 1 : 0;
+        }
+        return strata::data::Dataset<>::from_arrays(std::move(x), {6}, std::move(y));
+    };
+    using Net = PadNet<true>;
+    const auto opt = strata::optim::SGD{.learning_rate = 0.1};
+    strata::Model<Net> one(3);
+    one.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    one.fit(task(96, 5).batch(12), {.epochs = 2, .verbose = 0});
+    strata::distribute::Mirrored<> two(2);
+    strata::Model<Net, strata::distribute::Mirrored<>> m(two, 3);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    m.fit(task(96, 5).batch(12), {.epochs = 2, .verbose = 0});
+    const auto a = one.get_weights(), b = m.get_weights();
+    REQUIRE(a.size() == b.size());
+    double diff = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, double(std::abs(a[i] - b[i])));
+    INFO("largest weight difference " << diff);
+    CHECK(diff < 1e-5);  // float32 rounding of the summed gradients
+    for (std::size_t d = 0; d < 4; ++d) CHECK(a[d] == b[d]);  // the padding's row: never trained, the initial values
+    const auto ea = one.evaluate(task(64, 6).batch(16)), eb = m.evaluate(task(64, 6).batch(16));
+    CHECK(ea.loss == doctest::Approx(eb.loss).epsilon(1e-5));
+}
+#endif
+
+TEST_CASE_TEMPLATE("mask_zero on every place: the output and gradients match the host's float64, and padding reaches nothing", P,
+                   STRATA_TEST_PLACES) {
+    const auto [ref, gref] = pad_pass<true>(0.3);
+    const auto [y, g] = pad_pass<true, float, P>(0.3);
+    const auto [y2, g2] = pad_pass<true, float, P>(-2.0);
+    REQUIRE(y.size() == ref.size());
+    for (std::size_t i = 0; i < y.size(); ++i) CHECK(y[i] == doctest::Approx(ref[i]).epsilon(1e-5));
+    for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(gref[i]).epsilon(1e-3).scale(1e-4));
+    CHECK(y == y2);
+    for (std::size_t i = 0; i < 4; ++i) CHECK(g2[i] == 0.0);
+}

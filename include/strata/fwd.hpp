@@ -27,7 +27,7 @@
 /// | `nn::AveragePooling2D`, `nn::AveragePooling2DRect`, `nn::GlobalAveragePooling2D` | nn/average_pooling2d.hpp |
 /// | `nn::Residual`, `nn::Projection`                           | nn/residual.hpp                   |
 /// | `nn::Flatten`, `nn::Dropout`                               | nn/flatten.hpp, nn/dropout.hpp    |
-/// | `nn::Embedding`                                            | nn/embedding.hpp                  |
+/// | `nn::Embedding`, `nn::EmbeddingOptions` (not declared here: its options are a class type) | nn/embedding.hpp |
 /// | `nn::Sequential`, `nn::Network`                            | nn/sequential.hpp                 |
 /// | `distribute::Default`, `OneDevice`, `Mirrored`, `CentralStorage` | distribute/strategy.hpp     |
 /// | `distribute::MultiWorkerMirrored`                          | distribute/multi_worker_mirrored.hpp (MPI) |
@@ -119,8 +119,6 @@ struct Projection;
 struct Flatten;
 template <std::int64_t Numerator, std::int64_t Denominator = 100>
 struct Dropout;
-template <std::int64_t InputDim, std::int64_t OutputDim>
-struct Embedding;
 template <class InputSpec, class... Specs>
 struct Sequential;
 template <class Seq, class T, class P>

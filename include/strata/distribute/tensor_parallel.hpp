@@ -252,6 +252,8 @@ class TensorParallelDenseImpl {
 
 public:
     using input_shape = In;
+    /// The per-token layer carries the token mask (nn::TokenMask); the flat one has no tokens.
+    static constexpr nn::TokenMask token_mask = PerToken ? nn::TokenMask::Passes : nn::TokenMask::Unsupported;
     using output_shape = std::conditional_t<PerToken, typename nn::detail::ReplaceLast<In, Units>::type, StaticShape<Units>>;
     /// The features multiplied: a token's (the last axis), or the whole example's.
     static constexpr std::int64_t inputs = split_dense_inputs<PerToken, In>();

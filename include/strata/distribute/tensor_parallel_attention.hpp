@@ -73,6 +73,8 @@ class TensorParallelMultiHeadAttentionImpl<TensorParallelMultiHeadAttention<NumH
 
 public:
     using input_shape = In;
+    /// Uses the token mask as MultiHeadAttention does (nn::TokenMask).
+    static constexpr nn::TokenMask token_mask = nn::TokenMask::Passes;
     using output_shape = In;
     static constexpr std::int64_t S = Plain::S, F = Plain::F, H = Plain::H, Dk = Plain::Dk, Dv = Plain::Dv;
     static constexpr bool bias = Plain::bias, drops = Plain::drops;
@@ -96,6 +98,7 @@ public:
         if (n == 0) return;
         const std::int64_t rows = n * S;
         const TensorView<T, P> xm(x.data(), Shape{rows, F});
+        const T* key_mask = nn::detail::token_mask_of<T>(mode, S, "TensorParallelMultiHeadAttention");
         run([&](int j) {
             Shard& s = shards_[std::size_t(j)];
             const auto [h0, hc] = part(j);
@@ -106,7 +109,7 @@ public:
             project(s, xm, params, Plain::v_kernel, Plain::v_bias, Dv, h0, hc, s.wv, s.v);
             gemm_strided_batched<T, P>(Trans::No, Trans::Yes, S, S, Dk, T(scale()), s.q.data(), Dk, S * Dk, s.k.data(), Dk, S * Dk,
                                        T(0), s.a.data(), S, S * S, nh);
-            nn::detail::attention_softmax_rows<P>(s.a.data(), nh * S, S, O.causal);
+            nn::detail::attention_softmax_rows<P>(s.a.data(), nh * S, S, O.causal, key_mask, hc);
             if (dropped_) drop(s.a.data(), s.ad.data(), nh * S * S, h0, hc, mode);
             gemm_strided_batched<T, P>(Trans::No, Trans::No, S, Dv, S, T(1), weights(s), S, S * S, s.v.data(), Dv, S * Dv, T(0),
                                        s.o.data(), Dv, S * Dv, nh);

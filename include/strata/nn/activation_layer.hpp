@@ -68,6 +68,8 @@ class ActivationLayerImpl {
 
 public:
     using input_shape = In;
+    /// Carries the token mask (TokenMask): its output has the input's tokens, each from its own.
+    static constexpr TokenMask token_mask = TokenMask::Passes;
     using output_shape = In;
     static constexpr std::int64_t num_params = 0;
     static std::vector<ParamInfo> param_info() { return {}; }

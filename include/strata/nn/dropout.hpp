@@ -98,6 +98,8 @@ template <std::int64_t Numerator, std::int64_t Denominator, class In, class T, c
 class DropoutImpl {
 public:
     using input_shape = In;
+    /// Carries the token mask (TokenMask): its output has the input's tokens, each from its own.
+    static constexpr TokenMask token_mask = TokenMask::Passes;
     using output_shape = In;
     static constexpr std::int64_t num_params = 0;
     /// ceil(rate · 2^24): a value is kept when its 24 random bits reach it.

@@ -24,8 +24,28 @@
 /// that order, with no atomics (rows are partitioned among the threads, never a row's tokens).
 /// On Cuda the same: one thread per value of the gradient, from the sorted order.
 ///
-/// Not implemented: Keras' `mask_zero` (strata has no masks between layers), and ids of rank
-/// other than 1 per example (a compile-time error; Keras appends the axis to any rank).
+/// Padding (Keras' `mask_zero=True`): `Embedding<V, D, EmbeddingOptions{.mask_zero = true}>`
+/// makes id 0 padding. The layer still looks its row up (as Keras does), and Network makes the
+/// token mask from the model's input (1 where the id is not 0) and hands it to every layer
+/// (Mode::token_mask): MultiHeadAttention gives the padded keys weight 0 (a query attends only
+/// to the tokens that count; a sequence of padding only attends to nothing and gets 0 before
+/// the output projection, where Keras' large negative score would spread its weights evenly
+/// over the padding), and GlobalAveragePooling1D averages the tokens that count (0 for a
+/// sequence of padding, where Keras divides 0 by 0). So nothing a padded token holds reaches a
+/// token that counts, the pooled features, the loss or the gradients (tests/test_embedding.cpp
+/// checks it by changing row 0 of the table). As in Keras, ids run over [0, V) with 0 reserved:
+/// a vocabulary of V − 1 words. The layers between the Embedding and the pooling must carry the
+/// mask (nn::TokenMask: LayerNormalization, TokenDense, Dropout, ActivationLayer,
+/// PositionEmbedding, MultiHeadAttention, TensorParallelMultiHeadAttention and
+/// TensorParallelTokenDense, Residual blocks of those), and a GlobalAveragePooling1D must consume
+/// it before the output: a model that does not compile otherwise names the layer (Keras raises
+/// for a layer without supports_masking; a per-token output would need a masked loss, which
+/// strata's losses do not take yet). The masking Embedding is the model's first layer (the mask
+/// comes from its input), and a pipeline cannot split such a model (its later stages never see
+/// the ids: a ValueError when the stage is built).
+///
+/// Not implemented: ids of rank other than 1 per example (a compile-time error; Keras appends
+/// the axis to any rank).
 ///
 /// Places: every place. The ids are checked on the host (on Cuda they are copied back once per
 /// pass: tokens × 4 or 8 bytes), which also builds the sorted order backward uses.
@@ -41,8 +61,14 @@
 
 namespace strata::nn {
 
+/// Embedding's options (Keras' arguments): `mask_zero` makes id 0 padding, masked in the layers
+/// after it (above).
+struct EmbeddingOptions {
+    bool mask_zero = false;
+};
+
 namespace detail {
-template <std::int64_t InputDim, std::int64_t OutputDim, class In, class T, class P>
+template <std::int64_t InputDim, std::int64_t OutputDim, bool MaskZero, class In, class T, class P>
 class EmbeddingImpl;
 }
 
@@ -54,7 +80,9 @@ class EmbeddingImpl;
 ///                       Residual<LayerNormalization<>, MultiHeadAttention<2, 16, 0, MultiHeadAttentionOptions{.causal = true}>>,
 ///                       TokenDense<16, Softmax>>;   // next-token probabilities over 16 ids
 /// \endcode
-template <std::int64_t InputDim, std::int64_t OutputDim>
+/// With padding: `Embedding<10001, 64, EmbeddingOptions{.mask_zero = true}>` (10 000 words, id 0
+/// the padding), then layers that carry the mask and a GlobalAveragePooling1D.
+template <std::int64_t InputDim, std::int64_t OutputDim, EmbeddingOptions Options = EmbeddingOptions{}>
 struct Embedding {
     static_assert(InputDim >= 1, "strata::nn::Embedding<InputDim, OutputDim>: InputDim (the vocabulary size: ids are in "
                                  "[0, InputDim)) must be >= 1");
@@ -64,8 +92,10 @@ struct Embedding {
     static constexpr const char* keras_name = "embedding";
     static constexpr std::int64_t input_dim = InputDim;
     static constexpr std::int64_t output_dim = OutputDim;
+    /// Id 0 is padding, masked in the layers after this one (Keras' mask_zero).
+    static constexpr bool mask_zero = Options.mask_zero;
     template <class In, class T, class P>
-    using bind = detail::EmbeddingImpl<InputDim, OutputDim, In, T, P>;
+    using bind = detail::EmbeddingImpl<InputDim, OutputDim, Options.mask_zero, In, T, P>;
 };
 
 namespace detail {
@@ -103,9 +133,18 @@ struct ScatterRows {
     }
 };
 
-template <std::int64_t InputDim, std::int64_t OutputDim, class In, class T, class P>
+/// mask[t] = 1 where ids[t] is not 0 (a token that counts), 0 where it is (padding); one value
+/// per index, on any place.
+template <class T>
+struct TokenMaskFromIds {
+    const T* ids;
+    T* mask;
+    STRATA_HD void operator()(std::int64_t t) const { mask[t] = ids[t] != T(0) ? T(1) : T(0); }
+};
+
+template <std::int64_t InputDim, std::int64_t OutputDim, bool MaskZero, class In, class T, class P>
 class EmbeddingImpl {
-    using Spec = Embedding<InputDim, OutputDim>;
+    using Spec = Embedding<InputDim, OutputDim, EmbeddingOptions{.mask_zero = MaskZero}>;
     static constexpr bool rank_ok = In::rank == 1;
     static_assert(LayerShapeError<Spec, AnyShapeOfRank<1>, In, rank_ok>::value,
                   "strata::nn::Embedding<InputDim, OutputDim>: the input must be [tokens] integer ids per example (rank 1: "
@@ -122,6 +161,12 @@ public:
     static constexpr std::int64_t num_params = V * D;
     /// The input holds integer ids: a mixed precision policy leaves it as it is.
     static constexpr bool integer_input = true;
+    /// Id 0 is padding: Network makes the token mask from this layer's input (Mode::token_mask).
+    static constexpr bool mask_zero = MaskZero;
+    /// The mask, [n, S] as T on P, of the ids x (Network calls it when mask_zero).
+    static void make_token_mask(const TensorView<T, P>& x, T* mask) {
+        if (x.size() > 0) place::for_each_n<P>(x.size(), TokenMaskFromIds<T>{x.data(), mask});
+    }
 
     static std::vector<ParamInfo> param_info() { return {{"embeddings", Shape{V, D}, 0}}; }
     void init(T* params, std::uint64_t seed, std::uint64_t stream) const {

@@ -24,6 +24,9 @@ class GlobalAveragePooling1DImpl;
 }
 
 /// The mean over the tokens of [tokens, features] examples: [n, S, D] → [n, D]; no variables.
+/// After an Embedding with mask_zero (Mode::token_mask), the mean of the tokens that count
+/// (padding skipped; 0 for an example of padding only, where Keras divides 0 by 0), and the
+/// padding gets no gradient: the layer consumes the mask (nn::TokenMask).
 ///
 /// \code
 /// using Head = Sequential<Input<49, 64>, LayerNormalization<>, GlobalAveragePooling1D, Dense<10, Softmax>>;
@@ -37,30 +40,60 @@ struct GlobalAveragePooling1D {
 
 namespace detail {
 
-/// Forward: output (n, d) = Σ_s x[n, s, d] / S, one output value per index.
+/// Forward: output (n, d) = Σ_s x[n, s, d] / S, one output value per index; with the token mask,
+/// the mean of the tokens that count (0 for an example of padding only).
 template <class T>
 struct MeanOverTokens {
     const T* x;
     T* y;
     std::int64_t S, D;
+    const T* mask = nullptr;    // the token mask [n, S], or null: every token counts
+    const T* counts = nullptr;  // with a mask: the tokens that count per example [n]
     STRATA_HD void operator()(std::int64_t i) const {
         using A = accumulate_t<T>;
         const std::int64_t d = i % D, e = i / D;
         const T* xe = x + e * S * D + d;
         A s = A(0);
+        if (mask) {
+            const T* me = mask + e * S;
+            for (std::int64_t t = 0; t < S; ++t)
+                if (me[t] != T(0)) s += A(xe[t * D]);
+            y[i] = counts[e] > T(0) ? T(s / A(counts[e])) : T(0);  // a sequence of padding only: 0
+            return;
+        }
         for (std::int64_t t = 0; t < S; ++t) s += A(xe[t * D]);
         y[i] = T(s / A(S));
     }
 };
-/// Backward: dx[n, s, d] = dy[n, d] / S, one input value per index.
+/// Backward: dx[n, s, d] = dy[n, d] / S, one input value per index; with the token mask,
+/// dy[n, d] / (the tokens that count) for a token that counts, 0 for padding.
 template <class T>
 struct MeanOverTokensGrad {
     const T* dy;
     T* dx;
     std::int64_t S, D;
+    const T* mask = nullptr;
+    const T* counts = nullptr;
     STRATA_HD void operator()(std::int64_t i) const {
         using A = accumulate_t<T>;
-        dx[i] = T(A(dy[i / (S * D) * D + i % D]) / A(S));
+        const std::int64_t e = i / (S * D);
+        if (mask) {
+            dx[i] = mask[i / D] != T(0) ? T(A(dy[e * D + i % D]) / A(counts[e])) : T(0);
+            return;
+        }
+        dx[i] = T(A(dy[e * D + i % D]) / A(S));
+    }
+};
+/// counts[e] = the tokens of example e the mask counts; one example per index.
+template <class T>
+struct CountTokens {
+    const T* mask;
+    T* counts;
+    std::int64_t S;
+    STRATA_HD void operator()(std::int64_t e) const {
+        std::int64_t c = 0;
+        for (std::int64_t t = 0; t < S; ++t) c += mask[e * S + t] != T(0) ? 1 : 0;
+        counts[e] = T(c);
     }
 };
 
@@ -73,6 +106,8 @@ class GlobalAveragePooling1DImpl {
 
 public:
     using input_shape = In;
+    /// Consumes the token mask (nn::TokenMask): the mean of the tokens that count.
+    static constexpr TokenMask token_mask = TokenMask::Consumes;
     static constexpr std::int64_t S = rank_ok ? In::dims[0] : 1;
     static constexpr std::int64_t D = rank_ok ? In::dims[rank_ok ? 1 : 0] : 1;
     /// (On a malformed input: its last axis, flat, so that the next layers take it: one mistake,
@@ -82,15 +117,30 @@ public:
     static std::vector<ParamInfo> param_info() { return {}; }
     void init(T*, std::uint64_t, std::uint64_t) const {}
 
-    void forward(const T*, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode&) {
+    void forward(const T*, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode& mode) {
         const std::int64_t count = x.dim(0) * D;
-        if (count > 0) place::for_each_n<P>(count, MeanOverTokens<T>{x.data(), y.data(), S, D});
+        if (count == 0) return;
+        const T* mask = token_mask_of<T>(mode, S, "GlobalAveragePooling1D");
+        if (mask) {
+            counts_.resize(Shape{x.dim(0)});
+            place::for_each_n<P>(x.dim(0), CountTokens<T>{mask, counts_.data(), S});
+        }
+        place::for_each_n<P>(count, MeanOverTokens<T>{x.data(), y.data(), S, D, mask, mask ? counts_.data() : nullptr});
     }
     void backward(const T*, T*, const TensorView<T, P>& x, const TensorView<T, P>&, const TensorView<T, P>& dy,
-                  const TensorView<T, P>& dx, const Mode&) {
+                  const TensorView<T, P>& dx, const Mode& mode) {
         const std::int64_t count = x.dim(0) * S * D;
-        if (!dx.empty() && count > 0) place::for_each_n<P>(count, MeanOverTokensGrad<T>{dy.data(), dx.data(), S, D});
+        if (dx.empty() || count == 0) return;
+        const T* mask = token_mask_of<T>(mode, S, "GlobalAveragePooling1D");
+        if (mask) {  // the counts of this batch's mask (a backward may follow another forward)
+            counts_.resize(Shape{x.dim(0)});
+            place::for_each_n<P>(x.dim(0), CountTokens<T>{mask, counts_.data(), S});
+        }
+        place::for_each_n<P>(count, MeanOverTokensGrad<T>{dy.data(), dx.data(), S, D, mask, mask ? counts_.data() : nullptr});
     }
+
+private:
+    Tensor<T, P> counts_{};  // with a token mask: the tokens that count per example
 };
 
 }  // namespace detail

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "strata/fwd.hpp"
+#include "strata/core/error.hpp"
 #include "strata/core/function_ref.hpp"
 #include "strata/core/precision.hpp"
 #include "strata/core/profile.hpp"
@@ -78,6 +79,13 @@ struct Mode {
     /// The precision policy's compute type (strata/core/precision.hpp): under a mixed policy
     /// Network rounds what passes between layers, and the weights the layers read, to it.
     precision::Compute compute = precision::Compute::Float32;
+    /// The token mask (Keras' mask_zero: Embedding<V, D, {.mask_zero = true}>): [n, mask_tokens]
+    /// values of T on the layers' place, 1 for a token that counts and 0 for padding (id 0);
+    /// null without one. Network makes it from the model's input and hands it to every layer;
+    /// attention gives masked keys weight 0, GlobalAveragePooling1D averages the tokens that
+    /// count (see TokenMask below).
+    const void* token_mask = nullptr;
+    std::int64_t mask_tokens = 0;
 };
 
 /// One variable of a layer: its Keras name ("kernel", "bias", "moving_mean"), shape and offset
@@ -325,5 +333,40 @@ template <class A, class B>
 void link_neighbours(A& a, B& b) {
     if constexpr (requires { a.link_next(b); }) a.link_next(b);
 }
+
+/// What a bound layer does with the token mask (Mode::token_mask), as Keras' supports_masking
+/// and compute_mask say it: `Passes` (its output has the input's tokens, each computed from its
+/// own token or, for attention, from the tokens that count: LayerNormalization, TokenDense,
+/// Dropout, ActivationLayer, PositionEmbedding, MultiHeadAttention, Residual blocks of those),
+/// `Consumes` (its output has no token axis, and padding does not reach it:
+/// GlobalAveragePooling1D), or `Unsupported` (the default: a layer that does not declare
+/// `static constexpr TokenMask token_mask`). A Network whose first layer makes a mask requires
+/// every layer up to a consumer to pass it, and a consumer before the output (a compile-time
+/// error naming the layer otherwise: strata/nn/embedding.hpp).
+enum class TokenMask { Unsupported, Passes, Consumes };
+
+namespace detail {
+template <class L>
+constexpr TokenMask token_mask_use() {
+    if constexpr (requires { L::token_mask; }) return TokenMask(L::token_mask);
+    else return TokenMask::Unsupported;
+}
+/// Whether bound layer L makes the token mask from its input (Embedding with mask_zero).
+template <class L>
+constexpr bool makes_token_mask() {
+    if constexpr (requires { L::mask_zero; }) return bool(L::mask_zero);
+    else return false;
+}
+/// The token mask's values for this pass as T on the layer's place, after checking that it
+/// covers `tokens` tokens per example (null without a mask). `layer` names the caller.
+template <class T>
+const T* token_mask_of(const Mode& mode, std::int64_t tokens, const char* layer) {
+    if (!mode.token_mask) return nullptr;
+    STRATA_CHECK(mode.mask_tokens == tokens, ValueError, layer, ": the token mask covers ", mode.mask_tokens,
+                 " tokens per example and this layer's input has ", tokens,
+                 " (a layer before it changed the number of tokens: the mask cannot follow)");
+    return static_cast<const T*>(mode.token_mask);
+}
+}  // namespace detail
 
 }  // namespace strata::nn

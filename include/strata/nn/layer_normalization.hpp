@@ -262,6 +262,8 @@ class LayerNormImpl {
 
 public:
     using input_shape = In;
+    /// Carries the token mask (TokenMask): its output has the input's tokens, each from its own.
+    static constexpr TokenMask token_mask = TokenMask::Passes;
     using output_shape = In;
     /// Features: the last axis, which each row normalizes.
     static constexpr std::int64_t C = last_extent<In>() >= 1 ? last_extent<In>() : 1;

@@ -67,6 +67,10 @@ template <class Spec, class In, class T, class P>
 class MultiHeadAttentionImpl;
 }
 
+/// Padding: after an Embedding with mask_zero (Mode::token_mask), the padded keys get weight 0
+/// in every query's softmax (Keras' key mask); a query whose keys are all padding (or all masked
+/// with `causal`) gets weights 0 and attends to nothing.
+///
 /// Self-attention over [tokens, features] examples: `NumHeads` heads of `KeyDim` query/key
 /// features and `ValueDim` value features (ValueDim = 0: KeyDim, Keras' default). KeyDim = 0
 /// takes features / NumHeads (PyTorch's `nn.MultiheadAttention` head size), which NumHeads must
@@ -170,16 +174,37 @@ void merge_heads(std::int64_t tokens, const T* src, T* dst, std::int64_t S, std:
     if constexpr (std::is_same_v<P, place::Host>) place::for_each_n<P>(tokens * H, HeadRows<T>{src, nullptr, dst, S, H, D, false});
     else place::for_each_n<P>(tokens * H * D, MergeHeads<T>{src, dst, S, H, D});
 }
+/// Masks row r's keys in place before its softmax: the scores of the keys the token mask marks
+/// as padding (key_mask [n, S], the row's example e = r / (heads · S)) become −inf; returns
+/// whether any of its first `valid` keys counts. Without a mask, true.
+template <class T>
+STRATA_HD inline bool mask_keys(T* row, std::int64_t r, std::int64_t valid, std::int64_t S, const T* key_mask, std::int64_t heads) {
+    if (!key_mask) return true;
+    const T* km = key_mask + r / (heads * S) * S;
+    bool any = false;
+    for (std::int64_t j = 0; j < valid; ++j) {
+        if (km[j] == T(0)) row[j] = -T(INFINITY);
+        else any = true;
+    }
+    if (!any)
+        for (std::int64_t j = 0; j < S; ++j) row[j] = T(0);  // nothing to attend to: weights 0, output 0
+    return any;
+}
 /// Softmax of one row of scores per index, in place; row r is query r % S; with `causal` its
-/// keys after the query get probability 0. Accumulated in accumulate_t (double for float).
+/// keys after the query get probability 0, and with a token mask (key_mask [n, S], `heads`
+/// heads per example in the buffer) the padded keys too (a row with no key left: all 0).
+/// Accumulated in accumulate_t (double for float).
 template <class T>
 struct AttentionSoftmaxRows {
     T* a;
     std::int64_t S;
     bool causal;
+    const T* key_mask = nullptr;
+    std::int64_t heads = 1;
     STRATA_HD void operator()(std::int64_t r) const {
         T* row = a + r * S;
         const std::int64_t valid = causal ? r % S + 1 : S;
+        if (!mask_keys(row, r, valid, S, key_mask, heads)) return;
         T m = row[0];
         for (std::int64_t j = 1; j < valid; ++j) m = row[j] > m ? row[j] : m;
         accumulate_t<T> s = 0;
@@ -199,16 +224,22 @@ struct AttentionSoftmaxRowsSimd {
     float* a;
     std::int64_t S;
     bool causal;
-    void operator()(std::int64_t r) const { softmax_row_simd(a + r * S, causal ? r % S + 1 : S, S); }
+    const float* key_mask = nullptr;
+    std::int64_t heads = 1;
+    void operator()(std::int64_t r) const {
+        const std::int64_t valid = causal ? r % S + 1 : S;
+        if (mask_keys(a + r * S, r, valid, S, key_mask, heads)) softmax_row_simd(a + r * S, valid, S);
+    }
 };
 /// The attention's softmax over `rows` rows of S scores, in place, in the shape that suits the
-/// place: eight lanes for float on a host built for them, one row per index otherwise.
+/// place: eight lanes for float on a host built for them, one row per index otherwise. With a
+/// token mask, key_mask is [n, S] and `heads` the heads per example in the buffer.
 template <class P, class T>
-void attention_softmax_rows(T* a, std::int64_t rows, std::int64_t S, bool causal) {
+void attention_softmax_rows(T* a, std::int64_t rows, std::int64_t S, bool causal, const T* key_mask = nullptr, std::int64_t heads = 1) {
     if constexpr (gelu_simd && std::is_same_v<T, float> && std::is_same_v<P, place::Host>)
-        place::for_each_n<P>(rows, AttentionSoftmaxRowsSimd{a, S, causal});
+        place::for_each_n<P>(rows, AttentionSoftmaxRowsSimd{a, S, causal, key_mask, heads});
     else
-        place::for_each_n<P>(rows, AttentionSoftmaxRows<T>{a, S, causal});
+        place::for_each_n<P>(rows, AttentionSoftmaxRows<T>{a, S, causal, key_mask, heads});
 }
 /// Softmax backward of one row per index, in place: dS = A ⊙ (dA − Σ_j dA_j A_j) (masked
 /// entries have A = 0, so 0).
@@ -246,6 +277,9 @@ class MultiHeadAttentionImpl<MultiHeadAttention<NumHeads, KeyDim, ValueDim, O>, 
 
 public:
     using input_shape = In;
+    /// Uses the token mask (nn::TokenMask): padded keys get weight 0; every token's output has
+    /// the input's place, so the mask carries on past the layer.
+    static constexpr TokenMask token_mask = TokenMask::Passes;
     using output_shape = In;
     static constexpr std::int64_t S = attention_tokens<Spec, In>();
     static constexpr std::int64_t F = attention_features<Spec, In>();
@@ -324,7 +358,7 @@ public:
         // Scores, softmax, weighted values: per (example, head).
         gemm_strided_batched<T, P>(Trans::No, Trans::Yes, S, S, Dk, T(scale()), q_.data(), Dk, S * Dk, k_.data(), Dk, S * Dk, T(0),
                                    a_.data(), S, S * S, nh);
-        attention_softmax_rows<P>(a_.data(), nh * S, S, O.causal);
+        attention_softmax_rows<P>(a_.data(), nh * S, S, O.causal, token_mask_of<T>(mode, S, "MultiHeadAttention"), H);
         dropped_ = drops && mode.training;
         if (dropped_) drop(a_.data(), ad_.data(), nh * S * S, mode);  // the weights the values are summed with
         gemm_strided_batched<T, P>(Trans::No, Trans::No, S, Dv, S, T(1), weights(), S, S * S, v_.data(), Dv, S * Dv, T(0), o_.data(), Dv,

@@ -82,6 +82,8 @@ class PositionEmbeddingImpl {
 
 public:
     using input_shape = In;
+    /// Carries the token mask (TokenMask): its output has the input's tokens, each from its own.
+    static constexpr TokenMask token_mask = TokenMask::Passes;
     using output_shape = In;
     static constexpr std::int64_t S = rank_ok ? In::dims[0] : 1;
     static constexpr std::int64_t D = rank_ok ? In::dims[rank_ok ? 1 : 0] : 1;

@@ -308,6 +308,10 @@ class ResidualImpl {
     static constexpr std::size_t first_branch = std::tuple_size_v<ProjectionTuple>;
     static constexpr std::size_t num_inner = std::tuple_size_v<Inner>;
     static constexpr std::size_t branch_size = num_inner - first_branch;
+    static constexpr TokenMask inner_token_mask = []<std::size_t... K>(std::index_sequence<K...>) {
+        return !projected && ((token_mask_use<std::tuple_element_t<K, Inner>>() == TokenMask::Passes) && ...) ? TokenMask::Passes
+                                                                                                           : TokenMask::Unsupported;
+    }(std::make_index_sequence<num_inner>{});
     template <std::size_t K>
     using inner_t = std::tuple_element_t<K, Inner>;
     using ShortcutShape = std::conditional_t<(first_branch > 0), typename inner_t<0>::output_shape, In>;
@@ -327,6 +331,8 @@ public:
     /// The bound inner layers, the projection (if any) first (for tools that walk a network:
     /// benchmarks/step_profile counts their FLOPs).
     using inner_layers = Inner;
+    /// Carries the token mask when every inner layer does (nn::TokenMask).
+    static constexpr TokenMask token_mask = inner_token_mask;
     static constexpr auto offsets = param_offsets<Inner>(std::make_index_sequence<num_inner>{});
     static constexpr std::int64_t num_params = offsets[num_inner];
 

@@ -210,6 +210,70 @@ private:
 /// buffers are never allocated. The layers keep their indices in the model (their random
 /// streams, their names in the step profile), so a stage computes what the whole model's
 /// network computes for its layers, bit for bit, and one compiled network serves every split.
+namespace detail {
+/// Fails, naming the layer (its bound type and index in the model are the template arguments),
+/// when a model whose Embedding masks padding (mask_zero) has a layer that cannot carry the
+/// token mask before a GlobalAveragePooling1D consumes it (nn::TokenMask, strata/nn/layer.hpp).
+template <class Layer, std::size_t Index, bool Ok>
+struct TokenMaskLayerError {
+    static_assert(Ok, "strata::nn::Embedding<V, D, {.mask_zero = true}>: a layer between the Embedding and the "
+                      "GlobalAveragePooling1D that consumes the token mask does not carry it (nn::TokenMask); the layer and "
+                      "its index in the model are the template arguments of TokenMaskLayerError<Layer, Index> (Keras raises "
+                      "the same for a layer without supports_masking)");
+    static constexpr bool value = Ok;
+};
+/// Fails when nothing consumes the token mask before the model's output: the padded tokens'
+/// predictions would reach the loss, which takes no mask.
+template <class Model, bool Ok>
+struct TokenMaskUnconsumedError {
+    static_assert(Ok, "strata::nn::Embedding<V, D, {.mask_zero = true}>: the token mask reaches the model's output (no "
+                      "GlobalAveragePooling1D consumes it), and strata's losses do not take a mask yet: pool the tokens, or "
+                      "leave mask_zero off (the model is the template argument of TokenMaskUnconsumedError)");
+    static constexpr bool value = Ok;
+};
+/// Fails when a layer other than the first makes a token mask (the mask comes from the model's
+/// input ids).
+template <class Layer, std::size_t Index, bool Ok>
+struct TokenMaskNotFirstError {
+    static_assert(Ok, "strata::nn::Embedding<V, D, {.mask_zero = true}>: the masking Embedding must be the model's first "
+                      "layer (its mask is made from the model's input ids); the layer and its index are the template "
+                      "arguments of TokenMaskNotFirstError<Layer, Index>");
+    static constexpr bool value = Ok;
+};
+/// The checks above over a Network's bound layers: true when the first layer makes no mask, or
+/// every layer after it carries the mask up to one that consumes it.
+template <class Seq, class Layers>
+constexpr bool check_token_mask() {
+    constexpr std::size_t L = std::tuple_size_v<Layers>;
+    if constexpr (!makes_token_mask<std::tuple_element_t<0, Layers>>()) {
+        return [&]<std::size_t... I>(std::index_sequence<I...>) {
+            return (TokenMaskNotFirstError<std::tuple_element_t<I, Layers>, I,
+                                           I == 0 || !makes_token_mask<std::tuple_element_t<I, Layers>>()>::value &&
+                    ...);
+        }(std::make_index_sequence<L>{});
+    } else {
+        // The first consumer after layer 0 (L when none).
+        constexpr std::size_t consumer = []<std::size_t... I>(std::index_sequence<I...>) {
+            std::size_t c = L;
+            ((c == L && I > 0 && token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Consumes ? (c = I, 0) : 0), ...);
+            return c;
+        }(std::make_index_sequence<L>{});
+        return TokenMaskUnconsumedError<Seq, consumer < L>::value &&
+               []<std::size_t... I>(std::index_sequence<I...>) {
+                   return (TokenMaskLayerError<std::tuple_element_t<I, Layers>, I,
+                                               I == 0 || I >= consumer ||
+                                                   token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Passes>::value &&
+                           ...);
+               }(std::make_index_sequence<L>{}) &&
+               []<std::size_t... I>(std::index_sequence<I...>) {
+                   return (TokenMaskNotFirstError<std::tuple_element_t<I, Layers>, I,
+                                                  I == 0 || !makes_token_mask<std::tuple_element_t<I, Layers>>()>::value &&
+                           ...);
+               }(std::make_index_sequence<L>{});
+    }
+}
+}  // namespace detail
+
 template <class Seq, class T, class P>
 class Network {
 public:
@@ -219,12 +283,20 @@ public:
     static constexpr std::int64_t num_params = Seq::num_params;
     using input_shape = typename Seq::input_shape;
     using output_shape = typename Seq::output_shape;
+    /// The first layer masks padding (Embedding with mask_zero): the network makes the token
+    /// mask from its input and hands it to every layer (Mode::token_mask).
+    static constexpr bool masks_tokens = detail::makes_token_mask<std::tuple_element_t<0, Layers>>();
+    static_assert(detail::check_token_mask<Seq, Layers>(), "strata::nn::Network: the token mask cannot be carried (above)");
 
     Network() : Network(0, L) {}
     /// Layers [first, last) only (see the class comment); ValueError unless first < last <= L.
     Network(std::size_t first, std::size_t last) : first_(first), last_(last) {
         STRATA_CHECK(first < last && last <= L, ValueError, "Network: layers [", first, ", ", last, ") of a Sequential of ", L,
                      " layers; a range holds at least one of them");
+        STRATA_CHECK(!masks_tokens || first == 0 || first >= mask_consumer(), ValueError, "Network: layers [", first, ", ", last,
+                     ") of a model whose Embedding masks padding (mask_zero): a part that starts after the Embedding and "
+                     "before the GlobalAveragePooling1D cannot see the ids its token mask comes from (a pipeline cannot split "
+                     "such a model there)");
         base_ = offsets[first];
         set_streams(std::make_index_sequence<L>{});
         link_layers(std::make_index_sequence<L - 1>{});
@@ -553,6 +625,28 @@ private:
     bool trained_ = false;                // the last forward was in training mode
     std::size_t first_ = 0, last_ = L;    // the layers this network runs: [first_, last_)
     std::int64_t base_ = 0;               // offsets[first_]: where the given params and grads start
+    Tensor<T, P> token_mask_{};           // masks_tokens: the last forward's token mask [n, tokens]
+
+    // The index of the layer that consumes the token mask (L without a mask).
+    static constexpr std::size_t mask_consumer() {
+        return []<std::size_t... I>(std::index_sequence<I...>) {
+            std::size_t c = L;
+            ((c == L && I > 0 && detail::token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Consumes ? (c = I, 0) : 0), ...);
+            return masks_tokens ? c : L;
+        }(std::make_index_sequence<L>{});
+    }
+    // The pass's Mode with the token mask of the last forward's input (masks_tokens), when this
+    // network runs layers that read it.
+    Mode with_token_mask(const Mode& mode) const {
+        Mode m = mode;
+        if constexpr (masks_tokens) {
+            if (first_ == 0 && !token_mask_.empty()) {
+                m.token_mask = token_mask_.data();
+                m.mask_tokens = std::tuple_element_t<0, Layers>::S;
+            }
+        }
+        return m;
+    }
 };
 
 // The passes are defined out of the class, so that they are not inline: a program whose units
@@ -592,8 +686,14 @@ TensorView<T, P> Network<Seq, T, P>::forward(const T* params, const TensorView<T
         prepare(x);
     }
     trained_ = mode.training;
+    if constexpr (masks_tokens) {
+        if (first_ == 0) {
+            token_mask_.resize(Shape{x.size() > 0 ? x.size() : 1});
+            std::tuple_element_t<0, Layers>::make_token_mask(x, token_mask_.data());
+        }
+    }
     const strata::detail::Tf32Scope<P> tf32(mode.compute == precision::Compute::TF32);
-    forward_impl(params, mode, std::make_index_sequence<L>{});
+    forward_impl(params, with_token_mask(mode), std::make_index_sequence<L>{});
     return out_[last_ - 1];
 }
 
@@ -634,7 +734,7 @@ void Network<Seq, T, P>::backward(const T* params, T* grads, const Mode& mode, R
         params = compute_params_.data();
     }
     const strata::detail::Tf32Scope<P> tf32(mode.compute == precision::Compute::TF32);
-    backward_impl<L>(params, grads, mode, on_ready);
+    backward_impl<L>(params, grads, with_token_mask(mode), on_ready);
 }
 
 }  // namespace strata::nn

@@ -68,6 +68,8 @@ class TokenDenseImpl {
 
 public:
     using input_shape = In;
+    /// Carries the token mask (TokenMask): its output has the input's tokens, each from its own.
+    static constexpr TokenMask token_mask = TokenMask::Passes;
     using output_shape = typename ReplaceLast<In, Units>::type;
     /// Tokens per example: the positions that share the kernel.
     static constexpr std::int64_t tokens = In::size / C;
