@@ -84,6 +84,26 @@ struct MeanOverTokensGrad {
         dx[i] = T(A(dy[e * D + i % D]) / A(S));
     }
 };
+/// The same as MeanOverTokensGrad, one example per index (the host's shape: no divisions per
+/// value, which made the per-value form 1.3% of the ViT's step).
+template <class T>
+struct MeanOverTokensGradByExample {
+    const T* dy;
+    T* dx;
+    std::int64_t S, D;
+    const T* mask = nullptr;
+    const T* counts = nullptr;
+    void operator()(std::int64_t e) const {
+        using A = accumulate_t<T>;
+        const T* g = dy + e * D;
+        T* d = dx + e * S * D;
+        for (std::int64_t t = 0; t < S; ++t) {
+            const bool counts_here = !mask || mask[e * S + t] != T(0);
+            const A div = mask ? A(counts[e]) : A(S);
+            for (std::int64_t c = 0; c < D; ++c) d[t * D + c] = counts_here ? T(A(g[c]) / div) : T(0);
+        }
+    }
+};
 /// counts[e] = the tokens of example e the mask counts; one example per index.
 template <class T>
 struct CountTokens {
@@ -136,7 +156,10 @@ public:
             counts_.resize(Shape{x.dim(0)});
             place::for_each_n<P>(x.dim(0), CountTokens<T>{mask, counts_.data(), S});
         }
-        place::for_each_n<P>(count, MeanOverTokensGrad<T>{dy.data(), dx.data(), S, D, mask, mask ? counts_.data() : nullptr});
+        if constexpr (std::is_same_v<P, place::Host>)
+            place::for_each_n<P>(x.dim(0), MeanOverTokensGradByExample<T>{dy.data(), dx.data(), S, D, mask, mask ? counts_.data() : nullptr});
+        else
+            place::for_each_n<P>(count, MeanOverTokensGrad<T>{dy.data(), dx.data(), S, D, mask, mask ? counts_.data() : nullptr});
     }
 
 private:

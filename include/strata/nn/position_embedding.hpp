@@ -71,6 +71,20 @@ struct AddPositions {
     std::int64_t per_example;
     STRATA_HD void operator()(std::int64_t i) const { y[i] = x[i] + e[i % per_example]; }
 };
+/// The same, one example per index (the host's shape: the per-value `i % per_example` is a 64-bit
+/// division per value, 1% of the ViT's step; a GPU keeps one thread per value).
+template <class T>
+struct AddPositionsByExample {
+    const T* x;
+    const T* e;
+    T* y;
+    std::int64_t per_example;
+    void operator()(std::int64_t n) const {
+        const T* xr = x + n * per_example;
+        T* yr = y + n * per_example;
+        for (std::int64_t j = 0; j < per_example; ++j) yr[j] = xr[j] + e[j];
+    }
+};
 
 template <std::int64_t SequenceLength, class In, class T, class P>
 class PositionEmbeddingImpl {
@@ -98,7 +112,9 @@ public:
 
     void forward(const T* params, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode&) {
         const std::int64_t count = x.dim(0) * S * D;
-        if (count > 0) place::for_each_n<P>(count, AddPositions<T>{x.data(), params, y.data(), S * D});
+        if (count == 0) return;
+        if constexpr (std::is_same_v<P, place::Host>) place::for_each_n<P>(x.dim(0), AddPositionsByExample<T>{x.data(), params, y.data(), S * D});
+        else place::for_each_n<P>(count, AddPositions<T>{x.data(), params, y.data(), S * D});
     }
 
     void backward(const T*, T* grads, const TensorView<T, P>& x, const TensorView<T, P>&, const TensorView<T, P>& dy,
