@@ -137,6 +137,11 @@ public:
     static std::vector<ParamInfo> param_info() { return {}; }
     void init(T*, std::uint64_t, std::uint64_t) const {}
 
+    /// Sizes the per-example token counts a token mask needs (harmless without one).
+    void reserve(std::int64_t n, bool) {
+        if (n > 0) counts_.resize(Shape{n});
+    }
+
     void forward(const T*, const TensorView<T, P>& x, const TensorView<T, P>& y, const Mode& mode) {
         const std::int64_t count = x.dim(0) * D;
         if (count == 0) return;

@@ -703,6 +703,10 @@ void Network<Seq, T, P>::reserve(std::int64_t n, bool training) {
     if (n <= done) return;
     prepare_shapes(n);
     reserve_impl(n, training, std::make_index_sequence<L>{});
+    if constexpr (masks_tokens) {  // the token mask's storage too: the first step allocates nothing
+        if (first_ == 0 && n > 0 && token_mask_.size() < n * std::tuple_element_t<0, Layers>::S)
+            token_mask_.resize(Shape{n * std::tuple_element_t<0, Layers>::S});
+    }
     done = n;
 }
 
