@@ -98,7 +98,7 @@ public:
         if (n == 0) return;
         const std::int64_t rows = n * S;
         const TensorView<T, P> xm(x.data(), Shape{rows, F});
-        const T* key_mask = nn::detail::token_mask_of<T>(mode, S, "TensorParallelMultiHeadAttention");
+        const T* key_mask = nn::token_mask_of<T>(mode, S, "TensorParallelMultiHeadAttention");
         run([&](int j) {
             Shard& s = shards_[std::size_t(j)];
             const auto [h0, hc] = part(j);

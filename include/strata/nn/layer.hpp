@@ -357,6 +357,8 @@ constexpr bool makes_token_mask() {
     if constexpr (requires { L::mask_zero; }) return bool(L::mask_zero);
     else return false;
 }
+}  // namespace detail
+
 /// The token mask's values for this pass as T on the layer's place, after checking that it
 /// covers `tokens` tokens per example (null without a mask). `layer` names the caller.
 template <class T>
@@ -367,6 +369,5 @@ const T* token_mask_of(const Mode& mode, std::int64_t tokens, const char* layer)
                  " (a layer before it changed the number of tokens: the mask cannot follow)");
     return static_cast<const T*>(mode.token_mask);
 }
-}  // namespace detail
 
 }  // namespace strata::nn
