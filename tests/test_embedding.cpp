@@ -807,6 +807,130 @@ TEST_CASE("mask_zero under Mirrored (2 replicas, shards of different padding) tr
     const auto ea = one.evaluate(task(64, 6).batch(16)), eb = m.evaluate(task(64, 6).batch(16));
     CHECK(ea.loss == doctest::Approx(eb.loss).epsilon(1e-5));
 }
+
+// ---- Padding with a per-token output: the loss and accuracy over the tokens that count --------
+
+namespace {
+// The causal next-token model of above, with id 0 as padding (or not).
+template <bool Mask>
+using PaddedLm = Sequential<Input<kTokens>, Embedding<kVocab, 16, EmbeddingOptions{.mask_zero = Mask}>, PositionEmbedding<>,
+                            Residual<LayerNormalization<>, MultiHeadAttention<2, 8, 0, MultiHeadAttentionOptions{.causal = true}>>,
+                            Residual<LayerNormalization<>, TokenDense<32, GELU>, TokenDense<16>>, LayerNormalization<>,
+                            TokenDense<kVocab, Softmax>>;
+
+// n sequences of 1 to kTokens real ids counting through 1..kVocab-1 from a random start, padded
+// with 0 at the end; the target at each real position is the next id (the last one's: the id
+// after it), at each padded position `pad_target` (a random id when negative). `alternate`: the
+// even examples get 1 or 2 real tokens and the odd ones 7 or 8 (replicas' shards then count
+// different numbers of tokens).
+strata::data::Dataset<> padded_counting(std::size_t n, std::uint64_t seed, int pad_target, bool alternate = false) {
+    const auto u = strata_test::lcg(n * (kTokens + 2), seed, 0, 1);
+    const auto junk = strata_test::lcg(n * kTokens, 977, 0, 1);
+    std::vector<float> x(n * kTokens, 0.0f);
+    std::vector<std::int32_t> y(n * kTokens);
+    const std::int64_t words = kVocab - 1;
+    for (std::size_t i = 0; i < n; ++i) {
+        const double r = u[i * (kTokens + 2)];
+        const std::size_t len = alternate ? (i % 2 == 0 ? 1 + std::size_t(r * 2) % 2 : 7 + std::size_t(r * 2) % 2)
+                                          : 1 + std::size_t(r * kTokens) % kTokens;
+        std::int64_t id = 1 + std::int64_t(u[i * (kTokens + 2) + 1] * double(words)) % words;
+        for (std::size_t t = 0; t < kTokens; ++t) {
+            if (t < len) {
+                x[i * kTokens + t] = float(id);
+                id = id % words + 1;
+                y[i * kTokens + t] = std::int32_t(id);
+            } else {
+                y[i * kTokens + t] = pad_target >= 0 ? pad_target : std::int32_t(junk[i * kTokens + t] * double(kVocab)) % std::int32_t(kVocab);
+            }
+        }
+    }
+    return strata::data::Dataset<>::from_arrays(std::move(x), {std::size_t(kTokens)}, std::move(y), kTokens);
+}
+template <bool Mask>
+std::vector<float> weights_after(int pad_target, std::uint64_t seed = 3) {
+    strata::Model<PaddedLm<Mask>> m(seed);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    m.fit(padded_counting(64, 5, pad_target).batch(16), {.epochs = 2, .verbose = 0});
+    return m.get_weights();
+}
+}  // namespace
+
+TEST_CASE("mask_zero with a per-token output: the padded positions' targets change nothing; without the mask they do") {
+    static_assert(strata::Model<PaddedLm<true>>::masked_output && !strata::Model<PaddedLm<false>>::masked_output);
+    CHECK(weights_after<true>(0) == weights_after<true>(-1));   // bit for bit: the padded tokens' losses are not even computed
+    CHECK(weights_after<false>(0) != weights_after<false>(-1));  // the negative control
+}
+
+TEST_CASE("mask_zero with a per-token output: evaluate's loss and accuracy are the means over the tokens that count") {
+    strata::Model<PaddedLm<true>> m(7);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    m.fit(padded_counting(64, 8, -1).batch(16), {.epochs = 2, .verbose = 0});
+    const auto data = padded_counting(24, 9, -1);
+    const auto e = m.evaluate(data.batch(24));  // one batch: its means
+    const auto p = m.predict(data.batch(24));    // [24, kTokens, kVocab]
+    double loss = 0, right = 0, counted = 0;
+    std::int64_t i = 0;
+    for (auto it = data.batch(24).iterate(0); it != std::default_sentinel; ++it) {
+        const auto& b = *it;
+        for (std::size_t ex = 0; ex < b.size(); ++ex, ++i)
+            for (std::int64_t t = 0; t < kTokens; ++t) {
+                if (b.x_at(ex)[std::size_t(t)] == 0.0f) continue;
+                const float* row = p.data() + (i * kTokens + t) * kVocab;
+                const auto want = b.y_at(ex)[std::size_t(t)];
+                loss -= std::log(double(row[want]));
+                right += std::max_element(row, row + kVocab) - row == want ? 1 : 0;
+                counted += 1;
+            }
+    }
+    CHECK(counted > 24);
+    CHECK(counted < 24 * kTokens);
+    CHECK(e.loss == doctest::Approx(loss / counted).epsilon(1e-5));
+    CHECK(e.accuracy == doctest::Approx(right / counted).epsilon(1e-6));
+}
+
+TEST_CASE("mask_zero with a per-token output learns to count through padded sequences; the refusals") {
+    strata::Model<PaddedLm<true>> m(11);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    m.fit(padded_counting(512, 12, 0).shuffle(512, 13).batch(32), {.epochs = 8, .verbose = 0});
+    const auto e = m.evaluate(padded_counting(256, 14, -1).batch(64));
+    MESSAGE("held-out accuracy over the tokens that count: " << e.accuracy);
+    CHECK(e.accuracy > 0.95);
+    // Only SparseCategoricalCrossentropy and the accuracy leave the padding out.
+    strata::Model<PaddedLm<true>> other(1);
+    CHECK_THROWS_WITH_AS(other.compile(strata::loss::MeanSquaredError{}), doctest::Contains("takes no mask"), strata::ValueError);
+    CHECK_THROWS_WITH_AS(other.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{},
+                                       {"accuracy", "sparse_top_k_categorical_accuracy"}),
+                         doctest::Contains("do not yet"), strata::ValueError);
+    other.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
+    std::vector<float> x(8 * kTokens, 1.0f);
+    std::vector<std::int32_t> y(8 * kTokens, 2);
+    const auto weighted = strata::data::Dataset<>::from_arrays(std::move(x), {std::size_t(kTokens)}, std::move(y), kTokens,
+                                                               std::vector<float>(8, 0.5f));
+    CHECK_THROWS_WITH_AS(other.fit(weighted.batch(4), {.epochs = 1, .verbose = 0}), doctest::Contains("not supported yet"),
+                         strata::ValueError);
+    CHECK_THROWS_WITH_AS(other.evaluate(weighted.batch(4)), doctest::Contains("not supported yet"), strata::ValueError);
+}
+
+TEST_CASE("mask_zero with a per-token output under Mirrored (shards counting 1-2 and 7-8 tokens) trains as one device does") {
+    const auto opt = strata::optim::SGD{.learning_rate = 0.1};
+    strata::Model<PaddedLm<true>> one(3);
+    one.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    const auto h1 = one.fit(padded_counting(96, 16, -1, true).batch(12), {.epochs = 2, .verbose = 0});
+    strata::distribute::Mirrored<> two(2);
+    strata::Model<PaddedLm<true>, strata::distribute::Mirrored<>> m(two, 3);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    const auto h2 = m.fit(padded_counting(96, 16, -1, true).batch(12), {.epochs = 2, .verbose = 0});
+    const auto a = one.get_weights(), b = m.get_weights();
+    REQUIRE(a.size() == b.size());
+    double diff = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, double(std::abs(a[i] - b[i])));
+    INFO("largest weight difference " << diff);
+    // Each replica's shard alone would weigh its tokens by its own count (1-2 against 7-8 per
+    // example): the global batch's count, summed over the replicas, is what makes them equal.
+    CHECK(diff < 1e-5);
+    CHECK(h1["loss"].back() == doctest::Approx(h2["loss"].back()).epsilon(1e-5));
+    CHECK(h1["accuracy"].back() == doctest::Approx(h2["accuracy"].back()).epsilon(1e-5));
+}
 #endif
 
 TEST_CASE_TEMPLATE("mask_zero on every place: the output and gradients match the host's float64, and padding reaches nothing", P,

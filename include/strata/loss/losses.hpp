@@ -117,6 +117,7 @@ struct SparseCeRow {
     T inv_denom;
     bool logits;
     std::int64_t tokens = 1;
+    const T* token_weight = nullptr;  ///< per token (per row of classes): its weight; 0 leaves it out (the token mask)
     STRATA_HD T one(std::int64_t row, T scale) const {
         using std::exp;
         using std::log;
@@ -137,14 +138,25 @@ struct SparseCeRow {
             return -log(p);
         }
     }
+    // Token `row` under its weight: a token weighed 0 adds nothing and gets no gradient (its
+    // loss is not even computed, so a padded token's target cannot make a NaN).
+    STRATA_HD T weighed(std::int64_t row, T scale) const {
+        if (!token_weight) return one(row, scale);
+        const T w = token_weight[row];
+        if (w == T(0)) {
+            for (std::int64_t c = 0; c < classes; ++c) grad[row * classes + c] = T(0);
+            return T(0);
+        }
+        return w * one(row, scale * w);
+    }
     STRATA_HD void operator()(std::int64_t r) const {
         if (tokens == 1) {
-            row_loss[r] = one(r, inv_denom);
+            row_loss[r] = weighed(r, inv_denom);
             return;
         }
         const T scale = inv_denom / T(tokens);
         T s = 0;
-        for (std::int64_t k = 0; k < tokens; ++k) s += one(r * tokens + k, scale);
+        for (std::int64_t k = 0; k < tokens; ++k) s += weighed(r * tokens + k, scale);
         row_loss[r] = s / T(tokens);
     }
 };
@@ -271,15 +283,23 @@ struct LossScratchTag {};
 /// `weights`, when not null, points to n per-example weights on the place P (Keras's
 /// sample_weight): each example's loss and gradient are multiplied by its weight, and the
 /// weighted losses are summed.
+///
+/// `token_weights`, when not null (SparseCategoricalCrossentropy only), points to one weight per
+/// class id of `target` on P: each token's loss and gradient are multiplied by its weight, and a
+/// token weighed 0 is left out (its loss is not computed, its gradient is 0). Model passes the
+/// token mask of an Embedding with mask_zero this way, scaled so that the batch's loss is the
+/// mean over the tokens that count (Keras' masked reduction).
 template <class T, class P>
 const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, const TensorView<T, P>& target,
-                            const TensorView<T, P>& grad, double denominator, Input input, const T* weights);
+                            const TensorView<T, P>& grad, double denominator, Input input, const T* weights,
+                            const T* token_weights = nullptr);
 
 template <class T, class P>
 double loss_and_grad(const Loss& loss, const TensorView<T, P>& pred, const TensorView<T, P>& target,
-                     const TensorView<T, P>& grad, double denominator, Input input, const T* weights = nullptr) {
+                     const TensorView<T, P>& grad, double denominator, Input input, const T* weights = nullptr,
+                     const T* token_weights = nullptr) {
     const std::int64_t n = pred.dim(0);
-    const T* rows = loss_rows_and_grad(loss, pred, target, grad, denominator, input, weights);
+    const T* rows = loss_rows_and_grad(loss, pred, target, grad, denominator, input, weights, token_weights);
     if (n == 0) return 0.0;
     // n values: summed on the host in a fixed order (n is a batch, small), no allocation.
     if constexpr (place::host_accessible_v<P>) {
@@ -303,7 +323,8 @@ void reserve_scratch(std::int64_t examples) {
 /// place sums them without the host waiting (reduce.hpp's sum_to_device).
 template <class T, class P>
 const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, const TensorView<T, P>& target,
-                            const TensorView<T, P>& grad, double denominator, Input input, const T* weights) {
+                            const TensorView<T, P>& grad, double denominator, Input input, const T* weights,
+                            const T* token_weights) {
     static_assert(std::is_floating_point_v<T>, "strata::loss: T must be float or double");
     const std::int64_t n = pred.dim(0);
     STRATA_CHECK(grad.size() == pred.size(), ShapeError, "loss: the gradient buffer ", grad.shape(),
@@ -327,14 +348,18 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
                 place::for_each_n<P>(n,
                                    detail::SparseCeRow<T>{pred.data(), target.data(), grad.data(), rows,
                                                           per_token ? cols / tokens : cols, inv, input == Input::Logits,
-                                                          per_token ? tokens : 1});
+                                                          per_token ? tokens : 1, token_weights});
             } else if constexpr (std::is_same_v<L, CategoricalCrossentropy>) {
+                STRATA_CHECK(!token_weights, ValueError, "loss: token weights (the token mask) are taken by "
+                             "SparseCategoricalCrossentropy only, not by ", L::name);
                 STRATA_CHECK(target.size() == pred.size(), ShapeError, "CategoricalCrossentropy: predictions ",
                              pred.shape(), " and targets ", target.shape(), " differ");
                 place::for_each_n<P>(n,
                                    detail::CategoricalCeRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv,
                                                                input == Input::Logits});
             } else if constexpr (std::is_same_v<L, Custom>) {
+                STRATA_CHECK(!token_weights, ValueError, "loss: token weights (the token mask) are taken by "
+                             "SparseCategoricalCrossentropy only, not by loss::Custom '", l.name, "'");
                 STRATA_CHECK(l.loss && l.gradient, ValueError, "loss::Custom '", l.name, "': both functions are needed, got ",
                              l.loss ? "a loss" : "no loss", " and ", l.gradient ? "a gradient" : "no gradient");
                 STRATA_CHECK(target.size() == pred.size(), ShapeError, "loss::Custom '", l.name, "': predictions ",
@@ -346,6 +371,8 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
                                              P::name, " place (write a built-in loss, or train on strata::place::Host)");
                 }
             } else {
+                STRATA_CHECK(!token_weights, ValueError, "loss: token weights (the token mask) are taken by "
+                             "SparseCategoricalCrossentropy only, not by MeanSquaredError");
                 STRATA_CHECK(target.size() == pred.size(), ShapeError, "MeanSquaredError: predictions ", pred.shape(),
                              " and targets ", target.shape(), " differ");
                 place::for_each_n<P>(n, detail::MseRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv});
@@ -361,21 +388,24 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
 // the compiled part.
 STRATA_TEMPLATE double loss_and_grad<float, place::Host>(const Loss&, const TensorView<float, place::Host>&,
                                                          const TensorView<float, place::Host>&,
-                                                         const TensorView<float, place::Host>&, double, Input, const float*);
+                                                         const TensorView<float, place::Host>&, double, Input, const float*,
+                                                         const float*);
 STRATA_TEMPLATE double loss_and_grad<double, place::Host>(const Loss&, const TensorView<double, place::Host>&,
                                                           const TensorView<double, place::Host>&,
-                                                          const TensorView<double, place::Host>&, double, Input, const double*);
+                                                          const TensorView<double, place::Host>&, double, Input, const double*,
+                                                          const double*);
 #endif
 #if STRATA_CUDA_INSTANCES
 // The CUDA place's, in libstrata_cuda (strata/config.hpp).
 STRATA_CUDA_TEMPLATE double loss_and_grad<float, place::Cuda>(const Loss&, const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, double, Input,
-                                                       const float*);
+                                                       const float*, const float*);
 STRATA_CUDA_TEMPLATE double loss_and_grad<double, place::Cuda>(const Loss&, const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, double,
-                                                        Input, const double*);
+                                                        Input, const double*, const double*);
 STRATA_CUDA_TEMPLATE const float* loss_rows_and_grad<float, place::Cuda>(const Loss&, const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&,
-                                                                 double, Input, const float*);
+                                                                 double, Input, const float*, const float*);
 STRATA_CUDA_TEMPLATE const double* loss_rows_and_grad<double, place::Cuda>(const Loss&, const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&,
-                                                                   const TensorView<double, place::Cuda>&, double, Input, const double*);
+                                                                   const TensorView<double, place::Cuda>&, double, Input, const double*,
+                                                                   const double*);
 #endif
 
 /// Whether the loss wants its input as logits when the last activation is `LastIsSoftmax`.

@@ -7,7 +7,9 @@
 /// Sequences: sparse targets of K class ids per example (outputs [n, K, classes], targets
 /// [n, K]: a per-token softmax against per-token ids) count each example as the share of its K
 /// tokens predicted right, so the accuracy (the count over the examples) is the mean over every
-/// token, as Keras' sparse_categorical_accuracy averages a [n, K] match.
+/// token, as Keras' sparse_categorical_accuracy averages a [n, K] match. With token weights (the
+/// token mask of an Embedding with mask_zero, scaled by Model), each token right counts its
+/// weight: padding counts nothing.
 
 #include <cstdint>
 
@@ -27,18 +29,21 @@ struct RowCorrect {
     std::int64_t cols;
     AccuracyKind kind;
     std::int64_t tokens = 1;  ///< sparse: class ids per example (rows of cols / tokens classes)
+    const T* token_weight = nullptr;  ///< sparse: each id's weight (a token right counts it), or null: 1
     STRATA_HD void operator()(std::int64_t r) const {
-        if (kind == AccuracyKind::SparseCategorical && tokens > 1) {
+        if (kind == AccuracyKind::SparseCategorical && (tokens > 1 || token_weight)) {
             const std::int64_t classes = cols / tokens;
-            std::int64_t right = 0;
+            double right = 0;
             for (std::int64_t k = 0; k < tokens; ++k) {
+                const double w = token_weight ? double(token_weight[r * tokens + k]) : 1.0;
+                if (w == 0) continue;
                 const T* p = pred + r * cols + k * classes;
                 std::int64_t best = 0;
                 for (std::int64_t c = 1; c < classes; ++c)
                     if (p[c] > p[best]) best = c;
-                right += best == std::int64_t(target[r * tokens + k]) ? 1 : 0;
+                right += best == std::int64_t(target[r * tokens + k]) ? w : 0.0;
             }
-            flags[r] = T(double(right) / double(tokens));
+            flags[r] = T(right / double(tokens));
             return;
         }
         const T* p = pred + r * cols;
@@ -74,13 +79,26 @@ void reserve_accuracy_scratch(std::int64_t examples) {
 /// sparse targets of K > 1 ids per example (`target` [n, K], `pred` [n, K, classes]), the sum
 /// over the examples of the share of their tokens that are right. For Binary with logits, pass
 /// `logits_threshold` semantics by giving probabilities (the Model does).
+/// `token_weights` (sparse only; one per class id of `target`, on P): see the file comment.
 template <class T, class P>
-double count_correct(const TensorView<T, P>& pred, const TensorView<T, P>& target, AccuracyKind kind) {
+double count_correct(const TensorView<T, P>& pred, const TensorView<T, P>& target, AccuracyKind kind,
+                     const T* token_weights = nullptr) {
     const std::int64_t n = pred.dim(0);
     if (n == 0) return 0;
     T* flags = strata::detail::scratch<T, P, detail::MetricScratchTag>(n);
     const std::int64_t tokens = kind == AccuracyKind::SparseCategorical ? target.size() / n : 1;
-    place::for_each_n<P>(n, detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind, tokens});
+    STRATA_CHECK(!token_weights || kind == AccuracyKind::SparseCategorical, ValueError,
+                 "accuracy: token weights (the token mask) are taken by the sparse categorical accuracy only");
+    place::for_each_n<P>(n, detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind, tokens, token_weights});
+    if (token_weights && tokens == 1) {  // weighed shares, not a whole count
+        if constexpr (place::host_accessible_v<P>) {
+            double s = 0;
+            for (std::int64_t i = 0; i < n; ++i) s += double(flags[i]);
+            return s;
+        } else {
+            return double(sum(TensorView<T, P>(flags, Shape{n})));
+        }
+    }
     if constexpr (place::host_accessible_v<P>) {
         if (tokens > 1) {
             double s = 0;  // shares of tokens: summed in example order
@@ -115,14 +133,16 @@ void count_correct_to_device(const TensorView<T, place::Cuda>& pred, const Tenso
 #if STRATA_INSTANCES
 // The host's accuracy counts, compiled once in the compiled part.
 STRATA_TEMPLATE double count_correct<float, place::Host>(const TensorView<float, place::Host>&,
-                                                               const TensorView<float, place::Host>&, AccuracyKind);
+                                                               const TensorView<float, place::Host>&, AccuracyKind, const float*);
 STRATA_TEMPLATE double count_correct<double, place::Host>(const TensorView<double, place::Host>&,
-                                                                const TensorView<double, place::Host>&, AccuracyKind);
+                                                                const TensorView<double, place::Host>&, AccuracyKind, const double*);
 #endif
 #if STRATA_CUDA_INSTANCES
 // The CUDA place's, in libstrata_cuda (strata/config.hpp).
-STRATA_CUDA_TEMPLATE double count_correct<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, AccuracyKind);
-STRATA_CUDA_TEMPLATE double count_correct<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, AccuracyKind);
+STRATA_CUDA_TEMPLATE double count_correct<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, AccuracyKind,
+                                                              const float*);
+STRATA_CUDA_TEMPLATE double count_correct<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, AccuracyKind,
+                                                               const double*);
 STRATA_CUDA_TEMPLATE void count_correct_to_device<float>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&,
                                                         AccuracyKind, double*);
 STRATA_CUDA_TEMPLATE void count_correct_to_device<double>(const TensorView<double, place::Cuda>&,

@@ -34,15 +34,17 @@
 /// sequence of padding, where Keras divides 0 by 0). So nothing a padded token holds reaches a
 /// token that counts, the pooled features, the loss or the gradients (tests/test_embedding.cpp
 /// checks it by changing row 0 of the table). As in Keras, ids run over [0, V) with 0 reserved:
-/// a vocabulary of V − 1 words. The layers between the Embedding and the pooling must carry the
-/// mask (nn::TokenMask: LayerNormalization, TokenDense, Dropout, ActivationLayer,
-/// PositionEmbedding, MultiHeadAttention, TensorParallelMultiHeadAttention and
-/// TensorParallelTokenDense, Residual blocks of those), and a GlobalAveragePooling1D must consume
-/// it before the output: a model that does not compile otherwise names the layer (Keras raises
-/// for a layer without supports_masking; a per-token output would need a masked loss, which
-/// strata's losses do not take yet). The masking Embedding is the model's first layer (the mask
-/// comes from its input), and a pipeline cannot split such a model (its later stages never see
-/// the ids: a ValueError when the stage is built).
+/// a vocabulary of V − 1 words. The layers after the Embedding must carry the mask
+/// (nn::TokenMask: LayerNormalization, TokenDense, Dropout, ActivationLayer, PositionEmbedding,
+/// MultiHeadAttention, TensorParallelMultiHeadAttention and TensorParallelTokenDense, Residual
+/// blocks of those) up to a GlobalAveragePooling1D that consumes it, or up to a per-token output
+/// ([tokens, classes], targets one id per token): then Model's SparseCategoricalCrossentropy and
+/// accuracy are the means over the tokens that count in each global batch (Keras' masked
+/// reduction), the global count summed over the replicas of a step, so that N replicas equal one
+/// device. A model that does not compile otherwise names the layer (Keras raises for a layer
+/// without supports_masking). The masking Embedding is the model's first layer (the mask comes
+/// from its input), and a pipeline cannot split such a model before the pooling (its later
+/// stages never see the ids: a ValueError when the stage is built).
 ///
 /// Not implemented: ids of rank other than 1 per example (a compile-time error; Keras appends
 /// the axis to any rank).

@@ -222,13 +222,14 @@ struct TokenMaskLayerError {
                       "the same for a layer without supports_masking)");
     static constexpr bool value = Ok;
 };
-/// Fails when nothing consumes the token mask before the model's output: the padded tokens'
-/// predictions would reach the loss, which takes no mask.
+/// Fails when the token mask reaches the model's output (nothing consumes it) and the output is
+/// not one row per token of the mask: the loss could not leave the padding out.
 template <class Model, bool Ok>
 struct TokenMaskUnconsumedError {
     static_assert(Ok, "strata::nn::Embedding<V, D, {.mask_zero = true}>: the token mask reaches the model's output (no "
-                      "GlobalAveragePooling1D consumes it), and strata's losses do not take a mask yet: pool the tokens, or "
-                      "leave mask_zero off (the model is the template argument of TokenMaskUnconsumedError)");
+                      "GlobalAveragePooling1D consumes it), and the output is not [tokens, classes] with the mask's tokens, "
+                      "so the loss cannot leave the padding out (the model is the template argument of "
+                      "TokenMaskUnconsumedError)");
     static constexpr bool value = Ok;
 };
 /// Fails when a layer other than the first makes a token mask (the mask comes from the model's
@@ -258,7 +259,9 @@ constexpr bool check_token_mask() {
             ((c == L && I > 0 && token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Consumes ? (c = I, 0) : 0), ...);
             return c;
         }(std::make_index_sequence<L>{});
-        return TokenMaskUnconsumedError<Seq, consumer < L>::value &&
+        using Out = typename Seq::output_shape;
+        constexpr bool per_token_output = Out::rank == 2 && Out::dims[0] == std::tuple_element_t<0, Layers>::S;
+        return TokenMaskUnconsumedError<Seq, (consumer < L || per_token_output)>::value &&
                []<std::size_t... I>(std::index_sequence<I...>) {
                    return (TokenMaskLayerError<std::tuple_element_t<I, Layers>, I,
                                                I == 0 || I >= consumer ||
@@ -287,6 +290,21 @@ public:
     /// mask from its input and hands it to every layer (Mode::token_mask).
     static constexpr bool masks_tokens = detail::makes_token_mask<std::tuple_element_t<0, Layers>>();
     static_assert(detail::check_token_mask<Seq, Layers>(), "strata::nn::Network: the token mask cannot be carried (above)");
+    /// The token mask reaches the output (one row per token, no pooling): the loss and the
+    /// accuracy leave the padded tokens out (Model passes them the mask as token weights).
+    static constexpr bool masks_output = masks_tokens && [] {
+        std::size_t c = L;
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+            ((c == L && I > 0 && detail::token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Consumes ? (c = I, 0) : 0), ...);
+        }(std::make_index_sequence<L>{});
+        return c == L;
+    }();
+    /// The last forward's token mask, [n, tokens] values of T on P (1: counts, 0: padding); null
+    /// without masks_tokens or before a forward.
+    const T* token_mask() const {
+        if constexpr (masks_tokens) return token_mask_.empty() ? nullptr : token_mask_.data();
+        else return nullptr;
+    }
 
     Network() : Network(0, L) {}
     /// Layers [first, last) only (see the class comment); ValueError unless first < last <= L.

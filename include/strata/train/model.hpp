@@ -109,6 +109,15 @@ struct LastActivation<nn::Sequential<In, Specs...>> {
         else return false;
     }();
 };
+/// out[i] = mask[i] · factor, one value per index on any place (the token weights of a model whose
+/// output carries Embedding's token mask: Model::masked_token_weights).
+template <class T>
+struct ScaledMask {
+    const T* mask;
+    T* out;
+    T factor;
+    STRATA_HD void operator()(std::int64_t i) const { out[i] = mask[i] != T(0) ? factor : T(0); }
+};
 }  // namespace detail
 
 /// A model: a Sequential network `Net`, trained under `Strategy` with element type `T`.
@@ -154,6 +163,15 @@ public:
     /// Whether the strategy steps all replicas in lockstep on one global batch (everything but
     /// ParameterServer); only then are the pieces of a step (compute_gradients, ...) offered.
     static constexpr bool lockstep = path_type::lockstep;
+    /// The output carries the token mask of an Embedding with mask_zero (one row per token, no
+    /// pooling): the loss and the accuracy are the means over the tokens that count in the global
+    /// batch (Keras' masked reduction), with the mask passed to them as token weights.
+    static constexpr bool masked_output = nn::Network<Net, T, P>::masks_output;
+    static_assert(!masked_output || (lockstep && !path_type::pipelined),
+                  "strata::Model: a model whose per-token output carries Embedding's token mask (mask_zero) averages its "
+                  "loss over the tokens that count in each global batch, which needs replicas stepping together on one "
+                  "global batch; ParameterServer's workers step on their own and a Pipeline's later stages never see the "
+                  "ids (not supported yet): use OneDevice, Mirrored, CentralStorage or MultiWorkerMirrored");
 
     /// A model with its own Default strategy (one replica, all host cores).
     explicit Model(std::uint64_t seed = 0)
@@ -186,7 +204,18 @@ public:
                 },
                 optimizer);
         }
+        if constexpr (masked_output) {
+            STRATA_CHECK(loss::sparse_targets(loss), ValueError, "Model::compile: the model's per-token output carries "
+                         "Embedding's token mask (mask_zero), which SparseCategoricalCrossentropy leaves out of its mean; ",
+                         loss::name(loss), " takes no mask (not supported yet)");
+        }
         this->compile_settings_for(std::move(loss), optimizer, metrics, output_size, last_is_softmax);
+        if constexpr (masked_output) {
+            STRATA_CHECK(settings_.top_k == 0 && !settings_.precision && !settings_.recall, ValueError,
+                         "Model::compile: the model's per-token output carries Embedding's token mask (mask_zero); of the "
+                         "metrics, \"accuracy\" leaves the padding out, and sparse_top_k_categorical_accuracy, precision and "
+                         "recall do not yet: leave them out");
+        }
         // What compile decided, which every process of a job must share (the path compares it
         // across processes, a ValueError on every rank naming who has what): under
         // precision::Any each rank's set_precision may have chosen another policy.
@@ -432,6 +461,12 @@ public:
             const auto& batch = *it;
             check_batch(batch, "evaluate");
             const std::int64_t n = std::int64_t(batch.size());
+            double factor = 0;  // masked_output: the batch's (every unit's) tokens that count
+            if constexpr (masked_output) {
+                STRATA_CHECK(!batch.has_sample_weight(), ValueError, "evaluate: sample weights with a per-token output that "
+                             "carries Embedding's token mask (mask_zero) are not supported yet");
+                factor = token_factor(n, double(counted_tokens(batch.x.data(), n)));
+            }
             path_.run_units([&](int r) {
                 Unit& u = *units_[std::size_t(r)];
                 const auto b = path_.unit_share(batch, r);
@@ -444,7 +479,8 @@ public:
                 auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
                 auto out = u.net.forward(path_.inference_params(r), x, mode);
                 const T* weights = b.w.empty() ? nullptr : stage_weights(u, b.w, b.size, b.y_per_example, false);
-                score(u, out, target, u.net.output_grad(), 1.0, weights);
+                score(u, out, target, u.net.output_grad(), 1.0, weights,
+                      masked_output ? masked_token_weights(u, b.size, factor) : nullptr);
             });
             for (int r = 0; r < N; ++r) {
                 loss_sum += units_[std::size_t(r)]->loss_sum;
@@ -624,7 +660,35 @@ private:
         double correct = 0;                      // examples right (per-token ids: the shares right)
         TensorView<T, P> staged_target;          // a pipelined unit's mini-batch (StagedWork)
         const T* staged_weights = nullptr;
+        Tensor<T, P> token_weights{};            // masked_output: the loss's and accuracy's token weights
     };
+
+    // masked_output: the token ids that count (not 0) among n examples of host ids x.
+    static std::int64_t counted_tokens(const float* x, std::int64_t n) {
+        std::int64_t v = 0;
+        for (std::int64_t i = 0; i < n * input_size; ++i) v += x[i] != 0.0f ? 1 : 0;
+        return v;
+    }
+    // masked_output: the token weights of unit u's last forward on n examples, each token's mask
+    // times `factor` (the global batch's examples × tokens / its tokens that count), so that the
+    // loss's and the accuracy's sums over the examples, divided by the examples, are the means
+    // over the tokens that count.
+    const T* masked_token_weights(Unit& u, std::int64_t n, double factor) {
+        if constexpr (masked_output) {
+            u.token_weights.resize(Shape{n * sequence_tokens});
+            if (n > 0)
+                place::for_each_n<P>(n * sequence_tokens,
+                                     detail::ScaledMask<T>{u.net.token_mask(), u.token_weights.data(), T(factor)});
+            return u.token_weights.data();
+        } else {
+            (void)u, (void)n, (void)factor;
+            return nullptr;
+        }
+    }
+    // The factor above for a global batch of `examples` with `counted` tokens that count.
+    static double token_factor(std::int64_t examples, double counted) {
+        return counted > 0 ? double(examples) * double(sequence_tokens) / counted : 0.0;
+    }
 
     // The unit of work of a pipelined path (a Pipeline's stages run forward and backward; Model
     // stages the mini-batch and computes the loss of each micro-batch on the last stage).
@@ -764,6 +828,10 @@ private:
             u.correct = 0;
             if (b.size == 0) {
                 fill(TensorView<T, P>(grads, Shape{num_params}), T(0));
+                if constexpr (masked_output) {  // the others count the global batch's tokens with this replica
+                    double none[1] = {0.0};
+                    if (auto sum = path_.replica_sum(r)) sum(std::span<double>(none));
+                }
                 if constexpr (Net::synchronizes_replicas) {
                     // The others' synchronized layers wait for this replica's (empty) statistics.
                     const nn::Mode mode{.training = true, .step = step, .seed = seed_, .first_example = b.first,
@@ -784,18 +852,30 @@ private:
             // lockstep: its workers compute while its servers apply) divides it itself, by the
             // scale in force when it handed the mini-batch out.
             if (precision::scales_loss(compute_) && lockstep) denominator /= path_.loss_scale_state().scale;
+            double factor = 0;
+            if constexpr (masked_output) {
+                STRATA_CHECK(b.w.empty() && class_weight_.empty(), ValueError,
+                             "fit: sample or class weights with a per-token output that carries Embedding's token mask "
+                             "(mask_zero) are not supported yet");
+                // The global batch's tokens that count: this replica's, summed over every replica
+                // of the step (in this process and across processes), before any layer sums.
+                double counted[1] = {double(counted_tokens(b.x.data(), b.size))};
+                if (auto sum = path_.replica_sum(r)) sum(std::span<double>(counted));
+                factor = token_factor(b.global_size, counted[0]);
+            }
             auto x = stage_input(u, b.x.data(), b.size);
             auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
             if constexpr (step_capturable) {
                 // Nothing the host must read in the middle of the step: the place may capture it.
                 if (b.w.empty() && class_weight_.empty() && settings_.top_k == 0 && !settings_.precision && !settings_.recall &&
-                    !precision::is_mixed(compute_))
+                    !precision::is_mixed(compute_) && !masked_output)
                     return captured_step(u, b.size, x, target, params, grads, denominator, mode, on_ready);
             }
             auto out = u.net.forward(params, x, mode);
             // Unweighted data and no class weights: no weights staged, none applied.
             const T* weights = b.w.empty() && class_weight_.empty() ? nullptr : stage_weights(u, b.w, b.size, b.y_per_example, true);
-            score(u, out, target, u.net.output_grad(), denominator, weights);
+            score(u, out, target, u.net.output_grad(), denominator, weights,
+                  masked_output ? masked_token_weights(u, b.size, factor) : nullptr);
             u.net.backward(params, grads, mode, on_ready);
             return {u.loss_sum, u.correct, b.size};
         };
@@ -806,13 +886,13 @@ private:
     // the correct count, and the metrics beyond accuracy. Every pass scores through here:
     // a training step, a pipelined micro-batch, an evaluated batch.
     void score(Unit& u, const TensorView<T, P>& out, const TensorView<T, P>& target, const TensorView<T, P>& out_grad,
-               double denominator, const T* weights) {
+               double denominator, const T* weights, const T* token_weights = nullptr) {
         {
             STRATA_PROFILE_MODEL("loss");
-            u.loss_sum += loss::loss_and_grad(loss_, out, target, out_grad, denominator, settings_.input_kind, weights);
+            u.loss_sum += loss::loss_and_grad(loss_, out, target, out_grad, denominator, settings_.input_kind, weights, token_weights);
         }
         STRATA_PROFILE_MODEL("metrics");
-        if (settings_.accuracy) u.correct += metrics::count_correct(out, target, settings_.accuracy_kind);
+        if (settings_.accuracy) u.correct += metrics::count_correct(out, target, settings_.accuracy_kind, token_weights);
         count_metrics(u, out, target);
     }
 
