@@ -177,6 +177,47 @@ TEST_CASE("synchronized batch normalization: MultiWorkerMirrored equals OneDevic
     CHECK(same_on_every_rank(plain));  // unsynchronized, the replicas still agree on every variable
 }
 
+TEST_CASE("a padded language model (mask_zero, per-token loss over the tokens that count) under MultiWorkerMirrored equals OneDevice (float64)") {
+    // The loss's mean is over the real tokens of the global batch: their count is summed over
+    // every replica of every process. Sequences alternate 1-2 and 7-8 real tokens, so the shards
+    // of 10 examples over 2 x 2 replicas count different numbers.
+    using Lm = Sequential<Input<8>, Embedding<8, 8, EmbeddingOptions{.mask_zero = true}>, PositionEmbedding<>,
+                          Residual<LayerNormalization<>, MultiHeadAttention<2, 4, 0, MultiHeadAttentionOptions{.causal = true}>>,
+                          TokenDense<8, Softmax>>;
+    const std::size_t n = 46;
+    const auto u = lcg(n * 2, 21, 0, 1);
+    std::vector<float> x(n * 8, 0.0f);
+    std::vector<std::int32_t> y(n * 8, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t len = i % 2 == 0 ? 1 + std::size_t(u[i * 2] * 2) % 2 : 7 + std::size_t(u[i * 2] * 2) % 2;
+        std::int32_t id = 1 + std::int32_t(u[i * 2 + 1] * 7) % 7;
+        for (std::size_t t = 0; t < len; ++t) {
+            x[i * 8 + t] = float(id);
+            id = id % 7 + 1;
+            y[i * 8 + t] = id;
+        }
+    }
+    const auto ds = strata::data::Dataset<>::from_arrays(std::move(x), {8}, std::move(y), 8).batch(10);
+    const strata::optim::Optimizer opt = strata::optim::Adam{.learning_rate = 0.01};
+    auto run = [&]<class S>(S& s) {
+        strata::Model<Lm, S, double> model(s, 11);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+        model.fit(ds, {.epochs = 2, .verbose = 0});
+        return std::make_pair(model.get_weights(), model.evaluate(ds));
+    };
+    dist::OneDevice<> one;
+    const auto [reference, e1] = run(one);
+    for (int replicas : {1, 2}) {
+        CAPTURE(replicas);
+        dist::MultiWorkerMirrored<> mw(replicas);
+        const auto [w, e] = run(mw);
+        CHECK(max_relative_difference(w, reference) <= 1e-10);
+        CHECK(same_on_every_rank(w));
+        CHECK(e.loss == doctest::Approx(e1.loss).epsilon(1e-10));
+        CHECK(e.accuracy == doctest::Approx(e1.accuracy).epsilon(1e-10));
+    }
+}
+
 TEST_CASE("MultiWorkerMirrored over the MPI transport equals the shared-memory one") {
     const auto ds = images(40, 3).batch(8);
     const strata::optim::Optimizer opt = strata::optim::RMSprop{.learning_rate = 0.01};
