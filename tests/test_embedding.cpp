@@ -583,9 +583,8 @@ const std::vector<double> kPadded = {3, 1, 4, 0, 0, 0,  //
 
 // The output and the gradients (objective sum(w ⊙ y)) of PadNet<Mask> on kPadded, in training
 // mode (the dropout draws), with the table's row 0 (the padding's) set to `row0`.
-template <bool Mask, class T = double, class P = Host>
-std::pair<std::vector<double>, std::vector<double>> pad_pass(double row0, std::uint64_t seed = 3) {
-    using Net = PadNet<Mask>;
+template <class Net, class T = double, class P = Host>
+std::pair<std::vector<double>, std::vector<double>> pad_pass_of(double row0, std::uint64_t seed = 3) {
     Network<Net, T, P> net;
     Tensor<T, P> params(Shape{Net::num_params}), grads(Shape{Net::num_params});
     net.init(params.data(), seed);
@@ -593,7 +592,7 @@ std::pair<std::vector<double>, std::vector<double>> pad_pass(double row0, std::u
     strata::copy(params.view(), TensorView<T, Host>(hp.data(), Shape{Net::num_params}));
     const auto noise = reference_values(Net::num_params, seed + 1, -0.2, 0.2);
     for (std::size_t i = 0; i < hp.size(); ++i) hp[i] += T(noise[i]);
-    for (std::int64_t d = 0; d < 4; ++d) hp[std::size_t(d)] = T(row0 + 0.1 * double(d));  // embedding/embeddings[0]
+    for (std::int64_t d = 0; d < 4; ++d) hp[std::size_t(d)] = T(row0 * double(d + 1) + 0.1 * double(d * d));  // embedding/embeddings[0] (not a shift: LayerNormalization would undo it)
     strata::copy(TensorView<T, Host>(hp.data(), Shape{Net::num_params}), params.view());
     auto x = on_place<T, P>(kPadded, Net::input_shape::batched(4));
     const Mode mode{.training = true, .step = 7, .seed = 11};
@@ -604,7 +603,34 @@ std::pair<std::vector<double>, std::vector<double>> pad_pass(double row0, std::u
     net.backward(params.data(), grads.data(), mode);
     return {y, as_double(grads.view())};
 }
+template <bool Mask, class T = double, class P = Host>
+std::pair<std::vector<double>, std::vector<double>> pad_pass(double row0, std::uint64_t seed = 3) {
+    return pad_pass_of<PadNet<Mask>, T, P>(row0, seed);
+}
+// The same encoder with a class token (counted, whatever the padding) read by FirstToken.
+template <bool Mask>
+using ClsNet = Sequential<Input<6>, Embedding<7, 4, EmbeddingOptions{.mask_zero = Mask}>, ClassToken, PositionEmbedding<>,
+                          Residual<LayerNormalization<>, MultiHeadAttention<2, 3>>,
+                          Residual<LayerNormalization<>, TokenDense<8, GELU>, TokenDense<4>>, LayerNormalization<>, FirstToken,
+                          Dense<3, Softmax>>;
 }  // namespace
+
+TEST_CASE("mask_zero with a class token: the class token counts, the padding reaches nothing; without the mask it does") {
+    static_assert(Network<ClsNet<true>, double, Host>::mask_prepend_at == 1);
+    const auto [y1, g1] = pad_pass_of<ClsNet<true>>(0.3);
+    const auto [y2, g2] = pad_pass_of<ClsNet<true>>(-2.0);
+    for (double v : y1) CHECK(std::isfinite(v));  // a sequence of padding only: its class token attends to itself
+    CHECK(y1 == y2);
+    for (std::size_t i = 0; i < 4; ++i) CHECK(g1[i] == 0.0);
+    CHECK(std::vector<double>(g1.begin() + 4, g1.end()) == std::vector<double>(g2.begin() + 4, g2.end()));
+    const auto [n1, ng1] = pad_pass_of<ClsNet<false>>(0.3);
+    const auto [n2, ng2] = pad_pass_of<ClsNet<false>>(-2.0);
+    double moved = 0;
+    for (std::size_t i = 0; i < n1.size(); ++i) moved = std::max(moved, std::abs(n1[i] - n2[i]));
+    INFO("largest output change without the mask: " << moved);
+    CHECK(moved > 1e-6);
+    CHECK(std::abs(ng1[0]) > 0);
+}
 
 TEST_CASE("mask_zero: nothing a padded token holds reaches the output or another variable's gradient; without the mask it does") {
     const auto [y1, g1] = pad_pass<true>(0.3);

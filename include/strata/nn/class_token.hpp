@@ -122,6 +122,9 @@ public:
     static constexpr std::int64_t D = In::rank >= 1 ? In::dims[In::rank >= 1 ? In::rank - 1 : 0] : 1;
     using input_shape = In;
     using output_shape = StaticShape<S + 1, D>;
+    /// After an Embedding with mask_zero, the class token counts, and the tokens after it carry
+    /// the mask as they had it (nn::TokenMask).
+    static constexpr TokenMask token_mask = TokenMask::Prepends;
     static constexpr std::int64_t num_params = D;
     static std::vector<ParamInfo> param_info() { return {{"class_token", Shape{1, D}, 0}}; }
     void init(T* params, std::uint64_t, std::uint64_t) const { zeros<T, P>(params, D); }
@@ -149,6 +152,9 @@ public:
     static constexpr std::int64_t D = rank_ok ? In::dims[rank_ok ? 1 : 0] : In::size;
     using input_shape = In;
     using output_shape = StaticShape<D>;
+    /// Consumes the token mask (nn::TokenMask): it takes token 0, whatever the mask says of it
+    /// (after a ClassToken, the class token, which counts).
+    static constexpr TokenMask token_mask = TokenMask::Consumes;
     static constexpr std::int64_t num_params = 0;
     static std::vector<ParamInfo> param_info() { return {}; }
     void init(T*, std::uint64_t, std::uint64_t) const {}

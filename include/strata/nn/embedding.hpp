@@ -37,7 +37,8 @@
 /// a vocabulary of V − 1 words. The layers after the Embedding must carry the mask
 /// (nn::TokenMask: LayerNormalization, TokenDense, Dropout, ActivationLayer, PositionEmbedding,
 /// MultiHeadAttention, TensorParallelMultiHeadAttention and TensorParallelTokenDense, Residual
-/// blocks of those) up to a GlobalAveragePooling1D that consumes it, or up to a per-token output
+/// blocks of those; one ClassToken, whose token counts, the layers after it getting the mask with
+/// a 1 in front) up to a GlobalAveragePooling1D or FirstToken that consumes it, or up to a per-token output
 /// ([tokens, classes], targets one id per token): then Model's SparseCategoricalCrossentropy and
 /// accuracy are the means over the tokens that count in each global batch (Keras' masked
 /// reduction), the global count summed over the replicas of a step, so that N replicas equal one

@@ -339,11 +339,13 @@ void link_neighbours(A& a, B& b) {
 /// own token or, for attention, from the tokens that count: LayerNormalization, TokenDense,
 /// Dropout, ActivationLayer, PositionEmbedding, MultiHeadAttention, Residual blocks of those),
 /// `Consumes` (its output has no token axis, and padding does not reach it:
-/// GlobalAveragePooling1D), or `Unsupported` (the default: a layer that does not declare
+/// GlobalAveragePooling1D, FirstToken), `Prepends` (its output is one token that counts followed
+/// by its input's: ClassToken; the layers after it get the mask with a 1 in front, and at most
+/// one such layer carries the mask), or `Unsupported` (the default: a layer that does not declare
 /// `static constexpr TokenMask token_mask`). A Network whose first layer makes a mask requires
-/// every layer up to a consumer to pass it, and a consumer before the output (a compile-time
-/// error naming the layer otherwise: strata/nn/embedding.hpp).
-enum class TokenMask { Unsupported, Passes, Consumes };
+/// every layer up to a consumer, or up to a per-token output, to carry it (a compile-time error
+/// naming the layer otherwise: strata/nn/embedding.hpp).
+enum class TokenMask { Unsupported, Passes, Consumes, Prepends };
 
 namespace detail {
 template <class L>

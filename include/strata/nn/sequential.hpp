@@ -241,6 +241,18 @@ struct TokenMaskNotFirstError {
                       "arguments of TokenMaskNotFirstError<Layer, Index>");
     static constexpr bool value = Ok;
 };
+/// out [n, S + 1] = the mask [n, S] with a 1 in front of each example's (the class token counts);
+/// one value per index, on any place.
+template <class T>
+struct CountedFirst {
+    const T* mask;
+    T* out;
+    std::int64_t S;
+    STRATA_HD void operator()(std::int64_t i) const {
+        const std::int64_t t = i % (S + 1), e = i / (S + 1);
+        out[i] = t == 0 ? T(1) : mask[e * S + t - 1];
+    }
+};
 /// The checks above over a Network's bound layers: true when the first layer makes no mask, or
 /// every layer after it carries the mask up to one that consumes it.
 template <class Seq, class Layers>
@@ -261,10 +273,17 @@ constexpr bool check_token_mask() {
         }(std::make_index_sequence<L>{});
         using Out = typename Seq::output_shape;
         constexpr bool per_token_output = Out::rank == 2 && Out::dims[0] == std::tuple_element_t<0, Layers>::S;
+        // The first layer that prepends a counted token (ClassToken) before the consumer; L when none.
+        constexpr std::size_t prepend = []<std::size_t... I>(std::index_sequence<I...>) {
+            std::size_t c = L;
+            ((c == L && I > 0 && I < consumer && token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Prepends ? (c = I, 0) : 0),
+             ...);
+            return c;
+        }(std::make_index_sequence<L>{});
         return TokenMaskUnconsumedError<Seq, (consumer < L || per_token_output)>::value &&
                []<std::size_t... I>(std::index_sequence<I...>) {
                    return (TokenMaskLayerError<std::tuple_element_t<I, Layers>, I,
-                                               I == 0 || I >= consumer ||
+                                               I == 0 || I >= consumer || I == prepend ||
                                                    token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Passes>::value &&
                            ...);
                }(std::make_index_sequence<L>{}) &&
@@ -298,6 +317,23 @@ public:
             ((c == L && I > 0 && detail::token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Consumes ? (c = I, 0) : 0), ...);
         }(std::make_index_sequence<L>{});
         return c == L;
+    }();
+    /// The layer that prepends a counted token to the masked ones (ClassToken) before the mask's
+    /// consumer; L when none. The layers after it get the mask with a 1 in front.
+    static constexpr std::size_t mask_prepend_at = [] {
+        std::size_t consumer = L, c = L;
+        if constexpr (masks_tokens) {
+            [&]<std::size_t... I>(std::index_sequence<I...>) {
+                ((consumer == L && I > 0 && detail::token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Consumes ? (consumer = I, 0)
+                                                                                                                          : 0),
+                 ...);
+                ((c == L && I > 0 && I < consumer && detail::token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Prepends
+                      ? (c = I, 0)
+                      : 0),
+                 ...);
+            }(std::make_index_sequence<L>{});
+        }
+        return c;
     }();
     /// The last forward's token mask, [n, tokens] values of T on P (1: counts, 0: padding); null
     /// without masks_tokens or before a forward.
@@ -519,6 +555,7 @@ private:
         }
         Mode m = mode;
         m.skip_activation = mode.skip_activation && I == L - 1;
+        mask_for<I>(m);
         const T* p = params + (offsets[I] - base_);
         STRATA_PROFILE_GROUP(&profile_keys_[I], "forward");
         if constexpr (fuses_next<I>()) {
@@ -526,6 +563,7 @@ private:
             if (I + 1 < last_) {
                 Mode next = mode;
                 next.skip_activation = mode.skip_activation && I + 1 == L - 1;
+                mask_for<I + 1>(next);
                 ran_next_[I] = !next.skip_activation &&
                                std::get<I>(layers_).forward_then(p, in, out_[I], std::get<I + 1>(layers_), out_[I + 1], m);
                 if (ran_next_[I]) return;
@@ -581,6 +619,7 @@ private:
                 const TensorView<T, P> dx = I == first_ ? input_grad_ : dout_[I == 0 ? 0 : I - 1];
                 Mode m = mode;
                 m.skip_activation = mode.skip_activation && I == L - 1;
+                mask_for<I>(m);
                 const std::int64_t at = offsets[I] - base_;
                 bool done = false;
                 if constexpr (I > 0 && fuses_backward_next<(I > 0 ? I - 1 : 0)>()) {
@@ -644,6 +683,7 @@ private:
     std::size_t first_ = 0, last_ = L;    // the layers this network runs: [first_, last_)
     std::int64_t base_ = 0;               // offsets[first_]: where the given params and grads start
     Tensor<T, P> token_mask_{};           // masks_tokens: the last forward's token mask [n, tokens]
+    Tensor<T, P> token_mask_after_{};     // with a ClassToken: [n, 1 + tokens], the class token first
 
     // The index of the layer that consumes the token mask (L without a mask).
     static constexpr std::size_t mask_consumer() {
@@ -652,6 +692,17 @@ private:
             ((c == L && I > 0 && detail::token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Consumes ? (c = I, 0) : 0), ...);
             return masks_tokens ? c : L;
         }(std::make_index_sequence<L>{});
+    }
+    // Layer I's token mask: after the layer that prepends a counted token, the mask with a 1 in
+    // front (m already holds the input's, from with_token_mask).
+    template <std::size_t I>
+    void mask_for(Mode& m) const {
+        if constexpr (masks_tokens && mask_prepend_at < L && I > mask_prepend_at) {
+            if (m.token_mask) {
+                m.token_mask = token_mask_after_.data();
+                m.mask_tokens = std::tuple_element_t<0, Layers>::S + 1;
+            }
+        }
     }
     // The pass's Mode with the token mask of the last forward's input (masks_tokens), when this
     // network runs layers that read it.
@@ -708,6 +759,12 @@ TensorView<T, P> Network<Seq, T, P>::forward(const T* params, const TensorView<T
         if (first_ == 0) {
             token_mask_.resize(Shape{x.size() > 0 ? x.size() : 1});
             std::tuple_element_t<0, Layers>::make_token_mask(x, token_mask_.data());
+            if constexpr (mask_prepend_at < L) {
+                constexpr std::int64_t S = std::tuple_element_t<0, Layers>::S;
+                const std::int64_t n = x.dim(0);
+                token_mask_after_.resize(Shape{n > 0 ? n * (S + 1) : 1});
+                if (n > 0) place::for_each_n<P>(n * (S + 1), detail::CountedFirst<T>{token_mask_.data(), token_mask_after_.data(), S});
+            }
         }
     }
     const strata::detail::Tf32Scope<P> tf32(mode.compute == precision::Compute::TF32);
@@ -724,6 +781,10 @@ void Network<Seq, T, P>::reserve(std::int64_t n, bool training) {
     if constexpr (masks_tokens) {  // the token mask's storage too: the first step allocates nothing
         if (first_ == 0 && n > 0 && token_mask_.size() < n * std::tuple_element_t<0, Layers>::S)
             token_mask_.resize(Shape{n * std::tuple_element_t<0, Layers>::S});
+        if constexpr (mask_prepend_at < L) {
+            if (first_ == 0 && n > 0 && token_mask_after_.size() < n * (std::tuple_element_t<0, Layers>::S + 1))
+                token_mask_after_.resize(Shape{n * (std::tuple_element_t<0, Layers>::S + 1)});
+        }
     }
     done = n;
 }
