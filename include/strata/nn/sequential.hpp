@@ -253,6 +253,27 @@ struct CountedFirst {
         out[i] = t == 0 ? T(1) : mask[e * S + t - 1];
     }
 };
+/// The first layer after layer 0 of the bound layers whose TokenMask is `use` and whose index is
+/// below `before`; the number of layers when none.
+template <class Layers, TokenMask use>
+constexpr std::size_t first_mask_layer(std::size_t before = std::tuple_size_v<Layers>) {
+    constexpr std::size_t L = std::tuple_size_v<Layers>;
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+        std::size_t c = L;
+        ((c == L && I > 0 && I < before && token_mask_use<std::tuple_element_t<I, Layers>>() == use ? (c = I, 0) : 0), ...);
+        return c;
+    }(std::make_index_sequence<L>{});
+}
+/// The layer that consumes the token mask (GlobalAveragePooling1D, FirstToken), and the one before
+/// it that prepends a counted token (ClassToken); the number of layers when none.
+template <class Layers>
+constexpr std::size_t mask_consumer_of() {
+    return first_mask_layer<Layers, TokenMask::Consumes>();
+}
+template <class Layers>
+constexpr std::size_t mask_prepend_of() {
+    return first_mask_layer<Layers, TokenMask::Prepends>(mask_consumer_of<Layers>());
+}
 /// The checks above over a Network's bound layers: true when the first layer makes no mask, or
 /// every layer after it carries the mask up to one that consumes it.
 template <class Seq, class Layers>
@@ -265,21 +286,9 @@ constexpr bool check_token_mask() {
                     ...);
         }(std::make_index_sequence<L>{});
     } else {
-        // The first consumer after layer 0 (L when none).
-        constexpr std::size_t consumer = []<std::size_t... I>(std::index_sequence<I...>) {
-            std::size_t c = L;
-            ((c == L && I > 0 && token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Consumes ? (c = I, 0) : 0), ...);
-            return c;
-        }(std::make_index_sequence<L>{});
+        constexpr std::size_t consumer = mask_consumer_of<Layers>(), prepend = mask_prepend_of<Layers>();
         using Out = typename Seq::output_shape;
         constexpr bool per_token_output = Out::rank == 2 && Out::dims[0] == std::tuple_element_t<0, Layers>::S;
-        // The first layer that prepends a counted token (ClassToken) before the consumer; L when none.
-        constexpr std::size_t prepend = []<std::size_t... I>(std::index_sequence<I...>) {
-            std::size_t c = L;
-            ((c == L && I > 0 && I < consumer && token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Prepends ? (c = I, 0) : 0),
-             ...);
-            return c;
-        }(std::make_index_sequence<L>{});
         return TokenMaskUnconsumedError<Seq, (consumer < L || per_token_output)>::value &&
                []<std::size_t... I>(std::index_sequence<I...>) {
                    return (TokenMaskLayerError<std::tuple_element_t<I, Layers>, I,
@@ -311,30 +320,10 @@ public:
     static_assert(detail::check_token_mask<Seq, Layers>(), "strata::nn::Network: the token mask cannot be carried (above)");
     /// The token mask reaches the output (one row per token, no pooling): the loss and the
     /// accuracy leave the padded tokens out (Model passes them the mask as token weights).
-    static constexpr bool masks_output = masks_tokens && [] {
-        std::size_t c = L;
-        [&]<std::size_t... I>(std::index_sequence<I...>) {
-            ((c == L && I > 0 && detail::token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Consumes ? (c = I, 0) : 0), ...);
-        }(std::make_index_sequence<L>{});
-        return c == L;
-    }();
+    static constexpr bool masks_output = masks_tokens && detail::mask_consumer_of<Layers>() == L;
     /// The layer that prepends a counted token to the masked ones (ClassToken) before the mask's
     /// consumer; L when none. The layers after it get the mask with a 1 in front.
-    static constexpr std::size_t mask_prepend_at = [] {
-        std::size_t consumer = L, c = L;
-        if constexpr (masks_tokens) {
-            [&]<std::size_t... I>(std::index_sequence<I...>) {
-                ((consumer == L && I > 0 && detail::token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Consumes ? (consumer = I, 0)
-                                                                                                                          : 0),
-                 ...);
-                ((c == L && I > 0 && I < consumer && detail::token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Prepends
-                      ? (c = I, 0)
-                      : 0),
-                 ...);
-            }(std::make_index_sequence<L>{});
-        }
-        return c;
-    }();
+    static constexpr std::size_t mask_prepend_at = masks_tokens ? detail::mask_prepend_of<Layers>() : L;
     /// The last forward's token mask, [n, tokens] values of T on P (1: counts, 0: padding); null
     /// without masks_tokens or before a forward.
     const T* token_mask() const {
@@ -686,13 +675,7 @@ private:
     Tensor<T, P> token_mask_after_{};     // with a ClassToken: [n, 1 + tokens], the class token first
 
     // The index of the layer that consumes the token mask (L without a mask).
-    static constexpr std::size_t mask_consumer() {
-        return []<std::size_t... I>(std::index_sequence<I...>) {
-            std::size_t c = L;
-            ((c == L && I > 0 && detail::token_mask_use<std::tuple_element_t<I, Layers>>() == TokenMask::Consumes ? (c = I, 0) : 0), ...);
-            return masks_tokens ? c : L;
-        }(std::make_index_sequence<L>{});
-    }
+    static constexpr std::size_t mask_consumer() { return masks_tokens ? detail::mask_consumer_of<Layers>() : L; }
     // Layer I's token mask: after the layer that prepends a counted token, the mask with a 1 in
     // front (m already holds the input's, from with_token_mask).
     template <std::size_t I>
