@@ -216,6 +216,20 @@ TEST_CASE("a padded language model (mask_zero, per-token loss over the tokens th
         CHECK(e.loss == doctest::Approx(e1.loss).epsilon(1e-10));
         CHECK(e.accuracy == doctest::Approx(e1.accuracy).epsilon(1e-10));
     }
+    // A rank whose Embedding does not mask padding has the same variables and summary, and is
+    // another model all the same: refused on every rank, naming it.
+    using Unmasked = Sequential<Input<8>, Embedding<8, 8>, PositionEmbedding<>,
+                                Residual<LayerNormalization<>, MultiHeadAttention<2, 4, 0, MultiHeadAttentionOptions{.causal = true}>>,
+                                TokenDense<8, Softmax>>;
+    static_assert(Unmasked::num_params == Lm::num_params);
+    CHECK(Unmasked::summary() == Lm::summary());
+    dist::MultiWorkerMirrored<> mw(1, {.timeout = std::chrono::seconds(20)});
+    const auto m = strata_test::error_of<strata::ValueError>([&] {
+        if (world_rank() == 1) strata::Model<Unmasked, dist::MultiWorkerMirrored<>, double> model(mw, 1);
+        else strata::Model<Lm, dist::MultiWorkerMirrored<>, double> model(mw, 1);
+    });
+    CHECK(m.find("the ranks disagree on the model: model: ") != std::string::npos);
+    CHECK(m.find("rank 1 has " + std::to_string(Lm::num_params) + " parameters") != std::string::npos);
 }
 
 TEST_CASE("MultiWorkerMirrored over the MPI transport equals the shared-memory one") {

@@ -60,11 +60,22 @@ inline std::string fnv1a_hex(const void* bytes, std::size_t n) {
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
     return buf;
 }
-// "121930 parameters, summary 0x…": FNV-1a of the model's summary table.
+// The model's spec as the compiler spells its type (every template argument, options included);
+// no RTTI needed.
+template <class Net>
+const char* spec_text() {
+    return __PRETTY_FUNCTION__;
+}
+// "121930 parameters, summary 0x…, spec 0x…": FNV-1a of the model's summary table, and of its
+// spec's type, which also tells apart what the summary does not show and the variables do not
+// change (a causal mask, a dropout rate, Embedding's mask_zero). A job's processes run one
+// build of the program, or builds by one compiler, so they spell the type alike.
 template <class Net>
 std::string model_signature() {
     const auto summary = Net::summary();
-    return std::to_string(Net::num_params) + " parameters, summary " + fnv1a_hex(summary.data(), summary.size());
+    const std::string spec = spec_text<Net>();
+    return std::to_string(Net::num_params) + " parameters, summary " + fnv1a_hex(summary.data(), summary.size()) + ", spec " +
+           fnv1a_hex(spec.data(), spec.size());
 }
 // The model as the processes compare it when it is built: its signature and element type.
 template <class Net, class T>
