@@ -752,6 +752,26 @@ TEST_CASE("mask_zero: gradients match finite differences, every variable but the
     CHECK(checked > int(p.size()) / 2);
 }
 
+TEST_CASE("a token mask that does not cover a layer's tokens is a ValueError naming both counts") {
+    // What a custom layer that adds tokens without declaring it would hand the layers after it.
+    using Mha = MultiHeadAttention<2, 3>::bind<StaticShape<6, 4>, double, Host>;
+    Mha mha;
+    std::vector<double> p(std::size_t(Mha::num_params), 0.1);
+    auto x = on_place<double, Host>(reference_values(2 * 6 * 4, 1), Shape{2, 6, 4});
+    Tensor<double, Host> y(Shape{2, 6, 4});
+    const std::vector<double> mask(2 * 5, 1.0);
+    Mode mode;
+    mode.token_mask = mask.data();
+    mode.mask_tokens = 5;
+    CHECK_THROWS_WITH_AS(mha.forward(p.data(), x.view(), y.view(), mode),
+                         doctest::Contains("MultiHeadAttention: the token mask covers 5 tokens per example and this layer's input has 6"),
+                         strata::ValueError);
+    mode.mask_tokens = 6;
+    const std::vector<double> mask6(2 * 6, 1.0);
+    mode.token_mask = mask6.data();
+    CHECK_NOTHROW(mha.forward(p.data(), x.view(), y.view(), mode));
+}
+
 TEST_CASE("mask_zero: a model split where the Embedding's mask cannot reach is refused; the mask's layers are listed") {
     // A pipeline stage that starts after the Embedding and before the pooling never sees the ids.
     CHECK_THROWS_WITH_AS((Network<PadNet<true>, double, Host>(2, 6)), doctest::Contains("cannot see the ids its token mask comes from"),
