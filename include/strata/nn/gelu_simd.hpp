@@ -170,10 +170,9 @@ inline void gelu_grad_simd(const float* pre, float* dy, std::int64_t n) { gelu_g
 /// summed in double in eight lanes and then in a fixed order, so a row's bits depend only on its
 /// scores. A row's last valid % 8 scores go through the same lanes under a mask (masked loads and
 /// stores, the padding's score −inf: e^(−inf) is 0), not through a buffer copied a value at a
-/// time: that copy (a store-forwarding stall per row) and the scalar loops around it cost a fifth
-/// of the function's time at the ViT's 49 tokens (a loop over 100 352 rows alone: 63 ns a row
-/// before, 51 after; `step_profile --model vit --threads 1`: an attention block's forward
-/// 6.6-6.9 ms before, 6.3-6.5 after).
+/// time: that copy (a store-forwarding stall per row) and the scalar loops around it
+/// (`step_profile --model vit --threads 1`: an attention block's forward 6.6-6.9 ms before,
+/// 6.3-6.5 after).
 /// Requires gelu_simd.
 inline void softmax_row_simd(float* row, std::int64_t valid, std::int64_t S) {
 #if STRATA_GELU_SIMD
