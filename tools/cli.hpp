@@ -420,6 +420,16 @@ private:
     std::vector<std::unique_ptr<Option>> options_;
 };
 
+#ifdef STRATA_CHECK_BUILD
+/// Built with `meson setup -Dcheck_build=true` (scripts/test): the program was compiled at -O1 to
+/// be run as one of the suite's checks. `run` says so on stderr before the program starts, and
+/// `write_json` adds `"check_build": true` to a report, so that no figure from such a build is
+/// taken for strata's speed (Google Benchmark warns the same way about a debug build).
+inline constexpr const char* check_build_note =
+    "note: this program was built for the test suite at -O1 (meson -Dcheck_build=true, as scripts/test builds it): "
+    "its timings are not strata's speed; build it with `meson setup DIR -Dexamples=true -Dbenchmarks=true` to measure";
+#endif
+
 /// Parses the command line with `app` and runs `body` (returning the exit status). Bad flags,
 /// from the parser or a usage_error thrown by `body`, print "PROG: error: WHY" and a hint to
 /// --help on stderr and return 2; --help prints the usage and returns 0; any other exception
@@ -436,6 +446,9 @@ int run(App& app, int argc, char** argv, Body&& body, bool report_usage = true) 
                 if (report_usage) std::printf("%s", app.help().c_str());
                 return 0;
             }
+#ifdef STRATA_CHECK_BUILD
+            if (report_usage) std::fprintf(stderr, "%s: %s\n", app.get_name().c_str(), check_build_note);
+#endif
             return std::forward<Body>(body)();
         } catch (const ParseError& e) {
             if (report_usage) {
@@ -811,7 +824,14 @@ private:
 /// `--json /dev/null` would otherwise replace the machine's /dev/null). Throws
 /// std::runtime_error naming the file when it cannot be written.
 inline void write_json(const std::string& path, const Json& doc) {
+#ifdef STRATA_CHECK_BUILD
+    // A report's object records that it came from a build for the checks (check_build_note).
+    Json marked = doc;
+    if (marked.kind() == Json::Kind::Object) marked["check_build"] = true;
+    const std::string text = marked.dump(2) + "\n";
+#else
     const std::string text = doc.dump(2) + "\n";
+#endif
     // Its own name (pid) and created exclusively: a name left by a killed writer, or put there
     // by anyone, is never opened (a FIFO there would block the open, a link would be followed).
     // At most 200 bytes of the name: a name of NAME_MAX bytes must still get a temporary file.
