@@ -713,6 +713,64 @@ TEST_CASE("mask_zero: the masked attention and pooling against a float64 referen
     for (std::int64_t f = 0; f < F; ++f) CHECK(y[std::size_t(3 * F + f)] == 0.0);
 }
 
+TEST_CASE("mask_zero with a class token: its query attends to itself and the real tokens, against a float64 reference") {
+    // ids -> Embedding -> ClassToken -> MultiHeadAttention -> FirstToken: the class token's output
+    // is the attention of its query over the keys that count, which are the class token itself
+    // (counted whatever the padding) and the real tokens. Computed here by hand over exactly those:
+    // a class token the mask left out would change every example's output, and a sequence of
+    // padding only would give the output projection's bias alone (no key to attend to).
+    using Net = Sequential<Input<6>, Embedding<7, 4, EmbeddingOptions{.mask_zero = true}>, ClassToken, MultiHeadAttention<2, 3>,
+                           FirstToken>;
+    using Impl = std::tuple_element_t<2, Network<Net, double, Host>::Layers>;
+    Network<Net, double, Host> net;
+    std::vector<double> p(std::size_t(Net::num_params));
+    net.init(p.data(), 12);
+    const auto noise = reference_values(Net::num_params, 13, -0.3, 0.3);
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] += noise[i];
+    auto x = on_place<double, Host>(kPadded, Net::input_shape::batched(4));
+    const auto y = as_double(net.forward(p.data(), x.view(), Mode{}));
+    const std::int64_t F = 4, H = 2, D = 3;
+    const double* emb = p.data();
+    const double* cls = p.data() + 7 * F;      // the class token (its variable class_token)
+    const double* w = p.data() + 7 * F + F;    // the attention's block
+    for (std::int64_t e = 0; e < 4; ++e) {
+        std::vector<const double*> keys{cls};  // the class token, then the tokens that count
+        for (std::int64_t t = 0; t < 6; ++t)
+            if (const auto id = std::int64_t(kPadded[std::size_t(e * 6 + t)]); id != 0) keys.push_back(emb + id * F);
+        auto proj = [&](std::int64_t kernel, std::int64_t bias, const double* tok, std::int64_t h, std::int64_t d) {
+            double s = w[bias + h * D + d];
+            for (std::int64_t f = 0; f < F; ++f) s += tok[f] * w[kernel + (f * H + h) * D + d];
+            return s;
+        };
+        std::vector<double> out(F, 0.0);
+        for (std::int64_t f = 0; f < F; ++f) out[std::size_t(f)] = w[Impl::o_bias + f];
+        for (std::int64_t h = 0; h < H; ++h) {
+            std::vector<double> sc;
+            double m = -1e300;
+            for (const double* k : keys) {
+                double s = 0;
+                for (std::int64_t d = 0; d < D; ++d) s += proj(Impl::q_kernel, Impl::q_bias, cls, h, d) * proj(Impl::k_kernel, Impl::k_bias, k, h, d);
+                sc.push_back(s / std::sqrt(double(D)));
+                m = std::max(m, sc.back());
+            }
+            double z = 0;
+            for (double& s : sc) z += (s = std::exp(s - m));
+            for (std::int64_t d = 0; d < D; ++d) {
+                double o = 0;
+                for (std::size_t j = 0; j < keys.size(); ++j) o += sc[j] / z * proj(Impl::v_kernel, Impl::v_bias, keys[j], h, d);
+                for (std::int64_t f = 0; f < F; ++f) out[std::size_t(f)] += o * w[Impl::o_kernel + (h * D + d) * F + f];
+            }
+        }
+        double away_from_bias = 0;  // the padding-only example attends to its class token: not the bias alone
+        for (std::int64_t f = 0; f < F; ++f) {
+            CAPTURE(e);
+            CHECK(y[std::size_t(e * F + f)] == doctest::Approx(out[std::size_t(f)]).epsilon(1e-12));
+            away_from_bias = std::max(away_from_bias, std::abs(y[std::size_t(e * F + f)] - w[Impl::o_bias + f]));
+        }
+        CHECK(away_from_bias > 1e-3);
+    }
+}
+
 TEST_CASE("mask_zero: gradients match finite differences, every variable but the padding's row") {
     using Net = PadNet<true>;
     Network<Net, double, Host> net;
@@ -947,14 +1005,75 @@ TEST_CASE("mask_zero with a per-token output learns to count through padded sequ
     CHECK_THROWS_WITH_AS(other.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{},
                                        {"accuracy", "sparse_top_k_categorical_accuracy"}),
                          doctest::Contains("do not yet"), strata::ValueError);
+    // Class weights need one class id per example.
     other.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
-    std::vector<float> x(8 * kTokens, 1.0f);
-    std::vector<std::int32_t> y(8 * kTokens, 2);
-    const auto weighted = strata::data::Dataset<>::from_arrays(std::move(x), {std::size_t(kTokens)}, std::move(y), kTokens,
-                                                               std::vector<float>(8, 0.5f));
-    CHECK_THROWS_WITH_AS(other.fit(weighted.batch(4), {.epochs = 1, .verbose = 0}), doctest::Contains("not supported yet"),
-                         strata::ValueError);
-    CHECK_THROWS_WITH_AS(other.evaluate(weighted.batch(4)), doctest::Contains("not supported yet"), strata::ValueError);
+    CHECK_THROWS_WITH_AS(other.fit(padded_counting(8, 2, 0).batch(4), {.epochs = 1, .verbose = 0, .class_weight = {{1, 2.0}}}),
+                         doctest::Contains("class weights need one class id per example"), strata::ValueError);
+}
+
+namespace {
+// padded_counting's examples, each weighed by 0.25, 1 or 3 in turn.
+strata::data::Dataset<> weighted_counting(std::size_t n, std::uint64_t seed) {
+    const auto plain = padded_counting(n, seed, -1, true);
+    std::vector<float> x, w;
+    std::vector<std::int32_t> y;
+    for (auto it = plain.batch(n).iterate(0); it != std::default_sentinel; ++it) {
+        const auto& b = *it;
+        x.assign(b.x.begin(), b.x.end());
+        y.assign(b.y.begin(), b.y.end());
+    }
+    for (std::size_t i = 0; i < n; ++i) w.push_back(i % 3 == 0 ? 0.25f : i % 3 == 1 ? 1.0f : 3.0f);
+    return strata::data::Dataset<>::from_arrays(std::move(x), {std::size_t(kTokens)}, std::move(y), kTokens, std::move(w));
+}
+}  // namespace
+
+TEST_CASE("mask_zero with a per-token output and sample weights: Σ over the real tokens of loss × weight / their count (Keras 3)") {
+    strata::Model<PaddedLm<true>> m(5);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    m.fit(padded_counting(64, 8, -1).batch(16), {.epochs = 1, .verbose = 0});
+    const auto data = weighted_counting(24, 9);
+    const auto e = m.evaluate(data.batch(24));  // one batch: its sums
+    const auto p = m.predict(data.batch(24));
+    double weighted = 0, plain = 0, counted = 0, right = 0;
+    for (auto it = data.batch(24).iterate(0); it != std::default_sentinel; ++it) {
+        const auto& b = *it;
+        REQUIRE(b.w.size() == 24);
+        for (std::size_t ex = 0; ex < b.size(); ++ex)
+            for (std::int64_t t = 0; t < kTokens; ++t) {
+                if (b.x_at(ex)[std::size_t(t)] == 0.0f) continue;
+                const float* row = p.data() + (std::int64_t(ex) * kTokens + t) * kVocab;
+                const auto want = b.y_at(ex)[std::size_t(t)];
+                weighted -= double(b.w[ex]) * std::log(double(row[want]));
+                plain -= std::log(double(row[want]));
+                right += std::max_element(row, row + kVocab) - row == want ? 1 : 0;
+                counted += 1;
+            }
+    }
+    // The divisor is the real tokens' count, not the sum of their weights (Keras 3's apply_mask).
+    CHECK(e.loss == doctest::Approx(weighted / counted).epsilon(1e-5));
+    CHECK(std::abs(e.loss - plain / counted) > 1e-3 * std::abs(plain / counted));  // the weights count
+    CHECK(e.accuracy == doctest::Approx(right / counted).epsilon(1e-6));           // the accuracy is not weighted
+    // Training on it: two replicas on shards of different padding and weights end where one device does.
+    const auto opt = strata::optim::SGD{.learning_rate = 0.1};
+    strata::Model<PaddedLm<true>> one(3);
+    one.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    const auto h1 = one.fit(weighted_counting(96, 16).batch(12), {.epochs = 2, .verbose = 0});
+    strata::distribute::Mirrored<> two(2);
+    strata::Model<PaddedLm<true>, strata::distribute::Mirrored<>> mirrored(two, 3);
+    mirrored.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    const auto h2 = mirrored.fit(weighted_counting(96, 16).batch(12), {.epochs = 2, .verbose = 0});
+    const auto a = one.get_weights(), b = mirrored.get_weights();
+    REQUIRE(a.size() == b.size());
+    double diff = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, double(std::abs(a[i] - b[i])));
+    INFO("largest weight difference " << diff);
+    CHECK(diff < 1e-5);
+    CHECK(h1["loss"].back() == doctest::Approx(h2["loss"].back()).epsilon(1e-5));
+    // The weights move the training (the negative control: the same data unweighted).
+    strata::Model<PaddedLm<true>> unweighted(3);
+    unweighted.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    unweighted.fit(padded_counting(96, 16, -1, true).batch(12), {.epochs = 2, .verbose = 0});
+    CHECK(unweighted.get_weights() != a);
 }
 
 TEST_CASE("mask_zero with a per-token output under Mirrored (shards counting 1-2 and 7-8 tokens) trains as one device does") {
