@@ -421,13 +421,15 @@ private:
 };
 
 #ifdef STRATA_CHECK_BUILD
-/// Built with `meson setup -Dcheck_build=true` (scripts/test): the program was compiled at -O1 to
-/// be run as one of the suite's checks. `run` says so on stderr before the program starts, and
+/// Built with `meson setup -Dcheck_build=true` (scripts/test): the program was built to be run as
+/// one of the suite's checks, with the examples, the benchmarks and strata_train's models other
+/// than the seed CNN at -O1. `run` says so on stderr before the program starts, and
 /// `write_json` adds `"check_build": true` to a report, so that no figure from such a build is
 /// taken for strata's speed (Google Benchmark warns the same way about a debug build).
 inline constexpr const char* check_build_note =
-    "note: this program was built for the test suite at -O1 (meson -Dcheck_build=true, as scripts/test builds it): "
-    "its timings are not strata's speed; build it with `meson setup DIR -Dexamples=true -Dbenchmarks=true` to measure";
+    "note: this build is the test suite's (meson -Dcheck_build=true, as scripts/test sets it up): the examples, the "
+    "benchmarks and strata_train's models other than the seed CNN are compiled at -O1, so its timings are not strata's "
+    "speed; build with `meson setup DIR -Dexamples=true -Dbenchmarks=true` to measure";
 #endif
 
 /// Parses the command line with `app` and runs `body` (returning the exit status). Bad flags,
