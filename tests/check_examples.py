@@ -93,6 +93,13 @@ def common_checks(exe, name, int_flag, env=None):
             bad_flag(exe, name, [int_flag, junk], int_flag, env)
 
 
+# --check-build: the build was set up with -Dcheck_build=true (scripts/test), and every program
+# must say so on stderr when it starts and in its --json report (tools/cli.hpp); without it,
+# neither may appear.
+CHECK_BUILD = False
+CHECK_BUILD_NOTE = "note: this build is the test suite's (meson -Dcheck_build=true"
+
+
 def json_run(exe, name, args, fields, env=None, timeout=600, outputs=()):
     """Runs with --json in a fresh directory; `outputs` are further files (e.g. --plot) the
     run is expected to write there, checked by the caller through the returned directory."""
@@ -109,6 +116,10 @@ def json_run(exe, name, args, fields, env=None, timeout=600, outputs=()):
             return None
         for f in fields:
             check(f in doc, f"{name}: JSON has no field {f!r} (has {sorted(doc)})")
+        check((doc.get("check_build") is True) == CHECK_BUILD and ("check_build" in doc) == CHECK_BUILD,
+              f"{name}: JSON's check_build is {doc.get('check_build')!r} in a build {'' if CHECK_BUILD else 'not '}for the checks")
+        check((CHECK_BUILD_NOTE in r.stderr) == CHECK_BUILD,
+              f"{name}: the check build's note {'missing from' if CHECK_BUILD else 'in'} its stderr: {r.stderr[:300]!r}")
         check(sorted(os.listdir(d)) == sorted(["out.json"] + [o for o, _ in outputs]),
               f"{name}: wrote {sorted(os.listdir(d))}, expected out.json and {[o for o, _ in outputs]} (temporary files left?)")
         for o, verify in outputs:
@@ -739,7 +750,10 @@ def main():
     p.add_argument("--only-hardening", action="store_true", help="only mnist_cnn_hardening (quick iteration)")
     p.add_argument("--only-gpu", action="store_true",
                    help="only the checks that differ where a GPU is: mnist_cnn --device, devices, gpu_cnn (a short device run)")
+    p.add_argument("--check-build", action="store_true", help="the build was set up with -Dcheck_build=true")
     a = p.parse_args()
+    global CHECK_BUILD
+    CHECK_BUILD = a.check_build
     bins = dict(b.split("=", 1) for b in a.bin)
     if a.only_gpu:
         with tempfile.TemporaryDirectory() as data:

@@ -394,7 +394,9 @@ def main():
     p.add_argument("--strata-train", required=True)
     p.add_argument("--mnist-cnn")
     p.add_argument("--mpirun")
+    p.add_argument("--check-build", action="store_true", help="the build was set up with -Dcheck_build=true")
     a = p.parse_args()
+    ce.CHECK_BUILD = a.check_build
     exe = os.path.abspath(a.strata_train)  # some runs change the working directory
     with tempfile.TemporaryDirectory() as data:
         ce.fake_mnist(data)
