@@ -656,6 +656,41 @@ TEST_CASE("mask_zero: nothing a padded token holds reaches the output or another
     CHECK(std::abs(ng1[0]) > 0);
 }
 
+namespace {
+// One query's MultiHeadAttention<H, D> output over `keys` (rows of F features), in float64 by
+// hand: each head's scaled dot products, their softmax over exactly the keys given, the values,
+// the output projection and its bias. `w` is the layer's block; Impl gives its offsets.
+template <class Impl>
+std::vector<double> attend_by_hand(const double* w, const double* query, const std::vector<const double*>& keys,
+                                   std::int64_t F, std::int64_t H, std::int64_t D) {
+    auto proj = [&](std::int64_t kernel, std::int64_t bias, const double* tok, std::int64_t h, std::int64_t d) {
+        double s = w[bias + h * D + d];
+        for (std::int64_t f = 0; f < F; ++f) s += tok[f] * w[kernel + (f * H + h) * D + d];
+        return s;
+    };
+    std::vector<double> out(std::size_t(F), 0.0);
+    for (std::int64_t f = 0; f < F; ++f) out[std::size_t(f)] = w[Impl::o_bias + f];
+    for (std::int64_t h = 0; h < H; ++h) {
+        std::vector<double> sc;
+        double m = -1e300;
+        for (const double* k : keys) {
+            double s = 0;
+            for (std::int64_t d = 0; d < D; ++d) s += proj(Impl::q_kernel, Impl::q_bias, query, h, d) * proj(Impl::k_kernel, Impl::k_bias, k, h, d);
+            sc.push_back(s / std::sqrt(double(D)));
+            m = std::max(m, sc.back());
+        }
+        double z = 0;
+        for (double& s : sc) z += (s = std::exp(s - m));
+        for (std::int64_t d = 0; d < D; ++d) {
+            double o = 0;
+            for (std::size_t j = 0; j < keys.size(); ++j) o += sc[j] / z * proj(Impl::v_kernel, Impl::v_bias, keys[j], h, d);
+            for (std::int64_t f = 0; f < F; ++f) out[std::size_t(f)] += o * w[Impl::o_kernel + (h * D + d) * F + f];
+        }
+    }
+    return out;
+}
+}  // namespace
+
 TEST_CASE("mask_zero: the masked attention and pooling against a float64 reference of the tokens that count") {
     // The attention block alone: ids -> Embedding -> MultiHeadAttention -> mean of the tokens
     // that count, against the same computed here by hand over those tokens only.
@@ -672,37 +707,13 @@ TEST_CASE("mask_zero: the masked attention and pooling against a float64 referen
     const double* w = p.data() + 7 * 4;  // the attention's block
     const std::int64_t F = 4, H = 2, D = 3;
     for (std::int64_t e = 0; e < 4; ++e) {
-        std::vector<std::int64_t> keep;
+        std::vector<const double*> keys;  // the tokens that count, and only those
         for (std::int64_t t = 0; t < 6; ++t)
-            if (kPadded[std::size_t(e * 6 + t)] != 0) keep.push_back(t);
+            if (const auto id = std::int64_t(kPadded[std::size_t(e * 6 + t)]); id != 0) keys.push_back(emb + id * F);
         std::vector<double> pooled(F, 0.0);
-        for (std::int64_t t : keep) {  // only the tokens that count are pooled, and they attend to those only
-            auto proj = [&](std::int64_t kernel, std::int64_t bias, std::int64_t tok, std::int64_t h, std::int64_t d) {
-                double s = w[bias + h * D + d];
-                const auto id = std::int64_t(kPadded[std::size_t(e * 6 + tok)]);
-                for (std::int64_t f = 0; f < F; ++f) s += emb[id * F + f] * w[kernel + (f * H + h) * D + d];
-                return s;
-            };
-            std::vector<double> out(F, 0.0);
-            for (std::int64_t f = 0; f < F; ++f) out[std::size_t(f)] = w[Impl::o_bias + f];
-            for (std::int64_t h = 0; h < H; ++h) {
-                std::vector<double> sc;
-                double m = -1e300;
-                for (std::int64_t k : keep) {
-                    double s = 0;
-                    for (std::int64_t d = 0; d < D; ++d) s += proj(Impl::q_kernel, Impl::q_bias, t, h, d) * proj(Impl::k_kernel, Impl::k_bias, k, h, d);
-                    sc.push_back(s / std::sqrt(double(D)));
-                    m = std::max(m, sc.back());
-                }
-                double z = 0;
-                for (double& s : sc) z += (s = std::exp(s - m));
-                for (std::int64_t d = 0; d < D; ++d) {
-                    double o = 0;
-                    for (std::size_t j = 0; j < keep.size(); ++j) o += sc[j] / z * proj(Impl::v_kernel, Impl::v_bias, keep[j], h, d);
-                    for (std::int64_t f = 0; f < F; ++f) out[std::size_t(f)] += o * w[Impl::o_kernel + (h * D + d) * F + f];
-                }
-            }
-            for (std::int64_t f = 0; f < F; ++f) pooled[std::size_t(f)] += out[std::size_t(f)] / double(keep.size());
+        for (const double* query : keys) {  // only the tokens that count are pooled, and they attend to those only
+            const auto out = attend_by_hand<Impl>(w, query, keys, F, H, D);
+            for (std::int64_t f = 0; f < F; ++f) pooled[std::size_t(f)] += out[std::size_t(f)] / double(keys.size());
         }
         for (std::int64_t f = 0; f < F; ++f) {
             CAPTURE(e);
@@ -737,30 +748,7 @@ TEST_CASE("mask_zero with a class token: its query attends to itself and the rea
         std::vector<const double*> keys{cls};  // the class token, then the tokens that count
         for (std::int64_t t = 0; t < 6; ++t)
             if (const auto id = std::int64_t(kPadded[std::size_t(e * 6 + t)]); id != 0) keys.push_back(emb + id * F);
-        auto proj = [&](std::int64_t kernel, std::int64_t bias, const double* tok, std::int64_t h, std::int64_t d) {
-            double s = w[bias + h * D + d];
-            for (std::int64_t f = 0; f < F; ++f) s += tok[f] * w[kernel + (f * H + h) * D + d];
-            return s;
-        };
-        std::vector<double> out(F, 0.0);
-        for (std::int64_t f = 0; f < F; ++f) out[std::size_t(f)] = w[Impl::o_bias + f];
-        for (std::int64_t h = 0; h < H; ++h) {
-            std::vector<double> sc;
-            double m = -1e300;
-            for (const double* k : keys) {
-                double s = 0;
-                for (std::int64_t d = 0; d < D; ++d) s += proj(Impl::q_kernel, Impl::q_bias, cls, h, d) * proj(Impl::k_kernel, Impl::k_bias, k, h, d);
-                sc.push_back(s / std::sqrt(double(D)));
-                m = std::max(m, sc.back());
-            }
-            double z = 0;
-            for (double& s : sc) z += (s = std::exp(s - m));
-            for (std::int64_t d = 0; d < D; ++d) {
-                double o = 0;
-                for (std::size_t j = 0; j < keys.size(); ++j) o += sc[j] / z * proj(Impl::v_kernel, Impl::v_bias, keys[j], h, d);
-                for (std::int64_t f = 0; f < F; ++f) out[std::size_t(f)] += o * w[Impl::o_kernel + (h * D + d) * F + f];
-            }
-        }
+        const auto out = attend_by_hand<Impl>(w, cls, keys, F, H, D);
         double away_from_bias = 0;  // the padding-only example attends to its class token: not the bias alone
         for (std::int64_t f = 0; f < F; ++f) {
             CAPTURE(e);
