@@ -657,6 +657,19 @@ TEST_CASE("mask_zero: nothing a padded token holds reaches the output or another
 }
 
 namespace {
+// A float64 network's initial parameters (seed `init`) moved by uniform noise in ±0.3 (seed
+// `noise`), and its inference output on kPadded's four sequences: the set-up of the by-hand
+// references below.
+template <class Net>
+std::pair<std::vector<double>, std::vector<double>> noisy_forward_on_padded(std::uint64_t init, std::uint64_t noise) {
+    Network<Net, double, Host> net;
+    std::vector<double> p(std::size_t(Net::num_params));
+    net.init(p.data(), init);
+    const auto moved = reference_values(Net::num_params, noise, -0.3, 0.3);
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] += moved[i];
+    auto x = on_place<double, Host>(kPadded, Net::input_shape::batched(4));
+    return {p, as_double(net.forward(p.data(), x.view(), Mode{}))};
+}
 // One query's MultiHeadAttention<H, D> output over `keys` (rows of F features), in float64 by
 // hand: each head's scaled dot products, their softmax over exactly the keys given, the values,
 // the output projection and its bias. `w` is the layer's block; Impl gives its offsets.
@@ -696,13 +709,7 @@ TEST_CASE("mask_zero: the masked attention and pooling against a float64 referen
     // that count, against the same computed here by hand over those tokens only.
     using Net = Sequential<Input<6>, Embedding<7, 4, EmbeddingOptions{.mask_zero = true}>, MultiHeadAttention<2, 3>, GlobalAveragePooling1D>;
     using Impl = std::tuple_element_t<1, Network<Net, double, Host>::Layers>;
-    Network<Net, double, Host> net;
-    std::vector<double> p(std::size_t(Net::num_params));
-    net.init(p.data(), 5);
-    const auto noise = reference_values(Net::num_params, 6, -0.3, 0.3);
-    for (std::size_t i = 0; i < p.size(); ++i) p[i] += noise[i];
-    auto x = on_place<double, Host>(kPadded, Net::input_shape::batched(4));
-    const auto y = as_double(net.forward(p.data(), x.view(), Mode{}));
+    const auto [p, y] = noisy_forward_on_padded<Net>(5, 6);
     const double* emb = p.data();
     const double* w = p.data() + 7 * 4;  // the attention's block
     const std::int64_t F = 4, H = 2, D = 3;
@@ -733,13 +740,7 @@ TEST_CASE("mask_zero with a class token: its query attends to itself and the rea
     using Net = Sequential<Input<6>, Embedding<7, 4, EmbeddingOptions{.mask_zero = true}>, ClassToken, MultiHeadAttention<2, 3>,
                            FirstToken>;
     using Impl = std::tuple_element_t<2, Network<Net, double, Host>::Layers>;
-    Network<Net, double, Host> net;
-    std::vector<double> p(std::size_t(Net::num_params));
-    net.init(p.data(), 12);
-    const auto noise = reference_values(Net::num_params, 13, -0.3, 0.3);
-    for (std::size_t i = 0; i < p.size(); ++i) p[i] += noise[i];
-    auto x = on_place<double, Host>(kPadded, Net::input_shape::batched(4));
-    const auto y = as_double(net.forward(p.data(), x.view(), Mode{}));
+    const auto [p, y] = noisy_forward_on_padded<Net>(12, 13);
     const std::int64_t F = 4, H = 2, D = 3;
     const double* emb = p.data();
     const double* cls = p.data() + 7 * F;      // the class token (its variable class_token)
