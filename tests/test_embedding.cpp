@@ -1014,6 +1014,30 @@ strata::data::Dataset<> weighted_counting(std::size_t n, std::uint64_t seed) {
     for (std::size_t i = 0; i < n; ++i) w.push_back(i % 3 == 0 ? 0.25f : i % 3 == 1 ? 1.0f : 3.0f);
     return strata::data::Dataset<>::from_arrays(std::move(x), {std::size_t(kTokens)}, std::move(y), kTokens, std::move(w));
 }
+// PaddedLm trained 2 epochs by SGD on `data` (batches of 12) on one device and on two Mirrored
+// replicas from the same seed: the one device's weights, the largest difference of the two's, and
+// their last epoch's loss and accuracy.
+struct OneAndMirrored {
+    std::vector<float> weights;
+    double diff = 0, loss_one = 0, loss_two = 0, accuracy_one = 0, accuracy_two = 0;
+};
+OneAndMirrored one_and_mirrored(const strata::data::Dataset<>& data) {
+    const auto opt = strata::optim::SGD{.learning_rate = 0.1};
+    strata::Model<PaddedLm<true>> one(3);
+    one.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    const auto h1 = one.fit(data.batch(12), {.epochs = 2, .verbose = 0});
+    strata::distribute::Mirrored<> two(2);
+    strata::Model<PaddedLm<true>, strata::distribute::Mirrored<>> m(two, 3);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
+    const auto h2 = m.fit(data.batch(12), {.epochs = 2, .verbose = 0});
+    OneAndMirrored r{one.get_weights()};
+    const auto b = m.get_weights();
+    REQUIRE(r.weights.size() == b.size());
+    for (std::size_t i = 0; i < b.size(); ++i) r.diff = std::max(r.diff, double(std::abs(r.weights[i] - b[i])));
+    r.loss_one = h1["loss"].back(), r.loss_two = h2["loss"].back();
+    r.accuracy_one = h1["accuracy"].back(), r.accuracy_two = h2["accuracy"].back();
+    return r;
+}
 }  // namespace
 
 TEST_CASE("mask_zero with a per-token output and sample weights: Σ over the real tokens of loss × weight / their count (Keras 3)") {
@@ -1043,47 +1067,22 @@ TEST_CASE("mask_zero with a per-token output and sample weights: Σ over the rea
     CHECK(std::abs(e.loss - plain / counted) > 1e-3 * std::abs(plain / counted));  // the weights count
     CHECK(e.accuracy == doctest::Approx(right / counted).epsilon(1e-6));           // the accuracy is not weighted
     // Training on it: two replicas on shards of different padding and weights end where one device does.
-    const auto opt = strata::optim::SGD{.learning_rate = 0.1};
-    strata::Model<PaddedLm<true>> one(3);
-    one.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
-    const auto h1 = one.fit(weighted_counting(96, 16).batch(12), {.epochs = 2, .verbose = 0});
-    strata::distribute::Mirrored<> two(2);
-    strata::Model<PaddedLm<true>, strata::distribute::Mirrored<>> mirrored(two, 3);
-    mirrored.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
-    const auto h2 = mirrored.fit(weighted_counting(96, 16).batch(12), {.epochs = 2, .verbose = 0});
-    const auto a = one.get_weights(), b = mirrored.get_weights();
-    REQUIRE(a.size() == b.size());
-    double diff = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, double(std::abs(a[i] - b[i])));
-    INFO("largest weight difference " << diff);
-    CHECK(diff < 1e-5);
-    CHECK(h1["loss"].back() == doctest::Approx(h2["loss"].back()).epsilon(1e-5));
+    const auto w = one_and_mirrored(weighted_counting(96, 16));
+    INFO("largest weight difference " << w.diff);
+    CHECK(w.diff < 1e-5);
+    CHECK(w.loss_one == doctest::Approx(w.loss_two).epsilon(1e-5));
     // The weights move the training (the negative control: the same data unweighted).
-    strata::Model<PaddedLm<true>> unweighted(3);
-    unweighted.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
-    unweighted.fit(padded_counting(96, 16, -1, true).batch(12), {.epochs = 2, .verbose = 0});
-    CHECK(unweighted.get_weights() != a);
+    CHECK(one_and_mirrored(padded_counting(96, 16, -1, true)).weights != w.weights);
 }
 
 TEST_CASE("mask_zero with a per-token output under Mirrored (shards counting 1-2 and 7-8 tokens) trains as one device does") {
-    const auto opt = strata::optim::SGD{.learning_rate = 0.1};
-    strata::Model<PaddedLm<true>> one(3);
-    one.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
-    const auto h1 = one.fit(padded_counting(96, 16, -1, true).batch(12), {.epochs = 2, .verbose = 0});
-    strata::distribute::Mirrored<> two(2);
-    strata::Model<PaddedLm<true>, strata::distribute::Mirrored<>> m(two, 3);
-    m.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
-    const auto h2 = m.fit(padded_counting(96, 16, -1, true).batch(12), {.epochs = 2, .verbose = 0});
-    const auto a = one.get_weights(), b = m.get_weights();
-    REQUIRE(a.size() == b.size());
-    double diff = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, double(std::abs(a[i] - b[i])));
-    INFO("largest weight difference " << diff);
+    const auto r = one_and_mirrored(padded_counting(96, 16, -1, true));
+    INFO("largest weight difference " << r.diff);
     // Each replica's shard alone would weigh its tokens by its own count (1-2 against 7-8 per
     // example): the global batch's count, summed over the replicas, is what makes them equal.
-    CHECK(diff < 1e-5);
-    CHECK(h1["loss"].back() == doctest::Approx(h2["loss"].back()).epsilon(1e-5));
-    CHECK(h1["accuracy"].back() == doctest::Approx(h2["accuracy"].back()).epsilon(1e-5));
+    CHECK(r.diff < 1e-5);
+    CHECK(r.loss_one == doctest::Approx(r.loss_two).epsilon(1e-5));
+    CHECK(r.accuracy_one == doctest::Approx(r.accuracy_two).epsilon(1e-5));
 }
 #endif
 
