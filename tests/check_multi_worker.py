@@ -49,6 +49,7 @@ import signal
 import socket
 import subprocess
 import sys
+import shutil
 import tempfile
 import time
 
@@ -149,8 +150,14 @@ def fault(mpirun, exe, data, how, timeout_ms=3000, np=3, victim_rank=2, strategy
     """Starts `np` processes training for long, then stops (SIGSTOP) or kills (SIGKILL) rank
     `victim_rank` once all are training. Returns (exit status, seconds from the signal to the
     end, stderr)."""
+    # Rank 0's TensorBoard event file exists once fit has begun: every rank has then passed the
+    # set-up's agreements, so the fault falls in training (judged against --timeout-ms), never
+    # in the set-up (judged against the start-up deadline). A fixed 2 s after the processes
+    # appeared once stopped a rank still starting while a build ran beside the check.
+    tb = tempfile.mkdtemp(prefix="strata_fault_tb_")
     cmd = [mpirun, "-np", str(np), exe, "--data", data, *strategy, "--epochs", "100000",
-           "--batch-size", "12", "--verbose", "0", "--threads", "1", "--timeout-ms", str(timeout_ms)]
+           "--batch-size", "12", "--verbose", "0", "--threads", "1", "--timeout-ms", str(timeout_ms),
+           "--tensorboard", tb]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
     victim = None
     try:
@@ -163,7 +170,13 @@ def fault(mpirun, exe, data, how, timeout_ms=3000, np=3, victim_rank=2, strategy
         if not check(victim is not None, f"{strategy[-1]} {how}: the {np} processes did not start"):
             p.kill()
             return None, None, ""
-        time.sleep(2.0)  # well into training
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None and not os.listdir(tb):
+            time.sleep(0.05)
+        if not check(p.poll() is None and os.listdir(tb), f"{strategy[-1]} {how}: training did not begin within 120 s"):
+            p.kill()
+            return None, None, ""
+        time.sleep(0.5)  # into training
         os.kill(victim, signal.SIGSTOP if how == "stall" else signal.SIGKILL)
         t0 = time.time()
         try:
@@ -183,6 +196,7 @@ def fault(mpirun, exe, data, how, timeout_ms=3000, np=3, victim_rank=2, strategy
                 pass
         if p.poll() is None:
             p.kill()
+        shutil.rmtree(tb, ignore_errors=True)
 
 
 def slow_start(mpirun, exe, data):
