@@ -108,6 +108,7 @@ void check_mid_epoch_resume(Interrupt::Kind kind, A... strategy_args) {
     CHECK(pos.epoch == int(resume_at / batches_per_epoch));
     CHECK(pos.batches == resume_at % batches_per_epoch);
     CHECK(pos.seen == pos.batches * 24);
+    CHECK(pos.counted == double(pos.seen));  // the accuracy counts examples (no token mask)
 
     Run<Strategy> second(strategy_args...);
     auto count = std::make_shared<Interrupt>(Interrupt::None, 0);
@@ -267,6 +268,27 @@ TEST_CASE("BackupAndRestore: a corrupt or foreign backup is an error naming the 
     msg = strata_test::error_of<strata::CheckpointError>(fit);
     CHECK(msg.find("backup_batches") != std::string::npos);
     CHECK(msg.find(file.string()) != std::string::npos);
+    // The accuracy's count (backup_counted), negative or not a number.
+    for (const char* bad : {"-1", "twelve"}) {
+        {
+            Run<strata::distribute::Default> run;
+            run.model.save(file.string(), {{"backup_format", "strata-backup"}, {"backup_version", "1"}, {"backup_epoch", "0"},
+                                           {"backup_batches", "1"}, {"backup_loss_sum", "0"}, {"backup_correct", "0"},
+                                           {"backup_counted", bad}, {"backup_seen", "24"}});
+        }
+        msg = strata_test::error_of<strata::CheckpointError>(fit);
+        CHECK(msg.find("backup_counted") != std::string::npos);
+        CHECK(msg.find(bad) != std::string::npos);
+        CHECK(msg.find(file.string()) != std::string::npos);
+    }
+    // Written before backup_counted was kept: the accuracy counted the examples.
+    {
+        Run<strata::distribute::Default> run;
+        run.model.save(file.string(), {{"backup_format", "strata-backup"}, {"backup_version", "1"}, {"backup_epoch", "0"},
+                                       {"backup_batches", "1"}, {"backup_loss_sum", "0.5"}, {"backup_correct", "20"},
+                                       {"backup_seen", "24"}});
+    }
+    CHECK(tr::BackupAndRestore::read_position(file) == tr::TrainingPosition{0, 1, 0.5, 20, 24, 24});
 
     // A position past the end of the epoch's data: the data changed since.
     {

@@ -981,6 +981,107 @@ TEST_CASE("mask_zero with a per-token output: evaluate's loss and accuracy are t
     CHECK(e.accuracy == doctest::Approx(right / counted).epsilon(1e-6));
 }
 
+namespace {
+// padded_counting's alternating examples reordered: the n/2 long ones (7 or 8 tokens that count)
+// first, then the n/2 short ones (1 or 2). Batched by n/2, the two batches count very different
+// numbers of tokens.
+strata::data::Dataset<> long_then_short(std::size_t n, std::uint64_t seed) {
+    const auto plain = padded_counting(n, seed, -1, true);
+    std::vector<float> x;
+    std::vector<std::int32_t> y;
+    for (const std::size_t parity : {1u, 0u})
+        for (auto it = plain.batch(n).iterate(0); it != std::default_sentinel; ++it)
+            for (std::size_t ex = parity; ex < it->size(); ex += 2) {
+                x.insert(x.end(), it->x_at(ex).begin(), it->x_at(ex).end());
+                y.insert(y.end(), it->y_at(ex).begin(), it->y_at(ex).end());
+            }
+    return strata::data::Dataset<>::from_arrays(std::move(x), {std::size_t(kTokens)}, std::move(y), kTokens);
+}
+// Each batch's tokens that count, and those of them `p` ([examples, kTokens, kVocab], in the
+// data's order) predicts right.
+struct TokenTally {
+    std::vector<double> right, counted, in_top2;  // in_top2: ids among the 2 highest (tf.math.in_top_k)
+    double token_mean() const {
+        double r = 0, c = 0;
+        for (std::size_t b = 0; b < right.size(); ++b) r += right[b], c += counted[b];
+        return r / c;
+    }
+};
+TokenTally tally(const strata::data::Dataset<>& batched, const Tensor<float, strata::place::Host>& p) {
+    TokenTally t;
+    std::int64_t i = 0;
+    for (auto it = batched.iterate(0); it != std::default_sentinel; ++it) {
+        const auto& b = *it;
+        t.right.push_back(0), t.counted.push_back(0), t.in_top2.push_back(0);
+        for (std::size_t ex = 0; ex < b.size(); ++ex, ++i)
+            for (std::int64_t k = 0; k < kTokens; ++k) {
+                if (b.x_at(ex)[std::size_t(k)] == 0.0f) continue;
+                const float* row = p.data() + (i * kTokens + k) * kVocab;
+                const auto want = b.y_at(ex)[std::size_t(k)];
+                t.right.back() += std::max_element(row, row + kVocab) - row == want ? 1 : 0;
+                t.in_top2.back() += std::count_if(row, row + kVocab, [&](float v) { return v > row[want]; }) < 2 ? 1 : 0;
+                t.counted.back() += 1;
+            }
+    }
+    return t;
+}
+// Sets stop_training after the first batch (a clean stop: BackupAndRestore backs up there).
+struct StopAfterFirstBatch : strata::train::Callback {
+    void on_train_batch_end(strata::train::TrainingContext& ctx, std::int64_t, const strata::train::Logs&) override {
+        ctx.stop_training = true;
+    }
+};
+}  // namespace
+
+TEST_CASE("mask_zero with a per-token output: over batches of different padding, an epoch's and evaluate's accuracy are "
+          "Σ right / Σ tokens that count (Keras' masked metric), and a resumed epoch keeps the count") {
+    strata::Model<PaddedLm<true>> m(7);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    m.fit(padded_counting(64, 8, -1).batch(16), {.epochs = 2, .verbose = 0});
+    const auto data = long_then_short(24, 9).batch(12);
+    const auto t = tally(data, m.predict(data));
+    REQUIRE(t.counted.size() == 2);
+    CHECK(t.counted[0] > 12 * 6);
+    CHECK(t.counted[1] < 12 * 3);
+    // What an example-weighted mean of the batches' accuracies would give (the negative control):
+    // the data must tell the two apart, or the checks below would prove nothing.
+    const double batch_mean = (t.right[0] / t.counted[0] + t.right[1] / t.counted[1]) / 2;
+    INFO("tokens that count: " << t.counted[0] << " and " << t.counted[1] << "; token mean " << t.token_mean()
+                               << ", mean of the batches " << batch_mean);
+    REQUIRE(std::abs(t.token_mean() - batch_mean) > 0.02);
+    CHECK(m.evaluate(data).accuracy == doctest::Approx(t.token_mean()).epsilon(1e-9));
+    // The top-2 accuracy counts the same tokens (Keras' masked sparse_top_k_categorical_accuracy).
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.0},
+              {"accuracy", strata::metrics::sparse_top_k_categorical_accuracy(2)});
+    const double top2 = (t.in_top2[0] + t.in_top2[1]) / (t.counted[0] + t.counted[1]);
+    INFO("top-2 over the tokens that count " << top2 << "; over every token the padded ones' random ids would enter");
+    CHECK(top2 > t.token_mean());
+    CHECK(top2 < 1.0);
+    CHECK(m.evaluate(data).metrics.at("sparse_top_k_categorical_accuracy") == doctest::Approx(top2).epsilon(1e-12));
+    // An epoch of fit, with a learning rate of 0 (the weights the predictions came from): its
+    // accuracy and top-2 accuracy, and each step's accuracy.
+    const auto h = m.fit(data, {.epochs = 1, .verbose = 0});
+    CHECK(h["accuracy"][0] == doctest::Approx(t.token_mean()).epsilon(1e-9));
+    CHECK(h["sparse_top_k_categorical_accuracy"][0] == doctest::Approx(top2).epsilon(1e-12));
+    auto it = data.iterate(0);
+    CHECK(m.train_step(*it).accuracy == doctest::Approx(t.right[0] / t.counted[0]).epsilon(1e-9));
+    ++it;
+    CHECK(m.train_step(*it).accuracy == doctest::Approx(t.right[1] / t.counted[1]).epsilon(1e-9));
+    // Stopped after the first batch and resumed: the backup holds the tokens counted so far, and
+    // the resumed epoch reports the uninterrupted one's accuracy.
+    strata_test::TempDir dir("strata_embedding_backup");
+    auto backup = std::make_shared<strata::train::BackupAndRestore>(dir.path);
+    m.fit(data, {.epochs = 1, .callbacks = {backup, std::make_shared<StopAfterFirstBatch>()}, .verbose = 0});
+    const auto pos = strata::train::BackupAndRestore::read_position(backup->file());
+    CHECK(pos.batches == 1);
+    CHECK(pos.seen == 12);
+    CHECK(pos.counted == t.counted[0]);
+    CHECK(pos.correct == t.right[0]);
+    const auto resumed = m.fit(data, {.epochs = 1, .callbacks = {backup}, .verbose = 0});
+    REQUIRE(backup->restored());
+    CHECK(resumed["accuracy"][0] == h["accuracy"][0]);
+}
+
 TEST_CASE("mask_zero with a per-token output learns to count through padded sequences; the refusals") {
     strata::Model<PaddedLm<true>> m(11);
     m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
@@ -992,8 +1093,8 @@ TEST_CASE("mask_zero with a per-token output learns to count through padded sequ
     strata::Model<PaddedLm<true>> other(1);
     CHECK_THROWS_WITH_AS(other.compile(strata::loss::MeanSquaredError{}), doctest::Contains("takes no mask"), strata::ValueError);
     CHECK_THROWS_WITH_AS(other.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{},
-                                       {"accuracy", "sparse_top_k_categorical_accuracy"}),
-                         doctest::Contains("do not yet"), strata::ValueError);
+                                       {"accuracy", "precision"}),
+                         doctest::Contains("precision"), strata::ValueError);
     // Class weights need one class id per example.
     other.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
     CHECK_THROWS_WITH_AS(other.fit(padded_counting(8, 2, 0).batch(4), {.epochs = 1, .verbose = 0, .class_weight = {{1, 2.0}}}),

@@ -177,7 +177,8 @@ TEST_CASE("synchronized batch normalization: MultiWorkerMirrored equals OneDevic
     CHECK(same_on_every_rank(plain));  // unsynchronized, the replicas still agree on every variable
 }
 
-TEST_CASE("a padded language model (mask_zero, per-token loss over the tokens that count) under MultiWorkerMirrored equals OneDevice (float64)") {
+TEST_CASE("a padded language model (mask_zero, per-token loss over the tokens that count), with and without sample weights, "
+          "under MultiWorkerMirrored equals OneDevice (float64)") {
     // The loss's mean is over the real tokens of the global batch: their count is summed over
     // every replica of every process. Sequences alternate 1-2 and 7-8 real tokens, so the shards
     // of 10 examples over 2 x 2 replicas count different numbers.
@@ -197,24 +198,46 @@ TEST_CASE("a padded language model (mask_zero, per-token loss over the tokens th
             y[i * 8 + t] = id;
         }
     }
-    const auto ds = strata::data::Dataset<>::from_arrays(std::move(x), {8}, std::move(y), 8).batch(10);
+    // Sample weights (0.25, 1, 3 in turn) multiply each example's tokens' losses; the divisor stays
+    // the global batch's count of real tokens (Keras 3), summed over every process.
+    std::vector<float> sw(n);
+    for (std::size_t i = 0; i < n; ++i) sw[i] = i % 3 == 0 ? 0.25f : i % 3 == 1 ? 1.0f : 3.0f;
+    const auto ds = strata::data::Dataset<>::from_arrays(x, {8}, y, 8).batch(10);
+    const auto weighted = strata::data::Dataset<>::from_arrays(x, {8}, y, 8, sw).batch(10);
     const strata::optim::Optimizer opt = strata::optim::Adam{.learning_rate = 0.01};
-    auto run = [&]<class S>(S& s) {
+    struct Result {
+        std::vector<double> weights;
+        strata::Evaluation evaluation;
+        strata::train::History history;
+    };
+    auto run = [&]<class S>(S& s, const strata::data::Dataset<>& data) {
         strata::Model<Lm, S, double> model(s, 11);
         model.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
-        model.fit(ds, {.epochs = 2, .verbose = 0});
-        return std::make_pair(model.get_weights(), model.evaluate(ds));
+        auto h = model.fit(data, {.epochs = 2, .verbose = 0});
+        return Result{model.get_weights(), model.evaluate(data), std::move(h)};
     };
-    dist::OneDevice<> one;
-    const auto [reference, e1] = run(one);
-    for (int replicas : {1, 2}) {
-        CAPTURE(replicas);
-        dist::MultiWorkerMirrored<> mw(replicas);
-        const auto [w, e] = run(mw);
-        CHECK(max_relative_difference(w, reference) <= 1e-10);
-        CHECK(same_on_every_rank(w));
-        CHECK(e.loss == doctest::Approx(e1.loss).epsilon(1e-10));
-        CHECK(e.accuracy == doctest::Approx(e1.accuracy).epsilon(1e-10));
+    for (const auto* data : {&ds, &weighted}) {
+        CAPTURE(data == &weighted);
+        dist::OneDevice<> one;
+        const auto r1 = run(one, *data);
+        for (int replicas : {1, 2}) {
+            CAPTURE(replicas);
+            dist::MultiWorkerMirrored<> mw(replicas);
+            const auto r = run(mw, *data);
+            CHECK(max_relative_difference(r.weights, r1.weights) <= 1e-10);
+            CHECK(same_on_every_rank(r.weights));
+            CHECK(r.evaluation.loss == doctest::Approx(r1.evaluation.loss).epsilon(1e-10));
+            CHECK(r.evaluation.accuracy == doctest::Approx(r1.evaluation.accuracy).epsilon(1e-10));
+            // The epochs' figures: the loss over the examples, the accuracy over the tokens that
+            // count in every process's shards.
+            for (const char* key : {"loss", "accuracy"})
+                for (std::size_t e = 0; e < 2; ++e) CHECK(r.history[key][e] == doctest::Approx(r1.history[key][e]).epsilon(1e-10));
+        }
+    }
+    // The weights move the training (the negative control).
+    {
+        dist::OneDevice<> one;
+        CHECK(max_relative_difference(run(one, ds).weights, run(one, weighted).weights) > 1e-3);
     }
     // A rank whose Embedding does not mask padding has the same variables and summary, and is
     // another model all the same: refused on every rank, naming it.

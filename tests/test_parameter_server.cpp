@@ -117,6 +117,66 @@ TEST_CASE("global_clipnorm: the servers clip by the whole model's norm, as one d
     CHECK(max_relative_difference(one_worker, clip) <= 1e-12);
 }
 
+namespace {
+// A causal language model whose per-token output keeps Embedding's token mask (id 0 pads), and
+// n sequences counting through 1..7 that alternate 1-2 and 7-8 real tokens (mini-batches then
+// count different numbers of tokens), each example weighed 0.25, 1 or 3 in turn when `weighted`.
+using MaskedLm = Sequential<Input<8>, Embedding<8, 8, EmbeddingOptions{.mask_zero = true}>, PositionEmbedding<>,
+                            Residual<LayerNormalization<>, MultiHeadAttention<2, 4, 0, MultiHeadAttentionOptions{.causal = true}>>,
+                            TokenDense<8, Softmax>>;
+strata::data::Dataset<> padded_sequences(std::size_t n, bool weighted) {
+    const auto u = lcg(n * 2, 21, 0, 1);
+    std::vector<float> x(n * 8, 0.0f), w;
+    std::vector<std::int32_t> y(n * 8, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t len = i % 2 == 0 ? 1 + std::size_t(u[i * 2] * 2) % 2 : 7 + std::size_t(u[i * 2] * 2) % 2;
+        std::int32_t id = 1 + std::int32_t(u[i * 2 + 1] * 7) % 7;
+        for (std::size_t t = 0; t < len; ++t) {
+            x[i * 8 + t] = float(id);
+            id = id % 7 + 1;
+            y[i * 8 + t] = id;
+        }
+        w.push_back(i % 3 == 0 ? 0.25f : i % 3 == 1 ? 1.0f : 3.0f);
+    }
+    if (!weighted) w.clear();
+    return strata::data::Dataset<>::from_arrays(std::move(x), {8}, std::move(y), 8, std::move(w));
+}
+template <class Strategy>
+std::pair<std::vector<double>, strata::train::History> fit_masked(Strategy& s, const strata::data::Dataset<>& batched) {
+    strata::Model<MaskedLm, Strategy, double> model(s, 11);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    auto h = model.fit(batched, {.epochs = 2, .verbose = 0});
+    return {model.get_weights(), std::move(h)};
+}
+}  // namespace
+
+TEST_CASE("mask_zero with a per-token output: Synchronous equals one device on the rounds' batches (the servers divide by "
+          "the tokens the update counted), with and without sample weights; one asynchronous worker is one device (float64)") {
+    for (bool weighted : {false, true}) {
+        CAPTURE(weighted);
+        // 46 examples: mini-batches of 4 on 3 workers, rounds of 12, the last of 10 (4 + 4 + 2).
+        const auto data = padded_sequences(46, weighted);
+        dist::OneDevice<> one;
+        const auto [reference, h1] = fit_masked(one, data.batch(12));
+        for (int servers : {1, 2}) {
+            CAPTURE(servers);
+            dist::ParameterServer<Host, ss::Synchronous> ps(3, servers);
+            const auto [w, h] = fit_masked(ps, data.batch(4));
+            CHECK(max_relative_difference(w, reference) <= 1e-12);
+            // The epoch's accuracy is over the same tokens with the same weights: one device's.
+            for (std::size_t e = 0; e < 2; ++e) CHECK(h["accuracy"][e] == doctest::Approx(h1["accuracy"][e]).epsilon(1e-12));
+        }
+        dist::OneDevice<> sequential;
+        const auto [small, hs] = fit_masked(sequential, data.batch(4));
+        dist::ParameterServer<Host, ss::Asynchronous<>> async(1, 1);
+        const auto [a, ha] = fit_masked(async, data.batch(4));
+        CHECK(max_relative_difference(a, small) <= 1e-12);
+        // Each mini-batch's loss is its mean over its tokens that count, an epoch's the mean of
+        // those weighted by the examples, as one device's on the same batches.
+        for (std::size_t e = 0; e < 2; ++e) CHECK(ha["loss"][e] == doctest::Approx(hs["loss"][e]).epsilon(1e-12));
+    }
+}
+
 TEST_CASE("sharding does not change the arithmetic: any servers and partitioner give bitwise equal weights") {
     const auto data = dataset<Mlp>(40, 5).batch(4);
     const strata::optim::Optimizer opt = strata::optim::RMSprop{.learning_rate = 0.01};
@@ -410,7 +470,7 @@ TEST_CASE("a worker that throws is named, and nothing hangs") {
         if (w == 1) throw strata::ValueError("bad record in shard 7");
         std::fill_n(grads, Mlp::num_params, 1.0f);
         on_ready(0, Mlp::num_params);
-        return {0.0, 0, b.size};
+        return {0.0, 0, b.size, double(b.size)};
     };
     const auto t0 = std::chrono::steady_clock::now();
     const auto msg = error_of<strata::DistributedError>([&] { path.run_epoch(source, step, work, [&](const auto&) { return ++calls < 1000; }); });
@@ -428,7 +488,7 @@ TEST_CASE("a worker that throws is named, and nothing hangs") {
                          auto&&) -> dist::UnitWork {
             if (w == 0) std::this_thread::sleep_for(std::chrono::milliseconds(800));
             std::fill_n(grads, Mlp::num_params, 1.0f);
-            return {0.0, 0, b.size};
+            return {0.0, 0, b.size, double(b.size)};
         };
         const auto m = error_of<strata::DistributedError>([&] { p2.run_epoch(src2, step, stuck, [](const auto&) { return true; }); });
         CHECK(has(m, "ParameterServer: worker"));
@@ -575,7 +635,7 @@ TEST_CASE("cancelled work stops between layers of backward, not at the end of th
                 on_ready(0, Mlp::num_params);
             }
         }
-        return {0.0, 0, b.size};
+        return {0.0, 0, b.size, double(b.size)};
     };
     path.run_epoch(source, step, work, [](const auto&) { return true; });
     const auto& s = path.stats();

@@ -67,8 +67,11 @@ namespace strata::distribute {
 /// What one unit's work on one mini-batch returns.
 struct UnitWork {
     double loss_sum = 0;        ///< sum of the per-example losses
-    double correct = 0;         ///< examples predicted right (accuracy metric; with per-token ids, shares of examples)
+    double correct = 0;         ///< examples predicted right (accuracy metric; with per-token ids, shares of examples;
+                                ///< with a token mask at the output, the tokens that count predicted right)
     std::int64_t examples = 0;  ///< examples in the mini-batch
+    double counted = 0;         ///< what `correct` is out of: `examples`, or with a token mask at the output, the
+                                ///< tokens that count (the accuracy is correct / counted, Keras' masked mean)
 };
 
 /// What a step (an update) did, summed over the mini-batches it applied.
@@ -76,6 +79,7 @@ struct StepTotals {
     double loss_sum = 0;
     double correct = 0;
     std::int64_t examples = 0;
+    double counted = 0;  ///< the accuracy's denominator (UnitWork::counted, summed)
 };
 
 /// The primary template: a strategy × sync-mode combination that no path implements.
@@ -405,6 +409,7 @@ public:
             t.loss_sum += res[r].loss_sum;
             t.correct += double(res[r].correct);
             t.examples += res[r].examples;
+            t.counted += res[r].counted;
         }
         return t;
     }

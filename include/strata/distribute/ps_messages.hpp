@@ -133,6 +133,7 @@ inline std::vector<std::byte> encode_done(const UnitWork& u) {
     put(done, &u.examples, 1);
     const std::int64_t stop = stop_request();  // a signal here: the coordinator stops the job
     put(done, &stop, 1);
+    put(done, &u.counted, 1);
     return done;
 }
 /// The totals of a report; its stop request taken.
@@ -143,7 +144,8 @@ inline UnitWork decode_done(const std::vector<std::byte>& payload) {
     in = get(in, &u.correct, 1);
     in = get(in, &u.examples, 1);
     std::int64_t stop = 0;
-    if (payload.size() >= 4 * sizeof(std::int64_t)) get(in, &stop, 1);
+    if (payload.size() >= 4 * sizeof(std::int64_t)) in = get(in, &stop, 1);
+    if (payload.size() >= 5 * sizeof(std::int64_t)) get(in, &u.counted, 1);
     take_stop(int(stop));  // the worker's rank caught a signal: stop after this update
     return u;
 }

@@ -8,8 +8,9 @@
 /// [n, K]: a per-token softmax against per-token ids) count each example as the share of its K
 /// tokens predicted right, so the accuracy (the count over the examples) is the mean over every
 /// token, as Keras' sparse_categorical_accuracy averages a [n, K] match. With token weights (the
-/// token mask of an Embedding with mask_zero, scaled by Model), each token right counts its
-/// weight: padding counts nothing.
+/// token mask of an Embedding with mask_zero), each example counts the weights of its tokens
+/// right, not a share: padding counts nothing, and the count over the examples is the number of
+/// tokens that count predicted right (the caller divides by the tokens that count).
 
 #include <cstdint>
 
@@ -43,7 +44,7 @@ struct RowCorrect {
                     if (p[c] > p[best]) best = c;
                 right += best == std::int64_t(target[r * tokens + k]) ? w : 0.0;
             }
-            flags[r] = T(right / double(tokens));
+            flags[r] = T(token_weight ? right : right / double(tokens));
             return;
         }
         const T* p = pred + r * cols;
@@ -79,7 +80,8 @@ void reserve_accuracy_scratch(std::int64_t examples) {
 /// sparse targets of K > 1 ids per example (`target` [n, K], `pred` [n, K, classes]), the sum
 /// over the examples of the share of their tokens that are right. For Binary with logits, pass
 /// `logits_threshold` semantics by giving probabilities (the Model does).
-/// `token_weights` (sparse only; one per class id of `target`, on P): see the file comment.
+/// `token_weights` (sparse only; one per class id of `target`, on P): the sum of the weights of
+/// the tokens right (with a 0/1 mask, the tokens that count predicted right); see the file comment.
 template <class T, class P>
 double count_correct(const TensorView<T, P>& pred, const TensorView<T, P>& target, AccuracyKind kind,
                      const T* token_weights = nullptr) {
@@ -90,7 +92,7 @@ double count_correct(const TensorView<T, P>& pred, const TensorView<T, P>& targe
     STRATA_CHECK(!token_weights || kind == AccuracyKind::SparseCategorical, ValueError,
                  "accuracy: token weights (the token mask) are taken by the sparse categorical accuracy only");
     place::for_each_n<P>(n, detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind, tokens, token_weights});
-    if (token_weights && tokens == 1) {  // weighed shares, not a whole count
+    if (token_weights) {  // summed weights (a whole count for a 0/1 mask), in example order
         if constexpr (place::host_accessible_v<P>) {
             double s = 0;
             for (std::int64_t i = 0; i < n; ++i) s += double(flags[i]);

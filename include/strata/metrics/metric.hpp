@@ -72,10 +72,15 @@ struct RowTopK {
     T* flags;
     std::int64_t cols;
     std::int64_t k;
+    const T* mask = nullptr;  ///< per row (token): 0 leaves it out (the token mask), or null
     // tf.math.in_top_k (what Keras's sparse_top_k_categorical_accuracy calls on TensorFlow):
     // classes tied with the target's output at the boundary count as in the top k, i.e. the
     // target is in when fewer than k classes score strictly higher.
     STRATA_HD void operator()(std::int64_t r) const {
+        if (mask && mask[r] == T(0)) {  // padding: not a row of the metric (its target is not read)
+            flags[r] = T(0);
+            return;
+        }
         const T* p = pred + r * cols;
         const T mine = p[std::int64_t(target[r])];
         std::int64_t higher = 0;
@@ -120,14 +125,17 @@ void reserve_counts_scratch(std::int64_t examples, std::int64_t tokens) {
 /// Rows of `pred` whose class id is among the k highest outputs: `pred` [n, classes] against
 /// `target` [n], or, with `tokens` > 1, `pred` [n, tokens, classes] against per-token ids
 /// [n, tokens] (every token a row: Keras' sparse_top_k_categorical_accuracy on a [n, K] match).
+/// `mask` (one per row, on P; the token mask of an Embedding with mask_zero): the rows weighed 0
+/// are left out, so the count is of the tokens that count (the caller divides by those).
 template <class T, class P>
-std::int64_t count_in_top_k(const TensorView<T, P>& pred, const TensorView<T, P>& target, int k, std::int64_t tokens = 1) {
+std::int64_t count_in_top_k(const TensorView<T, P>& pred, const TensorView<T, P>& target, int k, std::int64_t tokens = 1,
+                            const T* mask = nullptr) {
     const std::int64_t rows = pred.dim(0) * tokens;
     if (rows == 0) return 0;
     STRATA_CHECK(target.size() == rows, ShapeError, "sparse_top_k_categorical_accuracy: ", rows, " rows of predictions (shape ",
                  pred.shape(), ", ", tokens, " token(s) an example) need as many class ids, got ", target.size());
     T* flags = strata::detail::scratch<T, P, detail::CountsScratchTag>(rows);
-    place::for_each_n<P>(rows, detail::RowTopK<T>{pred.data(), target.data(), flags, pred.size() / rows, k});
+    place::for_each_n<P>(rows, detail::RowTopK<T>{pred.data(), target.data(), flags, pred.size() / rows, k, mask});
     return detail::sum_flags<T, P>(flags, rows, 1, 0);
 }
 
@@ -151,18 +159,19 @@ Counts count_binary(const TensorView<T, P>& pred, const TensorView<T, P>& target
 // The host's metric counts, compiled once in the compiled part.
 STRATA_TEMPLATE std::int64_t count_in_top_k<float, place::Host>(const TensorView<float, place::Host>&,
                                                                 const TensorView<float, place::Host>&, int,
-                                                                std::int64_t);
+                                                                std::int64_t, const float*);
 STRATA_TEMPLATE std::int64_t count_in_top_k<double, place::Host>(const TensorView<double, place::Host>&,
-                                                                 const TensorView<double, place::Host>&, int, std::int64_t);
+                                                                 const TensorView<double, place::Host>&, int, std::int64_t,
+                                                                 const double*);
 STRATA_TEMPLATE Counts count_binary<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&);
 STRATA_TEMPLATE Counts count_binary<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&);
 #endif
 #if STRATA_CUDA_INSTANCES
 // The CUDA place's, in libstrata_cuda (strata/config.hpp).
 STRATA_CUDA_TEMPLATE std::int64_t count_in_top_k<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&, int,
-                                                                     std::int64_t);
+                                                                     std::int64_t, const float*);
 STRATA_CUDA_TEMPLATE std::int64_t count_in_top_k<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, int,
-                                                                      std::int64_t);
+                                                                      std::int64_t, const double*);
 STRATA_CUDA_TEMPLATE Counts count_binary<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&);
 STRATA_CUDA_TEMPLATE Counts count_binary<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&);
 #endif

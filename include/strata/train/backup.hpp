@@ -19,7 +19,7 @@
 /// |-----------------------------------|--------------------------------------------------------|
 /// | `backup_format` = `strata-backup` | marks a backup; `backup_version` = `1`                 |
 /// | `backup_epoch`, `backup_batches`  | the epoch fit was in (from 0) and its batches done     |
-/// | `backup_loss_sum`, `backup_correct`, `backup_seen` | the epoch's running sums (exact decimal) |
+/// | `backup_loss_sum`, `backup_correct`, `backup_counted`, `backup_seen` | the epoch's running sums (exact decimal; a backup without `backup_counted` counts `backup_seen`) |
 /// | `backup_config.KEY`               | the run's configuration (BackupOptions::config)        |
 ///
 /// A backup belongs to its run: one made under another configuration (batch size, seed, ...:

@@ -63,14 +63,16 @@ private:
 
 /// Where `fit` is: the epoch it is in, the batches of that epoch it has trained on, and the
 /// running sums the epoch's figures are made of (loss = loss_sum / seen, accuracy = correct /
-/// seen). At the end of a whole epoch e it is {e + 1, 0, 0, 0, 0}. BackupAndRestore saves it and
-/// gives it back to fit, so that a resumed epoch reports the figures of an uninterrupted one.
+/// counted: counted is seen, or with a token mask at the output the tokens that count). At the
+/// end of a whole epoch e it is {e + 1, 0, 0, 0, 0, 0}. BackupAndRestore saves it and gives it
+/// back to fit, so that a resumed epoch reports the figures of an uninterrupted one.
 struct TrainingPosition {
     int epoch = 0;
     std::int64_t batches = 0;
     double loss_sum = 0;
     double correct = 0;
     std::int64_t seen = 0;
+    double counted = 0;
     friend bool operator==(const TrainingPosition&, const TrainingPosition&) = default;
 };
 

@@ -39,7 +39,8 @@ public:
     /// After an update of `examples` examples: sums, position, bar, callbacks, then the stop
     /// agreed by every rank (FitDriver::agree_stop). Returns whether to go on (false: the
     /// epoch's steps are done, or a callback on any rank set stop_training).
-    bool step(double loss_sum, double correct, std::int64_t examples);
+    /// `counted`: what `correct` is out of (the examples, or the tokens that count).
+    bool step(double loss_sum, double correct, std::int64_t examples, double counted);
 
     /// The epoch's training figures, into logs (cleared first).
     void figures(Logs& logs) const;
@@ -49,6 +50,7 @@ public:
 
 private:
     double mean(double sum) const { return seen_ ? sum / double(seen_) : 0.0; }
+    double accuracy() const { return counted_ > 0 ? correct_ / counted_ : 0.0; }
 
     TrainingContext* ctx_;
     FitDriver* driver_;
@@ -58,7 +60,7 @@ private:
     bool accuracy_;
     std::int64_t steps_per_epoch_;
     int epoch_ = 0;
-    double loss_sum_ = 0, correct_ = 0;
+    double loss_sum_ = 0, correct_ = 0, counted_ = 0;
     std::int64_t seen_ = 0, done_ = 0;
     bool interrupted_ = false;
 };

@@ -167,11 +167,10 @@ public:
     /// pooling): the loss and the accuracy are the means over the tokens that count in the global
     /// batch (Keras' masked reduction), with the mask passed to them as token weights.
     static constexpr bool masked_output = nn::Network<Net, T, P>::masks_output;
-    static_assert(!masked_output || (lockstep && !path_type::pipelined),
+    static_assert(!masked_output || !path_type::pipelined,
                   "strata::Model: a model whose per-token output carries Embedding's token mask (mask_zero) averages its "
-                  "loss over the tokens that count in each global batch, which needs replicas stepping together on one "
-                  "global batch; ParameterServer's workers step on their own and a Pipeline's later stages never see the "
-                  "ids (not supported yet): use OneDevice, Mirrored, CentralStorage or MultiWorkerMirrored");
+                  "loss over the tokens that count, and a Pipeline's later stages never see the ids (not supported yet): "
+                  "use OneDevice, Mirrored, CentralStorage, MultiWorkerMirrored or ParameterServer");
 
     /// A model with its own Default strategy (one replica, all host cores).
     explicit Model(std::uint64_t seed = 0)
@@ -211,10 +210,10 @@ public:
         }
         this->compile_settings_for(std::move(loss), optimizer, metrics, output_size, last_is_softmax);
         if constexpr (masked_output) {
-            STRATA_CHECK(settings_.top_k == 0 && !settings_.precision && !settings_.recall, ValueError,
+            STRATA_CHECK(!settings_.precision && !settings_.recall, ValueError,
                          "Model::compile: the model's per-token output carries Embedding's token mask (mask_zero); of the "
-                         "metrics, \"accuracy\" leaves the padding out, and sparse_top_k_categorical_accuracy, precision and "
-                         "recall do not yet: leave them out");
+                         "metrics, \"accuracy\" and sparse_top_k_categorical_accuracy leave the padding out, and precision "
+                         "and recall do not yet: leave them out");
         }
         // What compile decided, which every process of a job must share (the path compares it
         // across processes, a ValueError on every rank naming who has what): under
@@ -328,6 +327,7 @@ public:
         for (const auto& u : units_) {
             t.loss_sum += u->loss_sum;
             t.correct += double(u->correct);
+            t.counted += u->counted;
         }
         t.examples = global_size;
         return result_of(t);
@@ -452,7 +452,7 @@ public:
         warn_if_statistics_untrained("evaluate");
         STRATA_CHECK(ds.batch_size() > 0, ValueError, "evaluate: the dataset is not batched; call .batch(n) first");
         STRATA_CHECK(ds.cardinality() != data::infinite_cardinality, ValueError, "evaluate: the dataset repeats forever");
-        double loss_sum = 0, correct = 0;
+        double loss_sum = 0, correct = 0, counted = 0;
         std::int64_t seen = 0, built = 0;
         const int N = replicas();
         path_.prepare_inference();
@@ -469,6 +469,7 @@ public:
                 const auto b = path_.unit_share(batch, r);
                 u.loss_sum = 0;
                 u.correct = 0;
+                u.counted = 0;
                 if (b.size == 0) return;
                 const nn::Mode mode{.training = false, .skip_activation = settings_.fused_softmax, .step = step_, .seed = seed_,
                                     .no_backward = true, .compute = compute_};
@@ -477,18 +478,20 @@ public:
                 auto out = u.net.forward(path_.inference_params(r), x, mode);
                 const T* weights = b.w.empty() ? nullptr : stage_weights(u, b.w, b.size, b.y_per_example, false);
                 score(u, out, target, u.net.output_grad(), 1.0, weights,
+                      masked_output ? double(counted_tokens(b.x.data(), b.size)) : double(b.size),
                       masked_output ? masked_token_weights(u, b.size, factor) : nullptr);
             });
             for (int r = 0; r < N; ++r) {
                 loss_sum += units_[std::size_t(r)]->loss_sum;
                 correct += double(units_[std::size_t(r)]->correct);
+                counted += units_[std::size_t(r)]->counted;
             }
             seen += n;
             if (stoppable && lockstep && !path_.per_worker_input() &&
                 distribute::agree_stop({false, stop_signal().load()}).signal != 0)
                 return std::nullopt;
         }
-        return this->evaluation_of(loss_sum, correct, seen, path_.per_worker_input(), unit_counts());
+        return this->evaluation_of(loss_sum, correct, counted, seen, path_.per_worker_input(), unit_counts());
     }
 
     /// The model's outputs for every example of a batched dataset, in order, on the host:
@@ -655,7 +658,8 @@ private:
         capture_t capture;
         metrics::Counts counts;                  // since the epoch or evaluated pass began
         double loss_sum = 0;
-        double correct = 0;                      // examples right (per-token ids: the shares right)
+        double correct = 0;                      // examples right (per-token ids: the shares right; masked: tokens)
+        double counted = 0;                      // what correct is out of (UnitWork::counted)
         TensorView<T, P> staged_target;          // a pipelined unit's mini-batch (StagedWork)
         const T* staged_weights = nullptr;
         Tensor<T, P> token_weights{};            // masked_output: the loss's and accuracy's token weights
@@ -672,10 +676,13 @@ private:
         built = n;
     }
 
-    // masked_output: the token ids that count (not 0) among n examples of host ids x.
+    // masked_output: the output's tokens that count among n examples of host ids x: the ids that
+    // are not 0, and a ClassToken's token per example where one is prepended (it always counts).
     static std::int64_t counted_tokens(const float* x, std::int64_t n) {
         std::int64_t v = 0;
         for (std::int64_t i = 0; i < n * input_size; ++i) v += x[i] != 0.0f ? 1 : 0;
+        using N = nn::Network<Net, T, P>;
+        if constexpr (N::mask_prepend_at < N::L) v += n;
         return v;
     }
     // masked_output: the token weights of unit u's last forward on n examples, each token's mask
@@ -709,6 +716,7 @@ private:
             Unit& u = *m->units_[std::size_t(r)];
             u.loss_sum = 0;
             u.correct = 0;
+            u.counted = 0;
             if (b.size == 0) return {};
             STRATA_CHECK(b.example_size == input_size, ShapeError, "compute_gradients: examples of ", b.example_size,
                          " values do not fit the model's input ", nn::detail::shape_text<typename Net::input_shape>());
@@ -738,12 +746,12 @@ private:
             const std::int64_t count = out.dim(0);
             const TensorView<T, P> target = u.staged_target.slice(first, count);
             const T* weights = u.staged_weights ? u.staged_weights + first : nullptr;
-            m->score(u, out, target, out_grad, denominator / m->staged_loss_scale_, weights);
+            m->score(u, out, target, out_grad, denominator / m->staged_loss_scale_, weights, double(count));
             (void)b;
         }
         distribute::UnitWork result(int r, const distribute::ReplicaBatch<Y>& b) const {
             const Unit& u = *m->units_[std::size_t(r)];
-            return {u.loss_sum, u.correct, b.size};
+            return {u.loss_sum, u.correct, b.size, u.counted};
         }
     };
 
@@ -781,7 +789,7 @@ private:
             CheckedSource<distribute::detail::IteratorSource<Y, decltype(it)>, decltype(check)> source{
                 distribute::detail::IteratorSource<Y, decltype(it)>(it), check};
             m.path_.run_epoch(source, m.step_, m.make_unit_work<Y>(), [&](const distribute::StepTotals& t) {
-                return e.step(t.loss_sum, t.correct, t.examples);
+                return e.step(t.loss_sum, t.correct, t.examples, t.counted);
             });
         }
         void end_epoch(std::int64_t seen, train::Logs& logs, train::History& history, bool validate) override {
@@ -835,6 +843,7 @@ private:
             Unit& u = *units_[std::size_t(r)];
             u.loss_sum = 0;
             u.correct = 0;
+            u.counted = 0;
             if (b.size == 0) {
                 fill(TensorView<T, P>(grads, Shape{num_params}), T(0));
                 if constexpr (masked_output) {  // the others count the global batch's tokens with this replica
@@ -861,7 +870,7 @@ private:
             // lockstep: its workers compute while its servers apply) divides it itself, by the
             // scale in force when it handed the mini-batch out.
             if (precision::scales_loss(compute_) && lockstep) denominator /= path_.loss_scale_state().scale;
-            double factor = 0;
+            double factor = 0, mine = double(b.size);  // mine: what this unit's accuracy counts
             if constexpr (masked_output) {
                 // Sample weights multiply each example's tokens' weights (loss::WeightRow after the
                 // rows): Σ over the real tokens of loss × sample weight / their count, Keras 3's
@@ -870,9 +879,14 @@ private:
                 // one class id per example (check_batch refuses them with per-token ids).
                 // The global batch's tokens that count: this replica's, summed over every replica
                 // of the step (in this process and across processes), before any layer sums.
-                double counted[1] = {double(counted_tokens(b.x.data(), b.size))};
+                mine = double(counted_tokens(b.x.data(), b.size));
+                // ParameterServer (not lockstep: an update takes whichever mini-batches arrive)
+                // gets each mini-batch's sum over its tokens that count (the weight of each such
+                // token 1), and its servers divide the update's sum by the tokens the update
+                // counted (UnitWork::counted): one device's mean over the tokens of those batches.
+                double counted[1] = {mine};
                 if (auto sum = path_.replica_sum(r)) sum(std::span<double>(counted));
-                factor = token_factor(b.global_size, counted[0]);
+                factor = lockstep ? token_factor(b.global_size, counted[0]) : double(sequence_tokens);
             }
             auto x = stage_input(u, b.x.data(), b.size);
             auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
@@ -885,10 +899,14 @@ private:
             auto out = u.net.forward(params, x, mode);
             // Unweighted data and no class weights: no weights staged, none applied.
             const T* weights = b.w.empty() && class_weight_.empty() ? nullptr : stage_weights(u, b.w, b.size, b.y_per_example, true);
-            score(u, out, target, u.net.output_grad(), denominator, weights,
+            score(u, out, target, u.net.output_grad(), denominator, weights, mine,
                   masked_output ? masked_token_weights(u, b.size, factor) : nullptr);
             u.net.backward(params, grads, mode, on_ready);
-            return {u.loss_sum, u.correct, b.size};
+            // ParameterServer with a token mask: the loss above is the sum over the tokens that
+            // count; the mini-batch's figure is its mean over them times its examples (as a
+            // global batch's is in lockstep).
+            if (masked_output && !lockstep) u.loss_sum = mine > 0 ? u.loss_sum * double(b.size) / mine : 0.0;
+            return {u.loss_sum, u.correct, b.size, u.counted};
         };
     }
 
@@ -896,15 +914,23 @@ private:
     // into `out_grad`, scaled by 1 / denominator; each example weighed by `weights`, if any),
     // the correct count, and the metrics beyond accuracy. Every pass scores through here:
     // a training step, a pipelined micro-batch, an evaluated batch.
+    // `counted`: what the accuracy of these outputs is out of (their examples, or with
+    // `token_weights`, their tokens that count). With a token mask the loss takes the scaled
+    // weights (the global batch's mean over the tokens that count) and the accuracy the mask
+    // itself (a count of the tokens right, so that an epoch's accuracy is Σ right / Σ counted
+    // over its batches, as Keras' masked metric accumulates it).
     void score(Unit& u, const TensorView<T, P>& out, const TensorView<T, P>& target, const TensorView<T, P>& out_grad,
-               double denominator, const T* weights, const T* token_weights = nullptr) {
+               double denominator, const T* weights, double counted, const T* token_weights = nullptr) {
         {
             STRATA_PROFILE_MODEL("loss");
             u.loss_sum += loss::loss_and_grad(loss_, out, target, out_grad, denominator, settings_.input_kind, weights, token_weights);
         }
         STRATA_PROFILE_MODEL("metrics");
-        if (settings_.accuracy) u.correct += metrics::count_correct(out, target, settings_.accuracy_kind, token_weights);
-        count_metrics(u, out, target);
+        const T* mask = nullptr;  // the metrics' token weights: the mask itself
+        if constexpr (masked_output) mask = token_weights ? u.net.token_mask() : nullptr;
+        if (settings_.accuracy) u.correct += metrics::count_correct(out, target, settings_.accuracy_kind, mask);
+        u.counted += counted;
+        count_metrics(u, out, target, mask, counted);
     }
 
     // The unit's step as the place captures it (train/place_step.hpp): forward, the loss and
@@ -925,7 +951,8 @@ private:
             [&] { u.net.backward(params, grads, mode, on_ready); });
         u.loss_sum = figures.loss_sum;
         u.correct = accuracy ? figures.correct : 0;
-        return {u.loss_sum, u.correct, n};
+        u.counted = double(n);
+        return {u.loss_sum, u.correct, n, u.counted};
     }
 
     template <class Y>
@@ -987,11 +1014,12 @@ private:
 
     // The metrics beyond accuracy, counted per unit and summed by metric_figures on the
     // caller's thread once the units are done (an epoch, an evaluated pass).
-    void count_metrics(Unit& u, const TensorView<T, P>& out, const TensorView<T, P>& target) {
-        if (settings_.top_k > 0) {  // per example, or per token of per-token ids (the mean over every token)
+    // `mask` (with a token mask at the output): the tokens that count, `counted` of them.
+    void count_metrics(Unit& u, const TensorView<T, P>& out, const TensorView<T, P>& target, const T* mask, double counted) {
+        if (settings_.top_k > 0) {  // per example, or per token of per-token ids (the mean over every token that counts)
             const std::int64_t n = out.dim(0), tokens = sequence_tokens > 1 && target.size() == n * sequence_tokens ? sequence_tokens : 1;
-            u.counts.in_top_k += metrics::count_in_top_k(out, target, settings_.top_k, tokens);
-            u.counts.top_k_rows += n * tokens;
+            u.counts.in_top_k += metrics::count_in_top_k(out, target, settings_.top_k, tokens, mask);
+            u.counts.top_k_rows += mask ? std::int64_t(counted) : n * tokens;
         }
         if (settings_.precision || settings_.recall) u.counts += metrics::count_binary(out, target);
     }

@@ -141,7 +141,7 @@ protected:
     /// evaluate's figures from this process's sums over its units: across processes the
     /// totals over every process (the examples counted once each unless `per_worker_input`,
     /// where every process saw only its own).
-    Evaluation evaluation_of(double loss_sum, double correct, std::int64_t seen, bool per_worker_input,
+    Evaluation evaluation_of(double loss_sum, double correct, double counted, std::int64_t seen, bool per_worker_input,
                              const metrics::Counts& counts);
     /// An epoch's logs: the metrics beyond accuracy over its `seen` examples (before the
     /// validation pass resets the counts), then the validation figures (when `validation`) and

@@ -45,10 +45,11 @@ public:
     void compiled(const collective::Settings& agreed) { s_->agree(agreed, "compile's settings"); }
     void after_save() const { s_->process_group().barrier(0, SyncPoint{"barrier", "save"}); }
     void combine_totals(StepTotals& t) {
-        double v[3] = {t.loss_sum, t.correct, double(t.examples)};
-        s_->process_group().all_reduce(0, std::span<double>(v, 3), collective::ReduceOp::Sum, SyncPoint{"all_reduce", "step totals"});
+        double v[4] = {t.loss_sum, t.correct, double(t.examples), t.counted};
+        s_->process_group().all_reduce(0, std::span<double>(v, 4), collective::ReduceOp::Sum, SyncPoint{"all_reduce", "step totals"});
         t.loss_sum = v[0];
         t.correct = v[1];
+        t.counted = v[3];  // each process's units counted their own shares
         if (s_->per_worker_input()) t.examples = std::int64_t(v[2]);
     }
     bool per_worker_input() const { return s_->per_worker_input(); }

@@ -489,6 +489,7 @@ void ParameterServerCore<P, T>::Coordinator<Y>::admit(int w, const UnitWork& u) 
     totals_.loss_sum += u.loss_sum;
     totals_.correct += double(u.correct);
     totals_.examples += u.examples;
+    totals_.counted += u.counted;
     auto& e = c_.epoch_;
     ++e.gradients;
     e.staleness_sum += staleness;
@@ -502,7 +503,9 @@ template <class P, class T>
 template <class Y>
 bool ParameterServerCore<P, T>::Coordinator<Y>::close() {
     if (pending_ == 0) return true;
-    const T inv = T(1) / T(totals_.examples > 0 ? totals_.examples : 1);
+    // The mean over what the update counted: its examples, or with a token mask at the model's
+    // output, its tokens that count (UnitWork::counted; one device's divisor on those batches).
+    const T inv = T(1) / T(totals_.counted > 0 ? totals_.counted : 1);
     c_.transport_.apply(inv, c_.version_);
     ++c_.version_;
     ++c_.epoch_.updates;

@@ -284,11 +284,13 @@ public:
             const UnitWork u = work.result(r, split_batch(batch, R, r));
             t.loss_sum += u.loss_sum;
             t.correct += double(u.correct);
+            t.counted += u.counted;
         }
-        double totals[2] = {t.loss_sum, t.correct};  // across processes: the last stages' figures, on every rank
-        sum_over_workers(std::span<double>(totals, 2));
+        double totals[3] = {t.loss_sum, t.correct, t.counted};  // across processes: the last stages' figures, on every rank
+        sum_over_workers(std::span<double>(totals, 3));
         t.loss_sum = totals[0];
         t.correct = totals[1];
+        t.counted = totals[2];
         t.examples = std::int64_t(batch.size());
         return t;
     }

@@ -114,6 +114,13 @@ STRATA_DECL BackupAndRestore::Stored BackupAndRestore::read(const std::filesyste
         at.seen = parse_metadata_int("backup_seen", meta("backup_seen"), 0, i64_max);
         at.loss_sum = parse_double(where, "backup_loss_sum", meta("backup_loss_sum"));
         at.correct = parse_double(where, "backup_correct", meta("backup_correct"));
+        // What the accuracy is out of (the tokens that count, with a token mask at the output);
+        // a backup written before it was kept counted examples.
+        at.counted = f.metadata().contains("backup_counted") ? parse_double(where, "backup_counted", f.metadata("backup_counted"))
+                                                             : double(at.seen);
+        if (at.counted < 0)
+            throw_error<CheckpointError>(where, "metadata 'backup_counted': expected a count of 0 or more, found ",
+                                         f.metadata("backup_counted"));
     } catch (const CheckpointError& e) {
         const std::string_view what = e.what();
         if (what.starts_with(where)) throw;
@@ -232,6 +239,7 @@ STRATA_DECL void BackupAndRestore::backup(TrainingContext& ctx) {
                                             {"backup_batches", std::to_string(at.batches)},
                                             {"backup_loss_sum", exact(at.loss_sum)},
                                             {"backup_correct", exact(at.correct)},
+                                            {"backup_counted", exact(at.counted)},
                                             {"backup_seen", std::to_string(at.seen)}};
     for (const auto& [k, v] : o_.config) meta[std::string(config_prefix) + k] = v;
     ctx.save_state(file().string(), meta);

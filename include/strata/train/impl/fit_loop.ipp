@@ -15,20 +15,22 @@ STRATA_DECL void FitEpoch::begin(int epoch, const TrainingPosition& at) {
     loss_sum_ = at.loss_sum;
     correct_ = at.correct;
     seen_ = at.seen;
+    counted_ = at.counted;
     done_ = at.batches;
     interrupted_ = false;
-    ctx_->position = {epoch, done_, loss_sum_, correct_, seen_};
+    ctx_->position = {epoch, done_, loss_sum_, correct_, seen_, counted_};
 }
 
-STRATA_DECL bool FitEpoch::step(double loss_sum, double correct, std::int64_t examples) {
+STRATA_DECL bool FitEpoch::step(double loss_sum, double correct, std::int64_t examples, double counted) {
     loss_sum_ += loss_sum;
     correct_ += correct;
     seen_ += examples;
+    counted_ += counted;
     ++done_;
-    ctx_->position = {epoch_, done_, loss_sum_, correct_, seen_};
+    ctx_->position = {epoch_, done_, loss_sum_, correct_, seen_, counted_};
     logs_->clear();
     logs_->set("loss", mean(loss_sum_));
-    if (accuracy_) logs_->set("accuracy", mean(correct_));
+    if (accuracy_) logs_->set("accuracy", accuracy());
     bar_->step(done_, *logs_);
     for (const auto& cb : *callbacks_) cb->on_train_batch_end(*ctx_, done_, *logs_);
     // Across processes every rank stops after the same step: a rank that stopped alone (a
@@ -46,7 +48,7 @@ STRATA_DECL bool FitEpoch::step(double loss_sum, double correct, std::int64_t ex
 STRATA_DECL void FitEpoch::figures(Logs& logs) const {
     logs.clear();
     logs.set("loss", mean(loss_sum_));
-    if (accuracy_) logs.set("accuracy", mean(correct_));
+    if (accuracy_) logs.set("accuracy", accuracy());
 }
 
 STRATA_DECL History run_fit(TrainingContext& ctx, FitDriver& driver, const CallbackList& callbacks, const FitSettings& s,

@@ -146,7 +146,7 @@ StepResult ModelBase<T>::result_of(const distribute::StepTotals& t) const {
     StepResult res;
     const double denom = t.examples > 0 ? double(t.examples) : 1.0;
     res.loss = t.loss_sum / denom;
-    res.accuracy = t.correct / denom;
+    res.accuracy = t.counted > 0 ? t.correct / t.counted : 0.0;
     res.examples = t.examples;
     return res;
 }
@@ -173,15 +173,16 @@ std::map<std::string, double> ModelBase<T>::metric_figures(metrics::Counts c, st
 }
 
 template <class T>
-Evaluation ModelBase<T>::evaluation_of(double loss_sum, double correct, std::int64_t seen, bool per_worker_input,
+Evaluation ModelBase<T>::evaluation_of(double loss_sum, double correct, double counted, std::int64_t seen, bool per_worker_input,
                                        const metrics::Counts& counts) {
     // Across processes: every process's units computed their shares; the totals are global.
-    double totals[3] = {loss_sum, correct, per_worker_input ? double(seen) : 0.0};  // else every process saw every example
-    path_sum_over_workers(std::span<double>(totals, 3));
+    double totals[4] = {loss_sum, correct, per_worker_input ? double(seen) : 0.0, counted};  // else every process saw every example
+    path_sum_over_workers(std::span<double>(totals, 4));
     loss_sum = totals[0];
     correct = totals[1];
+    counted = totals[3];
     if (per_worker_input) seen = std::int64_t(totals[2]);
-    return {seen ? loss_sum / double(seen) : 0.0, seen ? correct / double(seen) : 0.0, seen, metric_figures(counts, seen)};
+    return {seen ? loss_sum / double(seen) : 0.0, counted > 0 ? correct / counted : 0.0, seen, metric_figures(counts, seen)};
 }
 
 namespace detail {
