@@ -30,6 +30,7 @@
 #if !defined(__CUDACC__)
 #include <strata/strata.hpp>
 #include <strata/distribute/tensor_parallel_attention.hpp>
+#include <strata/distribute/pipeline.hpp>
 
 #include "training_util.hpp"
 #endif
@@ -819,15 +820,43 @@ TEST_CASE("a token mask that does not cover a layer's tokens is a ValueError nam
     CHECK_NOTHROW(mha.forward(p.data(), x.view(), y.view(), mode));
 }
 
-TEST_CASE("mask_zero: a model split where the Embedding's mask cannot reach is refused; the mask's layers are listed") {
-    // A pipeline stage that starts after the Embedding and before the pooling never sees the ids.
-    CHECK_THROWS_WITH_AS((Network<PadNet<true>, double, Host>(2, 6)), doctest::Contains("cannot see the ids its token mask comes from"),
-                         strata::ValueError);
-    CHECK_NOTHROW((Network<PadNet<true>, double, Host>(0, 3)));
-    CHECK_NOTHROW((Network<PadNet<true>, double, Host>(5, 6)));  // after the pooling: no mask to see
-    CHECK(Network<PadNet<true>, double, Host>::masks_tokens);
+TEST_CASE("mask_zero: a part of the network after the Embedding makes the mask from the ids it is given (a pipeline stage); "
+          "without them its forward is a ValueError") {
+    using Net = PadNet<true>;
+    using N = Network<Net, double, Host>;
+    // Layers: 0 Embedding, 1 PositionEmbedding, 2 and 3 the blocks, 4 the pooling (the mask's
+    // consumer), 5 Dense. A part that starts after the Embedding and at or before the pooling reads
+    // the mask; one after the pooling does not.
+    CHECK_FALSE(N(0, 3).needs_token_ids());
+    CHECK(N(2, 6).needs_token_ids());
+    CHECK(N(4, 6).needs_token_ids());
+    CHECK_FALSE(N(5, 6).needs_token_ids());
+    CHECK(N::masks_tokens);
     CHECK_FALSE(Network<PadNet<false>, double, Host>::masks_tokens);
     CHECK(PadNet<true>::parameters().size() == PadNet<false>::parameters().size());  // the same variables
+    const auto [p, whole] = noisy_forward_on_padded<Net>(3, 4);
+    auto ids = on_place<double, Host>(kPadded, Net::input_shape::batched(4));
+    for (std::size_t cut : {2u, 4u}) {  // inside the blocks; at the pooling
+        CAPTURE(cut);
+        N front(0, cut), back(cut, N::L);
+        const double* back_params = p.data() + N::offsets[cut];  // a part takes its own variables
+        const auto mid = front.forward(p.data(), ids.view(), Mode{});
+        Tensor<double, Host> held(mid.shape());
+        strata::copy(mid, held.view());
+        // Without the ids: refused (its layers would take the padding for tokens).
+        const auto msg = strata_test::error_of<strata::ValueError>([&] { back.forward(back_params, held.view(), Mode{}); });
+        CHECK(msg.find("set_token_ids") != std::string::npos);
+        CHECK(msg.find("none were given") != std::string::npos);
+        // Ids of another batch: refused, naming both.
+        back.set_token_ids(ids.view().slice(0, 3));
+        const auto other = strata_test::error_of<strata::ValueError>([&] { back.forward(back_params, held.view(), Mode{}); });
+        CHECK(other.find("ids of 3 examples were given for a batch of 4") != std::string::npos);
+        // With them: the whole network's output, bit for bit.
+        back.set_token_ids(ids.view());
+        CHECK(as_double(back.forward(back_params, held.view(), Mode{})) == whole);
+        // Each forward takes its own ids.
+        CHECK_THROWS_AS(back.forward(back_params, held.view(), Mode{}), strata::ValueError);
+    }
 }
 
 #if !defined(__CUDACC__)
@@ -864,32 +893,35 @@ TEST_CASE("mask_zero with the attention split over 2 shards (heads) and Megatron
     for (std::size_t i = 0; i < 4; ++i) CHECK(gb[i] == 0.0);  // the padding's row
 }
 
-TEST_CASE("mask_zero under Mirrored (2 replicas, shards of different padding) trains as one device does") {
-    // Sequences of 1 to 6 ids in [1, 6], padded with 0; the label: whether id 1 is among them.
-    auto task = [](std::size_t n, std::uint64_t seed) {
-        const auto u = strata_test::lcg(n * 7, seed, 0, 1);
-        std::vector<float> x(n * 6, 0.0f);
-        std::vector<std::int32_t> y(n);
-        for (std::size_t i = 0; i < n; ++i) {
-            const auto len = 1 + std::size_t(u[i * 7] * 6) % 6;
-            bool one = false;
-            for (std::size_t t = 0; t < len; ++t) {
-                x[i * 6 + t] = float(1 + std::int64_t(u[i * 7 + 1 + t] * 6) % 6);
-                one = one || x[i * 6 + t] == 1.0f;
-            }
-            y[i] = one ? 1 : 0;
+namespace {
+// Sequences of 1 to 6 ids in [1, 6], padded with 0; the label: whether id 1 is among them.
+strata::data::Dataset<> has_one_task(std::size_t n, std::uint64_t seed) {
+    const auto u = strata_test::lcg(n * 7, seed, 0, 1);
+    std::vector<float> x(n * 6, 0.0f);
+    std::vector<std::int32_t> y(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto len = 1 + std::size_t(u[i * 7] * 6) % 6;
+        bool one = false;
+        for (std::size_t t = 0; t < len; ++t) {
+            x[i * 6 + t] = float(1 + std::int64_t(u[i * 7 + 1 + t] * 6) % 6);
+            one = one || x[i * 6 + t] == 1.0f;
         }
-        return strata::data::Dataset<>::from_arrays(std::move(x), {6}, std::move(y));
-    };
+        y[i] = one ? 1 : 0;
+    }
+    return strata::data::Dataset<>::from_arrays(std::move(x), {6}, std::move(y));
+}
+}  // namespace
+
+TEST_CASE("mask_zero under Mirrored (2 replicas, shards of different padding) trains as one device does") {
     using Net = PadNet<true>;
     const auto opt = strata::optim::SGD{.learning_rate = 0.1};
     strata::Model<Net> one(3);
     one.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
-    one.fit(task(96, 5).batch(12), {.epochs = 2, .verbose = 0});
+    one.fit(has_one_task(96, 5).batch(12), {.epochs = 2, .verbose = 0});
     strata::distribute::Mirrored<> two(2);
     strata::Model<Net, strata::distribute::Mirrored<>> m(two, 3);
     m.compile(strata::loss::SparseCategoricalCrossentropy{}, opt);
-    m.fit(task(96, 5).batch(12), {.epochs = 2, .verbose = 0});
+    m.fit(has_one_task(96, 5).batch(12), {.epochs = 2, .verbose = 0});
     const auto a = one.get_weights(), b = m.get_weights();
     REQUIRE(a.size() == b.size());
     double diff = 0;
@@ -897,7 +929,7 @@ TEST_CASE("mask_zero under Mirrored (2 replicas, shards of different padding) tr
     INFO("largest weight difference " << diff);
     CHECK(diff < 1e-5);  // float32 rounding of the summed gradients
     for (std::size_t d = 0; d < 4; ++d) CHECK(a[d] == b[d]);  // the padding's row: never trained, the initial values
-    const auto ea = one.evaluate(task(64, 6).batch(16)), eb = m.evaluate(task(64, 6).batch(16));
+    const auto ea = one.evaluate(has_one_task(64, 6).batch(16)), eb = m.evaluate(has_one_task(64, 6).batch(16));
     CHECK(ea.loss == doctest::Approx(eb.loss).epsilon(1e-5));
 }
 
@@ -1184,6 +1216,53 @@ TEST_CASE("mask_zero with a per-token output under Mirrored (shards counting 1-2
     CHECK(r.diff < 1e-5);
     CHECK(r.loss_one == doctest::Approx(r.loss_two).epsilon(1e-5));
     CHECK(r.accuracy_one == doctest::Approx(r.accuracy_two).epsilon(1e-5));
+}
+
+namespace {
+// `Net` trained 2 epochs by Adam from seed 3 on `data` (batches of 12) under `s`, in float64: its
+// weights, History and evaluation of the same batches.
+struct Trained {
+    std::vector<double> weights;
+    strata::train::History history;
+    strata::Evaluation evaluation;
+};
+template <class Net, class Strategy>
+Trained train_f64(Strategy& s, const strata::data::Dataset<>& data) {
+    strata::Model<Net, Strategy, double> m(s, 3);
+    m.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
+    auto h = m.fit(data.batch(12), {.epochs = 2, .verbose = 0});
+    return {m.get_weights(), std::move(h), m.evaluate(data.batch(12))};
+}
+template <class Net, class Split>
+void check_pipeline_equals_one_device(const strata::data::Dataset<>& data) {
+    namespace dist = strata::distribute;
+    dist::OneDevice<> one;
+    const auto r1 = train_f64<Net>(one, data);
+    for (int replicas : {1, 2}) {
+        CAPTURE(replicas);
+        using S = dist::Pipeline<Host, dist::OneFOneB, Split>;
+        S pipeline({.micro_batches = 3, .replicas = replicas});
+        const auto r = train_f64<Net>(pipeline, data);
+        CHECK(strata_test::max_relative_difference(r.weights, r1.weights) <= 1e-12);
+        for (const char* key : {"loss", "accuracy"})
+            for (std::size_t e = 0; e < 2; ++e) CHECK(r.history[key][e] == doctest::Approx(r1.history[key][e]).epsilon(1e-12));
+        CHECK(r.evaluation.loss == doctest::Approx(r1.evaluation.loss).epsilon(1e-12));
+        CHECK(r.evaluation.accuracy == doctest::Approx(r1.evaluation.accuracy).epsilon(1e-12));
+    }
+}
+}  // namespace
+
+TEST_CASE("mask_zero under a Pipeline: stages after the Embedding make the mask from the ids; a per-token output (with "
+          "and without sample weights) and a pooled classifier equal one device (float64, 1 and 2 replicas)") {
+    namespace split = strata::distribute::split;
+    // The language model in three stages (the Embedding and position; the attention block; the
+    // MLP block and the output): micro-batches of 2 examples whose padding differs, the loss over
+    // the global batch's tokens that count.
+    check_pipeline_equals_one_device<PaddedLm<true>, split::At<2, 3>>(padded_counting(46, 16, -1, true));
+    check_pipeline_equals_one_device<PaddedLm<true>, split::At<2, 3>>(weighted_counting(46, 16));
+    // The pooled classifier (with dropout), cut inside the blocks and at the pooling.
+    check_pipeline_equals_one_device<PadNet<true>, split::At<3>>(has_one_task(46, 5));
+    check_pipeline_equals_one_device<PadNet<true>, split::At<4>>(has_one_task(46, 5));
 }
 #endif
 

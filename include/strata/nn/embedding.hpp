@@ -44,8 +44,8 @@
 /// reduction), the global count summed over the replicas of a step, so that N replicas equal one
 /// device. A model that does not compile otherwise names the layer (Keras raises for a layer
 /// without supports_masking). The masking Embedding is the model's first layer (the mask comes
-/// from its input), and a pipeline cannot split such a model before the pooling (its later
-/// stages never see the ids: a ValueError when the stage is built).
+/// from its input); a pipeline stage after it and at or before the layer that consumes the mask
+/// makes the same mask from the replica's input ids (Network::set_token_ids).
 ///
 /// Not implemented: ids of rank other than 1 per example (a compile-time error; Keras appends
 /// the axis to any rank).

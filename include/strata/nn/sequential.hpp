@@ -330,16 +330,31 @@ public:
         if constexpr (masks_tokens) return token_mask_.empty() ? nullptr : token_mask_.data();
         else return nullptr;
     }
+    /// Whether this part of the network reads the token mask but does not make it: it starts
+    /// after the masking Embedding, at or before the layer that consumes the mask (a pipeline
+    /// stage between them). It is then given the model's input ids before each forward.
+    bool needs_token_ids() const {
+        if constexpr (masks_tokens) return first_ > 0 && first_ <= mask_consumer();
+        else return false;
+    }
+    /// For a part that needs_token_ids: the model's input ids of the batch the next forward
+    /// takes ([n, tokens], on P), from which it makes the token mask the Embedding would have.
+    /// Without it such a forward is a ValueError (its layers would treat padding as tokens).
+    void set_token_ids(const TensorView<T, P>& ids) {
+        if constexpr (masks_tokens) {
+            if (!needs_token_ids()) return;
+            make_mask(ids);
+            ids_given_ = ids.dim(0);
+        } else {
+            (void)ids;
+        }
+    }
 
     Network() : Network(0, L) {}
     /// Layers [first, last) only (see the class comment); ValueError unless first < last <= L.
     Network(std::size_t first, std::size_t last) : first_(first), last_(last) {
         STRATA_CHECK(first < last && last <= L, ValueError, "Network: layers [", first, ", ", last, ") of a Sequential of ", L,
                      " layers; a range holds at least one of them");
-        STRATA_CHECK(!masks_tokens || first == 0 || first >= mask_consumer(), ValueError, "Network: layers [", first, ", ", last,
-                     ") of a model whose Embedding masks padding (mask_zero): a part that starts after the Embedding and "
-                     "before the GlobalAveragePooling1D cannot see the ids its token mask comes from (a pipeline cannot split "
-                     "such a model there)");
         base_ = offsets[first];
         set_streams(std::make_index_sequence<L>{});
         link_layers(std::make_index_sequence<L - 1>{});
@@ -673,6 +688,7 @@ private:
     std::int64_t base_ = 0;               // offsets[first_]: where the given params and grads start
     Tensor<T, P> token_mask_{};           // masks_tokens: the last forward's token mask [n, tokens]
     Tensor<T, P> token_mask_after_{};     // with a ClassToken: [n, 1 + tokens], the class token first
+    std::int64_t ids_given_ = -1;         // needs_token_ids: the examples of the ids set_token_ids gave (-1: none)
 
     // The index of the layer that consumes the token mask (L without a mask).
     static constexpr std::size_t mask_consumer() { return masks_tokens ? detail::mask_consumer_of<Layers>() : L; }
@@ -687,12 +703,27 @@ private:
             }
         }
     }
+    // The token mask (and with a ClassToken, the mask with a 1 in front) of input ids [n, S].
+    void make_mask(const TensorView<T, P>& ids) {
+        if constexpr (masks_tokens) {
+            token_mask_.resize(Shape{ids.size() > 0 ? ids.size() : 1});
+            std::tuple_element_t<0, Layers>::make_token_mask(ids, token_mask_.data());
+            if constexpr (mask_prepend_at < L) {
+                constexpr std::int64_t S = std::tuple_element_t<0, Layers>::S;
+                const std::int64_t n = ids.dim(0);
+                token_mask_after_.resize(Shape{n > 0 ? n * (S + 1) : 1});
+                if (n > 0) place::for_each_n<P>(n * (S + 1), detail::CountedFirst<T>{token_mask_.data(), token_mask_after_.data(), S});
+            }
+        } else {
+            (void)ids;
+        }
+    }
     // The pass's Mode with the token mask of the last forward's input (masks_tokens), when this
     // network runs layers that read it.
     Mode with_token_mask(const Mode& mode) const {
         Mode m = mode;
         if constexpr (masks_tokens) {
-            if (first_ == 0 && !token_mask_.empty()) {
+            if ((first_ == 0 || needs_token_ids()) && !token_mask_.empty()) {
                 m.token_mask = token_mask_.data();
                 m.mask_tokens = std::tuple_element_t<0, Layers>::S;
             }
@@ -740,14 +771,14 @@ TensorView<T, P> Network<Seq, T, P>::forward(const T* params, const TensorView<T
     trained_ = mode.training;
     if constexpr (masks_tokens) {
         if (first_ == 0) {
-            token_mask_.resize(Shape{x.size() > 0 ? x.size() : 1});
-            std::tuple_element_t<0, Layers>::make_token_mask(x, token_mask_.data());
-            if constexpr (mask_prepend_at < L) {
-                constexpr std::int64_t S = std::tuple_element_t<0, Layers>::S;
-                const std::int64_t n = x.dim(0);
-                token_mask_after_.resize(Shape{n > 0 ? n * (S + 1) : 1});
-                if (n > 0) place::for_each_n<P>(n * (S + 1), detail::CountedFirst<T>{token_mask_.data(), token_mask_after_.data(), S});
-            }
+            make_mask(x);
+        } else if (needs_token_ids()) {
+            STRATA_CHECK(ids_given_ == x.dim(0), ValueError, "Sequential: layers [", first_, ", ", last_,
+                         ") of a model whose Embedding masks padding (mask_zero) read the token mask but do not make it: "
+                         "give them the batch's input ids (set_token_ids) before each forward; ",
+                         ids_given_ < 0 ? std::string("none were given") : "ids of " + std::to_string(ids_given_) + " examples were given",
+                         " for a batch of ", x.dim(0));
+            ids_given_ = -1;  // one forward each
         }
     }
     const strata::detail::Tf32Scope<P> tf32(mode.compute == precision::Compute::TF32);
@@ -762,10 +793,11 @@ void Network<Seq, T, P>::reserve(std::int64_t n, bool training) {
     prepare_shapes(n);
     reserve_impl(n, training, std::make_index_sequence<L>{});
     if constexpr (masks_tokens) {  // the token mask's storage too: the first step allocates nothing
-        if (first_ == 0 && n > 0 && token_mask_.size() < n * std::tuple_element_t<0, Layers>::S)
+        const bool makes = first_ == 0 || needs_token_ids();
+        if (makes && n > 0 && token_mask_.size() < n * std::tuple_element_t<0, Layers>::S)
             token_mask_.resize(Shape{n * std::tuple_element_t<0, Layers>::S});
         if constexpr (mask_prepend_at < L) {
-            if (first_ == 0 && n > 0 && token_mask_after_.size() < n * (std::tuple_element_t<0, Layers>::S + 1))
+            if (makes && n > 0 && token_mask_after_.size() < n * (std::tuple_element_t<0, Layers>::S + 1))
                 token_mask_after_.resize(Shape{n * (std::tuple_element_t<0, Layers>::S + 1)});
         }
     }

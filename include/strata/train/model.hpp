@@ -109,14 +109,22 @@ struct LastActivation<nn::Sequential<In, Specs...>> {
         else return false;
     }();
 };
-/// out[i] = mask[i] · factor, one value per index on any place (the token weights of a model whose
-/// output carries Embedding's token mask: Model::masked_token_weights).
+/// The token weights of a model whose output carries Embedding's token mask, from its input ids
+/// ([n, S]), one output token per index on any place (Model::stage_token_weights): `factor` where
+/// the token counts (its id is not 0, as the Embedding's mask has it; a prepended class token
+/// always), 0 where it is padding.
 template <class T>
-struct ScaledMask {
-    const T* mask;
+struct IdTokenWeights {
+    const T* ids;
     T* out;
     T factor;
-    STRATA_HD void operator()(std::int64_t i) const { out[i] = mask[i] != T(0) ? factor : T(0); }
+    std::int64_t S;        // ids per example
+    bool prepend = false;  // the output has a class token before them
+    STRATA_HD void operator()(std::int64_t i) const {
+        const std::int64_t K = prepend ? S + 1 : S, e = i / K, t = i % K;
+        if (prepend && t == 0) out[i] = factor;
+        else out[i] = ids[e * S + t - (prepend ? 1 : 0)] != T(0) ? factor : T(0);
+    }
 };
 }  // namespace detail
 
@@ -167,10 +175,6 @@ public:
     /// pooling): the loss and the accuracy are the means over the tokens that count in the global
     /// batch (Keras' masked reduction), with the mask passed to them as token weights.
     static constexpr bool masked_output = nn::Network<Net, T, P>::masks_output;
-    static_assert(!masked_output || !path_type::pipelined,
-                  "strata::Model: a model whose per-token output carries Embedding's token mask (mask_zero) averages its "
-                  "loss over the tokens that count, and a Pipeline's later stages never see the ids (not supported yet): "
-                  "use OneDevice, Mirrored, CentralStorage, MultiWorkerMirrored or ParameterServer");
 
     /// A model with its own Default strategy (one replica, all host cores).
     explicit Model(std::uint64_t seed = 0)
@@ -477,9 +481,10 @@ public:
                 auto target = stage_target(u, b.y.data(), b.size, b.y_per_example);
                 auto out = u.net.forward(path_.inference_params(r), x, mode);
                 const T* weights = b.w.empty() ? nullptr : stage_weights(u, b.w, b.size, b.y_per_example, false);
+                if constexpr (masked_output) stage_token_weights(u, x, factor);
                 score(u, out, target, u.net.output_grad(), 1.0, weights,
                       masked_output ? double(counted_tokens(b.x.data(), b.size)) : double(b.size),
-                      masked_output ? masked_token_weights(u, b.size, factor) : nullptr);
+                      masked_output ? u.token_weights.data() : nullptr, masked_output ? u.token_ones.data() : nullptr);
             });
             for (int r = 0; r < N; ++r) {
                 loss_sum += units_[std::size_t(r)]->loss_sum;
@@ -587,6 +592,7 @@ private:
     precision::Compute compute_ = precision::compute_of<Precision>();  // what the layers compute in
     bool weights_given_ = false;     // set_weights (and so load and a restored backup) gave them
     double staged_loss_scale_ = 1;   // a pipelined step's loss scale (StagedWork::prepare)
+    double staged_token_factor_ = 0; // masked_output: a pipelined step's token factor (StagedWork::begin_step)
     bool untrained_warned_ = false;  // statistics_untrained() said once
 
     using Base = train::ModelBase<T>;
@@ -662,7 +668,9 @@ private:
         double counted = 0;                      // what correct is out of (UnitWork::counted)
         TensorView<T, P> staged_target;          // a pipelined unit's mini-batch (StagedWork)
         const T* staged_weights = nullptr;
-        Tensor<T, P> token_weights{};            // masked_output: the loss's and accuracy's token weights
+        Tensor<T, P> token_weights{};            // masked_output: the loss's token weights (stage_token_weights)
+        Tensor<T, P> token_ones{};               // masked_output: the metrics' (the mask: 1 or 0)
+        TensorView<T, P> staged_x;               // a pipelined unit's input (its ids, for the token weights)
     };
 
     // evaluate's and predict's build: for the batches the dataset yields, not its batch size, so
@@ -685,20 +693,29 @@ private:
         if constexpr (N::mask_prepend_at < N::L) v += n;
         return v;
     }
-    // masked_output: the token weights of unit u's last forward on n examples, each token's mask
-    // times `factor` (the global batch's examples × tokens / its tokens that count), so that the
-    // loss's and the accuracy's sums over the examples, divided by the examples, are the means
-    // over the tokens that count.
-    const T* masked_token_weights(Unit& u, std::int64_t n, double factor) {
+    // masked_output: unit u's token weights for the examples whose input ids are `ids` ([n, S] on
+    // P): the loss's into u.token_weights, each token that counts weighing `factor` (the global
+    // batch's examples × tokens / its tokens that count, so that the loss's sum over the examples,
+    // divided by the examples, is the mean over the tokens that count), and the metrics' into
+    // u.token_ones (1 for a token that counts). From the ids rather than a network's mask, so
+    // that a pipeline's last stage, which does not run the Embedding, weighs its outputs too.
+    void stage_token_weights(Unit& u, const TensorView<T, P>& ids, double factor) {
         if constexpr (masked_output) {
-            u.token_weights.resize(Shape{n * sequence_tokens});
-            if (n > 0)
+            using N = nn::Network<Net, T, P>;
+            constexpr bool prepend = N::mask_prepend_at < N::L;
+            static_assert(sequence_tokens == input_size + (prepend ? 1 : 0),
+                          "strata::Model: a masked per-token output has one token per input id (and a class token)");
+            const std::int64_t n = ids.dim(0);
+            u.token_weights.resize(Shape{n * sequence_tokens > 0 ? n * sequence_tokens : 1});
+            u.token_ones.resize(Shape{n * sequence_tokens > 0 ? n * sequence_tokens : 1});
+            if (n > 0) {
                 place::for_each_n<P>(n * sequence_tokens,
-                                     detail::ScaledMask<T>{u.net.token_mask(), u.token_weights.data(), T(factor)});
-            return u.token_weights.data();
+                                     detail::IdTokenWeights<T>{ids.data(), u.token_weights.data(), T(factor), input_size, prepend});
+                place::for_each_n<P>(n * sequence_tokens,
+                                     detail::IdTokenWeights<T>{ids.data(), u.token_ones.data(), T(1), input_size, prepend});
+            }
         } else {
-            (void)u, (void)n, (void)factor;
-            return nullptr;
+            (void)u, (void)ids, (void)factor;
         }
     }
     // The factor above for a global batch of `examples` with `counted` tokens that count.
@@ -711,6 +728,15 @@ private:
     template <class Y>
     struct StagedWork {
         Model* m;
+        // On the caller's thread, before any unit's prepare, with the whole global batch (every
+        // process of a pipeline reads it): with a masked per-token output, the factor of its
+        // token weights (the global batch's tokens that count).
+        void begin_step(const data::Batch<Y>& batch) {
+            if constexpr (masked_output)
+                m->staged_token_factor_ = token_factor(std::int64_t(batch.size()),
+                                                       double(counted_tokens(batch.x.data(), std::int64_t(batch.size()))));
+            else (void)batch;
+        }
         // On the caller's thread before the step: stages unit r's mini-batch, returns its input.
         TensorView<T, P> prepare(int r, const distribute::ReplicaBatch<Y>& b) {
             Unit& u = *m->units_[std::size_t(r)];
@@ -723,6 +749,7 @@ private:
             STRATA_CHECK(b.w.empty() || std::int64_t(b.w.size()) == b.size, ShapeError, "compute_gradients: ", b.size,
                          " examples need ", b.size, " sample weights (one each) or none, got ", b.w.size());
             auto x = m->stage_input(u, b.x.data(), b.size);
+            u.staged_x = x;
             u.staged_target = m->stage_target(u, b.y.data(), b.size, b.y_per_example);
             u.staged_weights = b.w.empty() && m->class_weight_.empty() ? nullptr
                                                                        : m->stage_weights(u, b.w, b.size, b.y_per_example, true);
@@ -746,8 +773,14 @@ private:
             const std::int64_t count = out.dim(0);
             const TensorView<T, P> target = u.staged_target.slice(first, count);
             const T* weights = u.staged_weights ? u.staged_weights + first : nullptr;
-            m->score(u, out, target, out_grad, denominator / m->staged_loss_scale_, weights, double(count));
-            (void)b;
+            if constexpr (masked_output) {
+                m->stage_token_weights(u, u.staged_x.slice(first, count), m->staged_token_factor_);
+                m->score(u, out, target, out_grad, denominator / m->staged_loss_scale_, weights,
+                         double(counted_tokens(b.x.data() + first * input_size, count)), u.token_weights.data(),
+                         u.token_ones.data());
+            } else {
+                m->score(u, out, target, out_grad, denominator / m->staged_loss_scale_, weights, double(count));
+            }
         }
         distribute::UnitWork result(int r, const distribute::ReplicaBatch<Y>& b) const {
             const Unit& u = *m->units_[std::size_t(r)];
@@ -899,8 +932,9 @@ private:
             auto out = u.net.forward(params, x, mode);
             // Unweighted data and no class weights: no weights staged, none applied.
             const T* weights = b.w.empty() && class_weight_.empty() ? nullptr : stage_weights(u, b.w, b.size, b.y_per_example, true);
+            if constexpr (masked_output) stage_token_weights(u, x, factor);
             score(u, out, target, u.net.output_grad(), denominator, weights, mine,
-                  masked_output ? masked_token_weights(u, b.size, factor) : nullptr);
+                  masked_output ? u.token_weights.data() : nullptr, masked_output ? u.token_ones.data() : nullptr);
             u.net.backward(params, grads, mode, on_ready);
             // ParameterServer with a token mask: the loss above is the sum over the tokens that
             // count; the mini-batch's figure is its mean over them times its examples (as a
@@ -916,18 +950,17 @@ private:
     // a training step, a pipelined micro-batch, an evaluated batch.
     // `counted`: what the accuracy of these outputs is out of (their examples, or with
     // `token_weights`, their tokens that count). With a token mask the loss takes the scaled
-    // weights (the global batch's mean over the tokens that count) and the accuracy the mask
+    // weights (the global batch's mean over the tokens that count) and the metrics the `mask`
     // itself (a count of the tokens right, so that an epoch's accuracy is Σ right / Σ counted
     // over its batches, as Keras' masked metric accumulates it).
     void score(Unit& u, const TensorView<T, P>& out, const TensorView<T, P>& target, const TensorView<T, P>& out_grad,
-               double denominator, const T* weights, double counted, const T* token_weights = nullptr) {
+               double denominator, const T* weights, double counted, const T* token_weights = nullptr,
+               const T* mask = nullptr) {
         {
             STRATA_PROFILE_MODEL("loss");
             u.loss_sum += loss::loss_and_grad(loss_, out, target, out_grad, denominator, settings_.input_kind, weights, token_weights);
         }
         STRATA_PROFILE_MODEL("metrics");
-        const T* mask = nullptr;  // the metrics' token weights: the mask itself
-        if constexpr (masked_output) mask = token_weights ? u.net.token_mask() : nullptr;
         if (settings_.accuracy) u.correct += metrics::count_correct(out, target, settings_.accuracy_kind, mask);
         u.counted += counted;
         count_metrics(u, out, target, mask, counted);

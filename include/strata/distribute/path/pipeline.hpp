@@ -255,6 +255,7 @@ public:
         }
         // Unit r's share is split_batch(batch, R, r), recomputed where needed (a few integer
         // operations); its input and mode live in buffers the path keeps: a step allocates nothing.
+        if constexpr (requires { work.begin_step(batch); }) work.begin_step(batch);
         for (int r = 0; r < R; ++r) {
             const auto share = split_batch(batch, R, r);
             if (!across() || r == my_replica()) step_x_[std::size_t(r)] = work.prepare(r, share);
@@ -752,6 +753,10 @@ void PipelinePath<P, Net, T>::forward_micro(int r, std::size_t s, std::int64_t k
     if (!last) mm.skip_activation = false;
     synchronize_statistics(mm, r, s);  // (training only)
     auto& net = *d.slots[slot];
+    // A stage between a masking Embedding (mask_zero) and the layer that consumes its mask makes
+    // the mask from the replica's input ids, as the Embedding's stage does (every process running
+    // a stage of this replica staged that input).
+    if (s > 0 && net.needs_token_ids()) net.set_token_ids(x.slice(sl.first, sl.count));
     const TensorView<T, P> out = net.forward(d.params.data(), in, mm);
     if (last) loss(sl.first, out, net.output_grad());
     P::synchronize();  // the output is complete before the next stage copies it
