@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <strata/loss/losses.hpp>
@@ -1121,12 +1122,11 @@ TEST_CASE("mask_zero with a per-token output learns to count through padded sequ
     const auto e = m.evaluate(padded_counting(256, 14, -1).batch(64));
     MESSAGE("held-out accuracy over the tokens that count: " << e.accuracy);
     CHECK(e.accuracy > 0.95);
-    // Only SparseCategoricalCrossentropy and the accuracy leave the padding out.
+    // A custom loss sees whole examples and takes no mask (the built-in losses do: below).
     strata::Model<PaddedLm<true>> other(1);
-    CHECK_THROWS_WITH_AS(other.compile(strata::loss::MeanSquaredError{}), doctest::Contains("takes no mask"), strata::ValueError);
-    CHECK_THROWS_WITH_AS(other.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{},
-                                       {"accuracy", "precision"}),
-                         doctest::Contains("precision"), strata::ValueError);
+    const strata::loss::Custom custom{.name = "mine", .loss = [](auto, auto) { return 0.0; }, .gradient = [](auto, auto, auto) {}};
+    CHECK_THROWS_WITH_AS(other.compile(custom), doctest::Contains("loss::Custom 'mine' sees whole examples and takes no mask"),
+                         strata::ValueError);
     // Class weights need one class id per example.
     other.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{});
     CHECK_THROWS_WITH_AS(other.fit(padded_counting(8, 2, 0).batch(4), {.epochs = 1, .verbose = 0, .class_weight = {{1, 2.0}}}),
@@ -1216,6 +1216,152 @@ TEST_CASE("mask_zero with a per-token output under Mirrored (shards counting 1-2
     CHECK(r.diff < 1e-5);
     CHECK(r.loss_one == doctest::Approx(r.loss_two).epsilon(1e-5));
     CHECK(r.accuracy_one == doctest::Approx(r.accuracy_two).epsilon(1e-5));
+}
+
+namespace {
+// padded_counting(n, seed, 0)'s targets as one-hot rows ([n, kTokens, kVocab]); `nan_padding`:
+// the padded positions' rows NaN instead (a loss or a metric that read one would be NaN).
+strata::data::Dataset<float> one_hot_counting(std::size_t n, std::uint64_t seed, bool nan_padding) {
+    const auto plain = padded_counting(n, seed, 0);
+    std::vector<float> x, y;
+    for (auto it = plain.batch(n).iterate(0); it != std::default_sentinel; ++it) {
+        const auto& b = *it;
+        x.assign(b.x.begin(), b.x.end());
+        for (std::size_t ex = 0; ex < b.size(); ++ex)
+            for (std::size_t t = 0; t < std::size_t(kTokens); ++t)
+                for (std::int32_t c = 0; c < std::int32_t(kVocab); ++c) {
+                    const bool pad = b.x_at(ex)[t] == 0.0f;
+                    y.push_back(pad && nan_padding ? std::nanf("") : (b.y_at(ex)[t] == c ? 1.0f : 0.0f));
+                }
+    }
+    return strata::data::Dataset<float>::from_arrays(std::move(x), {std::size_t(kTokens)}, std::move(y), kTokens * kVocab);
+}
+template <class Y>
+std::tuple<std::vector<float>, strata::train::History, strata::Evaluation> lm_trained(const strata::loss::Loss& loss,
+                                                                                       const strata::data::Dataset<Y>& data) {
+    strata::Model<PaddedLm<true>> m(3);
+    m.compile(loss, strata::optim::Adam{.learning_rate = 0.01});
+    auto h = m.fit(data.batch(16), {.epochs = 2, .verbose = 0});
+    return {m.get_weights(), std::move(h), m.evaluate(data.batch(16))};
+}
+}  // namespace
+
+TEST_CASE("mask_zero with a per-token output and CategoricalCrossentropy: one-hot rows train bit for bit as their ids do "
+          "under SparseCategoricalCrossentropy, and the padded rows are never read") {
+    const auto [ws, hs, es] = lm_trained(strata::loss::SparseCategoricalCrossentropy{}, padded_counting(64, 8, 0));
+    const auto [wc, hc, ec] = lm_trained(strata::loss::CategoricalCrossentropy{}, one_hot_counting(64, 8, false));
+    const auto [wn, hn, en] = lm_trained(strata::loss::CategoricalCrossentropy{}, one_hot_counting(64, 8, true));
+    CHECK(wc == ws);  // the same sums in the same order: one-hot rows are their ids
+    CHECK(wn == ws);  // NaN rows at the padding: not read
+    for (const char* key : {"loss", "accuracy"})
+        for (std::size_t e = 0; e < 2; ++e) {
+            CHECK(hc[key][e] == hs[key][e]);
+            CHECK(hn[key][e] == hs[key][e]);
+        }
+    CHECK(ec.loss == es.loss);
+    CHECK(en.accuracy == es.accuracy);
+    CHECK(std::isfinite(en.loss));
+}
+
+namespace {
+// A per-token binary tagger: is each real token's id odd? Output [kTokens, 1].
+template <bool Mask>
+using PaddedTagger = Sequential<Input<kTokens>, Embedding<kVocab, 16, EmbeddingOptions{.mask_zero = Mask}>, PositionEmbedding<>,
+                                Residual<LayerNormalization<>, MultiHeadAttention<2, 8>>, LayerNormalization<>,
+                                TokenDense<1, Sigmoid>>;
+// n sequences of 1..kTokens random ids in 1..kVocab-1 (alternate: 1-2 and 7-8 of them), padded
+// with 0; the target 1 for an odd id, and at the padding `pad_target` (random 0 or 1 when negative).
+strata::data::Dataset<float> odd_tags(std::size_t n, std::uint64_t seed, int pad_target, bool alternate = false) {
+    const auto u = strata_test::lcg(n * (kTokens + 1), seed, 0, 1);
+    const auto junk = strata_test::lcg(n * kTokens, 979, 0, 1);
+    std::vector<float> x(n * kTokens, 0.0f), y(n * kTokens);
+    for (std::size_t i = 0; i < n; ++i) {
+        const double r = u[i * (kTokens + 1)];
+        const std::size_t len = alternate ? (i % 2 == 0 ? 1 + std::size_t(r * 2) % 2 : 7 + std::size_t(r * 2) % 2)
+                                          : 1 + std::size_t(r * kTokens) % kTokens;
+        for (std::size_t t = 0; t < std::size_t(kTokens); ++t) {
+            const std::size_t k = i * kTokens + t;
+            if (t < len) {
+                x[k] = float(1 + std::int64_t(u[k + i + 1] * double(kVocab - 1)) % (kVocab - 1));
+                y[k] = std::int64_t(x[k]) % 2 == 1 ? 1.0f : 0.0f;
+            } else {
+                y[k] = pad_target >= 0 ? float(pad_target) : (junk[k] < 0.5 ? 0.0f : 1.0f);
+            }
+        }
+    }
+    return strata::data::Dataset<float>::from_arrays(std::move(x), {std::size_t(kTokens)}, std::move(y), kTokens);
+}
+template <bool Mask>
+std::vector<float> tagger_weights(int pad_target) {
+    strata::Model<PaddedTagger<Mask>> m(3);
+    m.compile(strata::loss::MeanSquaredError{}, strata::optim::Adam{.learning_rate = 0.01}, {"accuracy", "precision", "recall"});
+    m.fit(odd_tags(64, 5, pad_target).batch(16), {.epochs = 2, .verbose = 0});
+    return m.get_weights();
+}
+}  // namespace
+
+TEST_CASE("mask_zero with a per-token binary output: MeanSquaredError, the binary accuracy, precision and recall over the "
+          "tokens that count, against predict; Mirrored equals one device; the padding's targets change nothing") {
+    static_assert(strata::Model<PaddedTagger<true>>::masked_output && strata::Model<PaddedTagger<true>>::sequence_tokens == kTokens);
+    CHECK(tagger_weights<true>(0) == tagger_weights<true>(-1));   // bit for bit: never read
+    CHECK(tagger_weights<false>(0) != tagger_weights<false>(-1));  // the negative control
+    const std::vector<strata::metrics::Metric> metrics{"accuracy", "precision", "recall"};
+    strata::Model<PaddedTagger<true>> m(7);
+    m.compile(strata::loss::MeanSquaredError{}, strata::optim::Adam{.learning_rate = 0.01}, metrics);
+    const auto h = m.fit(odd_tags(256, 8, -1).shuffle(256, 2).batch(16), {.epochs = 6, .verbose = 0});
+    MESSAGE("the tagger's last epoch: accuracy " << h["accuracy"].back() << ", precision " << h["precision"].back()
+                                                 << ", recall " << h["recall"].back());
+    CHECK(h["accuracy"].back() > 0.95);
+    // evaluate over two batches of very different padding against predict's outputs, early in
+    // training (so that the accuracy, precision and recall are not all 1).
+    strata::Model<PaddedTagger<true>> early(7);
+    early.compile(strata::loss::MeanSquaredError{}, strata::optim::Adam{.learning_rate = 0.003}, metrics);
+    early.fit(odd_tags(32, 8, -1).batch(16), {.epochs = 1, .verbose = 0});
+    const auto data = odd_tags(24, 9, -1, true).batch(12);
+    const auto e = early.evaluate(data);
+    const auto p = early.predict(data);  // [24, kTokens, 1]
+    double sq = 0, right = 0, counted = 0, tp = 0, fp = 0, fn = 0, sq_batches = 0;
+    std::int64_t i = 0;
+    for (auto it = data.iterate(0); it != std::default_sentinel; ++it) {
+        const auto& b = *it;
+        double batch_sq = 0, batch_counted = 0;
+        for (std::size_t ex = 0; ex < b.size(); ++ex, ++i)
+            for (std::int64_t t = 0; t < kTokens; ++t) {
+                if (b.x_at(ex)[std::size_t(t)] == 0.0f) continue;
+                const double out = p.data()[i * kTokens + t], want = b.y_at(ex)[std::size_t(t)];
+                batch_sq += (out - want) * (out - want);
+                batch_counted += 1;
+                right += (out > 0.5) == (want > 0.5) ? 1 : 0;
+                tp += out > 0.5 && want > 0.5, fp += out > 0.5 && want <= 0.5, fn += out <= 0.5 && want > 0.5;
+            }
+        sq += batch_sq, counted += batch_counted;
+        sq_batches += batch_sq / batch_counted * double(b.size());  // each batch's masked mean, weighted by its examples
+    }
+    INFO("by hand: accuracy " << right / counted << ", precision " << tp / (tp + fp) << ", recall " << tp / (tp + fn));
+    REQUIRE(tp > 0);
+    REQUIRE(right < counted);
+    REQUIRE(fp + fn > 0);
+    CHECK(e.loss == doctest::Approx(sq_batches / 24).epsilon(1e-5));
+    CHECK(e.accuracy == doctest::Approx(right / counted).epsilon(1e-9));
+    CHECK(e.metrics.at("precision") == doctest::Approx(tp / (tp + fp)).epsilon(1e-12));
+    CHECK(e.metrics.at("recall") == doctest::Approx(tp / (tp + fn)).epsilon(1e-12));
+    // Two replicas on shards counting 1-2 and 7-8 tokens end where one device does.
+    const auto opt = strata::optim::SGD{.learning_rate = 0.1};
+    strata::Model<PaddedTagger<true>> one(3);
+    one.compile(strata::loss::MeanSquaredError{}, opt, metrics);
+    const auto initial = one.get_weights();
+    const auto h1 = one.fit(odd_tags(96, 16, -1, true).batch(12), {.epochs = 2, .verbose = 0});
+    strata::distribute::Mirrored<> two(2);
+    strata::Model<PaddedTagger<true>, strata::distribute::Mirrored<>> mirrored(two, 3);
+    mirrored.compile(strata::loss::MeanSquaredError{}, opt, metrics);
+    const auto h2 = mirrored.fit(odd_tags(96, 16, -1, true).batch(12), {.epochs = 2, .verbose = 0});
+    const auto a = one.get_weights(), b = mirrored.get_weights();
+    double diff = 0;
+    for (std::size_t k = 0; k < a.size(); ++k) diff = std::max(diff, double(std::abs(a[k] - b[k])));
+    INFO("largest weight difference " << diff);
+    CHECK(diff < 1e-5);
+    CHECK(a != initial);  // it trained
+    for (const char* key : {"loss", "accuracy", "precision", "recall"}) CHECK(h2[key].back() == doctest::Approx(h1[key].back()).epsilon(1e-5));
 }
 
 namespace {

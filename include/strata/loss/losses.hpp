@@ -161,6 +161,10 @@ struct SparseCeRow {
     }
 };
 
+// One example's row of `classes` values, or with `tokens` > 1 its `tokens` rows of `classes`
+// (the output's last axis): each its own distribution against its own target row, the
+// example's loss the mean over its tokens (Keras' categorical_crossentropy is over axis -1, and
+// a [n, K] loss is averaged over every token). `token_weight` as SparseCeRow's.
 template <class T>
 struct CategoricalCeRow {
     const T* pred;
@@ -170,12 +174,14 @@ struct CategoricalCeRow {
     std::int64_t classes;
     T inv_denom;
     bool logits;
-    STRATA_HD void operator()(std::int64_t r) const {
+    std::int64_t tokens = 1;
+    const T* token_weight = nullptr;
+    STRATA_HD T one(std::int64_t row, T scale) const {
         using std::exp;
         using std::log;
-        const T* z = pred + r * classes;
-        const T* t = target + r * classes;
-        T* g = grad + r * classes;
+        const T* z = pred + row * classes;
+        const T* t = target + row * classes;
+        T* g = grad + row * classes;
         if (logits) {
             const auto lse = row_lse(z, classes);
             T tsum = 0;
@@ -183,29 +189,51 @@ struct CategoricalCeRow {
             T loss = 0;
             for (std::int64_t c = 0; c < classes; ++c) {
                 loss += t[c] * (lse.log_sum_exp() - z[c]);
-                g[c] = (lse.softmax(z[c]) * tsum - t[c]) * inv_denom;
+                g[c] = (lse.softmax(z[c]) * tsum - t[c]) * scale;
             }
-            row_loss[r] = loss;
-        } else {
-            // Keras normalises the predictions to sum to 1, then clips.
-            const T eps = T(prob_epsilon);
-            T psum = 0;
-            for (std::int64_t c = 0; c < classes; ++c) psum += z[c];
-            T loss = 0, dot = 0;
-            for (std::int64_t c = 0; c < classes; ++c) {
-                const T q = z[c] / psum;
-                const T qc = q < eps ? eps : (q > T(1) - eps ? T(1) - eps : q);
-                loss -= t[c] * log(qc);
-                // d/dz_c of -sum_j t_j log(z_j / psum) = -t_c / z_c + tsum / psum (unclipped)
-                g[c] = (q == qc) ? -t[c] / z[c] : T(0);
-                dot += t[c];
-            }
-            for (std::int64_t c = 0; c < classes; ++c) g[c] = (g[c] + dot / psum) * inv_denom;
-            row_loss[r] = loss;
+            return loss;
         }
+        // Keras normalises the predictions to sum to 1, then clips.
+        const T eps = T(prob_epsilon);
+        T psum = 0;
+        for (std::int64_t c = 0; c < classes; ++c) psum += z[c];
+        T loss = 0, dot = 0;
+        for (std::int64_t c = 0; c < classes; ++c) {
+            const T q = z[c] / psum;
+            const T qc = q < eps ? eps : (q > T(1) - eps ? T(1) - eps : q);
+            loss -= t[c] * log(qc);
+            // d/dz_c of -sum_j t_j log(z_j / psum) = -t_c / z_c + tsum / psum (unclipped)
+            g[c] = (q == qc) ? -t[c] / z[c] : T(0);
+            dot += t[c];
+        }
+        for (std::int64_t c = 0; c < classes; ++c) g[c] = (g[c] + dot / psum) * scale;
+        return loss;
+    }
+    STRATA_HD T weighed(std::int64_t row, T scale) const {
+        if (!token_weight) return one(row, scale);
+        const T w = token_weight[row];
+        if (w == T(0)) {  // left out: not computed, no gradient (a padded token's target is not read)
+            for (std::int64_t c = 0; c < classes; ++c) grad[row * classes + c] = T(0);
+            return T(0);
+        }
+        return w * one(row, scale * w);
+    }
+    STRATA_HD void operator()(std::int64_t r) const {
+        if (tokens == 1) {
+            row_loss[r] = weighed(r, inv_denom);
+            return;
+        }
+        const T scale = inv_denom / T(tokens);
+        T s = 0;
+        for (std::int64_t k = 0; k < tokens; ++k) s += weighed(r * tokens + k, scale);
+        row_loss[r] = s / T(tokens);
     }
 };
 
+// The mean of (pred - target)² over an example's values; with `tokens` > 1 and `token_weight`,
+// the mean over its tokens (rows of cols / tokens values, the output's last axis) of each
+// token's mean times its weight (Keras' mean over axis -1, then the masked mean over tokens).
+// Without weights the two are the same number.
 template <class T>
 struct MseRow {
     const T* pred;
@@ -214,18 +242,42 @@ struct MseRow {
     T* row_loss;
     std::int64_t cols;
     T inv_denom;
+    std::int64_t tokens = 1;
+    const T* token_weight = nullptr;
     STRATA_HD void operator()(std::int64_t r) const {
         const T* p = pred + r * cols;
         const T* t = target + r * cols;
         T* g = grad + r * cols;
-        T s = 0;
-        const T k = T(2) / T(cols) * inv_denom;
-        for (std::int64_t c = 0; c < cols; ++c) {
-            const T d = p[c] - t[c];
-            s += d * d;
-            g[c] = k * d;
+        if (!token_weight) {
+            T s = 0;
+            const T k = T(2) / T(cols) * inv_denom;
+            for (std::int64_t c = 0; c < cols; ++c) {
+                const T d = p[c] - t[c];
+                s += d * d;
+                g[c] = k * d;
+            }
+            row_loss[r] = s / T(cols);
+            return;
         }
-        row_loss[r] = s / T(cols);
+        const std::int64_t width = cols / tokens;
+        T total = 0;
+        for (std::int64_t k = 0; k < tokens; ++k) {
+            const T w = token_weight[r * tokens + k];
+            const std::int64_t o = k * width;
+            if (w == T(0)) {
+                for (std::int64_t c = 0; c < width; ++c) g[o + c] = T(0);
+                continue;
+            }
+            const T scale = T(2) / T(width * tokens) * inv_denom * w;
+            T s = 0;
+            for (std::int64_t c = 0; c < width; ++c) {
+                const T d = p[o + c] - t[o + c];
+                s += d * d;
+                g[o + c] = scale * d;
+            }
+            total += w * s / T(width);
+        }
+        row_loss[r] = total / T(tokens);
     }
 };
 
@@ -266,6 +318,16 @@ void custom_rows(const Custom& l, const T* pred, const T* target, T* grad, T* ro
 }
 
 struct LossScratchTag {};
+
+// The rows of the last axis an example of `pred` ([n, ..., last]) holds: its positions before
+// the last axis (1 for [n, classes]). Keras' losses and metrics work along axis -1.
+template <class V>
+std::int64_t tokens_of(const V& pred) {
+    const std::int64_t n = pred.dim(0);
+    if (pred.rank() < 3 || n == 0) return 1;
+    const std::int64_t last = pred.dim(pred.rank() - 1);
+    return last > 0 ? pred.size() / (n * last) : 1;
+}
 }  // namespace detail
 
 /// Computes the loss of `pred` ([n, ...]) against `target` and writes
@@ -276,7 +338,10 @@ struct LossScratchTag {};
 /// shape as `pred` otherwise. Sequences: with `pred` [n, K, classes] (rank >= 3; the axes before
 /// the last flattened) and `target` [n, K] (K > 1), each token's row is its own softmax against
 /// its own id, and an example's loss is the mean over its K tokens (so the batch's loss is the
-/// mean over every token, Keras' reduction of a [n, K] loss). Class ids must have been checked
+/// mean over every token, Keras' reduction of a [n, K] loss). CategoricalCrossentropy works
+/// along the last axis the same way (each of the K rows of `classes` its own distribution
+/// against its own target row; Keras' axis=-1), and MeanSquaredError is the mean over the last
+/// axis, then over the K tokens (the mean over every value). Class ids must have been checked
 /// to be in range by the caller (the Model does, with a clear error, before the data reach a
 /// device).
 ///
@@ -284,11 +349,13 @@ struct LossScratchTag {};
 /// sample_weight): each example's loss and gradient are multiplied by its weight, and the
 /// weighted losses are summed.
 ///
-/// `token_weights`, when not null (SparseCategoricalCrossentropy only), points to one weight per
-/// class id of `target` on P: each token's loss and gradient are multiplied by its weight, and a
-/// token weighed 0 is left out (its loss is not computed, its gradient is 0). Model passes the
-/// token mask of an Embedding with mask_zero this way, scaled so that the batch's loss is the
-/// mean over the tokens that count (Keras' masked reduction).
+/// `token_weights`, when not null (every built-in loss; not Custom, whose functions see a whole
+/// example), points to one weight per token (per row of the last axis of `pred`; for
+/// SparseCategoricalCrossentropy, per class id of `target`) on P: each token's loss and gradient
+/// are multiplied by its weight, and a token weighed 0 is left out (its loss is not computed,
+/// its gradient is 0, its target is not read). Model passes the token mask of an Embedding with
+/// mask_zero this way, scaled so that the batch's loss is the mean over the tokens that count
+/// (Keras' masked reduction).
 template <class T, class P>
 const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, const TensorView<T, P>& target,
                             const TensorView<T, P>& grad, double denominator, Input input, const T* weights,
@@ -350,16 +417,15 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
                                                           per_token ? cols / tokens : cols, inv, input == Input::Logits,
                                                           per_token ? tokens : 1, token_weights});
             } else if constexpr (std::is_same_v<L, CategoricalCrossentropy>) {
-                STRATA_CHECK(!token_weights, ValueError, "loss: token weights (the token mask) are taken by "
-                             "SparseCategoricalCrossentropy only, not by ", L::name);
                 STRATA_CHECK(target.size() == pred.size(), ShapeError, "CategoricalCrossentropy: predictions ",
                              pred.shape(), " and targets ", target.shape(), " differ");
+                const std::int64_t tokens = detail::tokens_of(pred);
                 place::for_each_n<P>(n,
-                                   detail::CategoricalCeRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv,
-                                                               input == Input::Logits});
+                                   detail::CategoricalCeRow<T>{pred.data(), target.data(), grad.data(), rows, cols / tokens, inv,
+                                                               input == Input::Logits, tokens, token_weights});
             } else if constexpr (std::is_same_v<L, Custom>) {
-                STRATA_CHECK(!token_weights, ValueError, "loss: token weights (the token mask) are taken by "
-                             "SparseCategoricalCrossentropy only, not by loss::Custom '", l.name, "'");
+                STRATA_CHECK(!token_weights, ValueError, "loss::Custom '", l.name, "': its functions see a whole example, "
+                             "and the token mask (an Embedding's mask_zero) weighs each token; a custom loss takes no mask");
                 STRATA_CHECK(l.loss && l.gradient, ValueError, "loss::Custom '", l.name, "': both functions are needed, got ",
                              l.loss ? "a loss" : "no loss", " and ", l.gradient ? "a gradient" : "no gradient");
                 STRATA_CHECK(target.size() == pred.size(), ShapeError, "loss::Custom '", l.name, "': predictions ",
@@ -371,11 +437,10 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
                                              P::name, " place (write a built-in loss, or train on strata::place::Host)");
                 }
             } else {
-                STRATA_CHECK(!token_weights, ValueError, "loss: token weights (the token mask) are taken by "
-                             "SparseCategoricalCrossentropy only, not by MeanSquaredError");
                 STRATA_CHECK(target.size() == pred.size(), ShapeError, "MeanSquaredError: predictions ", pred.shape(),
                              " and targets ", target.shape(), " differ");
-                place::for_each_n<P>(n, detail::MseRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv});
+                place::for_each_n<P>(n, detail::MseRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv,
+                                                          detail::tokens_of(pred), token_weights});
             }
         },
         loss);

@@ -2,12 +2,14 @@
 /// \file strata/metrics/accuracy.hpp
 /// Accuracy metrics, computed per example on the place and summed in a fixed order:
 /// sparse categorical (argmax == class id), categorical (argmax == argmax of the target) and
-/// binary (one output, threshold 0.5), chosen like Keras's "accuracy" from the loss.
+/// binary (one output, threshold 0.5), chosen like Keras's "accuracy" from the loss and the
+/// output's last axis (binary when it holds one value).
 ///
 /// Sequences: sparse targets of K class ids per example (outputs [n, K, classes], targets
-/// [n, K]: a per-token softmax against per-token ids) count each example as the share of its K
+/// [n, K]: a per-token softmax against per-token ids), and dense targets of an output [n, K,
+/// classes] (categorical) or [n, K, 1] (binary), count each example as the share of its K
 /// tokens predicted right, so the accuracy (the count over the examples) is the mean over every
-/// token, as Keras' sparse_categorical_accuracy averages a [n, K] match. With token weights (the
+/// token, as Keras' accuracies average a [n, K] match. With token weights (the
 /// token mask of an Embedding with mask_zero), each example counts the weights of its tokens
 /// right, not a share: padding counts nothing, and the count over the examples is the number of
 /// tokens that count predicted right (the caller divides by the tokens that count).
@@ -29,43 +31,50 @@ struct RowCorrect {
     T* flags;
     std::int64_t cols;
     AccuracyKind kind;
-    std::int64_t tokens = 1;  ///< sparse: class ids per example (rows of cols / tokens classes)
-    const T* token_weight = nullptr;  ///< sparse: each id's weight (a token right counts it), or null: 1
-    STRATA_HD void operator()(std::int64_t r) const {
-        if (kind == AccuracyKind::SparseCategorical && (tokens > 1 || token_weight)) {
-            const std::int64_t classes = cols / tokens;
-            double right = 0;
-            for (std::int64_t k = 0; k < tokens; ++k) {
-                const double w = token_weight ? double(token_weight[r * tokens + k]) : 1.0;
-                if (w == 0) continue;
-                const T* p = pred + r * cols + k * classes;
-                std::int64_t best = 0;
-                for (std::int64_t c = 1; c < classes; ++c)
-                    if (p[c] > p[best]) best = c;
-                right += best == std::int64_t(target[r * tokens + k]) ? w : 0.0;
-            }
-            flags[r] = T(token_weight ? right : right / double(tokens));
-            return;
-        }
-        const T* p = pred + r * cols;
-        if (kind == AccuracyKind::Binary) {
-            flags[r] = T((p[0] > T(0.5)) == (target[r * cols] > T(0.5)) ? 1 : 0);
-            return;
-        }
+    std::int64_t tokens = 1;  ///< rows of the last axis per example (sparse: class ids per example)
+    const T* token_weight = nullptr;  ///< each token's weight (a token right counts it), or null: 1
+    // Token k of example r: right or not. Sparse: the argmax of its classes is its id;
+    // categorical: the argmax of its target row; binary: its one output and target on the same
+    // side of 0.5.
+    STRATA_HD bool right(std::int64_t r, std::int64_t k) const {
+        const std::int64_t classes = cols / tokens;
+        const T* p = pred + r * cols + k * classes;
+        if (kind == AccuracyKind::Binary) return (p[0] > T(0.5)) == (target[r * cols + k * classes] > T(0.5));
         std::int64_t best = 0;
-        for (std::int64_t c = 1; c < cols; ++c)
+        for (std::int64_t c = 1; c < classes; ++c)
             if (p[c] > p[best]) best = c;
+        if (kind == AccuracyKind::SparseCategorical) return best == std::int64_t(target[r * tokens + k]);
+        const T* t = target + r * cols + k * classes;
         std::int64_t want = 0;
-        if (kind == AccuracyKind::SparseCategorical) {
-            want = std::int64_t(target[r]);
-        } else {
-            const T* t = target + r * cols;
-            for (std::int64_t c = 1; c < cols; ++c)
-                if (t[c] > t[want]) want = c;
+        for (std::int64_t c = 1; c < classes; ++c)
+            if (t[c] > t[want]) want = c;
+        return best == want;
+    }
+    STRATA_HD void operator()(std::int64_t r) const {
+        if (tokens == 1 && !token_weight) {
+            flags[r] = T(right(r, 0) ? 1 : 0);
+            return;
         }
-        flags[r] = T(best == want ? 1 : 0);
+        double sum = 0;
+        for (std::int64_t k = 0; k < tokens; ++k) {
+            const double w = token_weight ? double(token_weight[r * tokens + k]) : 1.0;
+            if (w == 0) continue;  // padding: its target is not read
+            sum += right(r, k) ? w : 0.0;
+        }
+        flags[r] = T(token_weight ? sum : sum / double(tokens));
     }
 };
+// The tokens RowCorrect counts per example of `pred` against `target`: the class ids per example
+// (sparse), or the rows of the output's last axis (rank >= 3: [n, K, classes] gives K).
+template <class V>
+std::int64_t accuracy_tokens(const V& pred, const V& target, AccuracyKind kind) {
+    const std::int64_t n = pred.dim(0);
+    if (n == 0) return 1;
+    if (kind == AccuracyKind::SparseCategorical) return target.size() / n;
+    if (pred.rank() < 3) return 1;
+    const std::int64_t last = pred.dim(pred.rank() - 1);
+    return last > 0 ? pred.size() / (n * last) : 1;
+}
 }  // namespace detail
 
 /// Sizes count_correct's per-thread scratch on P for batches of up to `examples` on the calling
@@ -77,20 +86,19 @@ void reserve_accuracy_scratch(std::int64_t examples) {
 
 
 /// Number of examples of `pred` ([n, classes]) whose prediction is right (a whole number); with
-/// sparse targets of K > 1 ids per example (`target` [n, K], `pred` [n, K, classes]), the sum
-/// over the examples of the share of their tokens that are right. For Binary with logits, pass
-/// `logits_threshold` semantics by giving probabilities (the Model does).
-/// `token_weights` (sparse only; one per class id of `target`, on P): the sum of the weights of
-/// the tokens right (with a 0/1 mask, the tokens that count predicted right); see the file comment.
+/// K > 1 tokens per example (`pred` [n, K, classes] against sparse targets [n, K], or dense ones
+/// of pred's shape: each of the K rows of the last axis its own prediction, as Keras' metrics
+/// work along axis -1), the sum over the examples of the share of their tokens that are right.
+/// For Binary with logits, pass `logits_threshold` semantics by giving probabilities (the Model
+/// does). `token_weights` (one per token, on P): the sum of the weights of the tokens right
+/// (with a 0/1 mask, the tokens that count predicted right); see the file comment.
 template <class T, class P>
 double count_correct(const TensorView<T, P>& pred, const TensorView<T, P>& target, AccuracyKind kind,
                      const T* token_weights = nullptr) {
     const std::int64_t n = pred.dim(0);
     if (n == 0) return 0;
     T* flags = strata::detail::scratch<T, P, detail::MetricScratchTag>(n);
-    const std::int64_t tokens = kind == AccuracyKind::SparseCategorical ? target.size() / n : 1;
-    STRATA_CHECK(!token_weights || kind == AccuracyKind::SparseCategorical, ValueError,
-                 "accuracy: token weights (the token mask) are taken by the sparse categorical accuracy only");
+    const std::int64_t tokens = detail::accuracy_tokens(pred, target, kind);
     place::for_each_n<P>(n, detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind, tokens, token_weights});
     if (token_weights) {  // summed weights (a whole count for a 0/1 mask), in example order
         if constexpr (place::host_accessible_v<P>) {
@@ -127,7 +135,7 @@ void count_correct_to_device(const TensorView<T, place::Cuda>& pred, const Tenso
     T* flags = n > 0 ? strata::detail::scratch<T, place::Cuda, detail::MetricScratchTag>(n) : nullptr;
     if (n > 0)
         place::for_each_n<place::Cuda>(n, detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind,
-                                                                kind == AccuracyKind::SparseCategorical ? target.size() / n : 1});
+                                                                detail::accuracy_tokens(pred, target, kind)});
     strata::detail::cuda_reduce::sum_to_device(flags, n, out);
 }
 #endif

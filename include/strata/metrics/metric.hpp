@@ -1,7 +1,8 @@
 #pragma once
 /// \file strata/metrics/metric.hpp
 /// The metrics `Model::compile` takes by name, as Keras does, and the counts behind the ones
-/// beyond accuracy: top-k accuracy for class ids, precision and recall for one binary output.
+/// beyond accuracy: top-k accuracy for class ids, precision and recall for one binary output
+/// (per example, or per token of an output [K, 1]).
 ///
 ///     model.compile(loss, optimizer, {"accuracy", strata::metrics::sparse_top_k_categorical_accuracy(3)});
 ///     model.compile(strata::loss::MeanSquaredError{}, optimizer, {"precision", "recall"});   // one output
@@ -93,7 +94,12 @@ struct RowBinary {
     const T* pred;
     const T* target;
     T* flags;  // 3 per row: tp, fp, fn
+    const T* mask = nullptr;  ///< per row (token): 0 leaves it out (the token mask), or null
     STRATA_HD void operator()(std::int64_t r) const {
+        if (mask && mask[r] == T(0)) {  // padding: counts nothing (its target is not read)
+            flags[3 * r] = flags[3 * r + 1] = flags[3 * r + 2] = T(0);
+            return;
+        }
         const bool p = pred[r] > T(0.5), t = target[r] > T(0.5);
         flags[3 * r] = T(p && t ? 1 : 0);
         flags[3 * r + 1] = T(p && !t ? 1 : 0);
@@ -115,11 +121,11 @@ std::int64_t sum_flags(T* flags, std::int64_t n, std::int64_t stride, std::int64
 }  // namespace detail
 
 /// Sizes the per-thread scratch of count_in_top_k and count_binary on P for batches of up to
-/// `examples` of `tokens` rows each, on the calling thread (Model::build).
+/// `examples` of `tokens` rows (or binary values) each, on the calling thread (Model::build).
 template <class T, class P>
 void reserve_counts_scratch(std::int64_t examples, std::int64_t tokens) {
     const std::int64_t rows = examples * (tokens > 1 ? tokens : 1);
-    if (examples > 0) strata::detail::scratch<T, P, detail::CountsScratchTag>(rows > 3 * examples ? rows : 3 * examples);
+    if (examples > 0) strata::detail::scratch<T, P, detail::CountsScratchTag>(3 * rows);
 }
 
 /// Rows of `pred` whose class id is among the k highest outputs: `pred` [n, classes] against
@@ -140,15 +146,20 @@ std::int64_t count_in_top_k(const TensorView<T, P>& pred, const TensorView<T, P>
 }
 
 /// True positives, false positives and false negatives of one binary output per example
-/// (`pred` and `target` [n] or [n, 1]), at the threshold 0.5.
+/// (`pred` and `target` [n] or [n, 1]), or per token (`pred` and `target` [n, K, 1]: each of
+/// the n·K values its own decision, as Keras' Precision and Recall count every value), at the
+/// threshold 0.5. `mask` (one per value, on P; the token mask of an Embedding with mask_zero):
+/// the values weighed 0 are left out.
 template <class T, class P>
-Counts count_binary(const TensorView<T, P>& pred, const TensorView<T, P>& target) {
-    const std::int64_t n = pred.dim(0);
+Counts count_binary(const TensorView<T, P>& pred, const TensorView<T, P>& target, const T* mask = nullptr) {
+    const std::int64_t n = pred.size();
     Counts c;
     if (n == 0) return c;
+    STRATA_CHECK(target.size() == n, ShapeError, "precision/recall: predictions of shape ", pred.shape(),
+                 " need as many targets, got ", target.shape());
     T* flags = strata::detail::scratch<T, P, detail::CountsScratchTag>(3 * n);
     place::for_each_n<P>(n,
-                       detail::RowBinary<T>{pred.data(), target.data(), flags});
+                       detail::RowBinary<T>{pred.data(), target.data(), flags, mask});
     c.true_positives = detail::sum_flags<T, P>(flags, n, 3, 0);
     c.false_positives = detail::sum_flags<T, P>(flags, n, 3, 1);
     c.false_negatives = detail::sum_flags<T, P>(flags, n, 3, 2);
@@ -163,8 +174,10 @@ STRATA_TEMPLATE std::int64_t count_in_top_k<float, place::Host>(const TensorView
 STRATA_TEMPLATE std::int64_t count_in_top_k<double, place::Host>(const TensorView<double, place::Host>&,
                                                                  const TensorView<double, place::Host>&, int, std::int64_t,
                                                                  const double*);
-STRATA_TEMPLATE Counts count_binary<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&);
-STRATA_TEMPLATE Counts count_binary<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&);
+STRATA_TEMPLATE Counts count_binary<float, place::Host>(const TensorView<float, place::Host>&, const TensorView<float, place::Host>&,
+                                                       const float*);
+STRATA_TEMPLATE Counts count_binary<double, place::Host>(const TensorView<double, place::Host>&, const TensorView<double, place::Host>&,
+                                                        const double*);
 #endif
 #if STRATA_CUDA_INSTANCES
 // The CUDA place's, in libstrata_cuda (strata/config.hpp).
@@ -172,8 +185,10 @@ STRATA_CUDA_TEMPLATE std::int64_t count_in_top_k<float, place::Cuda>(const Tenso
                                                                      std::int64_t, const float*);
 STRATA_CUDA_TEMPLATE std::int64_t count_in_top_k<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&, int,
                                                                       std::int64_t, const double*);
-STRATA_CUDA_TEMPLATE Counts count_binary<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&);
-STRATA_CUDA_TEMPLATE Counts count_binary<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&);
+STRATA_CUDA_TEMPLATE Counts count_binary<float, place::Cuda>(const TensorView<float, place::Cuda>&, const TensorView<float, place::Cuda>&,
+                                                            const float*);
+STRATA_CUDA_TEMPLATE Counts count_binary<double, place::Cuda>(const TensorView<double, place::Cuda>&, const TensorView<double, place::Cuda>&,
+                                                             const double*);
 #endif
 
 }  // namespace strata::metrics

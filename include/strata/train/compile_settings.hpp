@@ -28,13 +28,15 @@ struct CompileSettings {
     bool constant_learning_rate = true;    ///< the optimizer's rate is a constant (no schedule)
 };
 
-/// Checks `metrics` against `loss` and the network's output (`output_size` values, the last
-/// activation a softmax or not) and returns the settings; a ValueError names an unknown metric or
-/// one the loss or the output cannot give (top-k needs class ids; precision and recall one
-/// binary output).
+/// Checks `metrics` against `loss` and the network's output (`output_size` values, `last_axis`
+/// of them on its last axis, -1: all of them; the last activation a softmax or not) and returns
+/// the settings; a ValueError names an unknown metric or one the loss or the output cannot give
+/// (top-k needs class ids; precision and recall one binary output per example or per token).
+/// "accuracy" is chosen as Keras chooses it: sparse for class ids, binary when the last axis
+/// holds one value, categorical otherwise.
 STRATA_DECL CompileSettings compile_settings(const loss::Loss& loss, const optim::Optimizer& optimizer,
                                              const std::vector<metrics::Metric>& metrics, std::int64_t output_size,
-                                             bool last_is_softmax);
+                                             bool last_is_softmax, std::int64_t last_axis = -1);
 
 }  // namespace strata::train
 

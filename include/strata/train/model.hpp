@@ -208,17 +208,11 @@ public:
                 optimizer);
         }
         if constexpr (masked_output) {
-            STRATA_CHECK(loss::sparse_targets(loss), ValueError, "Model::compile: the model's per-token output carries "
-                         "Embedding's token mask (mask_zero), which SparseCategoricalCrossentropy leaves out of its mean; ",
-                         loss::name(loss), " takes no mask (not supported yet)");
+            STRATA_CHECK(!std::holds_alternative<loss::Custom>(loss), ValueError, "Model::compile: the model's per-token "
+                         "output carries Embedding's token mask (mask_zero), which the built-in losses leave out of their mean "
+                         "token by token; loss::Custom '", loss::name(loss), "' sees whole examples and takes no mask");
         }
-        this->compile_settings_for(std::move(loss), optimizer, metrics, output_size, last_is_softmax);
-        if constexpr (masked_output) {
-            STRATA_CHECK(!settings_.precision && !settings_.recall, ValueError,
-                         "Model::compile: the model's per-token output carries Embedding's token mask (mask_zero); of the "
-                         "metrics, \"accuracy\" and sparse_top_k_categorical_accuracy leave the padding out, and precision "
-                         "and recall do not yet: leave them out");
-        }
+        this->compile_settings_for(std::move(loss), optimizer, metrics, output_size, last_is_softmax, output_size / sequence_tokens);
         // What compile decided, which every process of a job must share (the path compares it
         // across processes, a ValueError on every rank naming who has what): under
         // precision::Any each rank's set_precision may have chosen another policy.
@@ -1054,7 +1048,7 @@ private:
             u.counts.in_top_k += metrics::count_in_top_k(out, target, settings_.top_k, tokens, mask);
             u.counts.top_k_rows += mask ? std::int64_t(counted) : n * tokens;
         }
-        if (settings_.precision || settings_.recall) u.counts += metrics::count_binary(out, target);
+        if (settings_.precision || settings_.recall) u.counts += metrics::count_binary(out, target, mask);
     }
     metrics::Counts unit_counts() const {
         metrics::Counts c;

@@ -128,7 +128,7 @@ protected:
     /// compile's first half: checks the metrics against the loss and the network's output
     /// (train::compile_settings) and takes the loss; the path compiles the optimizer after it.
     void compile_settings_for(loss::Loss loss, const optim::Optimizer& optimizer, const std::vector<metrics::Metric>& metrics,
-                              std::int64_t output_size, bool last_is_softmax);
+                              std::int64_t output_size, bool last_is_softmax, std::int64_t last_axis = -1);
     /// fit's checks of its options that do not depend on the label type.
     void check_fit_options(int epochs, double validation_split, std::size_t sample_weights,
                            const std::map<std::int64_t, double>& class_weight, std::int64_t output_size, std::size_t batch_size,

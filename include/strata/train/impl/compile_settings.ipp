@@ -9,8 +9,9 @@ namespace strata::train {
 
 STRATA_DECL CompileSettings compile_settings(const loss::Loss& loss, const optim::Optimizer& optimizer,
                                              const std::vector<metrics::Metric>& metrics, std::int64_t output_size,
-                                             bool last_is_softmax) {
+                                             bool last_is_softmax, std::int64_t last_axis) {
     CompileSettings s;
+    if (last_axis < 0) last_axis = output_size;
     for (const auto& m : metrics) {
         const auto& n = m.name;
         if (n == "accuracy" || n == "acc" || n == "sparse_categorical_accuracy" || n == "categorical_accuracy") {
@@ -22,8 +23,9 @@ STRATA_DECL CompileSettings compile_settings(const loss::Loss& loss, const optim
             STRATA_CHECK(m.k >= 1, ValueError, "compile: sparse_top_k_categorical_accuracy: k must be >= 1, got ", m.k);
             s.top_k = m.k;
         } else if (n == "precision" || n == "recall") {
-            STRATA_CHECK(output_size == 1, ValueError, "compile: ", n, " is for one binary output (probability > 0.5 "
-                         "is positive); the model has ", output_size, " outputs");
+            STRATA_CHECK(last_axis == 1, ValueError, "compile: ", n, " is for one binary output per example or per token "
+                         "(probability > 0.5 is positive; an output [1] or [..., 1]); the model has ", output_size,
+                         " outputs, ", last_axis, " on the last axis");
             (n == "precision" ? s.precision : s.recall) = true;
         } else {
             throw_error<ValueError>("compile: unknown metric '", n, "' (known: accuracy, sparse_categorical_accuracy, "
@@ -33,7 +35,7 @@ STRATA_DECL CompileSettings compile_settings(const loss::Loss& loss, const optim
     s.input_kind = loss::input_kind(loss, last_is_softmax);
     s.fused_softmax = s.input_kind == loss::Input::Logits && last_is_softmax;
     if (std::holds_alternative<loss::SparseCategoricalCrossentropy>(loss)) s.accuracy_kind = metrics::AccuracyKind::SparseCategorical;
-    else if (output_size == 1) s.accuracy_kind = metrics::AccuracyKind::Binary;
+    else if (last_axis == 1) s.accuracy_kind = metrics::AccuracyKind::Binary;
     else s.accuracy_kind = metrics::AccuracyKind::Categorical;
     s.constant_learning_rate = std::visit([](const auto& o) { return o.learning_rate.is_constant(); }, optimizer);
     return s;

@@ -109,8 +109,8 @@ void ModelBase<T>::restore_state(const ModelState& s) {
 template <class T>
 void ModelBase<T>::compile_settings_for(loss::Loss loss, const optim::Optimizer& optimizer,
                                         const std::vector<metrics::Metric>& metrics, std::int64_t output_size,
-                                        bool last_is_softmax) {
-    settings_ = compile_settings(loss, optimizer, metrics, output_size, last_is_softmax);
+                                        bool last_is_softmax, std::int64_t last_axis) {
+    settings_ = compile_settings(loss, optimizer, metrics, output_size, last_is_softmax, last_axis);
     loss_ = std::move(loss);
 }
 
