@@ -4,7 +4,8 @@
 // OneDevice in each process as the unsplit transformer on one device (float64 to 1e-12), over 2
 // processes (ranks {0, 1} and {2, 3}, each pair a job of its own) and over all 4; every process
 // ends with the same bits; rank 0 is the chief; 2 replicas of 2 shards (MultiWorkerMirrored over
-// the replicas) equal it too; a layer split another number of ways than the group has
+// the replicas) equal it too, and so do 2 pipeline stages of 2 shards each (pipeline × tensor); a
+// layer split another number of ways than the group has
 // processes, and a second replica thread, are ValueErrors on every rank; a backup written by
 // rank 0 resumes every rank bit for bit.
 #include <doctest/doctest.h>
@@ -24,6 +25,7 @@
 #include <strata/distribute/tensor_parallel_attention.hpp>
 #include <strata/distribute/multi_worker_mirrored.hpp>
 #include <strata/distribute/tensor_parallel_mpi.hpp>
+#include <strata/distribute/pipeline_mpi.hpp>
 
 using namespace strata::nn;
 namespace dist = strata::distribute;
@@ -141,6 +143,40 @@ TEST_CASE("data x tensor across processes: 2 replicas (MultiWorkerMirrored) of 2
         // Each process's shard summed over its replica's batch share: half the single-replica count.
         const auto t = layout->shards().traffic();
         CHECK(t.sums == 8 * 14 + 3 * 4);
+    }
+    CHECK(dist::job_shard_group() == nullptr);
+}
+
+TEST_CASE("pipeline x tensor across processes: 2 stages (one block each) of 2 shards equal the unsplit transformer on one device; "
+          "under mpirun -np 8, 2 replicas of them (the hybrid, all three)") {
+    // Stage s of replica r: ranks 2(2r + s) and 2(2r + s) + 1, its block's attention and MLP split
+    // over the two; shard j's pipeline: ranks j, 2 + j (, 4 + j, 6 + j). Micro-batches of 2 or 3
+    // examples (batches of 10 in 4; with 2 replicas, halves of 5 in 4).
+    const int R = coll::mpi::world_size() / 4;
+    REQUIRE(R * 4 == coll::mpi::world_size());
+    dist::OneDevice<> alone;
+    const Run ref = train<Unsplit<>>(alone);
+    {
+        auto layout = dist::tensor_parallel_replicas(2, {.timeout = std::chrono::seconds(30)});
+        using S = dist::Pipeline<strata::place::Host, dist::OneFOneB, dist::split::At<2>>;
+        S s({.micro_batches = 4, .replicas = R, .timeout = std::chrono::seconds(30),
+             .processes = dist::pipeline_processes(layout->replica_comm())});
+        CHECK(s.num_replicas_in_sync() == R);
+        const Run got = train<Split<2>>(s);
+        const double diff = strata_test::max_relative_difference(got.weights, ref.weights);
+        INFO("largest relative weight difference " << diff);
+        CHECK(diff <= 1e-12);
+        CHECK(strata_test::max_relative_difference(got.loss, ref.loss) <= 1e-12);
+        CHECK(got.eval.loss == doctest::Approx(ref.eval.loss).epsilon(1e-12));
+        CHECK(got.eval.accuracy == ref.eval.accuracy);
+        CHECK(got.chief == (world_rank() == 0));  // shard 1's pipeline has a rank 0 too: not a chief
+        // Every stage's split layers summed over their own pair: a block's sums each, the same count.
+        const auto t = layout->shards().traffic();
+        CHECK(t.sums > 0);
+        std::vector<std::int64_t> sums(std::size_t(coll::mpi::world_size()), 0);
+        sums[std::size_t(world_rank())] = t.sums;
+        MPI_Allreduce(MPI_IN_PLACE, sums.data(), int(sums.size()), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        for (const auto v : sums) CHECK(v == t.sums);
     }
     CHECK(dist::job_shard_group() == nullptr);
 }

@@ -79,6 +79,7 @@
 #include "strata/distribute/collective/all_reduce.hpp"
 #include "strata/distribute/replica_pool.hpp"
 #include "strata/distribute/settings.hpp"
+#include "strata/distribute/shard_group.hpp"
 #include "strata/distribute/strategy.hpp"
 #include "strata/nn/sequential.hpp"
 #include "strata/place/devices.hpp"
@@ -346,8 +347,10 @@ public:
     int num_replicas_in_sync() const { return options_.replicas; }
     int local_replicas() const { return options_.replicas; }
     int first_replica() const { return 0; }
-    /// Rank 0 prints and writes files (always true in one process).
-    bool is_chief() const { return rank_ == 0; }
+    /// Rank 0 prints and writes files (always true in one process); with the stages' layers also
+    /// split over processes (pipeline × tensor, tensor_parallel_replicas), rank 0 of shard 0's
+    /// pipeline.
+    bool is_chief() const { return rank_ == 0 && shard_group_chief(); }
     /// Across processes (PipelineOptions::processes): this process runs one stage of one replica.
     bool across_processes() const { return options_.processes != nullptr; }
     PipelineProcesses& processes() { return *options_.processes; }

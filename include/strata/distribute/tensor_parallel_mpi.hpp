@@ -117,6 +117,23 @@ inline std::shared_ptr<TensorParallelProcesses> tensor_parallel_processes(MPI_Co
 /// every process the same update. A group over every rank of the job is made first: it compares
 /// the ranks' settings and is the job's stop channel (neither the shards' group nor the
 /// replicas' spans the job). The chief is rank 0 (replica 0's shard 0).
+///
+/// Pipeline × tensor: the groups of N consecutive ranks can as well be a pipeline's stages,
+/// each stage's layers split over its N processes, and `replica_comm()` the pipeline's ranks
+/// (shard j of every stage: a pipeline of its own, which the others mirror):
+///
+/// \code
+/// // mpirun -np 4: 2 stages × 2 shards
+/// auto layout = sd::tensor_parallel_replicas(2);
+/// sd::Pipeline<strata::place::Host, sd::OneFOneB, sd::split::At<2>> s({.micro_batches = 4,
+///     .processes = sd::pipeline_processes(layout->replica_comm())});
+/// \endcode
+///
+/// Every process of a stage holds the stage's whole variables and activations, so shard j's
+/// pipeline sends shard j of the next stage the same activations the other shards send theirs,
+/// and every pipeline computes the same update; the stage's split layers sum over its N
+/// processes in the schedule's order, the same on each. Ranks s·N .. s·N + N − 1 are stage s
+/// (with the hybrid's R replicas of P stages, replica r's stage s is the group r·P + s).
 class TensorParallelReplicas {
 public:
     /// Collective over MPI_COMM_WORLD: every rank calls it with the same `shards`.
@@ -140,7 +157,8 @@ public:
     TensorParallelReplicas(const TensorParallelReplicas&) = delete;
     TensorParallelReplicas& operator=(const TensorParallelReplicas&) = delete;
 
-    /// The ranks holding this process's shard in every replica, for MultiWorkerOptions::comm.
+    /// The ranks holding this process's shard in every replica, for MultiWorkerOptions::comm (or
+    /// in every stage, for pipeline_processes: see the class comment).
     MPI_Comm replica_comm() const { return replicas_comm_; }
     /// This process's replica, and the replicas' count.
     int replica() const { return job_.rank() / shards_->shards(); }
