@@ -4,6 +4,7 @@
 // that is late or fails must be named on the others, never hang them.
 #include <doctest/doctest.h>
 
+#include "padded_sequences.hpp"
 #include "test_util.hpp"
 
 #include <algorithm>
@@ -182,28 +183,11 @@ TEST_CASE("a padded language model (mask_zero, per-token loss over the tokens th
     // The loss's mean is over the real tokens of the global batch: their count is summed over
     // every replica of every process. Sequences alternate 1-2 and 7-8 real tokens, so the shards
     // of 10 examples over 2 x 2 replicas count different numbers.
-    using Lm = Sequential<Input<8>, Embedding<8, 8, EmbeddingOptions{.mask_zero = true}>, PositionEmbedding<>,
-                          Residual<LayerNormalization<>, MultiHeadAttention<2, 4, 0, MultiHeadAttentionOptions{.causal = true}>>,
-                          TokenDense<8, Softmax>>;
-    const std::size_t n = 46;
-    const auto u = lcg(n * 2, 21, 0, 1);
-    std::vector<float> x(n * 8, 0.0f);
-    std::vector<std::int32_t> y(n * 8, 0);
-    for (std::size_t i = 0; i < n; ++i) {
-        const std::size_t len = i % 2 == 0 ? 1 + std::size_t(u[i * 2] * 2) % 2 : 7 + std::size_t(u[i * 2] * 2) % 2;
-        std::int32_t id = 1 + std::int32_t(u[i * 2 + 1] * 7) % 7;
-        for (std::size_t t = 0; t < len; ++t) {
-            x[i * 8 + t] = float(id);
-            id = id % 7 + 1;
-            y[i * 8 + t] = id;
-        }
-    }
+    using Lm = strata_test::MaskedLm;
     // Sample weights (0.25, 1, 3 in turn) multiply each example's tokens' losses; the divisor stays
     // the global batch's count of real tokens (Keras 3), summed over every process.
-    std::vector<float> sw(n);
-    for (std::size_t i = 0; i < n; ++i) sw[i] = i % 3 == 0 ? 0.25f : i % 3 == 1 ? 1.0f : 3.0f;
-    const auto ds = strata::data::Dataset<>::from_arrays(x, {8}, y, 8).batch(10);
-    const auto weighted = strata::data::Dataset<>::from_arrays(x, {8}, y, 8, sw).batch(10);
+    const auto ds = strata_test::padded_sequences(46, false).batch(10);
+    const auto weighted = strata_test::padded_sequences(46, true).batch(10);
     const strata::optim::Optimizer opt = strata::optim::Adam{.learning_rate = 0.01};
     struct Result {
         std::vector<double> weights;

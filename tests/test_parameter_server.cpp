@@ -3,6 +3,7 @@
 // definitions make equal; schedules are checked through the counts the path records.
 #include <doctest/doctest.h>
 
+#include "padded_sequences.hpp"
 #include "test_util.hpp"
 
 #include <algorithm>
@@ -118,29 +119,10 @@ TEST_CASE("global_clipnorm: the servers clip by the whole model's norm, as one d
 }
 
 namespace {
-// A causal language model whose per-token output keeps Embedding's token mask (id 0 pads), and
-// n sequences counting through 1..7 that alternate 1-2 and 7-8 real tokens (mini-batches then
-// count different numbers of tokens), each example weighed 0.25, 1 or 3 in turn when `weighted`.
-using MaskedLm = Sequential<Input<8>, Embedding<8, 8, EmbeddingOptions{.mask_zero = true}>, PositionEmbedding<>,
-                            Residual<LayerNormalization<>, MultiHeadAttention<2, 4, 0, MultiHeadAttentionOptions{.causal = true}>>,
-                            TokenDense<8, Softmax>>;
-strata::data::Dataset<> padded_sequences(std::size_t n, bool weighted) {
-    const auto u = lcg(n * 2, 21, 0, 1);
-    std::vector<float> x(n * 8, 0.0f), w;
-    std::vector<std::int32_t> y(n * 8, 0);
-    for (std::size_t i = 0; i < n; ++i) {
-        const std::size_t len = i % 2 == 0 ? 1 + std::size_t(u[i * 2] * 2) % 2 : 7 + std::size_t(u[i * 2] * 2) % 2;
-        std::int32_t id = 1 + std::int32_t(u[i * 2 + 1] * 7) % 7;
-        for (std::size_t t = 0; t < len; ++t) {
-            x[i * 8 + t] = float(id);
-            id = id % 7 + 1;
-            y[i * 8 + t] = id;
-        }
-        w.push_back(i % 3 == 0 ? 0.25f : i % 3 == 1 ? 1.0f : 3.0f);
-    }
-    if (!weighted) w.clear();
-    return strata::data::Dataset<>::from_arrays(std::move(x), {8}, std::move(y), 8, std::move(w));
-}
+// The padded language model of padded_sequences.hpp (mini-batches count different numbers of
+// tokens).
+using strata_test::MaskedLm;
+using strata_test::padded_sequences;
 template <class Strategy>
 std::pair<std::vector<double>, strata::train::History> fit_masked(Strategy& s, const strata::data::Dataset<>& batched) {
     strata::Model<MaskedLm, Strategy, double> model(s, 11);

@@ -5,6 +5,7 @@
 // every rank, and a checkpoint saved across processes is OneDevice's (names and values).
 #include <doctest/doctest.h>
 
+#include "padded_sequences.hpp"
 #include "test_util.hpp"
 
 #include <cstdio>
@@ -95,35 +96,16 @@ TEST_CASE("the hybrid across processes (2 replicas × 2 stages) equals OneDevice
 }
 
 namespace {
-// A causal language model whose per-token output keeps Embedding's token mask (id 0 pads), on
-// sequences that alternate 1-2 and 7-8 real tokens (micro-batches count different numbers), each
-// example weighed 0.25, 1 or 3 in turn: its later stages make the mask from the ids on their own
-// ranks, and the loss is the mean over the global batch's tokens that count.
-using MaskedLm = Sequential<Input<8>, Embedding<8, 8, EmbeddingOptions{.mask_zero = true}>, PositionEmbedding<>,
-                            Residual<LayerNormalization<>, MultiHeadAttention<2, 4, 0, MultiHeadAttentionOptions{.causal = true}>>,
-                            TokenDense<8, Softmax>>;
-strata::data::Dataset<> padded_sequences(std::size_t n) {
-    const auto u = strata_test::lcg(n * 2, 21, 0, 1);
-    std::vector<float> x(n * 8, 0.0f), w(n);
-    std::vector<std::int32_t> y(n * 8, 0);
-    for (std::size_t i = 0; i < n; ++i) {
-        const std::size_t len = i % 2 == 0 ? 1 + std::size_t(u[i * 2] * 2) % 2 : 7 + std::size_t(u[i * 2] * 2) % 2;
-        std::int32_t id = 1 + std::int32_t(u[i * 2 + 1] * 7) % 7;
-        for (std::size_t t = 0; t < len; ++t) {
-            x[i * 8 + t] = float(id);
-            id = id % 7 + 1;
-            y[i * 8 + t] = id;
-        }
-        w[i] = i % 3 == 0 ? 0.25f : i % 3 == 1 ? 1.0f : 3.0f;
-    }
-    return strata::data::Dataset<>::from_arrays(std::move(x), {8}, std::move(y), 8, std::move(w));
-}
+// The padded language model of padded_sequences.hpp on weighted sequences (micro-batches count
+// different numbers of tokens): its later stages make the mask from the ids on their own ranks,
+// and the loss is the mean over the global batch's tokens that count.
+using strata_test::MaskedLm;
 template <class Strategy>
 Run train_masked(Strategy& s) {
     strata::Model<MaskedLm, Strategy, double> model(s, 5);
     model.compile(strata::loss::SparseCategoricalCrossentropy{}, adam);
-    auto h = model.fit(padded_sequences(46).batch(12), {.epochs = 2, .verbose = 0});
-    return {model.get_weights(), h.history.at("loss"), h.history.at("accuracy"), model.evaluate(padded_sequences(20).batch(8))};
+    auto h = model.fit(strata_test::padded_sequences(46, true).batch(12), {.epochs = 2, .verbose = 0});
+    return {model.get_weights(), h.history.at("loss"), h.history.at("accuracy"), model.evaluate(strata_test::padded_sequences(20, true).batch(8))};
 }
 }  // namespace
 

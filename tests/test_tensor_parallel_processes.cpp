@@ -72,6 +72,17 @@ Run train(Strategy& s) {
     return {model.get_weights(), h.history.at("loss"), model.evaluate(tokens(24, 5).batch(8)), s.is_chief()};
 }
 
+// A split run against the unsplit reference: the weights, the losses of each epoch and
+// evaluate's figures, float64 to 1e-12.
+void check_equal(const Run& got, const Run& ref) {
+    const double diff = strata_test::max_relative_difference(got.weights, ref.weights);
+    INFO("largest relative weight difference " << diff);
+    CHECK(diff <= 1e-12);
+    CHECK(strata_test::max_relative_difference(got.loss, ref.loss) <= 1e-12);
+    CHECK(got.eval.loss == doctest::Approx(ref.eval.loss).epsilon(1e-12));
+    CHECK(got.eval.accuracy == doctest::Approx(ref.eval.accuracy).epsilon(1e-12));
+}
+
 int world_rank() { return coll::mpi::world_rank(); }
 
 // Splits the world into groups of `n` consecutive ranks and checks that each group, as the job's
@@ -88,12 +99,7 @@ void check_across() {
         CHECK(group->shard() == world_rank() % N);
         dist::OneDevice<> one;
         const Run got = train<Net>(one);
-        const double diff = strata_test::max_relative_difference(got.weights, ref.weights);
-        INFO("largest relative weight difference " << diff);
-        CHECK(diff <= 1e-12);
-        CHECK(strata_test::max_relative_difference(got.loss, ref.loss) <= 1e-12);
-        CHECK(got.eval.loss == doctest::Approx(ref.eval.loss).epsilon(1e-12));
-        CHECK(got.eval.accuracy == ref.eval.accuracy);
+        check_equal(got, ref);
         CHECK(got.chief == (group->shard() == 0));
         // Every process of the group holds the same bits (shard 0's, broadcast).
         std::vector<double> first = got.weights;
@@ -134,11 +140,7 @@ TEST_CASE("data x tensor across processes: 2 replicas (MultiWorkerMirrored) of 2
         dist::MultiWorkerMirrored<> s(1, {.timeout = std::chrono::seconds(30)}, {.comm = layout->replica_comm()});
         CHECK(s.num_replicas_in_sync() == 2);
         const Run got = train<Split<2>>(s);
-        const double diff = strata_test::max_relative_difference(got.weights, ref.weights);
-        INFO("largest relative weight difference " << diff);
-        CHECK(diff <= 1e-12);
-        CHECK(strata_test::max_relative_difference(got.loss, ref.loss) <= 1e-12);
-        CHECK(got.eval.loss == doctest::Approx(ref.eval.loss).epsilon(1e-12));
+        check_equal(got, ref);
         CHECK(got.chief == (world_rank() == 0));
         // Each process's shard summed over its replica's batch share: half the single-replica count.
         const auto t = layout->shards().traffic();
@@ -163,12 +165,7 @@ TEST_CASE("pipeline x tensor across processes: 2 stages (one block each) of 2 sh
              .processes = dist::pipeline_processes(layout->replica_comm())});
         CHECK(s.num_replicas_in_sync() == R);
         const Run got = train<Split<2>>(s);
-        const double diff = strata_test::max_relative_difference(got.weights, ref.weights);
-        INFO("largest relative weight difference " << diff);
-        CHECK(diff <= 1e-12);
-        CHECK(strata_test::max_relative_difference(got.loss, ref.loss) <= 1e-12);
-        CHECK(got.eval.loss == doctest::Approx(ref.eval.loss).epsilon(1e-12));
-        CHECK(got.eval.accuracy == ref.eval.accuracy);
+        check_equal(got, ref);
         CHECK(got.chief == (world_rank() == 0));  // shard 1's pipeline has a rank 0 too: not a chief
         // Every stage's split layers summed over their own pair: a block's sums each, the same count.
         const auto t = layout->shards().traffic();

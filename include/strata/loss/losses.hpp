@@ -104,6 +104,33 @@ STRATA_HD RowLse<T> row_lse(const T* z, std::int64_t n) {
     return {m, s};
 }
 
+// One example of a cross-entropy row functor (SparseCeRow, CategoricalCeRow): its `tokens` rows
+// of `classes`, each token's loss `row.one(token, scale)` times its weight, their mean into
+// row_loss. A token weighed 0 adds nothing and gets no gradient (its loss is not even computed,
+// so a padded token's target cannot make a NaN).
+template <class Row, class T>
+STRATA_HD T weighed_token(const Row& row, std::int64_t t, T scale) {
+    if (!row.token_weight) return row.one(t, scale);
+    const T w = row.token_weight[t];
+    if (w == T(0)) {
+        for (std::int64_t c = 0; c < row.classes; ++c) row.grad[t * row.classes + c] = T(0);
+        return T(0);
+    }
+    return w * row.one(t, scale * w);
+}
+template <class Row>
+STRATA_HD void token_rows(const Row& row, std::int64_t r) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(row.grad)>>;
+    if (row.tokens == 1) {
+        row.row_loss[r] = weighed_token(row, r, row.inv_denom);
+        return;
+    }
+    const T scale = row.inv_denom / T(row.tokens);
+    T s = 0;
+    for (std::int64_t k = 0; k < row.tokens; ++k) s += weighed_token(row, r * row.tokens + k, scale);
+    row.row_loss[r] = s / T(row.tokens);
+}
+
 // One example's row (or, with `tokens` > 1, its `tokens` rows of `classes`: a per-token softmax
 // against per-token ids, whose loss is the mean over the tokens, as Keras averages a [n, K]
 // loss over every token).
@@ -138,27 +165,7 @@ struct SparseCeRow {
             return -log(p);
         }
     }
-    // Token `row` under its weight: a token weighed 0 adds nothing and gets no gradient (its
-    // loss is not even computed, so a padded token's target cannot make a NaN).
-    STRATA_HD T weighed(std::int64_t row, T scale) const {
-        if (!token_weight) return one(row, scale);
-        const T w = token_weight[row];
-        if (w == T(0)) {
-            for (std::int64_t c = 0; c < classes; ++c) grad[row * classes + c] = T(0);
-            return T(0);
-        }
-        return w * one(row, scale * w);
-    }
-    STRATA_HD void operator()(std::int64_t r) const {
-        if (tokens == 1) {
-            row_loss[r] = weighed(r, inv_denom);
-            return;
-        }
-        const T scale = inv_denom / T(tokens);
-        T s = 0;
-        for (std::int64_t k = 0; k < tokens; ++k) s += weighed(r * tokens + k, scale);
-        row_loss[r] = s / T(tokens);
-    }
+    STRATA_HD void operator()(std::int64_t r) const { token_rows(*this, r); }
 };
 
 // One example's row of `classes` values, or with `tokens` > 1 its `tokens` rows of `classes`
@@ -209,25 +216,7 @@ struct CategoricalCeRow {
         for (std::int64_t c = 0; c < classes; ++c) g[c] = (g[c] + dot / psum) * scale;
         return loss;
     }
-    STRATA_HD T weighed(std::int64_t row, T scale) const {
-        if (!token_weight) return one(row, scale);
-        const T w = token_weight[row];
-        if (w == T(0)) {  // left out: not computed, no gradient (a padded token's target is not read)
-            for (std::int64_t c = 0; c < classes; ++c) grad[row * classes + c] = T(0);
-            return T(0);
-        }
-        return w * one(row, scale * w);
-    }
-    STRATA_HD void operator()(std::int64_t r) const {
-        if (tokens == 1) {
-            row_loss[r] = weighed(r, inv_denom);
-            return;
-        }
-        const T scale = inv_denom / T(tokens);
-        T s = 0;
-        for (std::int64_t k = 0; k < tokens; ++k) s += weighed(r * tokens + k, scale);
-        row_loss[r] = s / T(tokens);
-    }
+    STRATA_HD void operator()(std::int64_t r) const { token_rows(*this, r); }
 };
 
 // The mean of (pred - target)² over an example's values; with `tokens` > 1 and `token_weight`,
