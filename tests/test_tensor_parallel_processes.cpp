@@ -6,7 +6,8 @@
 // ends with the same bits; rank 0 is the chief; 2 replicas of 2 shards (MultiWorkerMirrored over
 // the replicas) equal it too, and so do 2 pipeline stages of 2 shards each (pipeline × tensor); a
 // layer split another number of ways than the group has
-// processes, and a second replica thread, are ValueErrors on every rank; a backup written by
+// processes, a second replica thread, and shard pipelines or replicas started with other settings
+// are ValueErrors on every rank; a backup written by
 // rank 0 resumes every rank bit for bit.
 #include <doctest/doctest.h>
 
@@ -174,6 +175,39 @@ TEST_CASE("pipeline x tensor across processes: 2 stages (one block each) of 2 sh
         sums[std::size_t(world_rank())] = t.sums;
         MPI_Allreduce(MPI_IN_PLACE, sums.data(), int(sums.size()), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
         for (const auto v : sums) CHECK(v == t.sums);
+    }
+    CHECK(dist::job_shard_group() == nullptr);
+}
+
+TEST_CASE("across processes, pipeline x tensor and data x tensor: shards whose pipelines or replicas were started with other "
+          "settings are refused at start on every rank, naming them") {
+    REQUIRE(coll::mpi::world_size() == 4);
+    // Shard 1's pipeline (ranks 1 and 3) takes 2 micro-batches, shard 0's 4: each pipeline agrees
+    // within itself, and their stages' split layers would sum buffers of other sizes.
+    {
+        auto layout = dist::tensor_parallel_replicas(2, {.timeout = std::chrono::seconds(30)});
+        using S = dist::Pipeline<strata::place::Host, dist::OneFOneB, dist::split::At<2>>;
+        const std::string msg = strata_test::error_of([&] {
+            S s({.micro_batches = world_rank() % 2 == 0 ? 4 : 2, .timeout = std::chrono::seconds(30),
+                 .processes = dist::pipeline_processes(layout->replica_comm())});
+        });
+        INFO(msg);
+        CHECK(strata_test::has(msg, "the pipeline's settings (across the shards of the tensor-parallel group: 2 MPI processes)"));
+        CHECK(strata_test::has(msg, "micro_batches"));
+    }
+    // Shard 1's replicas (ranks 1 and 3) compile another learning rate than shard 0's: each
+    // MultiWorkerMirrored agrees within itself, and the two halves of every replica would part.
+    {
+        auto layout = dist::tensor_parallel_replicas(2, {.timeout = std::chrono::seconds(30)});
+        dist::MultiWorkerMirrored<> s(1, {.timeout = std::chrono::seconds(30)}, {.comm = layout->replica_comm()});
+        strata::Model<Split<2>, dist::MultiWorkerMirrored<>, double> model(s, 11);
+        const std::string msg = strata_test::error_of([&] {
+            model.compile(strata::loss::SparseCategoricalCrossentropy{},
+                          strata::optim::Adam{.learning_rate = world_rank() % 2 == 0 ? 0.01 : 0.02});
+        });
+        INFO(msg);
+        CHECK(strata_test::has(msg, "compile's settings (across the shards of the tensor-parallel group: 2 MPI processes)"));
+        CHECK(strata_test::has(msg, "optimizer"));
     }
     CHECK(dist::job_shard_group() == nullptr);
 }

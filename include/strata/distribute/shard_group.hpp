@@ -17,7 +17,10 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace strata::distribute {
 
@@ -35,6 +38,12 @@ public:
     virtual void sum(std::span<double> data, const char* what) = 0;
     /// The group in words ("2 MPI processes").
     [[nodiscard]] virtual std::string describe() const = 0;
+    /// Compares `settings` (name, value pairs) across the group's processes: a ValueError on
+    /// every process naming who has what where they differ. Every ProcessGroup::agree of the
+    /// job also agrees here (collective/process_group.hpp), so that the processes of one shard
+    /// group, which sit in different strategy groups (the replicas of shard j, the pipeline of
+    /// shard j), still start with the same model, optimizer and schedule.
+    virtual void agree(const std::vector<std::pair<std::string, std::string>>& settings, std::string_view what) = 0;
 
 protected:
     ~ShardGroup() = default;

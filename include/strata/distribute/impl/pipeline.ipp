@@ -45,7 +45,12 @@ STRATA_DECL PipelineRuntime::PipelineRuntime(PipelineOptions options, int stages
                                   {"replicas", std::to_string(o.replicas)},
                                   {"micro_batches", std::to_string(o.micro_batches)}};
         for (const auto& kv : o.settings) mine.push_back(kv);
-        o.processes->join(stages_, o.replicas, o.timeout, std::move(mine));
+        o.processes->join(stages_, o.replicas, o.timeout, mine);
+        // Compared when joining, among this pipeline's ranks; agreed once more through the
+        // groups' agree, which also compares them across the shards of a tensor-parallel group
+        // (pipeline × tensor: every shard runs a pipeline of its own, and their schedules must
+        // match for the split layers' sums to pair up).
+        if (job_shard_group()) o.processes->agree(mine, "the pipeline's settings");
         rank_ = o.processes->rank();
         cores_ = o.cores_per_stage > 0 ? o.cores_per_stage : std::max(1, hardware_threads() / threads);
         for (int t = 0; t < threads; ++t) devices_.push_back(process_device(t));

@@ -7,6 +7,7 @@
 
 #include "strata/distribute/collective/process_group.hpp"
 #include "strata/distribute/launcher.hpp"
+#include "strata/distribute/shard_group.hpp"
 
 namespace strata::distribute::collective {
 
@@ -366,13 +367,33 @@ STRATA_MPI_DECL CrossHostStats ProcessGroup::cross_host_stats() const {
 STRATA_MPI_DECL void ProcessGroup::agree(const Settings& settings, std::string_view what) {
     const SyncPoint at{"agree", what};
     throw_if_failed(at);
-    if (size_ == 1) return;
-    // A set-up step (the model, the optimizer, the batch): ranks may still be building theirs.
-    const auto all = exchange(comm_, agree_tag, detail::encode(settings), at, options_.startup_timeout, [this] { mark_failed(); });
-    std::vector<Settings> per_rank;
-    for (const auto& bytes : all) per_rank.push_back(detail::decode(bytes));
-    const std::string d = detail::disagreements(per_rank);
-    if (!d.empty()) throw_error<ValueError>("ProcessGroup: the ranks disagree on ", what, ": ", d);
+    if (size_ > 1) {
+        // A set-up step (the model, the optimizer, the batch): ranks may still be building theirs.
+        const auto all = exchange(comm_, agree_tag, detail::encode(settings), at, options_.startup_timeout, [this] { mark_failed(); });
+        std::vector<Settings> per_rank;
+        for (const auto& bytes : all) per_rank.push_back(detail::decode(bytes));
+        const std::string d = detail::disagreements(per_rank);
+        if (!d.empty()) throw_error<ValueError>("ProcessGroup: the ranks disagree on ", what, ": ", d);
+    }
+    // With the job's split layers over processes (tensor_parallel_processes), the processes of a
+    // shard group sit in different groups of this kind (each shard's replicas or pipeline), which
+    // agree only among themselves: the same settings agree over the shard group too, so that
+    // shard pipelines started with other micro-batches or another optimizer are refused at start
+    // rather than training apart. Every process makes the same calls, so these pair up; the
+    // shard group's own agreement (a ProcessGroup too) does not recurse.
+    thread_local bool in_shard_agree = false;
+    ShardGroup* shards = job_shard_group();
+    if (shards && !in_shard_agree) {
+        in_shard_agree = true;
+        const std::string across = std::string(what) + " (across the shards of the tensor-parallel group: " + shards->describe() + ")";
+        try {
+            shards->agree(settings, across);
+        } catch (...) {
+            in_shard_agree = false;
+            throw;
+        }
+        in_shard_agree = false;
+    }
 }
 
 STRATA_MPI_DECL void ProcessGroup::agree(std::string_view name, std::string_view value) {
