@@ -367,4 +367,11 @@ TEST_CASE("accuracy along the last axis: categorical [n, K, C] and binary [n, K,
     REQUIRE(decided_all > tp + fp + fn);  // the left-out tokens hold positives: the mask must change the counts
     const auto all = strata::metrics::count_binary(bpv.view(), btv.view());
     CHECK(all.true_positives + all.false_positives + all.false_negatives == decided_all);
+    // Targets that do not match the predictions value for value: a ShapeError naming both shapes.
+    auto short_targets = strata::from_vector<T>(std::vector<T>(bt.begin(), bt.end() - K), {n - 1, K, 1});
+    const auto msg = strata_test::error_of<strata::ShapeError>(
+        [&] { (void)strata::metrics::count_binary(bpv.view(), short_targets.view()); });
+    CHECK(msg.find("precision/recall: predictions of shape (" + std::to_string(n) + ", " + std::to_string(K) + ", 1)") !=
+          std::string::npos);
+    CHECK(msg.find("got (" + std::to_string(n - 1) + ", " + std::to_string(K) + ", 1)") != std::string::npos);
 }

@@ -635,7 +635,7 @@ TEST_CASE("processes whose settings differ are refused on every rank, naming who
 
 using Mlp = Sequential<Input<6, 6, 2>, Flatten, Dense<5, Tanh>, Dense<3, Softmax>>;
 
-TEST_CASE("a process with another model, optimizer, precision or global batch size is refused on every rank before it trains") {
+TEST_CASE("a process with another model, loss, metrics, optimizer, precision or global batch size is refused on every rank before it trains") {
     const int me = world_rank();
     dist::MultiWorkerMirrored<> mw(1, {.timeout = std::chrono::seconds(20)});
     // The model: checked when it is built, before its initial variables are broadcast.
@@ -653,6 +653,26 @@ TEST_CASE("a process with another model, optimizer, precision or global batch si
     CHECK(o.find("the ranks disagree on compile's settings: optimizer: ") != std::string::npos);
     CHECK(o.find("rank 1 has SGD(learning_rate=0.050000000000000003, momentum=0, nesterov=false)") != std::string::npos);
     CHECK(o.find("precision") == std::string::npos);  // the ranks agree on it
+    // The loss (another one, or the same one reading logits) and the metrics: a rank with another
+    // loss all-reduces other gradients into the sum; one with other metrics sums other counts.
+    const auto l = strata_test::error_of<strata::ValueError>([&] {
+        model.compile(strata::loss::SparseCategoricalCrossentropy{.from_logits = me == 1}, strata::optim::SGD{.learning_rate = 0.1});
+    });
+    CHECK(l.find("the ranks disagree on compile's settings: loss: ") != std::string::npos);
+    CHECK(l.find("rank 1 has sparse_categorical_crossentropy(from_logits=true)") != std::string::npos);
+    CHECK(l.find("optimizer") == std::string::npos);
+    const auto k = strata_test::error_of<strata::ValueError>([&] {
+        std::vector<strata::metrics::Metric> metrics{"accuracy"};
+        if (me == 1) metrics.push_back(strata::metrics::sparse_top_k_categorical_accuracy(2));
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1}, metrics);
+    });
+    CHECK(k.find("the ranks disagree on compile's settings: metrics: ") != std::string::npos);
+    CHECK(k.find("rank 1 has accuracy (sparse_categorical), sparse_top_k_categorical_accuracy(k=2)") != std::string::npos);
+    CHECK(k.find("loss") == std::string::npos);
+    // The same metrics under other names (Keras' aliases, another order) agree.
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1},
+                  me == 1 ? std::vector<strata::metrics::Metric>{"sparse_categorical_accuracy"}
+                          : std::vector<strata::metrics::Metric>{"accuracy"});
     // The precision, chosen at run time (precision::Any): compared at compile with the optimizer.
     // A policy without a loss scale (bfloat16) leaves the optimizer's description unchanged, so
     // only this comparison can see it.

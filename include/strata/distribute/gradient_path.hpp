@@ -23,8 +23,9 @@
 ///   units()                          compute units (replicas, or parameter-server workers)
 ///   run_units(f)                     f(unit) on every unit's thread, inside its device scope
 ///   compile(optimizer, agreed)       optimizer slots where the variables live; across processes,
-///                                    every rank's `agreed` (compile's settings: the optimizer
-///                                    and the precision, train/model.hpp) compared first
+///                                    every rank's `agreed` (compile's settings: the loss, the
+///                                    metrics, the optimizer and the precision, train/model.hpp)
+///                                    compared first
 ///   run_epoch(source, work, on_step) the schedule: takes mini-batches from `source`, calls
 ///                                    `work` on units, combines and applies gradients; calls
 ///                                    `on_step(StepTotals)` after every update (false: stop)

@@ -164,7 +164,8 @@ public:
 
     // What the mirrored path agrees on across processes (each a ValueError on every process
     // naming who has what): the model when it is built (its summary's hash and its number of
-    // parameters, and the element type), the optimizer and its hyper-parameters at compile,
+    // parameters, and the element type), the loss, the metrics, the optimizer and its
+    // hyper-parameters and the precision at compile,
     // and at every epoch's start the size of its first global batch.
     template <class Net, class T>
     void agree_model() {

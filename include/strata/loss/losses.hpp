@@ -248,25 +248,59 @@ struct MseRow {
             row_loss[r] = s / T(cols);
             return;
         }
-        const std::int64_t width = cols / tokens;
         T total = 0;
-        for (std::int64_t k = 0; k < tokens; ++k) {
-            const T w = token_weight[r * tokens + k];
-            const std::int64_t o = k * width;
-            if (w == T(0)) {
-                for (std::int64_t c = 0; c < width; ++c) g[o + c] = T(0);
-                continue;
-            }
-            const T scale = T(2) / T(width * tokens) * inv_denom * w;
-            T s = 0;
-            for (std::int64_t c = 0; c < width; ++c) {
-                const T d = p[o + c] - t[o + c];
-                s += d * d;
-                g[o + c] = scale * d;
-            }
-            total += w * s / T(width);
-        }
+        for (std::int64_t k = 0; k < tokens; ++k) total += token(r * tokens + k);
         row_loss[r] = total / T(tokens);
+    }
+    // Token `i` (of the n·tokens): its gradient, and its mean times its weight (0 when weighed 0).
+    STRATA_HD T token(std::int64_t i) const {
+        const std::int64_t width = cols / tokens;
+        const T w = token_weight[i];
+        const T* p = pred + i * width;
+        const T* t = target + i * width;
+        T* g = grad + i * width;
+        if (w == T(0)) {
+            for (std::int64_t c = 0; c < width; ++c) g[c] = T(0);
+            return T(0);
+        }
+        const T scale = T(2) / T(width * tokens) * inv_denom * w;
+        T s = 0;
+        for (std::int64_t c = 0; c < width; ++c) {
+            const T d = p[c] - t[c];
+            s += d * d;
+            g[c] = scale * d;
+        }
+        return w * s / T(width);
+    }
+};
+
+// The GPU's shape of a per-token loss ([n, K, classes] outputs): one index per token rather than
+// per example, so that a batch of n examples is n·K parallel rows, not n serial loops over K
+// (at n = 128 a GPU would run 128 threads). Each token's (weighed) loss goes to `token_loss`, then
+// MeanOfTokens sums an example's K of them in token order, the same arithmetic as token_rows, so
+// both shapes give the same bits. The host uses it too: n·K rows balance its cores as well.
+template <class Row>
+struct TokenLosses {
+    Row row;
+    decltype(row.inv_denom) scale;  // inv_denom / tokens
+    decltype(row.grad) token_loss;
+    STRATA_HD void operator()(std::int64_t i) const { token_loss[i] = weighed_token(row, i, scale); }
+};
+template <class T>
+struct MseTokens {
+    MseRow<T> row;
+    T* token_loss;
+    STRATA_HD void operator()(std::int64_t i) const { token_loss[i] = row.token(i); }
+};
+template <class T>
+struct MeanOfTokens {
+    const T* token_loss;
+    T* row_loss;
+    std::int64_t tokens;
+    STRATA_HD void operator()(std::int64_t r) const {
+        T s = 0;
+        for (std::int64_t k = 0; k < tokens; ++k) s += token_loss[r * tokens + k];
+        row_loss[r] = s / T(tokens);
     }
 };
 
@@ -308,15 +342,6 @@ void custom_rows(const Custom& l, const T* pred, const T* target, T* grad, T* ro
 
 struct LossScratchTag {};
 
-// The rows of the last axis an example of `pred` ([n, ..., last]) holds: its positions before
-// the last axis (1 for [n, classes]). Keras' losses and metrics work along axis -1.
-template <class V>
-std::int64_t tokens_of(const V& pred) {
-    const std::int64_t n = pred.dim(0);
-    if (pred.rank() < 3 || n == 0) return 1;
-    const std::int64_t last = pred.dim(pred.rank() - 1);
-    return last > 0 ? pred.size() / (n * last) : 1;
-}
 }  // namespace detail
 
 /// Computes the loss of `pred` ([n, ...]) against `target` and writes
@@ -369,9 +394,11 @@ double loss_and_grad(const Loss& loss, const TensorView<T, P>& pred, const Tenso
 
 /// Sizes loss_rows_and_grad's per-thread scratch on P for batches of up to `examples` on the
 /// calling thread (Model::build, on each replica's thread: the first step then allocates nothing).
+/// `tokens`: the rows of the output's last axis an example holds (a per-token loss keeps each
+/// token's loss too).
 template <class T, class P>
-void reserve_scratch(std::int64_t examples) {
-    if (examples > 0) strata::detail::scratch<T, P, detail::LossScratchTag>(examples);
+void reserve_scratch(std::int64_t examples, std::int64_t tokens = 1) {
+    if (examples > 0) strata::detail::scratch<T, P, detail::LossScratchTag>(examples * (tokens > 1 ? 1 + tokens : 1));
 }
 
 /// What loss_and_grad computes but does not sum: the gradient into `grad`, and each example's
@@ -387,8 +414,25 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
                  " does not match the predictions ", pred.shape());
     if (n == 0) return nullptr;
     const std::int64_t cols = pred.size() / n;
-    T* rows = strata::detail::scratch<T, P, detail::LossScratchTag>(n);
     const T inv = T(1.0 / denominator);
+    // The examples' losses (n), then with K > 1 tokens an example its tokens' (n·K): the scratch
+    // reserve_scratch sizes.
+    T* rows = nullptr;
+    auto rows_for = [&](std::int64_t tokens) {
+        rows = strata::detail::scratch<T, P, detail::LossScratchTag>(n * (tokens > 1 ? 1 + tokens : 1));
+        return rows;
+    };
+    // A cross-entropy's rows: per token (TokenLosses, then each example's mean) when an example
+    // has more than one.
+    auto run_rows = [&](auto row, std::int64_t tokens) {
+        if (tokens > 1) {
+            T* token_loss = rows + n;
+            place::for_each_n<P>(n * tokens, detail::TokenLosses<decltype(row)>{row, row.inv_denom / T(tokens), token_loss});
+            place::for_each_n<P>(n, detail::MeanOfTokens<T>{token_loss, rows, tokens});
+        } else {
+            place::for_each_n<P>(n, row);
+        }
+    };
     std::visit(
         [&](const auto& l) {
             using L = std::decay_t<decltype(l)>;
@@ -401,17 +445,17 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
                 STRATA_CHECK(target.size() == n || per_token, ShapeError, "SparseCategoricalCrossentropy: ", n,
                              " predictions of shape ", pred.shape(), " need ", n, " class ids, or one per token (", n,
                              " × the tokens before the class axis), got targets of shape ", target.shape());
-                place::for_each_n<P>(n,
-                                   detail::SparseCeRow<T>{pred.data(), target.data(), grad.data(), rows,
-                                                          per_token ? cols / tokens : cols, inv, input == Input::Logits,
-                                                          per_token ? tokens : 1, token_weights});
+                const std::int64_t k = per_token ? tokens : 1;
+                run_rows(detail::SparseCeRow<T>{pred.data(), target.data(), grad.data(), rows_for(k), cols / k, inv,
+                                                input == Input::Logits, k, token_weights},
+                         k);
             } else if constexpr (std::is_same_v<L, CategoricalCrossentropy>) {
                 STRATA_CHECK(target.size() == pred.size(), ShapeError, "CategoricalCrossentropy: predictions ",
                              pred.shape(), " and targets ", target.shape(), " differ");
-                const std::int64_t tokens = detail::tokens_of(pred);
-                place::for_each_n<P>(n,
-                                   detail::CategoricalCeRow<T>{pred.data(), target.data(), grad.data(), rows, cols / tokens, inv,
-                                                               input == Input::Logits, tokens, token_weights});
+                const std::int64_t tokens = last_axis_rows(pred);
+                run_rows(detail::CategoricalCeRow<T>{pred.data(), target.data(), grad.data(), rows_for(tokens), cols / tokens, inv,
+                                                     input == Input::Logits, tokens, token_weights},
+                         tokens);
             } else if constexpr (std::is_same_v<L, Custom>) {
                 STRATA_CHECK(!token_weights, ValueError, "loss::Custom '", l.name, "': its functions see a whole example, "
                              "and the token mask (an Embedding's mask_zero) weighs each token; a custom loss takes no mask");
@@ -420,7 +464,7 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
                 STRATA_CHECK(target.size() == pred.size(), ShapeError, "loss::Custom '", l.name, "': predictions ",
                              pred.shape(), " and targets ", target.shape(), " differ");
                 if constexpr (place::host_accessible_v<P>) {
-                    detail::custom_rows(l, pred.data(), target.data(), grad.data(), rows, n, cols, inv);
+                    detail::custom_rows(l, pred.data(), target.data(), grad.data(), rows_for(1), n, cols, inv);
                 } else {
                     throw_error<DeviceError>("loss::Custom '", l.name, "': user-defined losses run on host places, found the ",
                                              P::name, " place (write a built-in loss, or train on strata::place::Host)");
@@ -428,8 +472,18 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
             } else {
                 STRATA_CHECK(target.size() == pred.size(), ShapeError, "MeanSquaredError: predictions ", pred.shape(),
                              " and targets ", target.shape(), " differ");
-                place::for_each_n<P>(n, detail::MseRow<T>{pred.data(), target.data(), grad.data(), rows, cols, inv,
-                                                          detail::tokens_of(pred), token_weights});
+                // Per token when a mask weighs the tokens (as the cross-entropies); without one, an
+                // example's values are one mean.
+                const std::int64_t tokens = token_weights ? last_axis_rows(pred) : 1;
+                const detail::MseRow<T> row{pred.data(), target.data(), grad.data(), rows_for(tokens), cols, inv,
+                                            last_axis_rows(pred), token_weights};
+                if (tokens > 1) {
+                    T* token_loss = rows + n;
+                    place::for_each_n<P>(n * tokens, detail::MseTokens<T>{row, token_loss});
+                    place::for_each_n<P>(n, detail::MeanOfTokens<T>{token_loss, rows, tokens});
+                } else {
+                    place::for_each_n<P>(n, row);
+                }
             }
         },
         loss);
@@ -482,6 +536,20 @@ inline const char* name(const Loss& loss) {
         [](const auto& l) -> const char* {
             if constexpr (std::is_same_v<std::decay_t<decltype(l)>, Custom>) return l.name.c_str();
             else return std::decay_t<decltype(l)>::name;
+        },
+        loss);
+}
+
+/// The loss and its settings as text ("sparse_categorical_crossentropy(from_logits=false)",
+/// "custom 'huber'"): what the processes of a job compare at compile, where a rank with another
+/// loss would train other gradients into the same all-reduce.
+inline std::string describe(const Loss& loss) {
+    return std::visit(
+        [](const auto& l) -> std::string {
+            using L = std::decay_t<decltype(l)>;
+            if constexpr (std::is_same_v<L, Custom>) return "custom '" + l.name + "'";
+            else if constexpr (std::is_same_v<L, MeanSquaredError>) return L::name;
+            else return std::string(L::name) + (l.from_logits ? "(from_logits=true)" : "(from_logits=false)");
         },
         loss);
 }

@@ -64,24 +64,64 @@ struct RowCorrect {
         flags[r] = T(token_weight ? sum : sum / double(tokens));
     }
 };
+// The GPU's shape of a per-token count ([n, K, classes] outputs, as the losses' TokenLosses): one
+// index per token, each writing its weight when right (or 1; 0 when wrong or weighed 0, its
+// target then unread), then each example's sum in token order (ExampleOfTokens): RowCorrect's
+// arithmetic, so the same figures.
+template <class T>
+struct TokenCorrect {
+    RowCorrect<T> row;
+    T* token_flags;
+    STRATA_HD void operator()(std::int64_t i) const {
+        const std::int64_t r = i / row.tokens, k = i % row.tokens;
+        const T w = row.token_weight ? row.token_weight[i] : T(1);
+        token_flags[i] = w != T(0) && row.right(r, k) ? w : T(0);
+    }
+};
+template <class T>
+struct ExampleOfTokens {
+    const T* token_flags;
+    T* flags;
+    std::int64_t tokens;
+    bool weighted;
+    STRATA_HD void operator()(std::int64_t r) const {
+        double sum = 0;
+        for (std::int64_t k = 0; k < tokens; ++k) sum += double(token_flags[r * tokens + k]);
+        flags[r] = T(weighted ? sum : sum / double(tokens));
+    }
+};
+// The examples' flags (n) of RowCorrect, on P: per token when an example has several, into the scratch reserve_accuracy_scratch sizes.
+template <class T, class P>
+T* correct_flags(const TensorView<T, P>& pred, const TensorView<T, P>& target, AccuracyKind kind, std::int64_t tokens,
+                 const T* token_weights) {
+    const std::int64_t n = pred.dim(0);
+    const RowCorrect<T> row{pred.data(), target.data(), nullptr, pred.size() / n, kind, tokens, token_weights};
+    if (tokens == 1) {
+        T* flags = strata::detail::scratch<T, P, MetricScratchTag>(n);
+        place::for_each_n<P>(n, RowCorrect<T>{row.pred, row.target, flags, row.cols, kind, 1, token_weights});
+        return flags;
+    }
+    T* flags = strata::detail::scratch<T, P, MetricScratchTag>(n * (1 + tokens));
+    place::for_each_n<P>(n * tokens, TokenCorrect<T>{row, flags + n});
+    place::for_each_n<P>(n, ExampleOfTokens<T>{flags + n, flags, tokens, token_weights != nullptr});
+    return flags;
+}
 // The tokens RowCorrect counts per example of `pred` against `target`: the class ids per example
 // (sparse), or the rows of the output's last axis (rank >= 3: [n, K, classes] gives K).
 template <class V>
 std::int64_t accuracy_tokens(const V& pred, const V& target, AccuracyKind kind) {
     const std::int64_t n = pred.dim(0);
     if (n == 0) return 1;
-    if (kind == AccuracyKind::SparseCategorical) return target.size() / n;
-    if (pred.rank() < 3) return 1;
-    const std::int64_t last = pred.dim(pred.rank() - 1);
-    return last > 0 ? pred.size() / (n * last) : 1;
+    return kind == AccuracyKind::SparseCategorical ? target.size() / n : last_axis_rows(pred);
 }
 }  // namespace detail
 
 /// Sizes count_correct's per-thread scratch on P for batches of up to `examples` on the calling
 /// thread (Model::build, on each replica's thread: the first step then allocates nothing).
+/// `tokens`: the rows of the output's last axis an example holds (counted per token).
 template <class T, class P>
-void reserve_accuracy_scratch(std::int64_t examples) {
-    if (examples > 0) strata::detail::scratch<T, P, detail::MetricScratchTag>(examples);
+void reserve_accuracy_scratch(std::int64_t examples, std::int64_t tokens = 1) {
+    if (examples > 0) strata::detail::scratch<T, P, detail::MetricScratchTag>(examples * (tokens > 1 ? 1 + tokens : 1));
 }
 
 
@@ -97,9 +137,8 @@ double count_correct(const TensorView<T, P>& pred, const TensorView<T, P>& targe
                      const T* token_weights = nullptr) {
     const std::int64_t n = pred.dim(0);
     if (n == 0) return 0;
-    T* flags = strata::detail::scratch<T, P, detail::MetricScratchTag>(n);
     const std::int64_t tokens = detail::accuracy_tokens(pred, target, kind);
-    place::for_each_n<P>(n, detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind, tokens, token_weights});
+    T* flags = detail::correct_flags(pred, target, kind, tokens, token_weights);
     if (token_weights) {  // summed weights (a whole count for a 0/1 mask), in example order
         if constexpr (place::host_accessible_v<P>) {
             double s = 0;
@@ -132,10 +171,8 @@ template <class T>
 void count_correct_to_device(const TensorView<T, place::Cuda>& pred, const TensorView<T, place::Cuda>& target,
                              AccuracyKind kind, double* out) {
     const std::int64_t n = pred.dim(0);
-    T* flags = n > 0 ? strata::detail::scratch<T, place::Cuda, detail::MetricScratchTag>(n) : nullptr;
-    if (n > 0)
-        place::for_each_n<place::Cuda>(n, detail::RowCorrect<T>{pred.data(), target.data(), flags, pred.size() / n, kind,
-                                                                detail::accuracy_tokens(pred, target, kind)});
+    T* flags = n > 0 ? detail::correct_flags(pred, target, kind, detail::accuracy_tokens(pred, target, kind), static_cast<const T*>(nullptr))
+                     : nullptr;
     strata::detail::cuda_reduce::sum_to_device(flags, n, out);
 }
 #endif

@@ -261,4 +261,15 @@ std::vector<T> to_vector(const TensorView<T, P>& t) {
     return out;
 }
 
+/// The rows of its last axis each example of `t` ([n, ..., last]) holds: its positions before
+/// that axis, 1 for [n, last] (and for no examples). Keras' losses and metrics work along axis -1,
+/// one row per token.
+template <class T, class P>
+std::int64_t last_axis_rows(const TensorView<T, P>& t) {
+    const std::int64_t n = t.rank() > 0 ? t.dim(0) : 0;
+    if (t.rank() < 3 || n == 0) return 1;
+    const std::int64_t last = t.dim(t.rank() - 1);
+    return last > 0 ? t.size() / (n * last) : 1;
+}
+
 }  // namespace strata

@@ -7,6 +7,7 @@
 /// the compiled part, compiled once in the library).
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "strata/config.hpp"
@@ -37,6 +38,11 @@ struct CompileSettings {
 STRATA_DECL CompileSettings compile_settings(const loss::Loss& loss, const optim::Optimizer& optimizer,
                                              const std::vector<metrics::Metric>& metrics, std::int64_t output_size,
                                              bool last_is_softmax, std::int64_t last_axis = -1);
+
+/// The metrics a compiled model counts, as text ("accuracy (sparse_categorical),
+/// sparse_top_k_categorical_accuracy(k=5), precision, recall"; "none"): what the processes of a
+/// job compare at compile, since each rank's counts enter one sum over the job.
+STRATA_DECL std::string describe_metrics(const CompileSettings& s);
 
 }  // namespace strata::train
 

@@ -112,18 +112,20 @@ struct LastActivation<nn::Sequential<In, Specs...>> {
 /// The token weights of a model whose output carries Embedding's token mask, from its input ids
 /// ([n, S]), one output token per index on any place (Model::stage_token_weights): `factor` where
 /// the token counts (its id is not 0, as the Embedding's mask has it; a prepended class token
-/// always), 0 where it is padding.
+/// always), 0 where it is padding; and into `ones` 1 where it counts.
 template <class T>
 struct IdTokenWeights {
     const T* ids;
     T* out;
+    T* ones;
     T factor;
     std::int64_t S;        // ids per example
     bool prepend = false;  // the output has a class token before them
     STRATA_HD void operator()(std::int64_t i) const {
         const std::int64_t K = prepend ? S + 1 : S, e = i / K, t = i % K;
-        if (prepend && t == 0) out[i] = factor;
-        else out[i] = ids[e * S + t - (prepend ? 1 : 0)] != T(0) ? factor : T(0);
+        const bool counts = (prepend && t == 0) || ids[e * S + t - (prepend ? 1 : 0)] != T(0);
+        out[i] = counts ? factor : T(0);
+        ones[i] = counts ? T(1) : T(0);
     }
 };
 }  // namespace detail
@@ -216,7 +218,11 @@ public:
         // What compile decided, which every process of a job must share (the path compares it
         // across processes, a ValueError on every rank naming who has what): under
         // precision::Any each rank's set_precision may have chosen another policy.
-        path_.compile(optimizer, distribute::collective::Settings{{"optimizer", optim::describe(optimizer)},
+        // The loss and the metrics too: a rank with another loss all-reduces other gradients, one
+        // with other metrics sums other counts into the job's.
+        path_.compile(optimizer, distribute::collective::Settings{{"loss", loss::describe(this->loss_)},
+                                                                  {"metrics", train::describe_metrics(this->settings_)},
+                                                                  {"optimizer", optim::describe(optimizer)},
                                                                   {"precision", precision::name_of(compute_)}});
         // A captured step holds the loss, the metrics and the softmax fusion it was captured with.
         for (auto& u : units_) u->capture.reset();
@@ -703,10 +709,9 @@ private:
             u.token_weights.resize(Shape{n * sequence_tokens > 0 ? n * sequence_tokens : 1});
             u.token_ones.resize(Shape{n * sequence_tokens > 0 ? n * sequence_tokens : 1});
             if (n > 0) {
-                place::for_each_n<P>(n * sequence_tokens,
-                                     detail::IdTokenWeights<T>{ids.data(), u.token_weights.data(), T(factor), input_size, prepend});
-                place::for_each_n<P>(n * sequence_tokens,
-                                     detail::IdTokenWeights<T>{ids.data(), u.token_ones.data(), T(1), input_size, prepend});
+                place::for_each_n<P>(n * sequence_tokens, detail::IdTokenWeights<T>{ids.data(), u.token_weights.data(),
+                                                                                    u.token_ones.data(), T(factor), input_size,
+                                                                                    prepend});
             }
         } else {
             (void)u, (void)ids, (void)factor;
@@ -998,8 +1003,8 @@ private:
     static void reserve_scratches(std::int64_t share) {
         constexpr std::int64_t out = Net::output_shape::size;
         constexpr std::int64_t tokens = Net::output_shape::rank > 1 ? out / Net::output_shape::dims[Net::output_shape::rank - 1] : 1;
-        loss::reserve_scratch<T, P>(share);
-        metrics::reserve_accuracy_scratch<T, P>(share);
+        loss::reserve_scratch<T, P>(share, tokens);
+        metrics::reserve_accuracy_scratch<T, P>(share, tokens);
         metrics::reserve_counts_scratch<T, P>(share, tokens);
     }
 

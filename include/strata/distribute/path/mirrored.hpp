@@ -75,7 +75,7 @@ struct OneProcess {
     /// When the path's variables are built: make every process start from the same model.
     template <class Net, class T, class Path>
     void start(Path&) {}
-    /// At compile: check that every process compiled with the same settings (optimizer, precision).
+    /// At compile: check that every process compiled with the same settings (loss, metrics, optimizer, precision).
     void compiled(const collective::Settings&) {}
     /// After the chief wrote a checkpoint: wait until the file is complete.
     void after_save() const {}

@@ -41,4 +41,18 @@ STRATA_DECL CompileSettings compile_settings(const loss::Loss& loss, const optim
     return s;
 }
 
+STRATA_DECL std::string describe_metrics(const CompileSettings& s) {
+    std::string out;
+    auto add = [&](const std::string& m) { out += (out.empty() ? "" : ", ") + m; };
+    if (s.accuracy) {
+        add(s.accuracy_kind == metrics::AccuracyKind::SparseCategorical ? "accuracy (sparse_categorical)"
+            : s.accuracy_kind == metrics::AccuracyKind::Categorical     ? "accuracy (categorical)"
+                                                                        : "accuracy (binary)");
+    }
+    if (s.top_k > 0) add("sparse_top_k_categorical_accuracy(k=" + std::to_string(s.top_k) + ")");
+    if (s.precision) add("precision");
+    if (s.recall) add("recall");
+    return out.empty() ? "none" : out;
+}
+
 }  // namespace strata::train
