@@ -1,12 +1,14 @@
 // A pipeline across 4 processes (one stage each) whose stage 2 exits mid-training (std::_Exit,
 // no MPI_Finalize): every other rank's fit throws DistributedError naming its rank (and, where
 // they miss it inside a step, its stage and the micro-batch), within the deadline (the timeout times the stages on the waiting side), and
-// nothing hangs. Run by `mpirun --enable-recovery -np 4` (tests/meson.build): without it Open MPI
+// nothing hangs. The same for pipeline × tensor (2 stages of 2 shards) losing one shard of a
+// stage inside a step: every rank names it by its job rank. One case per job (-tc=...). Run by `mpirun --enable-recovery -np 4` (tests/meson.build): without it Open MPI
 // ends the whole job as soon as a process exits without finalizing, and strata's handling would
 // not be what is tested. Its own main: the ranks left end without MPI_Finalize (one is gone).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "tensor_parallel_nets.hpp"
 #include "test_util.hpp"
 
 #include <chrono>
@@ -18,6 +20,7 @@
 #include <strata/strata.hpp>
 #include <strata/distribute/pipeline.hpp>
 #include <strata/distribute/pipeline_mpi.hpp>
+#include <strata/distribute/tensor_parallel_mpi.hpp>
 
 using namespace strata::nn;
 namespace sd = strata::distribute;
@@ -67,6 +70,42 @@ TEST_CASE("a stage that exits mid-pipeline is named by every other rank within t
     CHECK((at_agreement || in_step));
     // The longest wait: stage 3 for the activations from stages 0 to 2 (3 timeouts); plus the
     // three steps before, and a margin for a loaded machine.
+    CHECK(seconds < 3 * 1.5 + 10);
+}
+
+TEST_CASE("pipeline x tensor: a shard of a stage that exits mid-training is named by every other rank within the deadline") {
+    // 2 stages (one encoder block each) of 2 shards: ranks {0, 1} stage 0, {2, 3} stage 1; shard
+    // j's pipeline is ranks j and 2 + j. Rank 3 (stage 1, shard 1) leaves after step 2: its
+    // partner in the stage waits in a split layer's sum, its pipeline's stage 0 (rank 1) for its
+    // messages, rank 0 for its own stage 1 (rank 2, which fails) or at the step's stop agreement.
+    REQUIRE(coll::mpi::world_size() == 4);
+    const auto timeout = std::chrono::milliseconds(1500);
+    auto layout = sd::tensor_parallel_replicas(2, {.timeout = timeout});
+    using S = sd::Pipeline<strata::place::Host, sd::OneFOneB, sd::split::At<2>>;
+    S pipeline({.micro_batches = 4, .timeout = timeout, .processes = sd::pipeline_processes(layout->replica_comm())});
+    strata::Model<strata_test::tp::Split<2>, S> model(pipeline, 3);
+    model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string e = strata_test::error_of<strata::DistributedError>([&] {
+        // Rank 3 leaves as it reads its 4th batch: the others are inside a step when they miss it.
+        int batches = 0;
+        auto data = strata_test::tp::tokens(400, 3).batch(8).map([&](std::span<float>, std::span<std::int32_t>) {
+            if (++batches == 4 && coll::mpi::world_rank() == 3) std::_Exit(0);
+        });
+        model.fit(data, {.epochs = 1, .verbose = 0});
+    });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CAPTURE(e);
+    MESSAGE("rank " << coll::mpi::world_rank() << ": " << e);
+    // Every rank names the one that left by the job's number (as mpirun does), whichever group it
+    // waited in: the stage's shard group (rank 2, and rank 0 through its failed neighbour) or the
+    // shard's pipeline (rank 1), both of which number it 1 among themselves.
+    CHECK((strata_test::has(e, "rank 3 of 4 did not arrive within 1500 ms") ||
+           strata_test::has(e, "stage 1 (rank 3) did not answer within 1500 ms")));
+    if (coll::mpi::world_rank() == 2) CHECK(strata_test::has(e, "on rank 2 failed: "));
+    if (coll::mpi::world_rank() == 0) CHECK(strata_test::has(e, "its neighbour stage 1 (rank 2) failed"));
+    // The longest wait: a chain of two timeouts (a stage's wait on a neighbour that waits on the
+    // rank that left), the steps before, and a margin for a loaded machine.
     CHECK(seconds < 3 * 1.5 + 10);
 }
 

@@ -263,6 +263,9 @@ public:
     virtual void join(int stages, int replicas, std::chrono::milliseconds timeout, collective::Settings settings) = 0;
     virtual int rank() const = 0;
     virtual int size() const = 0;
+    /// The job's number of this pipeline's rank q (its MPI_COMM_WORLD rank: a pipeline over part
+    /// of the job, as each shard's under pipeline × tensor, names its ranks as mpirun does).
+    virtual int job_rank(int q) const { return q; }
     /// "stage 1 of replica 0 (rank 1)".
     virtual std::string name(int rank) const = 0;
     virtual void send(int rank, std::uint32_t kind, std::uint64_t step, std::span<const std::byte> payload) = 0;
@@ -355,6 +358,8 @@ public:
     bool across_processes() const { return options_.processes != nullptr; }
     PipelineProcesses& processes() { return *options_.processes; }
     int rank() const { return rank_; }
+    /// This process's rank as the job numbers it (what messages name; rank() is its place in the pipeline).
+    int job_rank() const { return across_processes() ? options_.processes->job_rank(rank_) : rank_; }
     /// Whether this process runs stage s of replica r (every stage in one process).
     bool runs(int replica, int stage) const { return !across_processes() || replica * stages_ + stage == rank_; }
     int micro_batches() const { return options_.micro_batches; }

@@ -164,7 +164,7 @@ STRATA_DECL std::string pipeline_stage_failure(PipelineRuntime& strategy, int un
         layers += (layers.empty() ? "" : ", ") + layer_names[l];
     return "Pipeline: stage " + std::to_string(s) + " (" + layers + ")" +
            (units > 1 ? " of replica " + std::to_string(r) : std::string()) + " on " +
-           (strategy.across_processes() ? "rank " + std::to_string(strategy.rank()) : strategy.device(r, s).name) +
+           (strategy.across_processes() ? "rank " + std::to_string(strategy.job_rank()) : strategy.device(r, s).name) +
            " failed: " + e.what();
 }
 

@@ -24,6 +24,16 @@ public:
         collective::mpi::ensure_initialized();
         MPI_Comm_rank(comm, &rank_);
         MPI_Comm_size(comm, &size_);
+        // The job's numbers of this communicator's ranks, for the messages (name, job_rank).
+        MPI_Group mine, world;
+        MPI_Comm_group(comm, &mine);
+        MPI_Comm_group(MPI_COMM_WORLD, &world);
+        std::vector<int> ranks(static_cast<std::size_t>(size_));
+        for (int q = 0; q < size_; ++q) ranks[std::size_t(q)] = q;
+        job_.assign(std::size_t(size_), 0);
+        MPI_Group_translate_ranks(mine, size_, ranks.data(), world, job_.data());
+        MPI_Group_free(&mine);
+        MPI_Group_free(&world);
     }
 
     void join(int stages, int replicas, std::chrono::milliseconds timeout, collective::Settings settings) override {
@@ -65,8 +75,9 @@ public:
     int size() const override { return size_; }
     std::string name(int q) const override {
         return "stage " + std::to_string(q % stages_) + (replicas_ > 1 ? " of replica " + std::to_string(q / stages_) : std::string()) +
-               " (rank " + std::to_string(q) + ")";
+               " (rank " + std::to_string(job_rank(q)) + ")";
     }
+    int job_rank(int q) const override { return q >= 0 && q < size_ ? job_[std::size_t(q)] : q; }
     void send(int q, std::uint32_t kind, std::uint64_t step, std::span<const std::byte> payload) override {
         box_->send(q, kind, step, payload);
     }
@@ -99,6 +110,7 @@ private:
 
     MPI_Comm comm_;
     int rank_ = 0, size_ = 1, stages_ = 1, replicas_ = 1;
+    std::vector<int> job_;  // the MPI_COMM_WORLD rank of each of comm_'s
     std::unique_ptr<collective::ProcessGroup> all_, copies_, stages_group_;
     std::unique_ptr<collective::Mailbox> box_;
 };

@@ -836,12 +836,12 @@ double PipelinePath<P, Net, T>::receive_from(int r, int s, int from, std::uint32
     const int beyond = from < s ? from + 1 : int(S) - from;
     const auto timeout = strategy_->options().timeout * beyond;
     const std::string what = "Pipeline: stage " + std::to_string(s) + (units() > 1 ? " of replica " + std::to_string(r) : std::string()) +
-                             " (rank " + std::to_string(strategy_->rank()) + ") waited for " +
+                             " (rank " + std::to_string(strategy_->job_rank()) + ") waited for " +
                              (kind == activations_kind ? "the activations" : "the gradient of its output") + " of micro-batch " +
                              std::to_string(k) + (current_step_ > 0 ? " of step " + std::to_string(current_step_) : std::string(" (inference)"));
     auto msg = strategy_->processes().receive(strategy_->rank_of(r, from), what, timeout);
     if (msg.kind == abort_kind)
-        throw_error<DistributedError>("Pipeline: stage ", s, " (rank ", strategy_->rank(), ") stopped because its neighbour ",
+        throw_error<DistributedError>("Pipeline: stage ", s, " (rank ", strategy_->job_rank(), ") stopped because its neighbour ",
                                       strategy_->processes().name(strategy_->rank_of(r, from)), " failed: ",
                                       std::string_view(reinterpret_cast<const char*>(msg.payload.data()), msg.payload.size()));
     MessageHead head{-1, 0};

@@ -47,17 +47,18 @@ STRATA_MPI_DECL Settings decode(std::string_view in) {
     return out;
 }
 
-// "rank 1" / "ranks 0, 2".
-STRATA_MPI_DECL std::string rank_list(const std::vector<int>& ranks) {
+// "rank 1" / "ranks 0, 2"; `names`, when not empty, the job's rank of each (ProcessGroup::names_).
+STRATA_MPI_DECL std::string rank_list(const std::vector<int>& ranks, const std::vector<int>& names = {}) {
     std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-    for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+        s += (i ? ", " : "") + std::to_string(names.empty() ? ranks[i] : names[std::size_t(ranks[i])]);
     return s;
 }
 
 // Every setting whose value is not the same on every rank, with who has what:
 // "transport: rank 0 has mpi, rank 1 has shared_memory; batch_size: ranks 0, 2 have 128, rank 1
 // has 64". Empty when the ranks agree. A setting a rank does not have reads "(not set)".
-STRATA_MPI_DECL std::string disagreements(const std::vector<Settings>& per_rank) {
+STRATA_MPI_DECL std::string disagreements(const std::vector<Settings>& per_rank, const std::vector<int>& job_ranks = {}) {
     std::vector<std::string> names;
     for (const auto& settings : per_rank)
         for (const auto& [name, value] : settings)
@@ -76,7 +77,7 @@ STRATA_MPI_DECL std::string disagreements(const std::vector<Settings>& per_rank)
         if (groups.size() == 1) continue;
         out += (out.empty() ? "" : "; ") + name + ": ";
         for (std::size_t i = 0; i < groups.size(); ++i)
-            out += (i ? ", " : "") + rank_list(groups[i].second) + (groups[i].second.size() == 1 ? " has " : " have ") +
+            out += (i ? ", " : "") + rank_list(groups[i].second, job_ranks) + (groups[i].second.size() == 1 ? " has " : " have ") +
                    groups[i].first;
     }
     return out;
@@ -296,6 +297,24 @@ STRATA_MPI_DECL ProcessGroup::ProcessGroup(MPI_Comm comm, int lanes, ProcessGrou
     provided_ = mpi::ensure_initialized();
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &size_);
+    // A group over part of the job (a pipeline's stages, a shard's replicas, the tensor-parallel
+    // shards of a stage) names its ranks as the job numbers them, "rank 3 of 4", not by their
+    // place in the group: the number a user finds in mpirun's output and in the other ranks'
+    // messages. (The hierarchical transport's inner groups are named by the group that opens them.)
+    int same = MPI_UNEQUAL;
+    MPI_Comm_compare(comm, MPI_COMM_WORLD, &same);
+    if (same != MPI_IDENT && same != MPI_CONGRUENT) {
+        MPI_Group mine, world;
+        MPI_Comm_group(comm, &mine);
+        MPI_Comm_group(MPI_COMM_WORLD, &world);
+        std::vector<int> ranks(static_cast<std::size_t>(size_));
+        for (int q = 0; q < size_; ++q) ranks[std::size_t(q)] = q;
+        names_.assign(std::size_t(size_), 0);
+        MPI_Group_translate_ranks(mine, size_, ranks.data(), world, names_.data());
+        MPI_Group_free(&mine);
+        MPI_Group_free(&world);
+        MPI_Comm_size(MPI_COMM_WORLD, &named_size_);
+    }
     if (options_.stall_warning.count() == 0) options_.stall_warning = options_.timeout / 2;
     join(comm);
     transport_ = options_.transport;
@@ -372,7 +391,7 @@ STRATA_MPI_DECL void ProcessGroup::agree(const Settings& settings, std::string_v
         const auto all = exchange(comm_, agree_tag, detail::encode(settings), at, options_.startup_timeout, [this] { mark_failed(); });
         std::vector<Settings> per_rank;
         for (const auto& bytes : all) per_rank.push_back(detail::decode(bytes));
-        const std::string d = detail::disagreements(per_rank);
+        const std::string d = detail::disagreements(per_rank, names_);
         if (!d.empty()) throw_error<ValueError>("ProcessGroup: the ranks disagree on ", what, ": ", d);
     }
     // With the job's split layers over processes (tensor_parallel_processes), the processes of a
@@ -500,8 +519,8 @@ STRATA_MPI_DECL void ProcessGroup::join(MPI_Comm comm) {
             }
     if (lo != hi)
         throw_error<ValueError>("ProcessGroup: every rank needs the same number of lanes (MultiWorkerMirrored: of local "
-                                "replicas); rank ", rank_, " has ", lanes_, ", the ranks have from ", lo, " to ", hi);
-    const std::string d = detail::disagreements(per_rank);
+                                "replicas); rank ", name_of(rank_), " has ", lanes_, ", the ranks have from ", lo, " to ", hi);
+    const std::string d = detail::disagreements(per_rank, names_);
     if (!d.empty())
         throw_error<ValueError>("ProcessGroup: the ranks disagree on their settings (every process must be started with "
                                 "the same ones): ", d);
@@ -669,15 +688,18 @@ STRATA_MPI_DECL void ProcessGroup::open_hierarchy() {
         if (host_of_[std::size_t(q)] == h) members.push_back(q);
         if (host_local_[std::size_t(q)] == 0) heads.push_back(q);
     }
+    // Named as this group names its ranks (the job's numbers).
+    for (auto& q : members) q = name_of(q);
+    for (auto& q : heads) q = name_of(q);
     inner_.reset(new ProcessGroup(host_comm, lanes_, o));
     inner_->names_ = members;
-    inner_->named_size_ = size_;
+    inner_->named_size_ = named_size();
     inner_->stage_ = " inside host " + std::to_string(h);
     if (leaders != MPI_COMM_NULL) {
         o.transport = Transport::Mpi;
         outer_.reset(new ProcessGroup(leaders, lanes_, o));
         outer_->names_ = heads;
-        outer_->named_size_ = size_;
+        outer_->named_size_ = named_size();
         outer_->stage_ = " between hosts (their leaders)";
         MPI_Comm_free(&leaders);
     }
