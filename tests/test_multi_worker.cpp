@@ -633,6 +633,26 @@ TEST_CASE("processes whose settings differ are refused on every rank, naming who
     CHECK(fine.num_workers() == world_size());
 }
 
+TEST_CASE("the GPUs' layout across processes: a GPU that holds the same lane of two processes is named, on every rank") {
+    // What MultiWorkerMirrored<place::Cuda> decides NCCL or the host staging from (NCCL refuses a
+    // communicator holding a GPU twice), counted over the job with the process group.
+    const int me = world_rank(), n = world_size();
+    dist::MultiWorkerMirrored<> mw(1);
+    auto& pg = mw.process_group();
+    std::vector<strata::place::LogicalDevice> one(1), two(2);
+    one[0].physical_index = me;  // a GPU each
+    CHECK(dist::detail::gpu_held_twice(pg, one) == "");
+    one[0].physical_index = 0;  // all on GPU 0 (a logical GPU each)
+    CHECK(dist::detail::gpu_held_twice(pg, one) == "GPU 0 of host 0 holds replica 0 of " + std::to_string(n) + " processes");
+    // Two lanes: lane 0 on a GPU of each rank's own; lane 1 on GPU 5 in the first and the last rank.
+    two[0].physical_index = me;
+    two[1].physical_index = me == 0 || me == n - 1 ? 5 : 10 + me;
+    CHECK(dist::detail::gpu_held_twice(pg, two) == "GPU 5 of host 0 holds replica 1 of 2 processes");
+    // The same GPU in two lanes of one process is no duplicate in any lane's communicator.
+    two[0].physical_index = two[1].physical_index = 20 + me;
+    CHECK(dist::detail::gpu_held_twice(pg, two) == "");
+}
+
 using Mlp = Sequential<Input<6, 6, 2>, Flatten, Dense<5, Tanh>, Dense<3, Softmax>>;
 
 TEST_CASE("a process with another model, loss, metrics, optimizer, precision or global batch size is refused on every rank before it trains") {

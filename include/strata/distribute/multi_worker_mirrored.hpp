@@ -33,10 +33,13 @@
 /// - Every wait across processes has a deadline (StrategyOptions::timeout): a rank that stalls
 ///   makes the others throw DistributedError naming it; a rank that throws makes the others
 ///   fail at once, naming it; a stall warning names late ranks at half the timeout.
-/// - Place: host memory, or place::Cuda in files nvcc compiles where NCCL is found: then each
-///   process takes local replicas' worth of GPUs after those of the processes before it on its
+/// - Place: host memory, or place::Cuda in files nvcc compiles: then each process takes local
+///   replicas' worth of GPUs (or logical GPUs) after those of the processes before it on its
 ///   host, and the slices cross processes through NCCL (collective/nccl_process.hpp; rank 0's
-///   ncclGetUniqueId is broadcast over the process group, then ncclCommInitRank per lane).
+///   ncclGetUniqueId is broadcast over the process group, then ncclCommInitRank per lane) where
+///   every process's replicas have GPUs of their own, or through pinned host memory and the
+///   process group (collective/host_staged.hpp) where processes share a GPU or NCCL is not
+///   found (MultiWorkerOptions::device_transport).
 
 #include <chrono>
 #include <cstddef>
@@ -52,6 +55,7 @@
 
 #include "strata/fwd.hpp"
 #include "strata/config.hpp"
+#include "strata/distribute/collective/host_staged.hpp"
 #include "strata/distribute/collective/nccl_process.hpp"
 #include "strata/distribute/collective/process_group.hpp"
 #include "strata/distribute/path/mirrored.hpp"
@@ -66,6 +70,16 @@ enum class WorkerInput {
     PerWorker,   ///< every process reads its own batches (its shard); uneven counts join with zeros
 };
 
+/// How MultiWorkerMirrored<place::Cuda> sums GPU gradients across processes.
+enum class DeviceTransport {
+    Auto,         ///< NCCL where it is compiled and no two processes' replicas share a GPU; else HostStaging
+    Nccl,         ///< NCCL (collective/nccl_process.hpp): one GPU per process and lane
+    HostStaging,  ///< pinned host memory and the process group (collective/host_staged.hpp): any layout
+};
+[[nodiscard]] constexpr std::string_view to_string(DeviceTransport t) noexcept {
+    return t == DeviceTransport::Nccl ? "nccl" : t == DeviceTransport::HostStaging ? "host_staging" : "auto";
+}
+
 /// Options of MultiWorkerMirrored beyond StrategyOptions.
 struct MultiWorkerOptions {
     /// How the processes exchange gradients (Auto: shared memory on one host, MPI across hosts).
@@ -79,6 +93,11 @@ struct MultiWorkerOptions {
     std::size_t chunk_bytes = std::size_t(512) << 10;
     /// The processes that train together.
     MPI_Comm comm = MPI_COMM_WORLD;
+    /// GPUs (place::Cuda) only: how the gradients cross processes. Auto takes NCCL where it can
+    /// (compiled, and each GPU in one process's lane only: NCCL refuses a communicator that holds
+    /// a GPU twice), and stages through pinned host memory otherwise, e.g. for 2 processes on
+    /// the 2 logical GPUs of one GPU. Every process must choose the same (compared at the join).
+    DeviceTransport device_transport = DeviceTransport::Auto;
     /// The program's own settings that every process must share (the flags that change the
     /// result: batch size, seed, output files, ...), as (name, value) text. They are checked
     /// with the strategy's own when the processes join, before anything else crosses processes:
@@ -90,6 +109,11 @@ namespace detail {
 // Host cores per replica: this host's cores shared by every replica of every process on it.
 STRATA_MPI_DECL StrategyOptions multi_worker_cores(int local_replicas, StrategyOptions o, int processes_on_host);
 STRATA_MPI_DECL std::string_view to_string(WorkerInput i);
+// Which GPU, if any, holds the same lane (local replica) of two processes of `pg`, whose replicas
+// here run on `devices` (each its physical_index): "GPU 0 of host 0 holds replica 0 of 2
+// processes", or "" when none does. Counted over the whole job (every rank calls it, and gets the
+// same answer): a GPU twice in a lane's NCCL communicator is what NCCL refuses.
+STRATA_MPI_DECL std::string gpu_held_twice(collective::ProcessGroup& pg, const std::vector<place::LogicalDevice>& devices);
 // The process group, joined before the replica threads start (a base class listed first):
 // the ranks agree on their settings before anything else happens across processes.
 struct JoinedProcessGroup {
@@ -119,7 +143,7 @@ public:
     /// options.timeout, with the same local replicas, transport, timeout, input mode, all-reduce
     /// options and mw.settings), then each starts its replicas.
     explicit MultiWorkerMirrored(int local_replicas = 1, StrategyOptions options = {}, MultiWorkerOptions mw = {})
-        : detail::JoinedProcessGroup(local_replicas, options, mw),
+        : detail::JoinedProcessGroup(local_replicas, options, with_place(mw)),
           Runtime(local_replicas, detail::multi_worker_cores(local_replicas, options, pg_.local_size()), "MultiWorkerMirrored",
                   false, "/job:worker/task:" + std::to_string(pg_.rank()), local_replicas * pg_.local_rank()),
           mw_(mw) {
@@ -131,17 +155,27 @@ public:
         stage.processes = pg_.size();
         this->group().set_outer_stage(stage);
         if constexpr (!place::host_accessible_v<P>) {
+#if defined(STRATA_HAS_HOST_STAGED_STAGE)
+            choose_device_transport(mw.device_transport);
+            if (use_nccl_) {
 #if defined(STRATA_HAS_NCCL_PROCESS)
-            nccl_ = std::make_unique<collective::NcclProcessStage>(pg_, options.timeout);
-            Runtime::run_replicas([&](int r) { nccl_->init_lane(r); });  // on each replica's GPU
+                nccl_ = std::make_unique<collective::NcclProcessStage>(pg_, options.timeout);
+                Runtime::run_replicas([&](int r) { nccl_->init_lane(r); });  // on each replica's GPU
+#endif
+            } else {
+                staged_ = std::make_unique<collective::HostStagedStage>(pg_);
+            }
 #else
             static_assert(place::host_accessible_v<P>, "strata::distribute::MultiWorkerMirrored<place::Cuda>: GPUs across "
-                                                       "processes need NCCL (<nccl.h>, compiled by nvcc or with STRATA_WITH_NCCL)");
+                                                       "processes need a unit nvcc compiles (the CUDA runtime)");
 #endif
         }
         if (place::get_log_device_placement())
             place::log_placement("MultiWorkerMirrored worker " + std::to_string(pg_.rank()) + " of " + std::to_string(pg_.size()) +
-                                     " (" + std::string(collective::to_string(pg_.transport())) + " transport, " +
+                                     " (" + std::string(collective::to_string(pg_.transport())) + " transport" +
+                                     (place::host_accessible_v<P> ? std::string()
+                                                                  : std::string(", GPUs through ") + (use_nccl_ ? "nccl" : "host_staging")) +
+                                     ", " +
                                      std::to_string(local_replicas) + " local replicas)",
                                  this->devices()[0]);
     }
@@ -175,8 +209,26 @@ public:
         pg_.agree("global batch size", size < 0 ? std::string("none (no data)") : std::to_string(size));
     }
 #if defined(STRATA_HAS_NCCL_PROCESS)
-    /// GPU places: the NCCL communicators across processes, one per local replica.
+    /// GPU places with NCCL chosen: the NCCL communicators across processes, one per local replica.
     collective::NcclProcessStage& device_stage() { return *nccl_; }
+#endif
+    /// GPU places: how the gradients cross processes (Nccl or HostStaging, never Auto; Auto on hosts).
+    DeviceTransport device_transport() const {
+        if constexpr (place::host_accessible_v<P>) return DeviceTransport::Auto;
+        else return use_nccl_ ? DeviceTransport::Nccl : DeviceTransport::HostStaging;
+    }
+#if defined(STRATA_HAS_HOST_STAGED_STAGE)
+    /// GPU places: sums `count` elements of device memory on lane `lane` (the replica's thread)
+    /// over the processes, in place, through NCCL or the host staging (device_transport()).
+    template <class T>
+    void sum_device_across(int lane, T* data, std::size_t count) {
+#if defined(STRATA_HAS_NCCL_PROCESS)
+        if (use_nccl_) return nccl_->all_reduce(lane, data, count);
+#endif
+        staged_->all_reduce(lane, data, count);
+    }
+    /// The host staging's bytes copied between GPU and host on `lane` (0 under NCCL).
+    std::int64_t staged_bytes(int lane) const { return staged_ ? staged_->staged_bytes(lane) : 0; }
 #endif
 
     /// Runs fn(replica) on this process's replicas; a replica that throws also fails the
@@ -198,10 +250,44 @@ private:
                                                                  SyncPoint{"all_reduce", "gradients", 0, 0, bucket});
     }
 
+    // The place joins the settings the processes compare: a host rank and a GPU rank would not
+    // pair up (and every GPU rank must ask for the same device transport).
+    static MultiWorkerOptions with_place(MultiWorkerOptions mw) {
+        mw.settings.emplace_back("place", P::name);
+        if constexpr (!place::host_accessible_v<P>) mw.settings.emplace_back("device_transport", std::string(to_string(mw.device_transport)));
+        return mw;
+    }
+
+#if defined(STRATA_HAS_HOST_STAGED_STAGE)
+    // NCCL or the host staging, the same choice on every rank: the ranks' replicas' physical GPUs
+    // per host and lane are counted over the whole job first (a GPU twice in a lane's
+    // communicator is what NCCL refuses: "Duplicate GPU detected").
+    void choose_device_transport(DeviceTransport want) {
+        const std::string shared = detail::gpu_held_twice(pg_, this->devices());
+#if defined(STRATA_HAS_NCCL_PROCESS)
+        constexpr bool nccl_compiled = true;
+#else
+        constexpr bool nccl_compiled = false;
+#endif
+        if (want == DeviceTransport::Nccl) {
+            STRATA_CHECK(nccl_compiled, ValueError, "MultiWorkerMirrored: device_transport Nccl, but NCCL was not found when "
+                         "this unit was compiled (<nccl.h>); use DeviceTransport::HostStaging or Auto");
+            STRATA_CHECK(shared.empty(), ValueError, "MultiWorkerMirrored: device_transport Nccl needs a GPU of its own for each "
+                         "process's replica (NCCL refuses a communicator holding a GPU twice), but ", shared,
+                         "; use DeviceTransport::HostStaging or Auto");
+        }
+        use_nccl_ = want == DeviceTransport::Nccl || (want == DeviceTransport::Auto && nccl_compiled && shared.empty());
+    }
+#endif
+
     using detail::JoinedProcessGroup::pg_;
     MultiWorkerOptions mw_;
+    bool use_nccl_ = false;
 #if defined(STRATA_HAS_NCCL_PROCESS)
     std::unique_ptr<collective::NcclProcessStage> nccl_;
+#endif
+#if defined(STRATA_HAS_HOST_STAGED_STAGE)
+    std::unique_ptr<collective::HostStagedStage> staged_;
 #endif
 };
 

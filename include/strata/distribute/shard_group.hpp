@@ -14,6 +14,7 @@
 /// program order. A one-process strategy's chief (the process that prints and writes files) is
 /// then the group's shard 0 (ReplicaRuntime::is_chief).
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <span>
 #include <string>
@@ -38,6 +39,10 @@ public:
     virtual void sum(std::span<double> data, const char* what) = 0;
     /// The group in words ("2 MPI processes").
     [[nodiscard]] virtual std::string describe() const = 0;
+    /// How long a sum waits for a process before naming it: what a pipeline stage adds to its
+    /// wait for a neighbour whose stage is split over the group (that neighbour may be waiting in
+    /// a sum for a shard that left, and must name it first).
+    [[nodiscard]] virtual std::chrono::milliseconds deadline() const = 0;
     /// Compares `settings` (name, value pairs) across the group's processes: a ValueError on
     /// every process naming who has what where they differ. Every ProcessGroup::agree of the
     /// job also agrees here (collective/process_group.hpp), so that the processes of one shard

@@ -66,6 +66,7 @@ public:
     void sum(std::span<float> data, const char* what) override { sum_counted(data, what); }
     void sum(std::span<double> data, const char* what) override { sum_counted(data, what); }
     std::string describe() const override { return std::to_string(group_.size()) + " MPI process" + (group_.size() == 1 ? "" : "es"); }
+    std::chrono::milliseconds deadline() const override { return group_.timeout(); }
     void agree(const collective::Settings& settings, std::string_view what) override { group_.agree(settings, what); }
 
     /// The group's communicator, for a program's own sums.

@@ -902,7 +902,8 @@ private:
             // lockstep: its workers compute while its servers apply) divides it itself, by the
             // scale in force when it handed the mini-batch out.
             if (precision::scales_loss(compute_) && lockstep) denominator /= path_.loss_scale_state().scale;
-            double factor = 0, mine = double(b.size);  // mine: what this unit's accuracy counts
+            [[maybe_unused]] double factor = 0;  // masked_output: each counted token's loss weight
+            double mine = double(b.size);        // what this unit's accuracy counts
             if constexpr (masked_output) {
                 // Sample weights multiply each example's tokens' weights (loss::WeightRow after the
                 // rows): Σ over the real tokens of loss × sample weight / their count, Keras 3's

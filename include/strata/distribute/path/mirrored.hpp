@@ -367,7 +367,7 @@ private:
             for (int q = 0; q < n; ++q) f.grads[q] = g.grads[q] = this->grads(q);
             if (sl.count > 0) place::for_each_n<P>(sl.count, f);
             P::synchronize();
-            this->strategy_->device_stage().all_reduce(r, this->grads(r) + sl.first, std::size_t(sl.count));
+            this->strategy_->sum_device_across(r, this->grads(r) + sl.first, std::size_t(sl.count));
             if (sl.count > 0 && n > 1) place::for_each_n<P>(sl.count, g);
         } else {
             detail::DeviceSliceSum<T> f{{}, n, sl.first};

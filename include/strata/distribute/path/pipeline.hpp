@@ -463,7 +463,9 @@ private:
     // virtual clock they carry. A neighbour that failed and said so ends the wait at once. The
     // wait is the timeout times the stages on that side (`from` and those beyond it): a stage
     // that stops far away is named by its own neighbour first, whose word then travels back,
-    // so that no stage names a live neighbour that was only waiting too.
+    // so that no stage names a live neighbour that was only waiting too. With the stages split
+    // over a tensor-parallel group (pipeline × tensor), each of those stages may also wait out
+    // the group's deadline in a sum for a shard that left: that is added per stage too.
     double receive_from(int r, int s, int from, std::uint32_t kind, std::int64_t k, const TensorView<T, P>& dst);
 
     PipelineRuntime* strategy_;
@@ -834,7 +836,8 @@ void PipelinePath<P, Net, T>::send_to(int r, int to, std::uint32_t kind, std::in
 template <class P, class Net, class T>
 double PipelinePath<P, Net, T>::receive_from(int r, int s, int from, std::uint32_t kind, std::int64_t k, const TensorView<T, P>& dst) {
     const int beyond = from < s ? from + 1 : int(S) - from;
-    const auto timeout = strategy_->options().timeout * beyond;
+    const ShardGroup* shards = job_shard_group();
+    const auto timeout = (strategy_->options().timeout + (shards ? shards->deadline() : std::chrono::milliseconds(0))) * beyond;
     const std::string what = "Pipeline: stage " + std::to_string(s) + (units() > 1 ? " of replica " + std::to_string(r) : std::string()) +
                              " (rank " + std::to_string(strategy_->job_rank()) + ") waited for " +
                              (kind == activations_kind ? "the activations" : "the gradient of its output") + " of micro-batch " +
