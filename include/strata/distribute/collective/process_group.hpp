@@ -173,6 +173,10 @@ STRATA_MPI_DECL int ensure_initialized();
 STRATA_MPI_DECL int world_rank();
 STRATA_MPI_DECL int world_size();
 
+/// The MPI_COMM_WORLD rank of each rank of `comm`: how messages name a rank of a group over part
+/// of the job (the number mpirun and the other ranks use).
+STRATA_MPI_DECL std::vector<int> world_ranks(MPI_Comm comm);
+
 /// This process's index among the processes of `comm` on its host.
 STRATA_MPI_DECL int local_rank(MPI_Comm comm = MPI_COMM_WORLD);
 

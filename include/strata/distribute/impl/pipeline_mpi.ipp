@@ -24,16 +24,7 @@ public:
         collective::mpi::ensure_initialized();
         MPI_Comm_rank(comm, &rank_);
         MPI_Comm_size(comm, &size_);
-        // The job's numbers of this communicator's ranks, for the messages (name, job_rank).
-        MPI_Group mine, world;
-        MPI_Comm_group(comm, &mine);
-        MPI_Comm_group(MPI_COMM_WORLD, &world);
-        std::vector<int> ranks(static_cast<std::size_t>(size_));
-        for (int q = 0; q < size_; ++q) ranks[std::size_t(q)] = q;
-        job_.assign(std::size_t(size_), 0);
-        MPI_Group_translate_ranks(mine, size_, ranks.data(), world, job_.data());
-        MPI_Group_free(&mine);
-        MPI_Group_free(&world);
+        job_ = collective::mpi::world_ranks(comm);  // for the messages (name, job_rank)
     }
 
     void join(int stages, int replicas, std::chrono::milliseconds timeout, collective::Settings settings) override {

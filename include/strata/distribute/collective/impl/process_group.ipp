@@ -121,6 +121,20 @@ STRATA_MPI_DECL int ensure_initialized() {
     return provided;
 }
 
+STRATA_MPI_DECL std::vector<int> world_ranks(MPI_Comm comm) {
+    int n = 0;
+    MPI_Comm_size(comm, &n);
+    MPI_Group mine, world;
+    MPI_Comm_group(comm, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    std::vector<int> ranks(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(n), 0);
+    for (int q = 0; q < n; ++q) ranks[std::size_t(q)] = q;
+    MPI_Group_translate_ranks(mine, n, ranks.data(), world, out.data());
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
+    return out;
+}
+
 STRATA_MPI_DECL int world_rank() {
     ensure_initialized();
     int r = 0;
@@ -304,15 +318,7 @@ STRATA_MPI_DECL ProcessGroup::ProcessGroup(MPI_Comm comm, int lanes, ProcessGrou
     int same = MPI_UNEQUAL;
     MPI_Comm_compare(comm, MPI_COMM_WORLD, &same);
     if (same != MPI_IDENT && same != MPI_CONGRUENT) {
-        MPI_Group mine, world;
-        MPI_Comm_group(comm, &mine);
-        MPI_Comm_group(MPI_COMM_WORLD, &world);
-        std::vector<int> ranks(static_cast<std::size_t>(size_));
-        for (int q = 0; q < size_; ++q) ranks[std::size_t(q)] = q;
-        names_.assign(std::size_t(size_), 0);
-        MPI_Group_translate_ranks(mine, size_, ranks.data(), world, names_.data());
-        MPI_Group_free(&mine);
-        MPI_Group_free(&world);
+        names_ = mpi::world_ranks(comm);
         MPI_Comm_size(MPI_COMM_WORLD, &named_size_);
     }
     if (options_.stall_warning.count() == 0) options_.stall_warning = options_.timeout / 2;
