@@ -55,6 +55,7 @@ double against_one_device(dist::MultiWorkerMirrored<strata::place::Cuda>& mw) {
 TEST_CASE("2 processes sharing one GPU (a logical GPU each) train through the host staging, equal to the host's one device") {
     namespace pd = strata::place;
     const auto gpu = pd::list_physical_devices(pd::DeviceKind::Gpu).front();
+    pd::reset_devices();
     pd::set_logical_device_configuration(gpu, std::vector<pd::LogicalDeviceConfiguration>(std::size_t(processes_here())));
     {
         // NCCL asked for explicitly: refused on every rank, naming the GPU held twice.
@@ -67,7 +68,7 @@ TEST_CASE("2 processes sharing one GPU (a logical GPU each) train through the ho
         CHECK(against_one_device(mw) <= 1e-12);
         CHECK(mw.staged_bytes(0) > 0);
     }
-    pd::set_logical_device_configuration(gpu, {});
+    pd::reset_devices();  // the next case: the GPUs as they are
 }
 
 TEST_CASE("MultiWorkerMirrored on GPUs equals the host's one device on the same global batches") {
