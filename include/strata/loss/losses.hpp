@@ -104,10 +104,9 @@ STRATA_HD RowLse<T> row_lse(const T* z, std::int64_t n) {
     return {m, s};
 }
 
-// One example of a cross-entropy row functor (SparseCeRow, CategoricalCeRow): its `tokens` rows
-// of `classes`, each token's loss `row.one(token, scale)` times its weight, their mean into
-// row_loss. A token weighed 0 adds nothing and gets no gradient (its loss is not even computed,
-// so a padded token's target cannot make a NaN).
+// Token t of a cross-entropy row functor (SparseCeRow, CategoricalCeRow): its loss
+// `row.one(t, scale)` times its weight. A token weighed 0 adds nothing and gets no gradient (its
+// loss is not even computed, so a padded token's target cannot make a NaN).
 template <class Row, class T>
 STRATA_HD T weighed_token(const Row& row, std::int64_t t, T scale) {
     if (!row.token_weight) return row.one(t, scale);
@@ -118,17 +117,10 @@ STRATA_HD T weighed_token(const Row& row, std::int64_t t, T scale) {
     }
     return w * row.one(t, scale * w);
 }
+// Example r of a functor whose examples are one token each (several: TokenLosses, below).
 template <class Row>
 STRATA_HD void token_rows(const Row& row, std::int64_t r) {
-    using T = std::remove_cv_t<std::remove_pointer_t<decltype(row.grad)>>;
-    if (row.tokens == 1) {
-        row.row_loss[r] = weighed_token(row, r, row.inv_denom);
-        return;
-    }
-    const T scale = row.inv_denom / T(row.tokens);
-    T s = 0;
-    for (std::int64_t k = 0; k < row.tokens; ++k) s += weighed_token(row, r * row.tokens + k, scale);
-    row.row_loss[r] = s / T(row.tokens);
+    row.row_loss[r] = weighed_token(row, r, row.inv_denom);
 }
 
 // One example's row (or, with `tokens` > 1, its `tokens` rows of `classes`: a per-token softmax
@@ -248,9 +240,7 @@ struct MseRow {
             row_loss[r] = s / T(cols);
             return;
         }
-        T total = 0;
-        for (std::int64_t k = 0; k < tokens; ++k) total += token(r * tokens + k);
-        row_loss[r] = total / T(tokens);
+        row_loss[r] = token(r);  // one token an example (several: MseTokens, below)
     }
     // Token `i` (of the n·tokens): its gradient, and its mean times its weight (0 when weighed 0).
     STRATA_HD T token(std::int64_t i) const {
@@ -422,13 +412,12 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
         rows = strata::detail::scratch<T, P, detail::LossScratchTag>(n * (tokens > 1 ? 1 + tokens : 1));
         return rows;
     };
-    // A cross-entropy's rows: per token (TokenLosses, then each example's mean) when an example
-    // has more than one.
-    auto run_rows = [&](auto row, std::int64_t tokens) {
+    // The rows: one index per example, or with several tokens an example one per token
+    // (`per_token`, into rows + n), then each example's mean.
+    auto run_rows = [&](const auto& row, const auto& per_token, std::int64_t tokens) {
         if (tokens > 1) {
-            T* token_loss = rows + n;
-            place::for_each_n<P>(n * tokens, detail::TokenLosses<decltype(row)>{row, row.inv_denom / T(tokens), token_loss});
-            place::for_each_n<P>(n, detail::MeanOfTokens<T>{token_loss, rows, tokens});
+            place::for_each_n<P>(n * tokens, per_token);
+            place::for_each_n<P>(n, detail::MeanOfTokens<T>{rows + n, rows, tokens});
         } else {
             place::for_each_n<P>(n, row);
         }
@@ -446,16 +435,16 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
                              " predictions of shape ", pred.shape(), " need ", n, " class ids, or one per token (", n,
                              " × the tokens before the class axis), got targets of shape ", target.shape());
                 const std::int64_t k = per_token ? tokens : 1;
-                run_rows(detail::SparseCeRow<T>{pred.data(), target.data(), grad.data(), rows_for(k), cols / k, inv,
-                                                input == Input::Logits, k, token_weights},
-                         k);
+                const detail::SparseCeRow<T> row{pred.data(), target.data(), grad.data(), rows_for(k), cols / k, inv,
+                                                 input == Input::Logits, k, token_weights};
+                run_rows(row, detail::TokenLosses<detail::SparseCeRow<T>>{row, inv / T(k), rows + n}, k);
             } else if constexpr (std::is_same_v<L, CategoricalCrossentropy>) {
                 STRATA_CHECK(target.size() == pred.size(), ShapeError, "CategoricalCrossentropy: predictions ",
                              pred.shape(), " and targets ", target.shape(), " differ");
                 const std::int64_t tokens = last_axis_rows(pred);
-                run_rows(detail::CategoricalCeRow<T>{pred.data(), target.data(), grad.data(), rows_for(tokens), cols / tokens, inv,
-                                                     input == Input::Logits, tokens, token_weights},
-                         tokens);
+                const detail::CategoricalCeRow<T> row{pred.data(), target.data(), grad.data(), rows_for(tokens), cols / tokens,
+                                                      inv, input == Input::Logits, tokens, token_weights};
+                run_rows(row, detail::TokenLosses<detail::CategoricalCeRow<T>>{row, inv / T(tokens), rows + n}, tokens);
             } else if constexpr (std::is_same_v<L, Custom>) {
                 STRATA_CHECK(!token_weights, ValueError, "loss::Custom '", l.name, "': its functions see a whole example, "
                              "and the token mask (an Embedding's mask_zero) weighs each token; a custom loss takes no mask");
@@ -477,13 +466,7 @@ const T* loss_rows_and_grad(const Loss& loss, const TensorView<T, P>& pred, cons
                 const std::int64_t tokens = token_weights ? last_axis_rows(pred) : 1;
                 const detail::MseRow<T> row{pred.data(), target.data(), grad.data(), rows_for(tokens), cols, inv,
                                             last_axis_rows(pred), token_weights};
-                if (tokens > 1) {
-                    T* token_loss = rows + n;
-                    place::for_each_n<P>(n * tokens, detail::MseTokens<T>{row, token_loss});
-                    place::for_each_n<P>(n, detail::MeanOfTokens<T>{token_loss, rows, tokens});
-                } else {
-                    place::for_each_n<P>(n, row);
-                }
+                run_rows(row, detail::MseTokens<T>{row, rows + n}, tokens);
             }
         },
         loss);

@@ -50,18 +50,11 @@ struct RowCorrect {
             if (t[c] > t[want]) want = c;
         return best == want;
     }
+    // Example r of one token (several: TokenCorrect, below): 1 or its weight when right, 0 when
+    // wrong or weighed 0 (padding: its target is not read).
     STRATA_HD void operator()(std::int64_t r) const {
-        if (tokens == 1 && !token_weight) {
-            flags[r] = T(right(r, 0) ? 1 : 0);
-            return;
-        }
-        double sum = 0;
-        for (std::int64_t k = 0; k < tokens; ++k) {
-            const double w = token_weight ? double(token_weight[r * tokens + k]) : 1.0;
-            if (w == 0) continue;  // padding: its target is not read
-            sum += right(r, k) ? w : 0.0;
-        }
-        flags[r] = T(token_weight ? sum : sum / double(tokens));
+        const T w = token_weight ? token_weight[r] : T(1);
+        flags[r] = w != T(0) && right(r, 0) ? w : T(0);
     }
 };
 // The GPU's shape of a per-token count ([n, K, classes] outputs, as the losses' TokenLosses): one
