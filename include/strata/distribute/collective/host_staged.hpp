@@ -12,8 +12,9 @@
 /// The slice crosses in chunks of `chunk_bytes`, pipelined on the replica's stream: every chunk's
 /// copy to the host is queued at once, each followed by an event; chunk k is summed across
 /// processes as soon as its event has fired (the later chunks still copying), and its copy back
-/// is queued right after its sum. So the copies overlap the sums, and one step costs about one
-/// all-reduce of the slice plus one chunk's copies.
+/// is queued right after its sum. So the copies can overlap the sums: one step should cost about
+/// one all-reduce of the slice plus one chunk's copies. Not measured yet (no GPU where it was
+/// written); the 4 MiB chunk is a starting point, not a tuned figure.
 ///
 /// Needs MPI (process_group.hpp) and the CUDA runtime (a unit nvcc compiles, STRATA_HAS_CUDA);
 /// declares nothing otherwise. STRATA_HAS_HOST_STAGED_STAGE is 1 when compiled.
