@@ -16,8 +16,10 @@ data set written here (IDX files; no download):
     across 5 processes saves the bytes of the same job in one process;
   * with --mpirun: multi_worker_mirrored over 2 processes, one report naming the model; a rank
     started with another learning rate or dataset is refused, naming it;
-  * with --mpirun: --model vit --tensor-parallel 2 over 2 processes (a shard each), and 2 replicas
-    of 2 shards over 4 (multi_worker_mirrored): one report and the whole model's figures; another
+  * with --mpirun: --model vit --tensor-parallel 2 over 2 processes (a shard each), 2 replicas
+    of 2 shards over 4 (multi_worker_mirrored), and 2 pipeline stages of 2 shards over 4 (the
+    messages between stages in halves, or whole: the same bits, half the bytes): one report and
+    the whole model's figures; --scatter-gather off without pipeline x tensor refused; another
     process count or strategy refused; ranks with another split refused, named; a stalled shard named;
   * --model resnet: its recipe by default, --sync-batch-norm auto/on/off, and the flags'
     combinations a strategy cannot honour refused (exit 2);
@@ -198,6 +200,10 @@ def check_vit(exe, data):
                  ["--model", "vit", "--tensor-parallel", "2", "--strategy", "central_storage", "--replicas", "2"],
                  ["--model", "vit", "--tensor-parallel", "2", "--device", "gpu"]):
         ce.bad_flag(exe, "strata_train", ["--data", missing] + args, "--tensor-parallel")
+    # Messages in parts only between stages split over processes.
+    for args in (["--scatter-gather", "off"], ["--model", "vit", "--tensor-parallel", "2", "--scatter-gather", "off"],
+                 ["--strategy", "pipeline", "--scatter-gather", "off"]):
+        ce.bad_flag(exe, "strata_train", ["--data", missing] + args, "--scatter-gather")
 
 
 def check_precision(exe, mnist_cnn, data):
@@ -332,6 +338,27 @@ def check_mpirun(exe, mpirun, data):
                                                                     base["epoch_loss"] + [base["test_loss"]]))
             ce.check(doc["replicas"] == 2 and doc["tensor_parallel"] == 2 and close and r.stdout.count("test accuracy") == 1,
                      f"mpirun -np 4 strata_train vit --tensor-parallel 2 multi_worker_mirrored: JSON {doc} against {base}")
+        # Pipeline x tensor: 2 stages of 2 shards over 4 processes (ranks 0, 1 stage 0), the
+        # messages between the stages in halves gathered on arrival (--scatter-gather on, the
+        # default) or whole: the same figures to the bit in as many messages, half the bytes; and
+        # the whole model's figures to the order of the sums.
+        piped = {}
+        for sg in ("on", "off"):
+            r = ce.run([mpirun, "-np", "4"] + vit + ["--tensor-parallel", "2", "--strategy", "pipeline", "--stages", "2",
+                                                     "--scatter-gather", sg, "--json", out], env, timeout=300)
+            if ce.check(r.returncode == 0 and r.stdout.count("test accuracy") == 1,
+                        f"mpirun -np 4 strata_train vit --tensor-parallel 2 --strategy pipeline --scatter-gather {sg}: exit "
+                        f"{r.returncode}, {r.stdout.count('test accuracy')} reports, {r.stderr[-600:]!r}"):
+                piped[sg] = ce.strict_json(out)
+        if len(piped) == 2 and ref.returncode == 0:
+            on, off, base = piped["on"]["pipeline"], piped["off"]["pipeline"], ce.strict_json(whole)
+            close = all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(piped["on"]["epoch_loss"] + [piped["on"]["test_loss"]],
+                                                                    base["epoch_loss"] + [base["test_loss"]]))
+            ce.check(close and piped["on"]["epoch_loss"] == piped["off"]["epoch_loss"]
+                     and piped["on"]["test_loss"] == piped["off"]["test_loss"] and on["scatter_gather"] and not off["scatter_gather"]
+                     and on["messages_sent"] == off["messages_sent"] > 0
+                     and 2 * on["message_bytes_sent"] == off["message_bytes_sent"] > 0,
+                     f"mpirun -np 4 strata_train vit --tensor-parallel 2 --strategy pipeline: JSON {piped} against {base}")
     for np_, extra, named in (("2", ["--tensor-parallel", "4"], "needs one process per shard (mpirun -np 4), found 2"),
                               ("2", ["--tensor-parallel", "2", "--strategy", "mirrored", "--replicas", "2"], "not mirrored"),
                               ("2", ["--tensor-parallel", "2", "--strategy", "multi_worker_mirrored", "--replicas", "2"],

@@ -76,7 +76,7 @@ TEST_CASE("a stage that exits mid-pipeline is named by every other rank within t
 TEST_CASE("pipeline x tensor: a shard of a stage that exits mid-training is named by every other rank within the deadline") {
     // 2 stages (one encoder block each) of 2 shards: ranks {0, 1} stage 0, {2, 3} stage 1; shard
     // j's pipeline is ranks j and 2 + j. Rank 3 (stage 1, shard 1) leaves after step 2: its
-    // partner in the stage waits in a split layer's sum, its pipeline's stage 0 (rank 1) for its
+    // partner in the stage waits in a sum of their stage, its pipeline's stage 0 (rank 1) for its
     // messages, rank 0 for its own stage 1 (rank 2, which fails) or at the step's stop agreement.
     REQUIRE(coll::mpi::world_size() == 4);
     const auto timeout = std::chrono::milliseconds(1500);
@@ -103,8 +103,11 @@ TEST_CASE("pipeline x tensor: a shard of a stage that exits mid-training is name
     // neighbour the pipeline's timeout plus the shard group's deadline (3 s here), so that rank 0
     // hears rank 2 name rank 3 instead of naming rank 2, which was only waiting too.
     const int me = coll::mpi::world_rank();
-    if (me == 2) CHECK(strata_test::has(e, "on rank 2 failed: across processes: tensor-parallel attention forward: rank 3 of 4 "
-                                           "did not arrive within 1500 ms"));
+    // Rank 2 misses rank 3 in the first sum of their stage in that step: the gather of the
+    // activations' halves that ranks 0 and 1 sent (scatter_gather).
+    if (me == 2)
+        CHECK(strata_test::has(e, "on rank 2 failed: across processes: Pipeline: the stage's shards gather the activations "
+                                  "(scatter_gather): rank 3 of 4 did not arrive within 1500 ms"));
     if (me == 0) CHECK(strata_test::has(e, "its neighbour stage 1 (rank 2) failed: "));
     if (me == 0) CHECK(strata_test::has(e, "rank 3 of 4 did not arrive within 1500 ms"));
     if (me == 1) CHECK(strata_test::has(e, "stage 1 (rank 3) did not answer within 3000 ms"));

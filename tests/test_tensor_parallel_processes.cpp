@@ -14,8 +14,11 @@
 #include "tensor_parallel_nets.hpp"
 #include "test_util.hpp"
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <limits>
 #include <unistd.h>
 #include <memory>
 #include <string>
@@ -63,6 +66,7 @@ struct Run {
     std::vector<double> weights, loss;
     strata::Evaluation eval;
     bool chief = false;
+    std::int64_t messages_sent = 0, message_bytes_sent = 0;  // a pipeline across processes: to its neighbours
 };
 
 template <class Net, class Strategy>
@@ -70,7 +74,18 @@ Run train(Strategy& s) {
     strata::Model<Net, Strategy, double> model(s, 11);
     model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::Adam{.learning_rate = 0.01});
     auto h = model.fit(tokens(40, 3).batch(10), {.epochs = 2, .verbose = 0});
-    return {model.get_weights(), h.history.at("loss"), model.evaluate(tokens(24, 5).batch(8)), s.is_chief()};
+    Run run{model.get_weights(), h.history.at("loss"), model.evaluate(tokens(24, 5).batch(8)), s.is_chief()};
+    if constexpr (requires { model.gradient_path().pipeline_stats(); }) {
+        run.messages_sent = model.gradient_path().pipeline_stats().messages_sent;
+        run.message_bytes_sent = model.gradient_path().pipeline_stats().message_bytes_sent;
+    }
+    return run;
+}
+
+// The sum of v over every rank of the job.
+std::int64_t job_sum(std::int64_t v) {
+    MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    return v;
 }
 
 // A split run against the unsplit reference: the weights, the losses of each epoch and
@@ -150,6 +165,52 @@ TEST_CASE("data x tensor across processes: 2 replicas (MultiWorkerMirrored) of 2
     CHECK(dist::job_shard_group() == nullptr);
 }
 
+TEST_CASE("ShardGroup::gather: every process ends with every part bit for bit (-0, infinities, NaN, parts of unequal size)") {
+    // Over the 4 processes and over pairs, floats and doubles, lengths that split evenly or not
+    // (and fewer elements than processes): part j is written by process j; the rest is garbage.
+    for (const int n : {4, 2}) {
+        MPI_Comm comm;
+        MPI_Comm_split(MPI_COMM_WORLD, world_rank() / n, world_rank() % n, &comm);
+        {
+            auto group = dist::tensor_parallel_processes(comm, {.timeout = std::chrono::seconds(30)});
+            const int me = group->shard();
+            auto value = [](std::int64_t i) {  // what element i should hold
+                switch (i % 5) {
+                    case 0: return -0.0;
+                    case 1: return std::numeric_limits<double>::infinity();
+                    case 2: return -std::numeric_limits<double>::infinity();
+                    case 3: return std::nan("");
+                    default: return 1.0 / double(i + 3);
+                }
+            };
+            for (const std::int64_t len : {1, 3, 7, 10, 1001}) {
+                CAPTURE(n);
+                CAPTURE(len);
+                std::vector<double> d(std::size_t(len), 12345.0);
+                std::vector<float> f(std::size_t(len), 12345.0f);
+                const auto [first, count] = dist::detail::shard_part(len, n, me);
+                for (std::int64_t i = first; i < first + count; ++i) {
+                    d[std::size_t(i)] = value(i);
+                    f[std::size_t(i)] = float(value(i));
+                }
+                group->gather(std::span<double>(d), "test gather (double)");
+                group->gather(std::span<float>(f), "test gather (float)");
+                bool same = true;
+                for (std::int64_t i = 0; i < len; ++i) {
+                    const double want = value(i);
+                    const float wantf = float(want);
+                    same = same && std::memcmp(&d[std::size_t(i)], &want, sizeof want) == 0 &&
+                           std::memcmp(&f[std::size_t(i)], &wantf, sizeof wantf) == 0;
+                }
+                CHECK(same);
+            }
+            CHECK(group->traffic().gathers == 10);
+            CHECK(group->traffic().sums == 0);
+        }
+        MPI_Comm_free(&comm);
+    }
+}
+
 TEST_CASE("pipeline x tensor across processes: 2 stages (one block each) of 2 shards equal the unsplit transformer on one device; "
           "under mpirun -np 8, 2 replicas of them (the hybrid, all three)") {
     // Stage s of replica r: ranks 2(2r + s) and 2(2r + s) + 1, its block's attention and MLP split
@@ -159,12 +220,18 @@ TEST_CASE("pipeline x tensor across processes: 2 stages (one block each) of 2 sh
     REQUIRE(R * 4 == coll::mpi::world_size());
     dist::OneDevice<> alone;
     const Run ref = train<Unsplit<>>(alone);
-    {
+    // Between the stages each shard sends its neighbour's same shard half of every message,
+    // which that stage's pair gathers (scatter_gather, the default), or the whole (off): the
+    // same training either way, half the bytes.
+    Run whole, parts;
+    for (const bool scatter : {false, true}) {
+        CAPTURE(scatter);
         auto layout = dist::tensor_parallel_replicas(2, {.timeout = std::chrono::seconds(30)});
         using S = dist::Pipeline<strata::place::Host, dist::OneFOneB, dist::split::At<2>>;
         S s({.micro_batches = 4, .replicas = R, .timeout = std::chrono::seconds(30),
-             .processes = dist::pipeline_processes(layout->replica_comm())});
+             .processes = dist::pipeline_processes(layout->replica_comm()), .scatter_gather = scatter});
         CHECK(s.num_replicas_in_sync() == R);
+        CHECK(s.scatter_gather() == scatter);
         const Run got = train<Split<2>>(s);
         check_equal(got, ref);
         CHECK(got.chief == (world_rank() == 0));  // shard 1's pipeline has a rank 0 too: not a chief
@@ -175,7 +242,15 @@ TEST_CASE("pipeline x tensor across processes: 2 stages (one block each) of 2 sh
         sums[std::size_t(world_rank())] = t.sums;
         MPI_Allreduce(MPI_IN_PLACE, sums.data(), int(sums.size()), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
         for (const auto v : sums) CHECK(v == t.sums);
+        // Every message received was gathered once, whole (twice the half that crossed).
+        CHECK(got.messages_sent > 0);
+        CHECK(job_sum(t.gathers) == (scatter ? job_sum(got.messages_sent) : 0));
+        CHECK(job_sum(t.gathered_bytes) == (scatter ? 2 * job_sum(got.message_bytes_sent) : 0));
+        (scatter ? parts : whole) = got;
     }
+    CHECK(parts.messages_sent == whole.messages_sent);
+    CHECK(2 * parts.message_bytes_sent == whole.message_bytes_sent);
+    CHECK(parts.weights == whole.weights);  // a part arrives bit for bit
     CHECK(dist::job_shard_group() == nullptr);
 }
 
@@ -194,6 +269,30 @@ TEST_CASE("across processes, pipeline x tensor and data x tensor: shards whose p
         INFO(msg);
         CHECK(strata_test::has(msg, "the pipeline's settings (across the shards of the tensor-parallel group: 2 MPI processes)"));
         CHECK(strata_test::has(msg, "micro_batches"));
+    }
+    // Scatter-gather between stages needs Megatron's layout: each tensor-parallel group one
+    // stage, each pipeline one shard. A pipeline over the whole job puts the group {0, 1} on
+    // stages 0 and 1; pipelines {0, 3} and {1, 2} hold both shards each.
+    {
+        auto layout = dist::tensor_parallel_replicas(2, {.timeout = std::chrono::seconds(30)});
+        using S = dist::Pipeline<strata::place::Host, dist::OneFOneB, dist::split::At<2>>;
+        std::string msg = strata_test::error_of([&] {
+            S s({.replicas = 2, .timeout = std::chrono::seconds(30), .processes = dist::pipeline_processes(MPI_COMM_WORLD)});
+        });
+        INFO(msg);
+        CHECK(strata_test::has(msg, "a stage's processes must be one tensor-parallel group"));
+        CHECK(strata_test::has(msg, world_rank() < 2 ? "rank 0 has stage 0 of replica 0, rank 1 has stage 1 of replica 0"
+                                                     : "rank 2 has stage 0 of replica 1, rank 3 has stage 1 of replica 1"));
+        MPI_Comm mixed;
+        MPI_Comm_split(MPI_COMM_WORLD, world_rank() == 0 || world_rank() == 3 ? 0 : 1, world_rank() / 2, &mixed);
+        msg = strata_test::error_of([&] { S s({.timeout = std::chrono::seconds(30), .processes = dist::pipeline_processes(mixed)}); });
+        CHECK(strata_test::has(msg, "the ranks of a pipeline must hold the same shard of their stages' tensor-parallel groups"));
+        // Without scatter-gather nothing crosses between the shards of a stage: the layout is the program's.
+        msg = strata_test::error_of([&] {
+            S s({.timeout = std::chrono::seconds(30), .processes = dist::pipeline_processes(mixed), .scatter_gather = false});
+        });
+        CHECK(msg.empty());
+        MPI_Comm_free(&mixed);
     }
     // Shard 1's replicas (ranks 1 and 3) compile another learning rate than shard 0's: each
     // MultiWorkerMirrored agrees within itself, and the two halves of every replica would part.

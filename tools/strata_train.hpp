@@ -89,6 +89,9 @@ struct Flags {
     int stages = 2;
     int micro_batches = 4;
     std::string schedule = "gpipe";
+    // pipeline × tensor across processes (strata_train --tensor-parallel N --strategy pipeline |
+    // hybrid under mpirun): each shard sends 1/N of a message between stages, gathered there
+    std::string scatter_gather = "on";
 };
 
 /// What a trainer trains: the flags, the data, and what the driver made of them.
@@ -119,6 +122,10 @@ struct Report {
     // --tensor-parallel N across processes: the sums the split layers made on this process over
     // the whole run (training, validation, the test evaluation), and the bytes they summed.
     std::int64_t tensor_parallel_sums = 0, tensor_parallel_bytes = 0;
+    // A pipeline across processes: the messages this process sent its neighbouring stages, and
+    // the bytes of their values (distribute::PipelineStats), over the whole run (training,
+    // validation, the test evaluation).
+    std::int64_t pipeline_messages = 0, pipeline_message_bytes = 0;
 };
 
 // Across processes (every strategy: multi_worker_mirrored, parameter_server, pipeline, hybrid):
@@ -213,6 +220,13 @@ Report train(Strategy& strategy, const Job& job) {
     session.report().compute = model.dtype_policy();
     session.report().optimizer_iterations = model.optimizer_iterations();
     session.report().loss_scale = model.loss_scale();
+    auto pipeline_traffic = [&] {  // (again after the test set's evaluation: the whole run's)
+        if constexpr (requires { model.gradient_path().pipeline_stats(); }) {
+            session.report().pipeline_messages = model.gradient_path().pipeline_stats().messages_sent;
+            session.report().pipeline_message_bytes = model.gradient_path().pipeline_stats().message_bytes_sent;
+        }
+    };
+    pipeline_traffic();
     if (session.trained(history, seconds, model.epoch())) {  // Ctrl-C or SIGTERM: save what --save asks for, report
         if (!flags.save.empty()) model.save(flags.save);
         return session.report();
@@ -226,6 +240,7 @@ Report train(Strategy& strategy, const Job& job) {
     const auto e0 = std::chrono::steady_clock::now();
     const auto ev = model.evaluate(session.test);
     const double eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
+    pipeline_traffic();
     std::optional<strata::distribute::ParameterServerStats> ps;
     if constexpr (requires { model.gradient_path().stats(); }) ps = model.gradient_path().stats();
     return session.finish(ev, eval_seconds, ps);

@@ -264,6 +264,12 @@ void declare_flags(CLI::App& app, Flags& f, const Tool& tool) {
                        "one_device, or mirrored for data x tensor parallelism (--replicas copies of the split model); "
                        "under mpirun -np N, over the N processes (rank j shard j; --strategy one_device); 1: whole")
             ->transform(cli::integer(1, 64))->capture_default_str();
+        app.add_option("--scatter-gather", f.scatter_gather,
+                       "--tensor-parallel N --strategy pipeline or hybrid under mpirun (each stage's N processes its "
+                       "shards): each shard sends the same shard of the next stage 1/N of every message, and the stage's "
+                       "shards gather the parts (Megatron's scatter/gather between stages): on, or off (every shard sends "
+                       "the whole message)")
+            ->check(cli::one_of({"on", "off"}))->capture_default_str();
         app.add_option("--augment", f.augment, "random crop after zero padding (--augment-pad) and, on fashion_mnist, random "
                                                "horizontal flip of the training images, drawn from --seed and the epoch "
                                                "whatever the replica count: on, off, or auto (the model's recipe: resnet on)")
@@ -441,10 +447,18 @@ void check_launcher(const Flags& f) {
                                        std::to_string(launch.size) + " (" + launch.describe() + ")");
             return;
         }
+        if (f.strategy == "pipeline" || f.strategy == "hybrid") {  // pipeline x tensor: each stage N processes
+            if (launch.size % f.tensor_parallel != 0)
+                throw cli::usage_error(tp + " --strategy " + f.strategy + " needs stages of " + std::to_string(f.tensor_parallel) +
+                                       " processes each (mpirun -np R·P·" + std::to_string(f.tensor_parallel) + "), found " +
+                                       std::to_string(launch.size) + " (" + launch.describe() + ")");
+            return;  // the Pipeline refuses a job of the wrong size, naming the count it needs
+        }
         if (f.strategy != "one_device")
             throw cli::usage_error(tp + " across processes (" + launch.describe() +
                                    ") runs one replica in each process, each its shard of the split layers: --strategy one_device "
-                                   "(or multi_worker_mirrored --replicas 1 for replicas of the shards), not " + f.strategy);
+                                   "(or multi_worker_mirrored --replicas 1 for replicas of the shards, pipeline or hybrid for "
+                                   "stages of the shards), not " + f.strategy);
         if (launch.size != f.tensor_parallel)
             throw cli::usage_error("--tensor-parallel " + std::to_string(f.tensor_parallel) + " across processes needs one process per shard (mpirun -np " +
                                    std::to_string(f.tensor_parallel) + "), found " + std::to_string(launch.size) + " (" +
@@ -552,6 +566,10 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
     for (const char* name : {"--stages", "--micro-batches", "--schedule"})
         if (!piped && app.count(name))
             throw cli::usage_error(std::string(name) + " is a pipeline/hybrid flag; it means nothing for --strategy " + f.strategy);
+    if (f.scatter_gather != "on" && !(piped && f.tensor_parallel > 1))
+        throw cli::usage_error("--scatter-gather " + f.scatter_gather + ": the messages between pipeline stages split over "
+                               "processes are sent in parts only under --tensor-parallel N with --strategy pipeline or hybrid; "
+                               "it means nothing here");
     // --precision (its name was checked by the flag). mixed_float16's loss scale skips a step whose
     // gradient is not finite, one decision for every replica, every pipeline stage and every
     // parameter server (each sums its part's squares into the whole update's first).
@@ -622,10 +640,12 @@ void check_flags(const CLI::App& app, Flags& f, const Tool& tool) {
             throw cli::usage_error("--tensor-parallel " + std::to_string(f.tensor_parallel) + ": --model " + f.model +
                                    " is compiled split over " + counts + " devices");
         const bool launched = strata::distribute::launch_info().size > 1;
-        if (f.strategy != "one_device" && f.strategy != "mirrored" && !(launched && f.strategy == "multi_worker_mirrored"))
+        const bool across = launched && (f.strategy == "multi_worker_mirrored" || f.strategy == "pipeline" || f.strategy == "hybrid");
+        if (f.strategy != "one_device" && f.strategy != "mirrored" && !across)
             throw cli::usage_error("--tensor-parallel splits the layers over logical devices of one process: --strategy "
-                                   "one_device, or mirrored for data x tensor parallelism (under mpirun: one_device, or "
-                                   "multi_worker_mirrored for replicas of the shards), not " + f.strategy);
+                                   "one_device, or mirrored for data x tensor parallelism (under mpirun: one_device, "
+                                   "multi_worker_mirrored for replicas of the shards, or pipeline and hybrid for stages of the "
+                                   "shards), not " + f.strategy);
         if (f.device == "gpu" || app.count("--logical-gpus") || app.count("--gpu-memory-mb"))
             throw cli::usage_error("--tensor-parallel: the split layers train on the CPU's logical devices in this program "
                                    "(use --device cpu or auto)");
@@ -835,8 +855,13 @@ int run(const Tool& tool, int argc, char** argv) {
                 std::printf("%-28s %s\n", "batch normalization", flags.sync_bn ? "synchronized across replicas" : "per replica");
             if (flags.tensor_parallel > 1)
                 std::printf("%-28s %d shards (%s)\n", "tensor parallel", flags.tensor_parallel,
-                            strata::distribute::launch_info().size > 1 ? "MPI processes: rank q is shard q % N of replica q / N"
-                                                                       : "logical CPU devices, each replica");
+                            strata::distribute::launch_info().size <= 1 ? "logical CPU devices, each replica"
+                            : flags.strategy == "pipeline" || flags.strategy == "hybrid"
+                                ? (flags.scatter_gather == "on" ? "MPI processes: rank q is shard q % N of stage group q / N; messages "
+                                                                  "between stages in parts"
+                                                                : "MPI processes: rank q is shard q % N of stage group q / N; messages "
+                                                                  "between stages whole")
+                                : "MPI processes: rank q is shard q % N of replica q / N");
             if (flags.augmenting)
                 std::printf("%-28s pad %d and random crop%s\n", "augmentation", flags.augment_pad,
                             flags.dataset == "fashion_mnist" ? ", horizontal flip" : "");
@@ -927,7 +952,15 @@ int run(const Tool& tool, int argc, char** argv) {
             j["test_images_per_second"] = rep.test_images_per_second;
             j["seconds"] = rep.ps ? rep.ps->seconds : rep.seconds;
             if (flags.strategy == "pipeline" || flags.strategy == "hybrid")
+            {
                 j["pipeline"] = {{"stages", flags.stages}, {"micro_batches", flags.micro_batches}, {"schedule", flags.schedule}};
+                if (rep.pipeline_messages > 0) {  // across processes: what rank 0 sent its neighbour, the whole run
+                    j["pipeline"]["messages_sent"] = rep.pipeline_messages;
+                    j["pipeline"]["message_bytes_sent"] = rep.pipeline_message_bytes;
+                    // pipeline × tensor: each shard sent its part of every message (--scatter-gather)
+                    j["pipeline"]["scatter_gather"] = flags.tensor_parallel > 1 && flags.scatter_gather == "on";
+                }
+            }
             if (rep.ps) {
                 j["wall_seconds"] = rep.seconds;
                 j["workers"] = flags.workers;

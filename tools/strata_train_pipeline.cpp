@@ -12,9 +12,9 @@
 //   mpirun -np 2 build/tools/strata_train --strategy pipeline --stages 2 --micro-batches 4
 //   mpirun -np 4 build/tools/strata_train --strategy hybrid --replicas 2 --stages 2
 #include "strata_train_model.hpp"
+#include "strata_train_pipeline.hpp"
 
 #include <strata/distribute/launcher.hpp>
-#include <strata/distribute/pipeline.hpp>
 #ifdef STRATA_TRAIN_HAVE_MPI
 #include <strata/distribute/pipeline_mpi.hpp>  // one stage per process under mpirun / srun
 #endif
@@ -24,14 +24,9 @@ namespace strata_train {
 template <class M>
 Report train_pipeline(const Job& job, int& replicas_in_sync) {
     namespace sd = strata::distribute;
-    using Strategy = sd::Pipeline<strata::place::Host, sd::AnySchedule, sd::split::AnyBalanced<sd::split::ByFlops>>;
+    using Strategy = PipelineStrategy;
     const Flags& f = job.flags;
-    sd::PipelineOptions o{.micro_batches = f.micro_batches,
-                          .replicas = f.strategy == "hybrid" ? f.replicas : 1,
-                          .cores_per_stage = f.threads,
-                          .timeout = std::chrono::milliseconds(f.timeout_ms),
-                          .schedule = f.schedule == "1f1b" ? sd::ScheduleKind::OneFOneB : sd::ScheduleKind::GPipe,
-                          .stages = f.stages};
+    sd::PipelineOptions o = pipeline_options(f);
 #ifdef STRATA_TRAIN_HAVE_MPI
     if (sd::launch_info().size > 1) o.processes = sd::pipeline_processes();  // the Pipeline checks the count
 #endif

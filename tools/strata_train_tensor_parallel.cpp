@@ -6,7 +6,9 @@
 // of this process, each inside its logical device; under a launcher of N processes (mpirun -np N,
 // --strategy one_device) they are the processes, rank j shard j (distribute/tensor_parallel_mpi.hpp),
 // each holding the whole model and reading the same batches; under --strategy multi_worker_mirrored
-// and R·N processes, R replicas of N shards (distribute::tensor_parallel_replicas). A unit of its own, compiled only for the
+// and R·N processes, R replicas of N shards (distribute::tensor_parallel_replicas); under
+// --strategy pipeline (hybrid) and P·N (R·P·N) processes, P stages of N shards each, the
+// messages between stages sent in parts and gathered (--scatter-gather). A unit of its own, compiled only for the
 // models in tools/meson.build's strata_train_tensor_parallel_models, so that the split forms
 // cost the other models and mnist_cnn no compile time.
 #include "strata_train_model.hpp"
@@ -14,7 +16,10 @@
 #include <strata/distribute/tensor_parallel_attention.hpp>
 #include <strata/distribute/launcher.hpp>
 #ifdef STRATA_TRAIN_HAVE_MPI
+#include "strata_train_pipeline.hpp"
+
 #include <strata/distribute/multi_worker_mirrored.hpp>
+#include <strata/distribute/pipeline_mpi.hpp>
 #include <strata/distribute/tensor_parallel_mpi.hpp>
 #endif
 
@@ -53,6 +58,17 @@ Report train_split(const Job& job, int& replicas_in_sync) {
         auto layout = sd::tensor_parallel_replicas(N, {.timeout = std::chrono::milliseconds(f.timeout_ms)});
         sd::MultiWorkerMirrored<> s(1, {.cores_per_replica = f.threads, .timeout = std::chrono::milliseconds(f.timeout_ms)},
                                     {.comm = layout->replica_comm()});
+        replicas_in_sync = s.num_replicas_in_sync();
+        return with_traffic(train<Net>(s, job), layout->shards());
+    }
+    if (sd::launch_info().size > 1 && (f.strategy == "pipeline" || f.strategy == "hybrid")) {
+        // Pipeline × tensor (check_launcher: R·P·N processes): ranks s·N .. s·N + N − 1 are a
+        // stage's shards, and shard j's pipeline runs over replica_comm(), shard j of every stage.
+        auto layout = sd::tensor_parallel_replicas(N, {.timeout = std::chrono::milliseconds(f.timeout_ms)});
+        sd::PipelineOptions o = pipeline_options(f);
+        o.processes = sd::pipeline_processes(layout->replica_comm());
+        PipelineStrategy s(o);
+        if (s.is_chief()) std::printf("%s", s.split_summary<Net>().c_str());
         replicas_in_sync = s.num_replicas_in_sync();
         return with_traffic(train<Net>(s, job), layout->shards());
     }

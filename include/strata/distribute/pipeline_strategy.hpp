@@ -317,6 +317,15 @@ struct PipelineOptions {
     /// when the ranks join: a difference is a ValueError on every rank naming the setting and
     /// who has what.
     collective::Settings settings{};
+    /// Across processes with every stage split over a tensor-parallel group of N processes
+    /// (pipeline × tensor: tensor_parallel_replicas, each shard's pipeline over its
+    /// replica_comm()): each shard sends its neighbour's same shard 1/N of every message, its
+    /// part of the activations or of their gradient, and the receiving stage's shards gather
+    /// the parts among themselves (ShardGroup::gather). Megatron's scatter/gather between
+    /// stages (Narayanan et al. 2021, §4.1): the link between stages carries one copy of each
+    /// message instead of N. Off: every shard sends the whole message. The same on every rank
+    /// (compared when they join); no effect on anything else.
+    bool scatter_gather = true;
 };
 
 namespace detail {
@@ -363,6 +372,10 @@ public:
     /// Whether this process runs stage s of replica r (every stage in one process).
     bool runs(int replica, int stage) const { return !across_processes() || replica * stages_ + stage == rank_; }
     int micro_batches() const { return options_.micro_batches; }
+    /// Across processes, pipeline × tensor with PipelineOptions::scatter_gather: the shards of
+    /// a stage send their neighbour parts of each message and gather what they receive
+    /// (decided when the ranks join, the same on every rank).
+    bool scatter_gather() const { return scatter_gather_; }
     const PipelineOptions& options() const { return options_; }
     /// The logical device of every stage: stage s of replica r is devices()[r · P + s].
     const std::vector<place::LogicalDevice>& devices() const { return devices_; }
@@ -404,6 +417,7 @@ private:
     int cores_ = 1;
     int rank_ = 0;
     bool scoped_ = false;
+    bool scatter_gather_ = false;
 };
 
 /// The placement log of a pipeline (place::log_device_placement): one line per stage (its

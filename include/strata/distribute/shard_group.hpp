@@ -15,6 +15,7 @@
 /// then the group's shard 0 (ReplicaRuntime::is_chief).
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <span>
 #include <string>
@@ -24,6 +25,20 @@
 #include <vector>
 
 namespace strata::distribute {
+
+namespace detail {
+/// Shard j's range [first, first + count) of a dimension of `dim` split `shards` ways: as even as
+/// possible, the first ones one larger. Every tensor-parallel layer splits this way, so a
+/// column-parallel layer's shard j and the row-parallel layer after it hold the same features;
+/// ShardGroup::gather's parts are these too.
+struct ShardPart {
+    std::int64_t first, count;
+};
+constexpr ShardPart shard_part(std::int64_t dim, int shards, int j) {
+    const std::int64_t base = dim / shards, extra = dim % shards;
+    return {j * base + (j < extra ? j : extra), base + (j < extra ? 1 : 0)};
+}
+}  // namespace detail
 
 /// The processes a job's tensor-parallel layers are split over (see the file comment).
 class ShardGroup {
@@ -37,6 +52,13 @@ public:
     /// not arrive within the group's deadline.
     virtual void sum(std::span<float> data, const char* what) = 0;
     virtual void sum(std::span<double> data, const char* what) = 0;
+    /// All-gathers `data` over the group's processes in place: on entry process j holds part j,
+    /// the elements detail::shard_part(data.size(), shards(), j); on return every process holds
+    /// every part, bit for bit as its owner had it (the rest of `data` on entry is ignored). What
+    /// a pipeline stage split over the group does with a message its neighbour sent in parts
+    /// (PipelineOptions::scatter_gather). `what` as for sum.
+    virtual void gather(std::span<float> data, const char* what) = 0;
+    virtual void gather(std::span<double> data, const char* what) = 0;
     /// The group in words ("2 MPI processes").
     [[nodiscard]] virtual std::string describe() const = 0;
     /// How long a sum waits for a process before naming it: what a pipeline stage adds to its

@@ -75,17 +75,6 @@ void each_index(std::int64_t count, F f) {
     if (count > 0) place::for_each_n<P>(count, f);
 }
 
-/// Shard j's range [first, first + count) of a dimension of `dim` split `shards` ways: as even as
-/// possible, the first ones one larger. Every tensor-parallel layer splits this way, so a
-/// column-parallel layer's shard j and the row-parallel layer after it hold the same features.
-struct ShardPart {
-    std::int64_t first, count;
-};
-constexpr ShardPart shard_part(std::int64_t dim, int shards, int j) {
-    const std::int64_t base = dim / shards, extra = dim % shards;
-    return {j * base + (j < extra ? j : extra), base + (j < extra ? 1 : 0)};
-}
-
 /// Where a tensor-parallel layer's shards run: by default one thread per shard, each inside
 /// logical device j when at least `shards` are configured for the place (and more than one
 /// shard), otherwise on the host with its share of the cores. When the job has a

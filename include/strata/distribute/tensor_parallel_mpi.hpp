@@ -65,6 +65,8 @@ public:
     int shards() const override { return group_.size(); }
     void sum(std::span<float> data, const char* what) override { sum_counted(data, what); }
     void sum(std::span<double> data, const char* what) override { sum_counted(data, what); }
+    void gather(std::span<float> data, const char* what) override { gather_counted(data, what); }
+    void gather(std::span<double> data, const char* what) override { gather_counted(data, what); }
     std::string describe() const override { return std::to_string(group_.size()) + " MPI process" + (group_.size() == 1 ? "" : "es"); }
     std::chrono::milliseconds deadline() const override { return group_.timeout(); }
     void agree(const collective::Settings& settings, std::string_view what) override { group_.agree(settings, what); }
@@ -74,8 +76,11 @@ public:
 
     /// What the split layers' sums moved through this process since the group was made: the
     /// sums, and the bytes of the buffers summed (each the whole buffer, as the layers give it).
+    /// Apart: the gathers of messages between pipeline stages split over the group
+    /// (PipelineOptions::scatter_gather), and the bytes of the buffers gathered.
     struct Traffic {
         std::int64_t sums = 0, bytes = 0;
+        std::int64_t gathers = 0, gathered_bytes = 0;
     };
     Traffic traffic() const { return traffic_; }
 
@@ -84,6 +89,22 @@ private:
     void sum_counted(std::span<T> data, const char* what) {
         ++traffic_.sums;
         traffic_.bytes += std::int64_t(data.size_bytes());
+        group_.all_reduce(0, data, collective::ReduceOp::Sum, SyncPoint{what});
+    }
+
+    // The gather as a sum: every element but this process's part is set to −0, and x + (−0) is
+    // x for every x (−0, infinities and NaN included) whatever the order of the sum, so each
+    // part arrives bit for bit. It moves the whole buffer where an all-gather moves its
+    // (N − 1)/N; the group's transports have no all-gather, and the parts cross a stage's own
+    // processes (one host, shared memory, in Megatron's layout) in place of the link between
+    // stages, which carries 1/N of the message.
+    template <class T>
+    void gather_counted(std::span<T> data, const char* what) {
+        const auto [first, count] = detail::shard_part(std::int64_t(data.size()), shards(), shard());
+        for (std::int64_t i = 0; i < std::int64_t(data.size()); ++i)
+            if (i < first || i >= first + count) data[std::size_t(i)] = -T(0);
+        ++traffic_.gathers;
+        traffic_.gathered_bytes += std::int64_t(data.size_bytes());
         group_.all_reduce(0, data, collective::ReduceOp::Sum, SyncPoint{what});
     }
 
@@ -131,10 +152,13 @@ inline std::shared_ptr<TensorParallelProcesses> tensor_parallel_processes(MPI_Co
 ///     .processes = sd::pipeline_processes(layout->replica_comm())});
 /// \endcode
 ///
-/// Every process of a stage holds the stage's whole variables and activations, so shard j's
-/// pipeline sends shard j of the next stage the same activations the other shards send theirs,
-/// and every pipeline computes the same update; the stage's split layers sum over its N
-/// processes in the schedule's order, the same on each. Ranks s·N .. s·N + N − 1 are stage s
+/// Every process of a stage holds the stage's whole variables and activations, and every
+/// pipeline computes the same update; the stage's split layers sum over its N processes in the
+/// schedule's order, the same on each. Between stages shard j's pipeline sends shard j of the
+/// next stage only part j of each message, activations forward and their gradient backward,
+/// and the receiving stage's N processes gather the parts among themselves
+/// (PipelineOptions::scatter_gather, on by default; Megatron's scatter/gather, Narayanan et al.
+/// 2021, §4.1): the link between two stages carries one copy of a message, not N. Ranks s·N .. s·N + N − 1 are stage s
 /// (with the hybrid's R replicas of P stages, replica r's stage s is the group r·P + s).
 class TensorParallelReplicas {
 public:

@@ -43,7 +43,8 @@ STRATA_DECL PipelineRuntime::PipelineRuntime(PipelineOptions options, int stages
                                   {"schedule", schedule_name()},
                                   {"stages", std::to_string(stages_)},
                                   {"replicas", std::to_string(o.replicas)},
-                                  {"micro_batches", std::to_string(o.micro_batches)}};
+                                  {"micro_batches", std::to_string(o.micro_batches)},
+                                  {"scatter_gather", o.scatter_gather ? "on" : "off"}};
         for (const auto& kv : o.settings) mine.push_back(kv);
         o.processes->join(stages_, o.replicas, o.timeout, mine);
         // Compared when joining, among this pipeline's ranks; agreed once more through the
@@ -52,6 +53,23 @@ STRATA_DECL PipelineRuntime::PipelineRuntime(PipelineOptions options, int stages
         // match for the split layers' sums to pair up).
         if (job_shard_group()) o.processes->agree(mine, "the pipeline's settings");
         rank_ = o.processes->rank();
+        if (ShardGroup* g = job_shard_group(); g && g->shards() > 1 && o.scatter_gather) {
+            // A shard sends its part of a message to the same shard of the neighbouring stage,
+            // and gathers the other parts from its own group: so the processes of a group must
+            // run one stage (of one replica), and every rank of this pipeline must be the same
+            // shard. Megatron's layout (tensor_parallel_replicas) is that; another is refused on
+            // every rank rather than gathering the wrong parts.
+            g->agree({{"pipeline stage", "stage " + std::to_string(rank_ % stages_) + " of replica " + std::to_string(rank_ / stages_)}},
+                     "the stage of each process of a tensor-parallel group (pipeline × tensor with scatter_gather: a stage's "
+                     "processes must be one tensor-parallel group, as tensor_parallel_replicas lays them out)");
+            std::vector<double> shard{double(g->shard()), double(g->shard()) * g->shard()};
+            o.processes->sum_all(std::span<double>(shard));
+            STRATA_CHECK(shard[1] * double(o.processes->size()) == shard[0] * shard[0], ValueError, who,
+                         " × tensor with PipelineOptions::scatter_gather: the ranks of a pipeline must hold the same shard of "
+                         "their stages' tensor-parallel groups (each shard's pipeline over tensor_parallel_replicas(",
+                         g->shards(), ").replica_comm()), but this pipeline's ranks hold different shards");
+            scatter_gather_ = true;
+        }
         cores_ = o.cores_per_stage > 0 ? o.cores_per_stage : std::max(1, hardware_threads() / threads);
         for (int t = 0; t < threads; ++t) devices_.push_back(process_device(t));
         pool_ = std::make_unique<ReplicaPool>(1, [this](int) { set_num_threads(cores_); }, /*always_threads=*/true);

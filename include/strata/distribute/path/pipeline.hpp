@@ -78,6 +78,10 @@ struct PipelineStats {
     double wall_seconds = 0;
     double virtual_seconds = 0;
     std::vector<PipelineStageStats> stages;
+    /// Across processes: the messages this process sent its neighbouring stages (activations
+    /// forward, their gradients backward; training and inference), and the bytes of the values
+    /// they carried (heads left out). Under pipeline × tensor with scatter_gather, 1/N of each.
+    std::int64_t messages_sent = 0, message_bytes_sent = 0;
     double idle_fraction(std::size_t s) const { return wall_seconds > 0 ? 1 - stages[s].busy_seconds / wall_seconds : 0; }
     double virtual_idle_fraction(std::size_t s) const {
         return virtual_seconds > 0 ? 1 - stages[s].virtual_busy / virtual_seconds : 0;
@@ -467,6 +471,9 @@ private:
     // over a tensor-parallel group (pipeline × tensor), each of those stages may also wait out
     // the group's deadline in a sum for a shard that left: that is added per stage too.
     double receive_from(int r, int s, int from, std::uint32_t kind, std::int64_t k, const TensorView<T, P>& dst);
+    // The part of a message of `size` values this process sends and receives: its shard's under
+    // pipeline × tensor with scatter_gather (PipelineRuntime::scatter_gather), else the whole.
+    detail::ShardPart message_part(std::int64_t size) const;
 
     PipelineRuntime* strategy_;
     std::vector<std::size_t> bounds_;
@@ -824,13 +831,29 @@ void PipelinePath<P, Net, T>::backward_micro(int r, std::size_t s, std::int64_t 
 }
 
 template <class P, class Net, class T>
+detail::ShardPart PipelinePath<P, Net, T>::message_part(std::int64_t size) const {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        if (strategy_->scatter_gather()) {
+            const ShardGroup* g = job_shard_group();
+            return detail::shard_part(size, g->shards(), g->shard());
+        }
+    }
+    return {0, size};
+}
+
+template <class P, class Net, class T>
 void PipelinePath<P, Net, T>::send_to(int r, int to, std::uint32_t kind, std::int64_t k, double clock, const TensorView<T, P>& values) {
+    // Pipeline × tensor with scatter_gather: only this shard's part (the neighbour's same shard
+    // gathers the rest from its group); otherwise the whole.
+    const auto [first, count] = message_part(values.size());
     std::vector<std::byte>& bytes = send_buffer_;
-    bytes.resize(sizeof(MessageHead) + std::size_t(values.size()) * sizeof(T));
+    bytes.resize(sizeof(MessageHead) + std::size_t(count) * sizeof(T));
     const MessageHead head{k, clock};
     std::memcpy(bytes.data(), &head, sizeof head);
-    copy(values, TensorView<T, place::Host>(reinterpret_cast<T*>(bytes.data() + sizeof head), values.shape()));
+    copy(TensorView<T, P>(values.data() + first, Shape{count}), TensorView<T, place::Host>(reinterpret_cast<T*>(bytes.data() + sizeof head), Shape{count}));
     strategy_->processes().send(strategy_->rank_of(r, to), kind, exchange_, bytes);
+    stats_.messages_sent += 1;
+    stats_.message_bytes_sent += count * std::int64_t(sizeof(T));
 }
 
 template <class P, class Net, class T>
@@ -849,13 +872,21 @@ double PipelinePath<P, Net, T>::receive_from(int r, int s, int from, std::uint32
                                       std::string_view(reinterpret_cast<const char*>(msg.payload.data()), msg.payload.size()));
     MessageHead head{-1, 0};
     if (msg.payload.size() >= sizeof head) std::memcpy(&head, msg.payload.data(), sizeof head);
+    const auto [first, count] = message_part(dst.size());  // (scatter_gather: this shard's part)
     STRATA_CHECK(msg.kind == kind && msg.step == exchange_ && head.micro == k &&
-                     msg.payload.size() == sizeof head + std::size_t(dst.size()) * sizeof(T),
+                     msg.payload.size() == sizeof head + std::size_t(count) * sizeof(T),
                  DistributedError, what, ": ", strategy_->processes().name(strategy_->rank_of(r, from)), " sent another message (kind ",
                  msg.kind, ", run ", msg.step, ", micro-batch ", head.micro, ", ", msg.payload.size(), " bytes; expected kind ", kind,
-                 ", run ", exchange_, ", micro-batch ", k, ", ", sizeof head + std::size_t(dst.size()) * sizeof(T),
+                 ", run ", exchange_, ", micro-batch ", k, ", ", sizeof head + std::size_t(count) * sizeof(T),
                  " bytes): is every process the same program?");
-    copy(TensorView<T, place::Host>(reinterpret_cast<T*>(msg.payload.data() + sizeof head), dst.shape()), dst);
+    copy(TensorView<T, place::Host>(reinterpret_cast<T*>(msg.payload.data() + sizeof head), Shape{count}),
+         TensorView<T, P>(dst.data() + first, Shape{count}));
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        if (count != dst.size())  // the other shards' parts, from the stage's own group
+            job_shard_group()->gather(std::span<T>(dst.data(), std::size_t(dst.size())),
+                                      kind == activations_kind ? "Pipeline: the stage's shards gather the activations (scatter_gather)"
+                                                               : "Pipeline: the stage's shards gather the gradient (scatter_gather)");
+    }
     return head.clock;
 }
 
