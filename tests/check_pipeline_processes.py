@@ -158,8 +158,15 @@ def main():
         got = both(2, ["--strategy", "pipeline", "--stages", "2", "--micro-batches", "4", "--schedule", "1f1b"], "pipeline")
         if got:
             one, many = got["one"][0], got["many"][0]
-            for k in ("test_loss", "test_accuracy", "epoch_loss", "epoch_accuracy", "pipeline"):
+            for k in ("test_loss", "test_accuracy", "epoch_loss", "epoch_accuracy"):
                 check(one[k] == many[k], f"pipeline across 2 processes: {k} {many[k]} against {one[k]} in one process")
+            # The same pipeline; across processes also what rank 0 sent stage 1 (whole messages:
+            # no tensor-parallel shards to part them among), in one process nothing crosses.
+            settings = ("stages", "micro_batches", "schedule")
+            check({k: one["pipeline"][k] for k in settings} == {k: many["pipeline"][k] for k in settings}
+                  and "messages_sent" not in one["pipeline"] and many["pipeline"]["messages_sent"] > 0
+                  and many["pipeline"]["message_bytes_sent"] > 0 and many["pipeline"]["scatter_gather"] is False,
+                  f"pipeline across 2 processes: pipeline {many['pipeline']} against {one['pipeline']} in one process")
             check(got["one"][1] == got["many"][1], "pipeline across 2 processes saved other bytes than in one process")
 
         got = both(4, ["--strategy", "hybrid", "--replicas", "2", "--stages", "2", "--micro-batches", "2"], "hybrid")
