@@ -3,7 +3,7 @@
 namespaces with their own host names, a bridge, every link shaped with tc tbf), and what it
 promises when a link between hosts goes down.
 
-  check_multihost.py --multihost PATH --mnist-cnn PATH
+  check_multihost.py --multihost PATH --mnist-cnn PATH [--strata-train PATH]
 
   * 2 hosts x 1 process at 1gbit train like one device on the same global batches (the test
     loss agrees to 1e-5), and strata sees 2 hosts: --transport shared_memory is refused, naming
@@ -23,6 +23,9 @@ promises when a link between hosts goes down.
     rank ends by itself (--keep-going: multihost ends only mpirun, hung in its abort);
   * a 2-stage pipeline, one stage a host, loses the link: stage 0 names stage 1 (rank 1), and
     every rank ends by itself;
+  * with --strata-train: pipeline x tensor, 2 hosts x 2 (a stage's two shards on one host), the
+    messages between the stages in halves and whole: both end, with the same test loss, and host
+    0 sent half the bytes over its link with the halves;
   * host 1 unreachable at start-up (its link down before mpirun starts): no rank starts;
     multihost names the host at --start-timeout and ends the job; bad flags exit 2;
   * after every run nothing is left: no namespace of the run, no process of it (mpirun, orted,
@@ -239,10 +242,45 @@ def parameter_server_and_pipeline(args, exe, data, base, d):
     print(f"pipeline, host 1 lost: ended in {seconds:.1f} s; rank 0 said: {errors[0] if errors else '(nothing)'}", flush=True)
 
 
+def pipeline_tensor(args, data, d):
+    """Pipeline x tensor with a stage on each host (2 hosts x 2: a stage's two shards share a
+    host, Megatron's layout): the messages between the stages in halves gathered on arrival, or
+    whole. Both end (until 2026-12-02 both hung at the first validation: stage 0's shards sent
+    their last activations and waited in a shared-memory sum, where MPI made no progress on a
+    message too large to go eagerly over TCP, which stage 1 waited for), the same test loss to
+    the bit, and host 0 sent half the bytes over its link with the halves."""
+    got = {}
+    for sg in ("on", "off"):
+        out_json, links_json = os.path.join(d, f"pt_{sg}.json"), os.path.join(d, f"pt_links_{sg}.json")
+        rc, out, err, seconds = multihost(
+            args, f"pipeline x tensor, scatter-gather {sg}",
+            ["--hosts", "2", "--per-host", "2", "--link", "1gbit", "--deadline", str(DEADLINE), "--json", links_json],
+            [args.strata_train, "--model", "vit", "--data", data, "--strategy", "pipeline", "--stages", "2", "--micro-batches", "2",
+             "--tensor-parallel", "2", "--scatter-gather", sg, "--batch-size", "32", "--epochs", "1", "--steps-per-epoch", "2",
+             "--threads", "1", "--verbose", "0", "--timeout-ms", "20000", "--json", out_json], 300)
+        if check(rc == 0 and out.count("test accuracy") == 1,
+                 f"pipeline x tensor across 2 hosts, scatter-gather {sg}: exit {rc} after {seconds:.1f} s: {err[-1500:]!r}"):
+            got[sg] = (strict_json(out_json), strict_json(links_json)["links"][0]["sent_bytes"], seconds)
+    if len(got) == 2:
+        (on, sent_on, s_on), (off, sent_off, s_off) = got["on"], got["off"]
+        check(on["test_loss"] == off["test_loss"] and on["epoch_loss"] == off["epoch_loss"],
+              f"pipeline x tensor across 2 hosts: scatter-gather on and off differ: {on} against {off}")
+        # What host 0's two shards sent stage 1: 2 W whole (W: rank 0's messages), 2 x W/2 in
+        # halves; the rest over the link (set-up, the loss's sums over the stages) is the same in
+        # both, so the link carried W fewer bytes with the halves (TCP and IP headers: +4%).
+        whole = off["pipeline"]["message_bytes_sent"]
+        check(2 * on["pipeline"]["message_bytes_sent"] == whole and abs((sent_off - sent_on) - whole) <= 0.1 * whole,
+              f"pipeline x tensor across 2 hosts: host 0 sent {sent_on} bytes in halves, {sent_off} whole; rank 0's messages "
+              f"{on['pipeline']} against {off['pipeline']}")
+        print(f"pipeline x tensor, 2 hosts x 2: host 0 sent {sent_on / 2**20:.2f} MiB in halves ({s_on:.1f} s), "
+              f"{sent_off / 2**20:.2f} MiB whole ({s_off:.1f} s)", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--multihost", required=True)
     ap.add_argument("--mnist-cnn", required=True)
+    ap.add_argument("--strata-train", help="tools/strata_train, for pipeline x tensor across hosts (with MPI)")
     args = ap.parse_args()
     exe = args.mnist_cnn
     if os.geteuid() != 0:
@@ -394,6 +432,8 @@ def main():
         print(f"host lost, then relaunched: {where[0] if where else '(did not resume)'}; {seconds:.1f} s and {seconds2:.1f} s",
               flush=True)
         parameter_server_and_pipeline(args, exe, data, base, d)
+        if args.strata_train:
+            pipeline_tensor(args, data, d)
 
         # 7. Host 1 unreachable at start-up (its link down before mpirun starts): mpirun starts
         # no rank until every host's daemon has reached it, so nothing trains; multihost names

@@ -407,6 +407,9 @@ private:
     // Publishes arrival number `seq` on `lane` and waits until every rank has published it,
     // at most `timeout` (0: the group's).
     STRATA_MPI_DECL void arrive_and_wait(int lane, std::uint64_t seq, const SyncPoint& at, std::chrono::milliseconds timeout = {});
+    // Lets MPI move what this process has in flight (an MPI_Iprobe): called by the shared-memory
+    // waits, which make no MPI call of their own (see arrive_and_wait).
+    STRATA_MPI_DECL void progress_mpi();
 
     [[noreturn]] STRATA_MPI_DECL void peer_failed(int q, const SyncPoint& at, int lane);
 

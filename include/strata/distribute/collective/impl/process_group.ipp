@@ -792,6 +792,14 @@ STRATA_MPI_DECL void ProcessGroup::arrive_and_wait(int lane, std::uint64_t seq, 
         }
         if (spins < 2048) std::this_thread::yield();
         else std::this_thread::sleep_for(std::chrono::microseconds(deadline.waited() > std::chrono::milliseconds(10) ? 500 : 20));
+        // MPI moves a large message only inside its sender's MPI calls (the TCP transport's
+        // rendezvous; no progress thread), and this wait makes none: a message this process
+        // sent just before (a pipeline stage's activations, through the Mailbox) would wait
+        // for it, and so would its receiver, whom this wait may be waiting for. Found across
+        // emulated hosts: stage 0's shard in the stop request's shared-memory stage, stage 1's
+        // shard waiting for the rest of its activations, its partner for it, stage 0's other
+        // shard for that partner — until the timeout.
+        if (spins >= 2048 || (spins & 63) == 0) progress_mpi();
         const bool expired = deadline.expired();
         const auto waited = deadline.waited();
         if (!warned && options_.stall_warning.count() > 0 && waited > options_.stall_warning) {
@@ -808,6 +816,14 @@ STRATA_MPI_DECL void ProcessGroup::arrive_and_wait(int lane, std::uint64_t seq, 
             throw DistributedError(where(at, lane) + ": " + who);
         }
     }
+}
+
+STRATA_MPI_DECL void ProcessGroup::progress_mpi() {
+    if (mpi::job_failed().load()) return;  // a rank is gone: MPI is left alone
+    std::unique_lock lock(mpi_mutex_, std::defer_lock);
+    if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
 }
 
 STRATA_MPI_DECL void ProcessGroup::peer_failed(int q, const SyncPoint& at, int lane) {
