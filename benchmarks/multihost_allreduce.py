@@ -41,18 +41,18 @@ import argparse
 import json
 import math
 import os
-import platform
 import random
 import re
 import shutil
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from multihost_common import load, machine, run_job  # noqa: E402 - beside this file
 RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$|^none$")
 CROSS = re.compile(r"cross-host stage\s+(\d+) hosts; (\d+) all-reduces, ([\d.]+) MiB from this host, ([\d.]+) s "
                    r"\(([\d.]+) ms each\)")
@@ -103,51 +103,22 @@ def parse_args():
     return a
 
 
-def machine():
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
-
-
-def load():
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
-
-
 def one_run(a, data, link, transport, work):
     out_json = os.path.join(work, "run.json")
     link_json = os.path.join(work, "links.json")
-    for f in (out_json, link_json):
-        if os.path.exists(f):
-            os.remove(f)
     cmd = [a.multihost, "--hosts", str(a.hosts), "--per-host", str(a.per_host), "--link", link, "--deadline", "900",
            "--json", link_json, "--", a.mnist_cnn, "--data", data, "--strategy", "multi_worker_mirrored", "--transport", transport,
            "--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--threads", "1", "--verbose", "0",
            "--json", out_json]
-    env = dict(os.environ)
-    env.update({"OMP_WAIT_POLICY": "passive", "STRATA_QUIET_BLAS": "1"})
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
-    if r.returncode == 77:
-        print(f"skipped: {r.stderr.strip()}")
-        sys.exit(77)
-    if r.returncode != 0 or not os.path.exists(out_json):
-        sys.exit(f"multihost_allreduce: {' '.join(cmd)}: exit {r.returncode}: {r.stderr[-1500:]}")
-    with open(out_json) as f:
-        doc = json.load(f)
+    out, doc, links = run_job("multihost_allreduce", cmd, out_json, link_json)
     row = {"link": link, "transport": transport, "images_per_second": doc["train_images_per_second"],
            "train_seconds": doc["seconds"], "test_loss": doc["test_loss"]}
-    with open(link_json) as f:
-        links = json.load(f)["links"]
-    images = re.search(r"MNIST: (\d+) training", r.stdout)
+    images = re.search(r"MNIST: (\d+) training", out)
     per_epoch = doc.get("steps_per_epoch", -1)
     if per_epoch is None or per_epoch <= 0:
         per_epoch = -(-int(images.group(1)) // a.batch_size) if images else 0
     steps = a.epochs * per_epoch
-    params = re.search(r"Total params: ([\d,]+)", r.stdout)  # the model's summary, printed by rank 0
+    params = re.search(r"Total params: ([\d,]+)", out)  # the model's summary, printed by rank 0
     g = int(params.group(1).replace(",", "")) * 4 if params else 0
     n, h, p = a.hosts * a.per_host, a.hosts, a.per_host
     row.update({"steps": steps, "gradient_bytes": g, "host0_sent_bytes": links[0]["sent_bytes"],
@@ -155,7 +126,7 @@ def one_run(a, data, link, transport, work):
                 "link_bytes_per_step": links[0]["sent_bytes"] / steps if steps else None,
                 "formula_bytes_per_step": ([2 * (h - 1) / h * g] if transport == "hierarchical" or p == 1 else
                                            [2 * (n - 1) / n * g, p * math.log2(h) * g])})
-    m = CROSS.search(r.stdout)
+    m = CROSS.search(out)
     if m:
         steps = int(m.group(2))
         row.update({"cross_host_all_reduces": steps, "cross_host_mib": float(m.group(3)),

@@ -33,15 +33,15 @@ flags. Standard library only.
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from multihost_common import load, machine, run_job  # noqa: E402 - beside this file
 RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$|^none$")
 TOKENS, WIDTH = 49, 64  # strata_train's vit: 7 x 7 patches of 4, width 64 (tools/strata_train_models.hpp)
 
@@ -74,46 +74,17 @@ def parse_args():
     return a
 
 
-def machine():
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()}
-
-
-def load():
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
-
-
 def one_run(a, link, scatter, work):
     out_json = os.path.join(work, "run.json")
     link_json = os.path.join(work, "links.json")
-    for f in (out_json, link_json):
-        if os.path.exists(f):
-            os.remove(f)
     cmd = [a.multihost, "--hosts", "2", "--per-host", str(a.shards), "--link", link, "--deadline", "900", "--json", link_json,
            "--", a.strata_train, "--model", "vit", "--dataset", "fashion_mnist", "--data", a.data, "--strategy", "pipeline",
            "--stages", "2", "--micro-batches", str(a.micro_batches), "--tensor-parallel", str(a.shards),
            "--scatter-gather", scatter, "--epochs", "1", "--steps-per-epoch", str(a.steps), "--batch-size", str(a.batch_size),
            "--threads", "1", "--verbose", "0", "--json", out_json]
-    env = dict(os.environ)
-    env.update({"OMP_WAIT_POLICY": "passive", "STRATA_QUIET_BLAS": "1"})
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
-    if r.returncode == 77:
-        print(f"skipped: {r.stderr.strip()}")
-        sys.exit(77)
-    if r.returncode != 0 or not os.path.exists(out_json):
-        sys.exit(f"pipeline_tensor_multihost: {' '.join(cmd)}: exit {r.returncode}: {r.stdout[-1500:]} {r.stderr[-1500:]}")
-    with open(out_json) as f:
-        doc = json.load(f)
-    with open(link_json) as f:
-        links = json.load(f)["links"]
+    out, doc, links = run_job("pipeline_tensor_multihost", cmd, out_json, link_json)
     pipe = doc.get("pipeline", {})
-    test_images = re.search(r"(\d+) test images", r.stdout)
+    test_images = re.search(r"(\d+) test images", out)
     tests = int(test_images.group(1)) if test_images else 0
     # Per step: the batch's activations once whole per shard, or in N parts; the evaluation of
     # the test set (forward only) adds its activations once per shard (or in parts) over the run.
