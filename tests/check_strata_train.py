@@ -361,6 +361,8 @@ def check_mpirun(exe, mpirun, data):
                      f"mpirun -np 4 strata_train vit --tensor-parallel 2 --strategy pipeline: JSON {piped} against {base}")
     for np_, extra, named in (("2", ["--tensor-parallel", "4"], "needs one process per shard (mpirun -np 4), found 2"),
                               ("2", ["--tensor-parallel", "2", "--strategy", "mirrored", "--replicas", "2"], "not mirrored"),
+                              ("6", ["--tensor-parallel", "2", "--strategy", "pipeline", "--stages", "2"],
+                               "1 replica(s) × 2 stages × 2 shards need 4 processes (mpirun -np 4"),
                               ("2", ["--tensor-parallel", "2", "--strategy", "multi_worker_mirrored", "--replicas", "2"],
                                "one replica per process (--replicas 1)")):
         r = ce.run([mpirun, "-np", np_] + vit + extra, env, timeout=300)

@@ -448,11 +448,14 @@ void check_launcher(const Flags& f) {
             return;
         }
         if (f.strategy == "pipeline" || f.strategy == "hybrid") {  // pipeline x tensor: each stage N processes
-            if (launch.size % f.tensor_parallel != 0)
-                throw cli::usage_error(tp + " --strategy " + f.strategy + " needs stages of " + std::to_string(f.tensor_parallel) +
-                                       " processes each (mpirun -np R·P·" + std::to_string(f.tensor_parallel) + "), found " +
-                                       std::to_string(launch.size) + " (" + launch.describe() + ")");
-            return;  // the Pipeline refuses a job of the wrong size, naming the count it needs
+            const int replicas = f.strategy == "hybrid" ? f.replicas : 1, need = replicas * f.stages * f.tensor_parallel;
+            if (launch.size != need)
+                throw cli::usage_error(tp + " --strategy " + f.strategy + ": " + std::to_string(replicas) + " replica(s) × " +
+                                       std::to_string(f.stages) + " stages × " + std::to_string(f.tensor_parallel) +
+                                       " shards need " + std::to_string(need) + " processes (mpirun -np " + std::to_string(need) +
+                                       "; ranks s·N to s·N + N − 1 run stage s's shards), found " + std::to_string(launch.size) +
+                                       " (" + launch.describe() + ")");
+            return;
         }
         if (f.strategy != "one_device")
             throw cli::usage_error(tp + " across processes (" + launch.describe() +
