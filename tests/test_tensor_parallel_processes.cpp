@@ -252,6 +252,27 @@ TEST_CASE("pipeline x tensor across processes: 2 stages (one block each) of 2 sh
     CHECK(2 * parts.message_bytes_sent == whole.message_bytes_sent);
     CHECK(parts.weights == whole.weights);  // a part arrives bit for bit
     CHECK(dist::job_shard_group() == nullptr);
+    // A message smaller than the shards: a stage boundary of one feature and micro-batches of one
+    // example, so each message is one value, shard 0's part the whole and shard 1's empty; both
+    // shards still gather it.
+    using Tiny = Sequential<Input<6, 12>, Flatten, Dense<1>, Dense<3, Softmax>>;
+    auto train_tiny = [](auto& strategy) {
+        strata::Model<Tiny, std::remove_reference_t<decltype(strategy)>, double> model(strategy, 5);
+        model.compile(strata::loss::SparseCategoricalCrossentropy{}, strata::optim::SGD{.learning_rate = 0.1});
+        model.fit(tokens(8, 3).batch(4), {.epochs = 2, .verbose = 0});
+        return model.get_weights();
+    };
+    dist::OneDevice<> one;
+    const std::vector<double> tiny_ref = train_tiny(one);
+    {
+        auto layout = dist::tensor_parallel_replicas(2, {.timeout = std::chrono::seconds(30)});
+        using S = dist::Pipeline<strata::place::Host, dist::OneFOneB, dist::split::At<2>>;
+        S s({.micro_batches = 4, .replicas = R, .timeout = std::chrono::seconds(30),
+             .processes = dist::pipeline_processes(layout->replica_comm())});
+        REQUIRE(s.scatter_gather());
+        CHECK(strata_test::max_relative_difference(train_tiny(s), tiny_ref) <= 1e-12);
+        CHECK(layout->shards().traffic().gathers > 0);
+    }
 }
 
 TEST_CASE("across processes, pipeline x tensor and data x tensor: shards whose pipelines or replicas were started with other "

@@ -882,7 +882,8 @@ double PipelinePath<P, Net, T>::receive_from(int r, int s, int from, std::uint32
     copy(TensorView<T, place::Host>(reinterpret_cast<T*>(msg.payload.data() + sizeof head), Shape{count}),
          TensorView<T, P>(dst.data() + first, Shape{count}));
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-        if (count != dst.size())  // the other shards' parts, from the stage's own group
+        if (strategy_->scatter_gather())  // the other shards' parts, from the stage's own group (every shard
+                                          // gathers, also one whose part is the whole or empty)
             job_shard_group()->gather(std::span<T>(dst.data(), std::size_t(dst.size())),
                                       kind == activations_kind ? "Pipeline: the stage's shards gather the activations (scatter_gather)"
                                                                : "Pipeline: the stage's shards gather the gradient (scatter_gather)");
