@@ -368,6 +368,14 @@ def check_mpirun(exe, mpirun, data):
         r = ce.run([mpirun, "-np", np_] + vit + extra, env, timeout=300)
         ce.check(r.returncode != 0 and named in r.stderr,
                  f"mpirun -np {np_} strata_train vit {' '.join(extra)}: exit {r.returncode}, {r.stderr[-600:]!r}")
+    # Pipeline x tensor with the messages in parts on ranks 0-1 and whole on ranks 2-3: each
+    # shard's pipeline would send parts where whole messages are expected; refused on every rank.
+    pt = vit + ["--tensor-parallel", "2", "--strategy", "pipeline", "--stages", "2"]
+    r = ce.run([mpirun, "-np", "2"] + pt + ["--scatter-gather", "on", ":", "-np", "2"] + pt + ["--scatter-gather", "off"], env,
+               timeout=300)
+    ce.check(r.returncode != 0 and "scatter_gather: rank 0 has on, rank 2 has off" in r.stderr
+             and "scatter_gather: rank 1 has on, rank 3 has off" in r.stderr,
+             f"mpirun strata_train vit pipeline x tensor, --scatter-gather on and off: exit {r.returncode}, {r.stderr[-600:]!r}")
     # Ranks started with another split: named on every rank when they join.
     mw = ["--strategy", "multi_worker_mirrored", "--replicas", "1"]
     r = ce.run([mpirun, "-np", "1"] + vit + mw + ["--tensor-parallel", "2", ":", "-np", "1"] + vit + mw, env, timeout=300)
