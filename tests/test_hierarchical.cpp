@@ -4,6 +4,7 @@
 // 2 hosts of 2 ranks, {0, 1} and {2, 3}, on this one machine.
 #include <doctest/doctest.h>
 
+#include "all_gather_check.hpp"
 #include "test_util.hpp"
 
 #include <algorithm>
@@ -194,6 +195,13 @@ TEST_CASE("hierarchical all-reduce, broadcast and barrier: exact sums, the same 
         CHECK(st.calls == 0);
         CHECK(st.bytes == 0);
     }
+}
+
+TEST_CASE("hierarchical all-gather: every part bit for bit (a sum of -0-padded parts), on both lanes") {
+    REQUIRE(two_by_two());
+    coll::ProcessGroup pg(MPI_COMM_WORLD, 2, {.transport = coll::Transport::Hierarchical, .chunk_bytes = 1024});
+    strata_test::check_all_gather(pg, 0);
+    strata_test::check_all_gather(pg, 1);
 }
 
 TEST_CASE("MultiWorkerMirrored over 2 fake hosts x 2 processes equals one device (and the flat transports)") {

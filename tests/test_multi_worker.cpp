@@ -4,6 +4,7 @@
 // that is late or fails must be named on the others, never hang them.
 #include <doctest/doctest.h>
 
+#include "all_gather_check.hpp"
 #include "padded_sequences.hpp"
 #include "test_util.hpp"
 
@@ -477,6 +478,50 @@ TEST_CASE("ProcessGroup all-reduce, broadcast and barrier over both transports")
         CHECK(c[0] == float(2 * n));
         pg.barrier(0);
     }
+}
+
+TEST_CASE("ProcessGroup all-gather over both transports: every part bit for bit, even, uneven and empty parts, many chunks") {
+    for (auto t : {coll::Transport::SharedMemory, coll::Transport::Mpi}) {
+        CAPTURE(coll::to_string(t));
+        coll::ProcessGroup pg(MPI_COMM_WORLD, 2, {.transport = t, .chunk_bytes = 1024});
+        strata_test::check_all_gather(pg, 0);
+        strata_test::check_all_gather(pg, 1);
+        // Interleaved with the other collectives on one lane (they share its staging buffers).
+        std::vector<double> v(3000, 1.0);
+        pg.all_reduce(0, std::span<double>(v));
+        strata_test::check_all_gather(pg, 0);
+        pg.all_reduce(0, std::span<double>(v));
+        CHECK(v[2999] == double(world_size()) * double(world_size()));
+        // One part size per rank, summing to the buffer: refused on the rank that passes others.
+        std::vector<float> f(10, 0.0f);
+        const std::vector<std::int64_t> one{10};
+        CHECK(strata_test::has(strata_test::error_of<strata::ValueError>([&] {
+                                   pg.all_gather(0, std::span<float>(f), std::span<const std::int64_t>(one));
+                               }),
+                               "1 part sizes for " + std::to_string(world_size()) + " ranks"));
+        std::vector<std::int64_t> eleven(std::size_t(world_size()), 0);
+        eleven[0] = 11;
+        CHECK(strata_test::has(strata_test::error_of<strata::ShapeError>([&] {
+                                   pg.all_gather(0, std::span<float>(f), std::span<const std::int64_t>(eleven));
+                               }),
+                               "the parts hold 11 elements, the buffer 10"));
+    }
+}
+
+TEST_CASE("ProcessGroup all-gather: ranks that split the buffer into other parts all get a ShapeError; the group goes on") {
+    coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.transport = coll::Transport::SharedMemory});
+    const int n = world_size();
+    std::vector<std::int64_t> counts(std::size_t(n), 4);
+    if (world_rank() == 1) {  // the same 4n elements, split otherwise
+        counts[0] = 3;
+        counts[1] = 5;
+    }
+    std::vector<float> v(std::size_t(4 * n), 1.0f);
+    const auto msg = strata_test::error_of<strata::ShapeError>([&] {
+        pg.all_gather(0, std::span<float>(v), std::span<const std::int64_t>(counts));
+    });
+    CHECK(strata_test::has(msg, "rank 1 splits the " + std::to_string(4 * n) + " elements into other parts than rank 0"));
+    strata_test::check_all_gather(pg, 0);
 }
 
 TEST_CASE("the MPI transport's ring all-reduce: each element summed once in ring order, the same bits on every rank") {

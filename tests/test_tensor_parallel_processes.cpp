@@ -45,21 +45,23 @@ using strata_test::tp::Transformer;
 using strata_test::tp::Unsplit;
 using strata_test::tp::Split;
 
-// The values the split layers' sums move per training step of `batch` examples, Megatron's
-// count: per encoder block one sum of [batch·S, F] forward (attention's output; the MLP's
-// row-parallel output), and backward one of [batch·S, F] (the input gradient) plus the gathered
-// gradients of the split variables: the attention's query, key and value kernels and biases and
-// its output kernel; the MLP's two kernels and its first layer's bias. The paired MLP's hidden
-// columns never cross.
+// What the split layers hand their group per step of `batch` examples, Megatron's count plus the
+// gathered variable gradients. Summed: per encoder block one [batch·S, F] forward (attention's
+// output; the MLP's row-parallel output) and, training, one backward (the input gradients of
+// each). Gathered, training: the split variables' gradients, three gathers per block (the
+// attention's query, key and value kernels and biases and its output kernel; the MLP's first
+// kernel and bias; its second kernel). The paired MLP's hidden columns never cross.
+constexpr std::int64_t blocks = 2;
+std::int64_t summed_per_step(std::int64_t batch, bool training) {
+    constexpr std::int64_t S = 6, F = 12;
+    return blocks * (batch * S * F) * (training ? 4 : 2);
+}
 template <bool Bias>
-std::int64_t values_per_step(std::int64_t batch, bool training) {
-    constexpr std::int64_t S = 6, F = 12, H = 4, Dk = 3, Dv = 2, Hidden = 22, blocks = 2;
-    const std::int64_t rows = batch * S;
+std::int64_t gathered_per_step() {
+    constexpr std::int64_t F = 12, H = 4, Dk = 3, Dv = 2, Hidden = 22;
     const std::int64_t attention = 2 * F * H * Dk + F * H * Dv + H * Dv * F + (Bias ? 2 * H * Dk + H * Dv : 0);
     const std::int64_t mlp = F * Hidden + Hidden + Hidden * F;
-    const std::int64_t forward = blocks * (rows * F) * 2;
-    const std::int64_t backward = blocks * (rows * F + attention) + blocks * (rows * F + mlp);
-    return training ? forward + backward : forward;
+    return blocks * (attention + mlp);
 }
 
 struct Run {
@@ -122,11 +124,13 @@ void check_across() {
         group->group().broadcast(0, std::span<double>(first), 0);
         CHECK(first == got.weights);
         // What crossed: 8 steps of 10 examples, then 3 evaluation batches of 8, against the
-        // formula (the paired MLP, 14 sums a step, 4 a batch of inference).
+        // formula (the paired MLP: 8 sums and 6 gathers a step, 4 sums a batch of inference).
         if constexpr (std::is_same_v<Net, Split<N, O>>) {
             const auto t = group->traffic();
-            CHECK(t.sums == 8 * 14 + 3 * 4);
-            CHECK(t.bytes == std::int64_t(sizeof(double)) * (8 * values_per_step<O.use_bias>(10, true) + 3 * values_per_step<O.use_bias>(8, false)));
+            CHECK(t.sums == 8 * 8 + 3 * 4);
+            CHECK(t.bytes == std::int64_t(sizeof(double)) * (8 * summed_per_step(10, true) + 3 * summed_per_step(8, false)));
+            CHECK(t.gathers == 8 * 3 * blocks);
+            CHECK(t.gathered_bytes == std::int64_t(sizeof(double)) * 8 * gathered_per_step<O.use_bias>());
         }
     }
     MPI_Comm_free(&comm);
@@ -158,9 +162,11 @@ TEST_CASE("data x tensor across processes: 2 replicas (MultiWorkerMirrored) of 2
         const Run got = train<Split<2>>(s);
         check_equal(got, ref);
         CHECK(got.chief == (world_rank() == 0));
-        // Each process's shard summed over its replica's batch share: half the single-replica count.
+        // Each process's shard summed over its replica's batch share: the same calls as one
+        // replica, on half the rows.
         const auto t = layout->shards().traffic();
-        CHECK(t.sums == 8 * 14 + 3 * 4);
+        CHECK(t.sums == 8 * 8 + 3 * 4);
+        CHECK(t.gathers == 8 * 3 * blocks);
     }
     CHECK(dist::job_shard_group() == nullptr);
 }
@@ -224,6 +230,7 @@ TEST_CASE("pipeline x tensor across processes: 2 stages (one block each) of 2 sh
     // which that stage's pair gathers (scatter_gather, the default), or the whole (off): the
     // same training either way, half the bytes.
     Run whole, parts;
+    dist::TensorParallelProcesses::Traffic traffic[2];
     for (const bool scatter : {false, true}) {
         CAPTURE(scatter);
         auto layout = dist::tensor_parallel_replicas(2, {.timeout = std::chrono::seconds(30)});
@@ -242,12 +249,19 @@ TEST_CASE("pipeline x tensor across processes: 2 stages (one block each) of 2 sh
         sums[std::size_t(world_rank())] = t.sums;
         MPI_Allreduce(MPI_IN_PLACE, sums.data(), int(sums.size()), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
         for (const auto v : sums) CHECK(v == t.sums);
-        // Every message received was gathered once, whole (twice the half that crossed).
+        // The stage's block gathers its split variables' gradients after each micro-batch's
+        // backward: 3 gathers, 4 micro-batches, 8 steps.
         CHECK(got.messages_sent > 0);
-        CHECK(job_sum(t.gathers) == (scatter ? job_sum(got.messages_sent) : 0));
-        CHECK(job_sum(t.gathered_bytes) == (scatter ? 2 * job_sum(got.message_bytes_sent) : 0));
+        CHECK(t.gathers >= 8 * 4 * 3);
         (scatter ? parts : whole) = got;
+        traffic[scatter ? 1 : 0] = t;
     }
+    // On top of those, every message received was gathered once, whole (twice the half that
+    // crossed).
+    CHECK(traffic[0].gathers == 8 * 4 * 3);
+    CHECK(traffic[1].sums == traffic[0].sums);
+    CHECK(job_sum(traffic[1].gathers - traffic[0].gathers) == job_sum(parts.messages_sent));
+    CHECK(job_sum(traffic[1].gathered_bytes - traffic[0].gathered_bytes) == 2 * job_sum(parts.message_bytes_sent));
     CHECK(parts.messages_sent == whole.messages_sent);
     CHECK(2 * parts.message_bytes_sent == whole.message_bytes_sent);
     CHECK(parts.weights == whole.weights);  // a part arrives bit for bit

@@ -53,12 +53,22 @@ public:
     virtual void sum(std::span<float> data, const char* what) = 0;
     virtual void sum(std::span<double> data, const char* what) = 0;
     /// All-gathers `data` over the group's processes in place: on entry process j holds part j,
-    /// the elements detail::shard_part(data.size(), shards(), j); on return every process holds
-    /// every part, bit for bit as its owner had it (the rest of `data` on entry is ignored). What
-    /// a pipeline stage split over the group does with a message its neighbour sent in parts
-    /// (PipelineOptions::scatter_gather). `what` as for sum.
-    virtual void gather(std::span<float> data, const char* what) = 0;
-    virtual void gather(std::span<double> data, const char* what) = 0;
+    /// the counts[j] elements after parts 0 .. j − 1; on return every process holds every part,
+    /// bit for bit as its owner had it (the rest of `data` on entry is ignored). Each process
+    /// receives the others' parts, (N − 1)/N of the buffer for even parts, where a sum of the
+    /// zero-padded parts would move twice that. `counts`: one per process, the same on every
+    /// process, summing to data.size(). `what` as for sum.
+    virtual void gather(std::span<float> data, std::span<const std::int64_t> counts, const char* what) = 0;
+    virtual void gather(std::span<double> data, std::span<const std::int64_t> counts, const char* what) = 0;
+    /// gather() with part j the elements detail::shard_part(data.size(), shards(), j): what a
+    /// pipeline stage split over the group does with a message its neighbour sent in parts
+    /// (PipelineOptions::scatter_gather).
+    template <class T>
+    void gather(std::span<T> data, const char* what) {
+        auto counts = std::vector<std::int64_t>(std::size_t(shards()));
+        for (int j = 0; j < shards(); ++j) counts[std::size_t(j)] = detail::shard_part(std::int64_t(data.size()), shards(), j).count;
+        gather(data, std::span<const std::int64_t>(counts), what);
+    }
     /// The group in words ("2 MPI processes").
     [[nodiscard]] virtual std::string describe() const = 0;
     /// How long a sum waits for a process before naming it: what a pipeline stage adds to its

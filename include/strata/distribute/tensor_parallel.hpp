@@ -23,6 +23,7 @@
 /// using Net = Sequential<Input<784>, distribute::TensorParallelDense<4096, ReLU, 4>, Dense<10, Softmax>>;
 /// \endcode
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -75,6 +76,13 @@ void each_index(std::int64_t count, F f) {
     if (count > 0) place::for_each_n<P>(count, f);
 }
 
+/// A block of a row-major matrix in a flat buffer: `rows` rows of `cols` values from column
+/// `first`, the matrix `stride` values wide and starting at `offset`. (The part of a split
+/// variable or activation a shard computes: ShardPool::gather.)
+struct SplitBlock {
+    std::int64_t offset, rows, stride, first, cols;
+};
+
 /// Where a tensor-parallel layer's shards run: by default one thread per shard, each inside
 /// logical device j when at least `shards` are configured for the place (and more than one
 /// shard), otherwise on the host with its share of the cores. When the job has a
@@ -115,6 +123,43 @@ public:
                                                    "model computes in another type");
         }
     }
+    /// Across processes: all-gathers the shards' blocks of `base` in place. blocks(j, f) calls
+    /// f(SplitBlock) for each block of shard j, in one fixed order; on entry this process holds
+    /// its own shard's blocks, on return every shard's, bit for bit (what is outside them is not
+    /// touched). The blocks are packed shard by shard into one buffer, all-gathered
+    /// (ShardGroup::gather: each process receives the others' parts only), and unpacked.
+    template <class T, class Blocks>
+    void gather(T* base, Blocks blocks, const char* what) {
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+            const int me = group_->shard();
+            counts_.assign(std::size_t(shards_), 0);
+            for (int j = 0; j < shards_; ++j) blocks(j, [&](const SplitBlock& b) { counts_[std::size_t(j)] += b.rows * b.cols; });
+            std::int64_t total = 0, mine = 0;
+            for (int j = 0; j < shards_; ++j) {
+                if (j == me) mine = total;
+                total += counts_[std::size_t(j)];
+            }
+            std::vector<T>& packed = packed_buffer<T>();
+            packed.resize(std::size_t(total));
+            // Walks shard j's blocks row by row, with the packed position of each row.
+            auto each_row = [&](int j, std::int64_t at, auto&& row) {
+                blocks(j, [&](const SplitBlock& b) {
+                    for (std::int64_t r = 0; r < b.rows; ++r, at += b.cols) row(b.offset + r * b.stride + b.first, at, b.cols);
+                });
+            };
+            each_row(me, mine, [&](std::int64_t src, std::int64_t at, std::int64_t n) { std::copy_n(base + src, n, packed.data() + at); });
+            group_->gather(std::span<T>(packed), std::span<const std::int64_t>(counts_), what);
+            std::int64_t at = 0;
+            for (int j = 0; j < shards_; ++j) {
+                if (j != me)
+                    each_row(j, at, [&](std::int64_t dst, std::int64_t from, std::int64_t n) { std::copy_n(packed.data() + from, n, base + dst); });
+                at += counts_[std::size_t(j)];
+            }
+        } else {
+            throw ValueError(std::string(layer_) + ": tensor parallelism across processes gathers float or double values; this "
+                                                   "model computes in another type");
+        }
+    }
     /// The logical devices the shards run on (names), once the pool has run; across processes,
     /// this process's shard ("process 1 of 2").
     const std::vector<std::string>& devices() const { return devices_; }
@@ -152,10 +197,19 @@ private:
         started_ = true;
     }
 
+    template <class T>
+    std::vector<T>& packed_buffer() {
+        if constexpr (std::is_same_v<T, float>) return packed_f_;
+        else return packed_d_;
+    }
+
     int shards_;
     const char* layer_;
     bool started_ = false;
     ShardGroup* group_ = nullptr;
+    std::vector<std::int64_t> counts_;  // gather: the values of each shard's blocks
+    std::vector<float> packed_f_;       // gather: the blocks, packed shard by shard
+    std::vector<double> packed_d_;
     std::shared_ptr<ReplicaPool> pool_;
     std::vector<std::string> devices_;
 };
@@ -294,7 +348,7 @@ public:
                 gemm(Trans::No, Trans::No, T(1), TensorView<T, P>(x.data(), Shape{n, inputs}), s.w.view(), T(0), s.y.view());
                 // Paired across processes, this shard's columns only are biased and activated.
                 if (split_here()) nn::detail::dense_bias_activation<Act>(s.y.view(), params + kernel_size + first, count, mode, pre_);
-                if (pool_.across()) fill(ym, T(0));  // the other processes' columns: zero (summed in, unless paired)
+                if (split_here()) fill(ym, T(0));  // paired: the other processes' columns, zero (not read)
                 each_index<P>(n * count, ScatterColumns<T>{s.y.data(), y.data(), Units, first, count});  // all-gather
             } else {
                 // X_j: the input's features [first, first + count); W_j: kernel rows, contiguous.
@@ -308,7 +362,9 @@ public:
         });
         if constexpr (by_columns) {
             if (split_here()) return;  // biased and activated above
-            if (pool_.across()) pool_.sum(ym.data(), ym.size(), "tensor-parallel dense forward (all-gather)");
+            if (pool_.across())
+                pool_.gather(y.data(), [&](int j, auto&& f) { f(SplitBlock{0, n, Units, part(j).first, part(j).count}); },
+                             "tensor-parallel dense forward (all-gather)");
         } else {  // reduce
             sum_over_shards(pool_, Shards, [&](int j) { return shards_[std::size_t(j)].y.view(); }, ym, "tensor-parallel dense forward (reduce)");
         }
@@ -324,15 +380,11 @@ public:
             nn::detail::dense_activation_backward<Act>(TensorView<T, P>(y.data(), Shape{n, Units}), dym, grads + kernel_size, Units, mode,
                                                        pre_, name);
         const bool want_dx = !dx.empty();
-        // Across processes each shard's part of the kernel's gradient, and of a paired column
-        // layer's bias gradient, is gathered below.
-        const TensorView<T, P> split_grads(grads, Shape{kernel_size + (paired_ ? Units : 0)});
+        // Across processes each shard writes its part of the kernel's gradient, and of a paired
+        // column layer's bias gradient; the others' are gathered below.
         run([&](int j) {
             Shard& s = shards_[std::size_t(j)];
             const auto [first, count] = part(j);
-            // Across processes each writes its shard of the kernel's gradient (and, paired, of the
-            // bias's) into zeros; the sum over the processes below then gathers the others'.
-            if (pool_.across()) fill(split_grads, T(0));
             if constexpr (by_columns) {
                 s.dy.resize(Shape{n, count});
                 each_index<P>(n * count, GatherColumns<T>{dy.data(), s.dy.data(), Units, first, count});
@@ -348,7 +400,7 @@ public:
             } else {
                 gemm(Trans::Yes, Trans::No, T(1), s.x.view(), dym, T(0), TensorView<T, P>(grads + first * Units, Shape{count, Units}));
                 if (want_dx) {  // the input gradient's features [first, first + count): all-gathered
-                    if (pool_.across()) fill(TensorView<T, P>(dx.data(), Shape{n, inputs}), T(0));
+                    if (split_input_ && pool_.across()) fill(TensorView<T, P>(dx.data(), Shape{n, inputs}), T(0));  // (not read)
                     s.dx.resize(Shape{n, count});
                     gemm(Trans::No, Trans::Yes, T(1), dym, TensorView<T, P>(const_cast<T*>(params) + first * Units, Shape{count, Units}),
                          T(0), s.dx.view());
@@ -364,9 +416,11 @@ public:
                                 "tensor-parallel dense backward (input gradient, reduce)");
         } else {
             if (want_dx && pool_.across() && !split_input_)
-                pool_.sum(dxm.data(), dxm.size(), "tensor-parallel dense backward (input gradient, all-gather)");
+                pool_.gather(dx.data(), [&](int j, auto&& f) { f(SplitBlock{0, n, inputs, part(j).first, part(j).count}); },
+                             "tensor-parallel dense backward (input gradient, all-gather)");
         }
-        if (pool_.across()) pool_.sum(split_grads.data(), split_grads.size(), "tensor-parallel dense backward (gradients, all-gather)");
+        if (pool_.across())
+            pool_.gather(grads, [&](int j, auto&& f) { split_grad_blocks(j, f); }, "tensor-parallel dense backward (gradients, all-gather)");
     }
 
     /// The logical devices the shards run on (names), once the layer has run.
@@ -377,6 +431,18 @@ private:
         Tensor<T, P> w, x, y, dy, dw, dx;
     };
     static ShardPart part(int j) { return shard_part(by_columns ? Units : inputs, Shards, j); }
+    // Shard j's part of the variables' gradient (across processes): its kernel columns, and a
+    // paired column layer's bias slice; or its kernel rows.
+    template <class Emit>
+    void split_grad_blocks(int j, Emit&& f) const {
+        const auto [first, count] = part(j);
+        if constexpr (by_columns) {
+            f(SplitBlock{0, inputs, Units, first, count});
+            if (paired_) f(SplitBlock{kernel_size, 1, Units, first, count});
+        } else {
+            f(SplitBlock{first * Units, 1, count * Units, 0, count * Units});
+        }
+    }
     template <class F>
     void run(F&& f) {
         pool_.run(f);

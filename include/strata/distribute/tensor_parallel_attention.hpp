@@ -142,10 +142,8 @@ public:
         if (bias) sum(dym, 0, TensorView<T, P>(grads + Plain::o_bias, Shape{F}));
         const bool want_dx = !dx.empty();
         // Every variable before the output bias is split by heads: across processes each writes
-        // its heads' part into zeros, and the sum over the processes below gathers the others'.
-        const TensorView<T, P> split_grads(grads, Shape{Plain::o_bias});
+        // its heads' part, and the others' are gathered below.
         run([&](int j) {
-            if (pool_.across()) fill(split_grads, T(0));
             Shard& s = shards_[std::size_t(j)];
             const auto [h0, hc] = part(j);
             const std::int64_t nh = n * hc;
@@ -174,7 +172,8 @@ public:
         if (want_dx)  // the sum over shards of their heads' input gradients
             sum_over_shards(pool_, Shards, [&](int j) { return shards_[std::size_t(j)].dx.view(); }, TensorView<T, P>(dx.data(), Shape{rows, F}),
                             "tensor-parallel attention backward (input gradient)");
-        if (pool_.across()) pool_.sum(split_grads.data(), split_grads.size(), "tensor-parallel attention backward (gradients, all-gather)");
+        if (pool_.across())
+            pool_.gather(grads, [&](int j, auto&& f) { split_grad_blocks(j, f); }, "tensor-parallel attention backward (gradients, all-gather)");
     }
 
     /// The logical devices the shards run on (names), once the layer has run.
@@ -208,6 +207,19 @@ private:
         }
     };
     static ShardPart part(int j) { return shard_part(H, Shards, j); }
+    // Shard j's part of the variables' gradient (across processes): the query, key and value
+    // kernels' columns of its heads and their biases' slices, and the output kernel's rows.
+    template <class Emit>
+    static void split_grad_blocks(int j, Emit&& f) {
+        const auto [h0, hc] = part(j);
+        f(SplitBlock{Plain::q_kernel, F, H * Dk, h0 * Dk, hc * Dk});
+        if (bias) f(SplitBlock{Plain::q_bias, 1, H * Dk, h0 * Dk, hc * Dk});
+        f(SplitBlock{Plain::k_kernel, F, H * Dk, h0 * Dk, hc * Dk});
+        if (bias) f(SplitBlock{Plain::k_bias, 1, H * Dk, h0 * Dk, hc * Dk});
+        f(SplitBlock{Plain::v_kernel, F, H * Dv, h0 * Dv, hc * Dv});
+        if (bias) f(SplitBlock{Plain::v_bias, 1, H * Dv, h0 * Dv, hc * Dv});
+        f(SplitBlock{Plain::o_kernel + h0 * Dv * F, 1, hc * Dv * F, 0, hc * Dv * F});
+    }
     static constexpr double scale() { return 1.0 / std::sqrt(double(Dk)); }
     const T* weights(const Shard& s) const { return dropped_ ? s.ad.data() : s.a.data(); }
 

@@ -26,10 +26,11 @@
 ///
 /// Every process keeps the whole model's variables, as on threads (the checkpoints, get_weights
 /// and the optimizer's slots are OneDevice's, and every process holds the same values): so a
-/// split layer's variable gradients are gathered after its backward (a sum of zero-padded
-/// parts), which Megatron, whose ranks keep only their shard, does not need; and a column-
-/// parallel layer's output is gathered, where Megatron's MLP hands the hidden columns to the
-/// row-parallel layer as they are. docs/transformer.md counts the bytes.
+/// split layer's variable gradients are gathered after its backward (an all-gather of each
+/// process's part, packed: ShardGroup::gather), which Megatron, whose ranks keep only their
+/// shard, does not need. A column-parallel layer followed by its row-parallel pair hands it the
+/// hidden columns as they are, as Megatron's MLP does; unpaired, its output is gathered.
+/// docs/model_parallel.md counts the bytes.
 ///
 /// The group is a collective::ProcessGroup on one lane: its sums have its deadline and name a
 /// process that does not arrive; the ranks exchange their settings when it is made (a rank
@@ -65,8 +66,13 @@ public:
     int shards() const override { return group_.size(); }
     void sum(std::span<float> data, const char* what) override { sum_counted(data, what); }
     void sum(std::span<double> data, const char* what) override { sum_counted(data, what); }
-    void gather(std::span<float> data, const char* what) override { gather_counted(data, what); }
-    void gather(std::span<double> data, const char* what) override { gather_counted(data, what); }
+    void gather(std::span<float> data, std::span<const std::int64_t> counts, const char* what) override {
+        gather_counted(data, counts, what);
+    }
+    void gather(std::span<double> data, std::span<const std::int64_t> counts, const char* what) override {
+        gather_counted(data, counts, what);
+    }
+    using ShardGroup::gather;
     std::string describe() const override { return std::to_string(group_.size()) + " MPI process" + (group_.size() == 1 ? "" : "es"); }
     std::chrono::milliseconds deadline() const override { return group_.timeout(); }
     void agree(const collective::Settings& settings, std::string_view what) override { group_.agree(settings, what); }
@@ -74,10 +80,14 @@ public:
     /// The group's communicator, for a program's own sums.
     collective::ProcessGroup& group() { return group_; }
 
-    /// What the split layers' sums moved through this process since the group was made: the
-    /// sums, and the bytes of the buffers summed (each the whole buffer, as the layers give it).
-    /// Apart: the gathers of messages between pipeline stages split over the group
-    /// (PipelineOptions::scatter_gather), and the bytes of the buffers gathered.
+    /// What the split layers and the pipeline's messages handed to this process's group since it
+    /// was made: the sums (all-reduces) and the bytes of the buffers summed, and the gathers
+    /// (all-gathers) and the bytes of the buffers gathered, each the whole buffer as handed
+    /// over. The split layers sum their partial outputs and input gradients and gather their
+    /// split variables' gradients (and, unpaired, a column layer's output or a row layer's input
+    /// gradient); a pipeline stage split over the group gathers each message its neighbour sent
+    /// in parts (PipelineOptions::scatter_gather). Into each process a sum moves about
+    /// 2 (N − 1)/N of its buffer and a gather (N − 1)/N (ProcessGroup::all_gather).
     struct Traffic {
         std::int64_t sums = 0, bytes = 0;
         std::int64_t gathers = 0, gathered_bytes = 0;
@@ -92,20 +102,11 @@ private:
         group_.all_reduce(0, data, collective::ReduceOp::Sum, SyncPoint{what});
     }
 
-    // The gather as a sum: every element but this process's part is set to −0, and x + (−0) is
-    // x for every x (−0, infinities and NaN included) whatever the order of the sum, so each
-    // part arrives bit for bit. It moves the whole buffer where an all-gather moves its
-    // (N − 1)/N; the group's transports have no all-gather, and the parts cross a stage's own
-    // processes (one host, shared memory, in Megatron's layout) in place of the link between
-    // stages, which carries 1/N of the message.
     template <class T>
-    void gather_counted(std::span<T> data, const char* what) {
-        const auto [first, count] = detail::shard_part(std::int64_t(data.size()), shards(), shard());
-        for (std::int64_t i = 0; i < std::int64_t(data.size()); ++i)
-            if (i < first || i >= first + count) data[std::size_t(i)] = -T(0);
+    void gather_counted(std::span<T> data, std::span<const std::int64_t> counts, const char* what) {
         ++traffic_.gathers;
         traffic_.gathered_bytes += std::int64_t(data.size_bytes());
-        group_.all_reduce(0, data, collective::ReduceOp::Sum, SyncPoint{what});
+        group_.all_gather(0, data, counts, SyncPoint{what});
     }
 
     Traffic traffic_;

@@ -1,7 +1,7 @@
 #pragma once
 /// \file strata/distribute/collective/process_group.hpp
-/// Collectives among the processes of an MPI job (one rank per process): all-reduce, broadcast
-/// and barrier, where every wait has a deadline and a rank that does not arrive is named. It is
+/// Collectives among the processes of an MPI job (one rank per process): all-reduce, all-gather,
+/// broadcast and barrier, where every wait has a deadline and a rank that does not arrive is named. It is
 /// the cross-process stage of MultiWorkerMirrored's hierarchical all-reduce (see
 /// strata/distribute/multi_worker_mirrored.hpp) and needs <mpi.h> (OpenMPI or MPICH, MPI-3).
 ///
@@ -15,7 +15,7 @@
 ///   the deadline, an all-reduce of at least ProcessGroupOptions::ring_min_bytes is strata's
 ///   own ring (reduce-scatter then all-gather, point to point between neighbours: each rank
 ///   sends and receives 2 (P - 1) / P of the buffer, both ways at once, each element summed
-///   once), smaller ones MPI_Iallreduce; broadcasts MPI_Ibcast. Before each collective the
+///   once), smaller ones MPI_Iallreduce; all-gathers MPI_Iallgatherv, broadcasts MPI_Ibcast. Before each collective the
 ///   ranks report their arrival to rank 0, which names whoever is missing.
 /// - Hierarchical (Auto's choice when several hosts hold several ranks each): the ranks are
 ///   grouped by host; inside a host a shared-memory group all-reduces, the host's leader (its
@@ -68,6 +68,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -266,6 +267,20 @@ public:
     template <Reducible T>
     void all_reduce(int lane, std::span<T> data, ReduceOp op = ReduceOp::Sum, SyncPoint at = {"all_reduce"});
 
+    /// All-gathers `data` in place: rank q's part is the counts[q] elements that follow the
+    /// parts of ranks 0 .. q − 1, which rank q holds on entry (the rest of its `data` is
+    /// overwritten); on return every rank holds every part, bit for bit as its owner had it.
+    /// Each rank receives the others' parts, (N − 1)/N of the buffer for even parts: half what an
+    /// all-reduce of the buffer moves into it (the reduce-scatter's (N − 1)/N, then the same
+    /// again). Shared memory and MPI (MPI_Iallgatherv) copy the parts; the hierarchical
+    /// transport sums the buffer with every other part set to −0 (x + (−0) is x for every x,
+    /// −0, infinities and NaN included), which is bit for bit too, at an all-reduce's cost.
+    /// Requires: counts has one value per rank, none negative, summing to data.size(), the same
+    /// on every rank. Throws ValueError (this rank's counts), ShapeError (shared memory: on every
+    /// rank) when the ranks' lengths or counts differ, DistributedError as all_reduce.
+    template <Reducible T>
+    void all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, SyncPoint at = {"all_gather"});
+
     /// Sums `data` (int64 counters) over the ranks, in place.
     STRATA_MPI_DECL void all_reduce_counts(int lane, std::span<std::int64_t> data, SyncPoint at = {"all_reduce"});
 
@@ -374,8 +389,20 @@ private:
         std::atomic<std::uint64_t> call{0};
         std::uint64_t length = 0;
         std::uint32_t type = 0;
-        std::int32_t root = 0;
+        std::int32_t root = 0;          // the root; −1: all-reduce; gather_root: all-gather
+        std::uint64_t parts = 0;        // an all-gather's counts (parts_key), else 0
     };
+    static constexpr std::int32_t gather_root = -2;
+    // The counts of an all-gather in one word (FNV-1a over the values): ranks whose counts
+    // differ publish different words.
+    static std::uint64_t parts_key(std::span<const std::int64_t> counts) {
+        std::uint64_t h = 1469598103934665603ull;
+        for (const std::int64_t c : counts) {
+            h ^= std::uint64_t(c);
+            h *= 1099511628211ull;
+        }
+        return h;
+    }
     struct Lane {
         std::uint64_t seq = 0;    // barriers passed on this lane
         std::uint64_t calls = 0;  // collective calls on this lane
@@ -425,11 +452,15 @@ private:
     STRATA_MPI_DECL void check_lane(int lane, const SyncPoint& at) const;
 
     // Publishes this call's arguments; after the first barrier every rank checks them all.
-    STRATA_MPI_DECL void publish(int lane, std::uint64_t length, std::uint32_t type, int root);
+    STRATA_MPI_DECL void publish(int lane, std::uint64_t length, std::uint32_t type, int root, std::uint64_t parts = 0);
     STRATA_MPI_DECL void validate(int lane, const SyncPoint& at);
 
     template <Reducible T>
     void shm_all_reduce(int lane, std::span<T> data, ReduceOp op, const SyncPoint& at);
+
+    // Rank q stages its part's elements of each chunk; every rank copies the others' out.
+    template <Reducible T>
+    void shm_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at);
 
     template <Reducible T>
     // `first_wait`: the deadline of the first arrival (0: the group's timeout); the hierarchical
@@ -480,6 +511,9 @@ private:
     template <Reducible T>
     void mpi_broadcast(int lane, std::span<T> data, int root, const SyncPoint& at);
 
+    template <Reducible T>
+    void mpi_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at);
+
     ProcessGroupOptions options_;
     int lanes_ = 1;
     int provided_ = MPI_THREAD_SINGLE;
@@ -509,6 +543,7 @@ private:
     std::unique_ptr<ControlBuffers[]> control_;
     std::vector<MPI_Comm> lane_comms_, control_comms_;
     std::vector<std::vector<std::byte>> ring_in_;  // per lane: the chunk a ring step receives (kept by a failed group)
+    std::vector<std::vector<int>> gatherv_;         // per lane: MPI_Iallgatherv's counts and displacements (kept likewise)
     std::vector<std::uint64_t> seq_;
     std::mutex mpi_mutex_;
     // host layout and the hierarchical transport's stages
@@ -553,6 +588,36 @@ void ProcessGroup::broadcast(int lane, std::span<T> data, int root, SyncPoint at
     if (transport_ == Transport::Hierarchical) hier_broadcast(lane, data, root, at);
     else if (transport_ == Transport::SharedMemory) shm_broadcast(lane, data, root, at);
     else mpi_broadcast(lane, data, root, at);
+}
+
+template <Reducible T>
+void ProcessGroup::all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, SyncPoint at) {
+    check_lane(lane, at);
+    STRATA_CHECK(std::int64_t(counts.size()) == size_, ValueError, at.str(), ": ", counts.size(), " part sizes for ", size_,
+                 " ranks; all_gather takes one per rank");
+    std::int64_t total = 0, first = 0;
+    for (int q = 0; q < size_; ++q) {
+        const std::int64_t c = counts[std::size_t(q)];
+        STRATA_CHECK(c >= 0, ValueError, at.str(), ": rank ", q, "'s part has ", c, " elements");
+        if (q < rank_) first += c;
+        total += c;
+    }
+    STRATA_CHECK(total == std::int64_t(data.size()), ShapeError, at.str(), ": the parts hold ", total, " elements, the buffer ",
+                 data.size());
+    if (size_ == 1) {
+        throw_if_failed(at);
+        return;
+    }
+    if (transport_ == Transport::SharedMemory) {
+        shm_all_gather(lane, data, counts, at);
+    } else if (transport_ == Transport::Mpi) {
+        mpi_all_gather(lane, data, counts, at);
+    } else {  // the hierarchical sum of −0-padded parts (see the declaration)
+        const std::int64_t last = first + counts[std::size_t(rank_)];
+        for (std::int64_t i = 0; i < total; ++i)
+            if (i < first || i >= last) data[std::size_t(i)] = -T(0);
+        hier_all_reduce(lane, data, ReduceOp::Sum, at);
+    }
 }
 
 template <class F>
@@ -680,6 +745,71 @@ void ProcessGroup::shm_broadcast(int lane, std::span<T> data, int root, const Sy
 }
 
 template <Reducible T>
+void ProcessGroup::shm_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at) {
+    Lane& ln = lane_state(lane);
+    publish(lane, data.size(), std::is_same_v<T, float> ? 1u : 2u, gather_root, parts_key(counts));
+    if (data.empty()) {
+        arrive_and_wait(lane, ++ln.seq, at);
+        validate(lane, at);
+        return;
+    }
+    const std::int64_t cap = std::int64_t(std::max<std::size_t>(1, options_.chunk_bytes / sizeof(T)));
+    const std::int64_t size = std::int64_t(data.size());
+    std::int64_t mine = 0;  // this rank's part: [mine, mine + counts[rank_])
+    for (int q = 0; q < rank_; ++q) mine += counts[std::size_t(q)];
+    const std::int64_t mine_end = mine + counts[std::size_t(rank_)];
+    bool first = true;
+    for (std::int64_t off = 0; off < size; off += cap) {
+        const std::int64_t end = std::min(size, off + cap);
+        const std::uint64_t chunk = ln.chunks++;
+        // 1. Stage this rank's elements of the chunk, at their place in it.
+        if (const std::int64_t b = std::max(mine, off), e = std::min(mine_end, end); b < e)
+            detail::copy(staging<T>(rank_, lane, chunk) + (b - off), data.data() + b, std::size_t(e - b));
+        arrive_and_wait(lane, ++ln.seq, at);
+        if (first) {
+            validate(lane, at);
+            first = false;
+        }
+        // 2. Copy every other rank's elements of the chunk out of its staging buffer. (A rank
+        // restages this buffer two chunks on, after a barrier that every rank reaches only once
+        // it has copied this chunk, as in shm_broadcast.)
+        std::int64_t qb = 0;
+        for (int q = 0; q < size_; ++q) {
+            const std::int64_t qe = qb + counts[std::size_t(q)];
+            if (const std::int64_t b = std::max(qb, off), e = std::min(qe, end); q != rank_ && b < e)
+                detail::copy(data.data() + b, staging<T>(q, lane, chunk) + (b - off), std::size_t(e - b));
+            qb = qe;
+        }
+    }
+}
+
+template <Reducible T>
+void ProcessGroup::mpi_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at) {
+    arrival_check(lane, at);
+    // MPI's counts and displacements are ints; kept per lane until the next call (a failed
+    // transfer may still read them).
+    auto& cd = gatherv_[std::size_t(lane)];
+    cd.assign(std::size_t(2 * size_), 0);
+    std::int64_t displ = 0;
+    for (int q = 0; q < size_; ++q) {
+        const std::int64_t c = counts[std::size_t(q)];
+        STRATA_CHECK(c <= INT_MAX && displ <= INT_MAX, ValueError, at.str(), ": MPI_Iallgatherv counts in int; rank ", q,
+                     "'s part (", c, " elements at ", displ, ") does not fit");
+        cd[std::size_t(q)] = int(c);
+        cd[std::size_t(size_ + q)] = int(displ);
+        displ += c;
+    }
+    MPI_Request req;
+    {
+        std::unique_lock lock(mpi_mutex_, std::defer_lock);
+        if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), cd.data(), cd.data() + size_, mpi::datatype<T>(),
+                        lane_comms_[std::size_t(lane)], &req);
+    }
+    wait_transfer(req, lane, at);
+}
+
+template <Reducible T>
 void ProcessGroup::mpi_all_reduce(int lane, std::span<T> data, ReduceOp op, const SyncPoint& at) {
     arrival_check(lane, at);
     if (data.size() * sizeof(T) >= options_.ring_min_bytes && std::int64_t(data.size()) >= size_) {
@@ -754,6 +884,12 @@ void ProcessGroup::mpi_broadcast(int lane, std::span<T> data, int root, const Sy
 #if STRATA_MPI_INSTANCES
 STRATA_MPI_TEMPLATE void ProcessGroup::all_reduce<float>(int, std::span<float>, ReduceOp, SyncPoint);
 STRATA_MPI_TEMPLATE void ProcessGroup::all_reduce<double>(int, std::span<double>, ReduceOp, SyncPoint);
+STRATA_MPI_TEMPLATE void ProcessGroup::all_gather<float>(int, std::span<float>, std::span<const std::int64_t>, SyncPoint);
+STRATA_MPI_TEMPLATE void ProcessGroup::all_gather<double>(int, std::span<double>, std::span<const std::int64_t>, SyncPoint);
+STRATA_MPI_TEMPLATE void ProcessGroup::shm_all_gather<float>(int, std::span<float>, std::span<const std::int64_t>, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::shm_all_gather<double>(int, std::span<double>, std::span<const std::int64_t>, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::mpi_all_gather<float>(int, std::span<float>, std::span<const std::int64_t>, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::mpi_all_gather<double>(int, std::span<double>, std::span<const std::int64_t>, const SyncPoint&);
 STRATA_MPI_TEMPLATE void ProcessGroup::broadcast<float>(int, std::span<float>, int, SyncPoint);
 STRATA_MPI_TEMPLATE void ProcessGroup::broadcast<double>(int, std::span<double>, int, SyncPoint);
 STRATA_MPI_TEMPLATE void ProcessGroup::hier_all_reduce<float>(int, std::span<float>, ReduceOp, const SyncPoint&);

@@ -349,6 +349,7 @@ STRATA_MPI_DECL ProcessGroup::ProcessGroup(MPI_Comm comm, int lanes, ProcessGrou
         }
         seq_.assign(std::size_t(lanes_), 0);
         ring_in_.resize(std::size_t(lanes_));
+        gatherv_.resize(std::size_t(lanes_));
         control_ = std::make_unique<ControlBuffers[]>(std::size_t(lanes_));
     }
     // Every strategy across processes joins through a ProcessGroup: the first one over the
@@ -857,13 +858,14 @@ STRATA_MPI_DECL void ProcessGroup::check_lane(int lane, const SyncPoint& at) con
     if (lane < 0 || lane >= lanes_) throw_error<ValueError>(at.str(), ": lane ", lane, " is outside [0, ", lanes_, ")");
 }
 
-STRATA_MPI_DECL void ProcessGroup::publish(int lane, std::uint64_t length, std::uint32_t type, int root) {
+STRATA_MPI_DECL void ProcessGroup::publish(int lane, std::uint64_t length, std::uint32_t type, int root, std::uint64_t parts) {
     Lane& ln = lane_state(lane);
     ++ln.calls;
     Descriptor& d = *descriptor_ptr(rank_, lane, int(ln.calls & 1));
     d.length = length;
     d.type = type;
     d.root = root;
+    d.parts = parts;
     d.call.store(ln.calls, std::memory_order_release);
 }
 
@@ -875,12 +877,15 @@ STRATA_MPI_DECL void ProcessGroup::validate(int lane, const SyncPoint& at) {
         const Descriptor& b = *descriptor_ptr(q, lane, parity);
         if (b.type != a.type || b.root != a.root) {
             mark_failed();
-            throw_error<DistributedError>(where(at, lane), ": rank ", q, " called with a different element type or root than rank 0; "
+            throw_error<DistributedError>(where(at, lane), ": rank ", q, " called another collective, element type or root than rank 0; "
                                           "every rank must make the same collective calls in the same order");
         }
         if (b.length != a.length)
             throw_error<ShapeError>(where(at, lane), ": rank ", q, " passed ", b.length, " elements but rank 0 passed ",
                                     a.length, "; every rank must pass the same length");
+        if (b.parts != a.parts)
+            throw_error<ShapeError>(where(at, lane), ": rank ", q, " splits the ", a.length, " elements into other parts than rank 0; "
+                                    "every rank must pass the same part sizes");
     }
 }
 
