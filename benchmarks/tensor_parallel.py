@@ -13,14 +13,18 @@ The runs, each `--epochs 1 --steps-per-epoch STEPS`, alternating, REPS times:
   mirrored2            --strategy mirrored --replicas 2 (1 core each)
   mwm2_processes       mpirun -np 2 ... --strategy multi_worker_mirrored --replicas 1 --threads 1
 
-Bytes per step (what one process puts into sums per step; a sum's transport moves about
-2(N-1)/N of it each way, the ring's count):
-  tensor parallel (Megatron's count, per block: one [b*s, h] sum forward, one backward, plus, as
-  strata keeps every variable on every process, the split variables' gradients gathered):
-      depth * (2*b*s*h + (b*s*h + attention_vars) + (b*s*h + mlp_vars))
-  data parallel: the gradient of every variable, once a step.
-The processes' count comes from strata_train's JSON (tensor_parallel_bytes: the whole run's,
-training and the evaluations); the script checks it against the formula for that whole run.
+Bytes per step (what one process hands its group per step):
+  tensor parallel (Megatron's count, per block: one [b*s, h] sum forward, one backward), summed:
+      depth * 4*b*s*h
+  plus, as strata keeps every variable on every process, the split variables' gradients
+  gathered (an all-gather of each process's part):
+      depth * (attention_vars + mlp_vars)
+  data parallel: the gradient of every variable, summed once a step.
+Into each of N processes a sum moves about 2(N-1)/N of its buffer (reduce-scatter, then the
+others' sums) and a gather (N-1)/N (the others' parts): the "received" column.
+The processes' counts come from strata_train's JSON (tensor_parallel_bytes and
+tensor_parallel_gathered_bytes: the whole run's, training and the evaluations); the script checks
+them against the formulas for that whole run.
 Prints a table and, with --json FILE, JSON.
 """
 import argparse
@@ -38,10 +42,17 @@ ATTENTION_VARS = 3 * H_WIDTH * HEADS * DK + HEADS * DK * H_WIDTH + 3 * HEADS * D
 MLP_VARS = H_WIDTH * MLP + MLP + MLP * H_WIDTH  # both kernels, the first layer's bias
 
 
-def tp_values_per_step(batch, training=True):
-    act = batch * S * H_WIDTH
-    forward = DEPTH * 2 * act
-    return forward + (DEPTH * ((act + ATTENTION_VARS) + (act + MLP_VARS)) if training else 0)
+def tp_summed_per_step(batch, training=True):
+    return DEPTH * (4 if training else 2) * batch * S * H_WIDTH
+
+
+def tp_gathered_per_step(training=True):
+    return DEPTH * (ATTENTION_VARS + MLP_VARS) if training else 0
+
+
+def received(summed, gathered, n=2):
+    """Bytes moved into each of n processes: 2(n-1)/n of a sum's buffer, (n-1)/n of a gather's."""
+    return (2 * summed + gathered) * (n - 1) // n
 
 
 def run(cmd, out, env):
@@ -84,32 +95,38 @@ def main():
                 rates[name].append(doc["train_images_per_second"])
                 docs[name] = doc
     b = a.batch_size
-    tp_step = 4 * tp_values_per_step(b)
+    tp_sum, tp_gather = 4 * tp_summed_per_step(b), 4 * tp_gathered_per_step()
     dp_step = 4 * VARIABLES
     # The processes' whole run: the training steps, then two evaluations of the test set (the
     # epoch's validation and the final evaluate), batch 1000.
     tp = docs["tp2_processes"]
     test_images = 10000
-    evals = 2 * sum(4 * tp_values_per_step(min(1000, test_images - i), training=False) for i in range(0, test_images, 1000))
-    expected_run = a.steps * tp_step + evals
-    measured_run = tp.get("tensor_parallel_bytes")
-    bytes_per_step = {"one_device": 0, "tp2_threads": tp_step, "tp2_processes": tp_step, "mirrored2": dp_step, "mwm2_processes": dp_step}
+    evals = 2 * sum(4 * tp_summed_per_step(min(1000, test_images - i), training=False) for i in range(0, test_images, 1000))
+    expected = {"summed": a.steps * tp_sum + evals, "gathered": a.steps * tp_gather}
+    measured = {"summed": tp.get("tensor_parallel_bytes"), "gathered": tp.get("tensor_parallel_gathered_bytes")}
+    per_step = {"one_device": (0, 0), "tp2_threads": (tp_sum, tp_gather), "tp2_processes": (tp_sum, tp_gather),
+                "mirrored2": (dp_step, 0), "mwm2_processes": (dp_step, 0)}
     print(f"strata_train --model vit, batch {b}, {a.steps} steps, {a.reps} runs each (train images/s, median)")
-    print(f"{'run':<16} {'images/s':>9} {'vs one_device':>14} {'bytes summed/step':>18}  loss after the epoch")
+    print(f"{'run':<16} {'images/s':>9} {'vs one_device':>14} {'summed/step':>12} {'gathered/step':>14} {'received/step':>14}  loss after the epoch")
     one = statistics.median(rates["one_device"])
     out = {"batch_size": b, "steps": a.steps, "reps": a.reps, "runs": {}}
     for name in runs:
         m = statistics.median(rates[name])
-        print(f"{name:<16} {m:>9.1f} {m / one:>13.2f}x {bytes_per_step[name]:>18,}  {docs[name]['epoch_loss'][0]:.4f}")
-        out["runs"][name] = {"images_per_second": rates[name], "median": m, "bytes_per_step": bytes_per_step[name],
+        summed, gathered = per_step[name]
+        print(f"{name:<16} {m:>9.1f} {m / one:>13.2f}x {summed:>12,} {gathered:>14,} {received(summed, gathered):>14,}  "
+              f"{docs[name]['epoch_loss'][0]:.4f}")
+        out["runs"][name] = {"images_per_second": rates[name], "median": m, "bytes_summed_per_step": summed,
+                             "bytes_gathered_per_step": gathered, "bytes_received_per_step": received(summed, gathered),
                              "epoch_loss": docs[name]["epoch_loss"], "test_accuracy": docs[name]["test_accuracy"]}
-    print(f"tp2_processes, the whole run: {measured_run:,} bytes summed on rank 0 (strata's count), "
-          f"{expected_run:,} by the formula: {'equal' if measured_run == expected_run else 'DIFFERENT'}")
-    out["tp2_processes_run_bytes"] = {"measured": measured_run, "formula": expected_run}
+    ok = measured == expected
+    for k in ("summed", "gathered"):
+        print(f"tp2_processes, the whole run: {measured[k]:,} bytes {k} on rank 0 (strata's count), "
+              f"{expected[k]:,} by the formula: {'equal' if measured[k] == expected[k] else 'DIFFERENT'}")
+    out["tp2_processes_run_bytes"] = {"measured": measured, "formula": expected}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
-    return 0 if measured_run == expected_run else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -27,6 +27,17 @@ inline double all_gather_value(std::int64_t i) {
     }
 }
 
+// Whether d and f hold all_gather_value(i) (in double and in float) bit for bit at every i.
+inline bool holds_all_gather_values(const std::vector<double>& d, const std::vector<float>& f) {
+    bool same = d.size() == f.size();
+    for (std::size_t i = 0; same && i < d.size(); ++i) {
+        const double want = all_gather_value(std::int64_t(i));
+        const float wantf = float(want);
+        same = std::memcmp(&d[i], &want, sizeof want) == 0 && std::memcmp(&f[i], &wantf, sizeof wantf) == 0;
+    }
+    return same;
+}
+
 // The part layouts tried on a group of n ranks.
 inline std::vector<std::vector<std::int64_t>> all_gather_layouts(int n) {
     std::vector<std::vector<std::int64_t>> out;
@@ -61,14 +72,7 @@ inline void check_all_gather(strata::distribute::collective::ProcessGroup& pg, i
         }
         pg.all_gather(lane, std::span<double>(d), std::span<const std::int64_t>(counts));
         pg.all_gather(lane, std::span<float>(f), std::span<const std::int64_t>(counts));
-        bool same = true;
-        for (std::int64_t i = 0; i < len; ++i) {
-            const double want = all_gather_value(i);
-            const float wantf = float(want);
-            same = same && std::memcmp(&d[std::size_t(i)], &want, sizeof want) == 0 &&
-                   std::memcmp(&f[std::size_t(i)], &wantf, sizeof wantf) == 0;
-        }
-        CHECK(same);
+        CHECK(holds_all_gather_values(d, f));
     }
 }
 

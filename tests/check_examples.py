@@ -952,6 +952,15 @@ def main():
         exe = bins["bench_mpi_allreduce"]
         common_checks(exe, "bench_mpi_allreduce", "--reps", mpi_env)
         json_run(exe, "bench_mpi_allreduce", quick + ["--sizes-mb", "0.0625"], ["benchmark", "machine", "rows"], mpi_env)
+    if "bench_all_gather" in bins:  # one process here (every part its own); mpirun -np 2 measures
+        exe = bins["bench_all_gather"]
+        common_checks(exe, "bench_all_gather", "--reps", mpi_env)
+        bad_flag(exe, "bench_all_gather", ["--sizes-mb", "1,x"], "--sizes-mb", mpi_env)
+        doc = json_run(exe, "bench_all_gather", quick + ["--sizes-mb", "0.0625"], ["benchmark", "machine", "processes", "rows"], mpi_env)
+        if doc:
+            methods = [r["method"] for r in doc["rows"]]
+            check(doc["processes"] == 1 and methods == ["MPI_Allgatherv", "strata shm sum", "strata shm gather", "strata mpi sum",
+                                                        "strata mpi gather"], f"bench_all_gather rows: {doc['rows']}")
 
     if "gpu_cnn" in bins:  # nvcc; measures only where a GPU is, exits 77 (nothing measured) elsewhere
         check_gpu_cnn(bins["gpu_cnn"])

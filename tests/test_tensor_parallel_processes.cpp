@@ -11,6 +11,7 @@
 // rank 0 resumes every rank bit for bit.
 #include <doctest/doctest.h>
 
+#include "all_gather_check.hpp"
 #include "tensor_parallel_nets.hpp"
 #include "test_util.hpp"
 
@@ -173,42 +174,27 @@ TEST_CASE("data x tensor across processes: 2 replicas (MultiWorkerMirrored) of 2
 
 TEST_CASE("ShardGroup::gather: every process ends with every part bit for bit (-0, infinities, NaN, parts of unequal size)") {
     // Over the 4 processes and over pairs, floats and doubles, lengths that split evenly or not
-    // (and fewer elements than processes): part j is written by process j; the rest is garbage.
+    // (and fewer elements than processes): part j (shard_part's) is written by process j; the
+    // rest is garbage. (ProcessGroup::all_gather's parts of any size: test_multi_worker.cpp.)
     for (const int n : {4, 2}) {
         MPI_Comm comm;
         MPI_Comm_split(MPI_COMM_WORLD, world_rank() / n, world_rank() % n, &comm);
         {
             auto group = dist::tensor_parallel_processes(comm, {.timeout = std::chrono::seconds(30)});
             const int me = group->shard();
-            auto value = [](std::int64_t i) {  // what element i should hold
-                switch (i % 5) {
-                    case 0: return -0.0;
-                    case 1: return std::numeric_limits<double>::infinity();
-                    case 2: return -std::numeric_limits<double>::infinity();
-                    case 3: return std::nan("");
-                    default: return 1.0 / double(i + 3);
-                }
-            };
             for (const std::int64_t len : {1, 3, 7, 10, 1001}) {
                 CAPTURE(n);
                 CAPTURE(len);
-                std::vector<double> d(std::size_t(len), 12345.0);
-                std::vector<float> f(std::size_t(len), 12345.0f);
+                auto d = std::vector<double>(static_cast<std::size_t>(len), 12345.0);
+                auto f = std::vector<float>(static_cast<std::size_t>(len), 12345.0f);
                 const auto [first, count] = dist::detail::shard_part(len, n, me);
                 for (std::int64_t i = first; i < first + count; ++i) {
-                    d[std::size_t(i)] = value(i);
-                    f[std::size_t(i)] = float(value(i));
+                    d[std::size_t(i)] = strata_test::all_gather_value(i);
+                    f[std::size_t(i)] = float(strata_test::all_gather_value(i));
                 }
                 group->gather(std::span<double>(d), "test gather (double)");
                 group->gather(std::span<float>(f), "test gather (float)");
-                bool same = true;
-                for (std::int64_t i = 0; i < len; ++i) {
-                    const double want = value(i);
-                    const float wantf = float(want);
-                    same = same && std::memcmp(&d[std::size_t(i)], &want, sizeof want) == 0 &&
-                           std::memcmp(&f[std::size_t(i)], &wantf, sizeof wantf) == 0;
-                }
-                CHECK(same);
+                CHECK(strata_test::holds_all_gather_values(d, f));
             }
             CHECK(group->traffic().gathers == 10);
             CHECK(group->traffic().sums == 0);

@@ -120,8 +120,10 @@ struct Report {
     std::int64_t optimizer_iterations = 0;
     strata::optim::LossScaleState loss_scale{};
     // --tensor-parallel N across processes: the sums the split layers made on this process over
-    // the whole run (training, validation, the test evaluation), and the bytes they summed.
+    // the whole run (training, validation, the test evaluation) and the bytes they summed, and
+    // their gathers (the split variables' gradients) and the bytes gathered.
     std::int64_t tensor_parallel_sums = 0, tensor_parallel_bytes = 0;
+    std::int64_t tensor_parallel_gathers = 0, tensor_parallel_gathered_bytes = 0;
     // A pipeline across processes: the messages this process sent its neighbouring stages, and
     // the bytes of their values (distribute::PipelineStats), over the whole run (training,
     // validation, the test evaluation).

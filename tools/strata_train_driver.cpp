@@ -926,9 +926,11 @@ int run(const Tool& tool, int argc, char** argv) {
                 j["sync_batch_norm"] = flags.sync_bn;
                 j["tensor_parallel"] = flags.tensor_parallel;
                 j["tensor_parallel_across_processes"] = flags.tensor_parallel > 1 && strata::distribute::launch_info().size > 1;
-                if (rep.tensor_parallel_sums > 0) {  // what the split layers' sums moved through rank 0, the whole run
+                if (rep.tensor_parallel_sums > 0) {  // what the split layers' sums and gathers moved through rank 0, the whole run
                     j["tensor_parallel_sums"] = rep.tensor_parallel_sums;
                     j["tensor_parallel_bytes"] = rep.tensor_parallel_bytes;
+                    j["tensor_parallel_gathers"] = rep.tensor_parallel_gathers;
+                    j["tensor_parallel_gathered_bytes"] = rep.tensor_parallel_gathered_bytes;
                 }
                 j["augment"] = flags.augmenting;
                 j["augment_pad"] = flags.augmenting ? flags.augment_pad : 0;

@@ -38,10 +38,14 @@ using SplitNet =
                               strata::distribute::TensorParallelTokenDense<M::width, strata::nn::Linear, N, strata::distribute::Rows>>::Net;
 
 #ifdef STRATA_TRAIN_HAVE_MPI
-// The report with what the split layers' sums moved through this process (the JSON's).
+// The report with what the split layers' sums and gathers moved through this process (the
+// JSON's; with a pipeline's scatter-gather, its messages' gathers too).
 Report with_traffic(Report rep, const strata::distribute::TensorParallelProcesses& shards) {
-    rep.tensor_parallel_sums = shards.traffic().sums;
-    rep.tensor_parallel_bytes = shards.traffic().bytes;
+    const auto t = shards.traffic();
+    rep.tensor_parallel_sums = t.sums;
+    rep.tensor_parallel_bytes = t.bytes;
+    rep.tensor_parallel_gathers = t.gathers;
+    rep.tensor_parallel_gathered_bytes = t.gathered_bytes;
     return rep;
 }
 #endif
