@@ -12,6 +12,8 @@
 //
 //   mpirun --allow-run-as-root --oversubscribe -np 2 build/benchmarks/bench_all_gather
 //          [--sizes-mb MiB,...] [--reps N] [--warmup N] [--json FILE]
+//   scripts/multihost --hosts 2 --per-host 1 --link 1gbit -- build/benchmarks/bench_all_gather ...
+//          (across hosts: the rows over shared memory are left out)
 //
 // A sample is `calls` back-to-back calls (16 MiB worth, between 1 and 16) after an MPI_Barrier;
 // a rank's time is its elapsed MPI_Wtime / calls and the sample's the slowest rank's (MPI_MAX).
@@ -28,12 +30,14 @@
 #include <mpi.h>
 
 #include "bench_common.hpp"
+#include "bench_mpi_common.hpp"
 
 #include <strata/distribute/collective/process_group.hpp>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,12 +77,18 @@ int run(const Options& opt, int rank, int size) {
         std::printf("load average before: %s\n", machine.load_before.c_str());
         if (size == 1) std::printf("note: one process holds every part, nothing crosses: run it under mpirun -np 2 or more\n");
         std::printf("\n");
-        std::printf("%4s %9s %-18s %10s %14s %7s\n", "N", "MiB", "method", "time ms", "received GB/s", "x sum");
     }
-    coll::ProcessGroup shm(MPI_COMM_WORLD, 1, {.transport = coll::Transport::SharedMemory, .fake_hosts = 0});
+    // Across hosts (a cluster, or scripts/multihost) no shared-memory group spans the ranks: the
+    // shm rows are left out.
+    const int hosts = bench::count_hosts(size);
+    const bool one_host = hosts == 1;
+    std::optional<coll::ProcessGroup> shm;
+    if (one_host) shm.emplace(MPI_COMM_WORLD, 1, coll::ProcessGroupOptions{.transport = coll::Transport::SharedMemory, .fake_hosts = 0});
     coll::ProcessGroup mpi(MPI_COMM_WORLD, 1, {.transport = coll::Transport::Mpi, .fake_hosts = 0});
-    const std::vector<std::string> methods = {"MPI_Allgatherv", "strata shm sum", "strata shm gather", "strata mpi sum",
-                                              "strata mpi gather"};
+    std::vector<std::string> methods = {"MPI_Allgatherv", "strata mpi sum", "strata mpi gather"};
+    if (one_host) methods.insert(methods.begin() + 1, {"strata shm sum", "strata shm gather"});
+    else if (rank == 0) std::printf("the processes are on %d hosts: no shared-memory rows\n\n", hosts);
+    if (rank == 0) std::printf("%4s %9s %-18s %10s %14s %7s\n", "N", "MiB", "method", "time ms", "received GB/s", "x sum");
     std::vector<Row> rows;
     for (const double mib : opt.sizes_mib) {
         const std::size_t elements = bench::floats_in_mib(mib);
@@ -101,9 +111,9 @@ int run(const Options& opt, int rank, int size) {
             auto once = [&] {
                 if (m == "MPI_Allgatherv")
                     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf.data(), icounts.data(), displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
-                else if (m == "strata shm gather") shm.all_gather(0, std::span<float>(buf), std::span<const std::int64_t>(counts));
+                else if (m == "strata shm gather") shm->all_gather(0, std::span<float>(buf), std::span<const std::int64_t>(counts));
                 else if (m == "strata mpi gather") mpi.all_gather(0, std::span<float>(buf), std::span<const std::int64_t>(counts));
-                else (m == "strata shm sum" ? shm : mpi).all_reduce(0, std::span<float>(buf));
+                else (m == "strata shm sum" ? *shm : mpi).all_reduce(0, std::span<float>(buf));
             };
             std::vector<double> slowest;
             for (int s = 0; s < opt.warmup + opt.reps; ++s) {
@@ -147,6 +157,7 @@ int run(const Options& opt, int rank, int size) {
             cli::Json j;
             j["benchmark"] = "all_gather";
             j["processes"] = size;
+            j["hosts"] = hosts;
             j["dtype"] = "float32";
             j["machine"] = machine.json();
             j["reps"] = opt.reps;
@@ -171,17 +182,8 @@ int run(const Options& opt, int rank, int size) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    int rank = 0, size = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    CLI::App app{"The all-gather across processes: strata's against the -0-padded sum it replaced and MPI_Allgatherv.",
-                 "bench_all_gather"};
     Options opt;
-    declare_flags(app, opt);
-    const int status = cli::run(app, argc, argv, [&] { return run(opt, rank, size); }, rank == 0);
-    if (status == 1 && size > 1) MPI_Abort(MPI_COMM_WORLD, status);
-    MPI_Finalize();
-    return status;
+    return bench::mpi_main(argc, argv, "The all-gather across processes: strata's against the -0-padded sum it replaced and MPI_Allgatherv.",
+                           "bench_all_gather", [&](CLI::App& app) { declare_flags(app, opt); },
+                           [&](int rank, int size) { return run(opt, rank, size); });
 }

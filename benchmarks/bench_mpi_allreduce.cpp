@@ -34,6 +34,7 @@
 #include <mpi.h>
 
 #include "bench_common.hpp"
+#include "bench_mpi_common.hpp"
 
 #include <strata/distribute/collective/process_group.hpp>
 
@@ -88,26 +89,13 @@ void wait_for_all_quietly() {
     }
 }
 
-/// How many hosts the `size` processes run on: distinct MPI_Get_processor_name names.
-int count_hosts(int size) {
-    char name[MPI_MAX_PROCESSOR_NAME] = {};
-    int len = 0;
-    MPI_Get_processor_name(name, &len);
-    std::vector<char> all(std::size_t(size) * MPI_MAX_PROCESSOR_NAME);
-    MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
-    std::vector<std::string> names;
-    for (int r = 0; r < size; ++r) names.emplace_back(all.data() + std::size_t(r) * MPI_MAX_PROCESSOR_NAME);
-    std::sort(names.begin(), names.end());
-    return int(std::unique(names.begin(), names.end()) - names.begin());
-}
-
 /// The whole benchmark on this rank: rank 0 prints the table and writes the JSON. Returns the
 /// exit status.
 int run(const Options& opt, int rank, int size, const char* prog) {
     const unsigned hw = std::thread::hardware_concurrency();
     bench::Machine machine;
     machine.hardware_threads = hw;
-    const int real_hosts = count_hosts(size);  // (every rank: a collective)
+    const int real_hosts = bench::count_hosts(size);  // (every rank: a collective)
 
     if (rank == 0) {
         char version[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -268,19 +256,8 @@ int run(const Options& opt, int rank, int size, const char* prog) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    int rank = 0, size = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    CLI::App app{"MPI_Allreduce across processes, the baseline for bench_allreduce.", "bench_mpi_allreduce"};
     Options opt;
-    declare_flags(app, opt);
-    // Every rank parses (they all need the flags); only rank 0 reports a mistake or the usage.
-    const int status = cli::run(app, argc, argv, [&] { return run(opt, rank, size, argv[0]); }, rank == 0);
-    // A rank that failed while running (status 1) may have failed alone and would leave the
-    // others waiting in a collective forever; flag mistakes (2) are the same on every rank.
-    if (status == 1 && size > 1) MPI_Abort(MPI_COMM_WORLD, status);
-    MPI_Finalize();
-    return status;
+    return bench::mpi_main(argc, argv, "MPI_Allreduce across processes, the baseline for bench_allreduce.", "bench_mpi_allreduce",
+                           [&](CLI::App& app) { declare_flags(app, opt); },
+                           [&](int rank, int size) { return run(opt, rank, size, argv[0]); });
 }
