@@ -146,6 +146,7 @@ TEST_CASE("hosts named by STRATA_HOST_NAME: the real layout from the names, in a
             pg.broadcast(0, std::span<double>(b), root);
             CHECK(std::all_of(b.begin(), b.end(), [&](double x) { return x == double(root); }));
         }
+        strata_test::check_all_gather(pg, 0);  // a host's parts are not one block of the buffer here
     }
     ::unsetenv("STRATA_HOST_NAME");
     MPI_Barrier(MPI_COMM_WORLD);
@@ -197,11 +198,25 @@ TEST_CASE("hierarchical all-reduce, broadcast and barrier: exact sums, the same 
     }
 }
 
-TEST_CASE("hierarchical all-gather: every part bit for bit (a sum of -0-padded parts), on both lanes") {
+TEST_CASE("hierarchical all-gather: every part bit for bit, on both lanes; each leader puts only its host's parts across") {
     REQUIRE(two_by_two());
     coll::ProcessGroup pg(MPI_COMM_WORLD, 2, {.transport = coll::Transport::Hierarchical, .chunk_bytes = 1024});
     strata_test::check_all_gather(pg, 0);
     strata_test::check_all_gather(pg, 1);
+    const auto st = pg.cross_host_stats();
+    if (pg.host_rank() == 0) {
+        // Host h holds ranks 2h and 2h + 1. Per layout: a double and a float call on each lane.
+        const int h = pg.host_index();
+        std::int64_t bytes = 0, calls = 0;
+        for (const auto& c : strata_test::all_gather_layouts(4)) {
+            bytes += 2 * (c[std::size_t(2 * h)] + c[std::size_t(2 * h + 1)]) * std::int64_t(sizeof(double) + sizeof(float));
+            calls += 4;
+        }
+        CHECK(st.calls == calls);
+        CHECK(st.bytes == bytes);  // (a sum of the whole buffer would put all of it across)
+    } else {
+        CHECK(st.calls == 0);
+    }
 }
 
 TEST_CASE("MultiWorkerMirrored over 2 fake hosts x 2 processes equals one device (and the flat transports)") {
@@ -225,6 +240,56 @@ TEST_CASE("MultiWorkerMirrored over 2 fake hosts x 2 processes equals one device
     const auto w32 = train<float>(h, sgd, ds);
     CHECK(max_relative_difference(w32, ref32) <= 1e-6);
     CHECK(same_on_every_rank(w32));
+}
+
+TEST_CASE("hierarchical: hosts that pass other lengths get an error on every rank at once, naming both") {
+    // Each host agrees inside itself; the leaders' stage between hosts finds the difference. Its
+    // ShapeError reaches only the leaders: their hosts' ranks, waiting for them, are stopped with it.
+    REQUIRE(two_by_two());
+    const int me = world_rank();
+    coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.timeout = std::chrono::seconds(20), .transport = coll::Transport::Hierarchical});
+    pg.barrier(0);
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<float> v(me >= 2 ? 7 : 5, 1.0f);
+    std::string msg;
+    if (me == 0 || me == 2)
+        msg = strata_test::error_of<strata::ShapeError>([&] { pg.all_reduce(0, std::span<float>(v)); });
+    else
+        msg = strata_test::error_of<strata::DistributedError>([&] { pg.all_reduce(0, std::span<float>(v)); });
+    CAPTURE(msg);
+    CHECK(msg.find("between hosts (their leaders): rank 2 passed 7 elements but rank 0 passed 5") != std::string::npos);
+    if (me == 1 || me == 3)
+        CHECK(msg.find("rank " + std::to_string(me - 1) + " of 4 failed: rank " + std::to_string(me - 1) + ": ") != std::string::npos);
+    CHECK(pg.failed());
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));  // not the 20 s deadline
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("hierarchical all-gather: hosts that split the buffer otherwise are refused on every rank, even where their blocks agree") {
+    // Host 0 splits 16 elements 3, 5, 4, 4, host 1 evenly: each host agrees inside itself and
+    // both hosts' blocks are 8 elements, but rank 1's part is not what host 1 thinks it is.
+    REQUIRE(two_by_two());
+    const int me = world_rank();
+    coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.timeout = std::chrono::seconds(20), .transport = coll::Transport::Hierarchical});
+    std::vector<std::int64_t> counts{4, 4, 4, 4};
+    if (me < 2) {
+        counts[0] = 3;
+        counts[1] = 5;
+    }
+    std::vector<float> v(16, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    std::string msg;
+    if (me == 0 || me == 2)
+        msg = strata_test::error_of<strata::ShapeError>(
+            [&] { pg.all_gather(0, std::span<float>(v), std::span<const std::int64_t>(counts)); });
+    else
+        msg = strata_test::error_of<strata::DistributedError>(
+            [&] { pg.all_gather(0, std::span<float>(v), std::span<const std::int64_t>(counts)); });
+    CAPTURE(msg);
+    CHECK(msg.find("between hosts (their leaders): rank 2 splits the 16 elements into other parts than rank 0") != std::string::npos);
+    CHECK(pg.failed());
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+    MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST_CASE("hierarchical: a rank that does not arrive is named by its host, and the job stops on every rank") {

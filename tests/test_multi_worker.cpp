@@ -508,22 +508,6 @@ TEST_CASE("ProcessGroup all-gather over both transports: every part bit for bit,
     }
 }
 
-TEST_CASE("ProcessGroup all-gather: ranks that split the buffer into other parts all get a ShapeError; the group goes on") {
-    coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.transport = coll::Transport::SharedMemory});
-    const int n = world_size();
-    std::vector<std::int64_t> counts(std::size_t(n), 4);
-    if (world_rank() == 1) {  // the same 4n elements, split otherwise
-        counts[0] = 3;
-        counts[1] = 5;
-    }
-    std::vector<float> v(std::size_t(4 * n), 1.0f);
-    const auto msg = strata_test::error_of<strata::ShapeError>([&] {
-        pg.all_gather(0, std::span<float>(v), std::span<const std::int64_t>(counts));
-    });
-    CHECK(strata_test::has(msg, "rank 1 splits the " + std::to_string(4 * n) + " elements into other parts than rank 0"));
-    strata_test::check_all_gather(pg, 0);
-}
-
 TEST_CASE("the MPI transport's ring all-reduce: each element summed once in ring order, the same bits on every rank") {
     const int n = world_size(), me = world_rank();
     // Every rank's values are known to all (seeded by rank): the expected sum of chunk c of n
@@ -569,15 +553,77 @@ TEST_CASE("the MPI transport's ring all-reduce: each element summed once in ring
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
-TEST_CASE("ProcessGroup: ranks that pass different lengths all get a ShapeError naming both") {
-    coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.transport = coll::Transport::SharedMemory});
-    std::vector<float> v(world_rank() == 1 ? 7 : 5, 1.0f);
-    const auto msg = strata_test::error_of<strata::ShapeError>([&] { pg.all_reduce(0, std::span<float>(v)); });
-    CHECK(msg.find("rank 1 passed 7 elements but rank 0 passed 5") != std::string::npos);
-    // The group stays usable.
-    std::vector<float> w(5, 1.0f);
-    pg.all_reduce(0, std::span<float>(w));
-    CHECK(w[4] == float(world_size()));
+TEST_CASE("ProcessGroup over both transports: ranks that pass other lengths or part sizes all get a ShapeError naming both; "
+          "the group goes on") {
+    const int n = world_size(), me = world_rank();
+    for (auto t : {coll::Transport::SharedMemory, coll::Transport::Mpi}) {
+        CAPTURE(coll::to_string(t));
+        coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.transport = t});
+        std::vector<float> v(me == 1 ? 7 : 5, 1.0f);
+        const std::string lengths = "rank 1 passed 7 elements but rank 0 passed 5";
+        CHECK(strata_test::has(strata_test::error_of<strata::ShapeError>([&] { pg.all_reduce(0, std::span<float>(v)); }), lengths));
+        CHECK(strata_test::has(strata_test::error_of<strata::ShapeError>([&] { pg.broadcast(0, std::span<float>(v), 0); }), lengths));
+        std::vector<std::int64_t> counts(std::size_t(n), 0);
+        counts[std::size_t(me)] = std::int64_t(v.size());
+        CHECK(strata_test::has(strata_test::error_of<strata::ShapeError>([&] {
+                                   pg.all_gather(0, std::span<float>(v), std::span<const std::int64_t>(counts));
+                               }),
+                               lengths));
+        // The same 4n elements, split otherwise by rank 1.
+        std::vector<std::int64_t> parts(std::size_t(n), 4);
+        if (me == 1) {
+            parts[0] = 3;
+            parts[1] = 5;
+        }
+        std::vector<float> g(std::size_t(4 * n), 1.0f);
+        CHECK(strata_test::has(strata_test::error_of<strata::ShapeError>([&] {
+                                   pg.all_gather(0, std::span<float>(g), std::span<const std::int64_t>(parts));
+                               }),
+                               "rank 1 splits the " + std::to_string(4 * n) + " elements into other parts than rank 0"));
+        // No data moved and nothing failed: the group goes on.
+        CHECK(!pg.failed());
+        std::vector<float> w(5, 1.0f);
+        pg.all_reduce(0, std::span<float>(w));
+        CHECK(w[4] == float(n));
+        strata_test::check_all_gather(pg, 0);
+    }
+}
+
+TEST_CASE("ProcessGroup over both transports: a rank that makes another collective call than rank 0 is named on every rank") {
+    const int me = world_rank();
+    for (auto t : {coll::Transport::SharedMemory, coll::Transport::Mpi}) {
+        CAPTURE(coll::to_string(t));
+        {  // all-gather where the others all-reduce
+            coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.transport = t});
+            std::vector<float> v(6, 1.0f);
+            std::vector<std::int64_t> counts(std::size_t(world_size()), 0);
+            counts[0] = 6;
+            const auto msg = strata_test::error_of<strata::DistributedError>([&] {
+                if (me == 1) pg.all_gather(0, std::span<float>(v), std::span<const std::int64_t>(counts));
+                else pg.all_reduce(0, std::span<float>(v));
+            });
+            CHECK(strata_test::has(msg, "rank 1 called all_gather of float where rank 0 called all_reduce of float; "
+                                        "every rank must make the same collective calls in the same order"));
+            CHECK(pg.failed());
+        }
+        {  // another element type, and another root
+            coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.transport = t});
+            std::vector<float> f(6, 1.0f);
+            std::vector<double> d(6, 1.0);
+            const auto msg = strata_test::error_of<strata::DistributedError>([&] {
+                if (me == 1) pg.all_reduce(0, std::span<double>(d));
+                else pg.all_reduce(0, std::span<float>(f));
+            });
+            CHECK(strata_test::has(msg, "rank 1 called all_reduce of double where rank 0 called all_reduce of float"));
+        }
+        {
+            coll::ProcessGroup pg(MPI_COMM_WORLD, 1, {.transport = t});
+            std::vector<double> d(6, 1.0);
+            const auto msg = strata_test::error_of<strata::DistributedError>([&] { pg.broadcast(0, std::span<double>(d), me == 1 ? 1 : 0); });
+            CHECK(strata_test::has(msg, "rank 1 called broadcast of double from rank 1 where rank 0 called broadcast of double from rank 0"));
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
 }
 
 TEST_CASE("a rank that does not arrive is named on the others within the timeout") {

@@ -80,6 +80,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -272,12 +273,15 @@ public:
     /// overwritten); on return every rank holds every part, bit for bit as its owner had it.
     /// Each rank receives the others' parts, (N − 1)/N of the buffer for even parts: half what an
     /// all-reduce of the buffer moves into it (the reduce-scatter's (N − 1)/N, then the same
-    /// again). Shared memory and MPI (MPI_Iallgatherv) copy the parts; the hierarchical
-    /// transport sums the buffer with every other part set to −0 (x + (−0) is x for every x,
-    /// −0, infinities and NaN included), which is bit for bit too, at an all-reduce's cost.
+    /// again). Shared memory and MPI (MPI_Iallgatherv) copy the parts. The hierarchical
+    /// transport gathers in two levels: each host's ranks gather the host's parts (shared
+    /// memory), its leader all-gathers the hosts' blocks with the other leaders (MPI: each
+    /// receives the other hosts' parts only, (H − 1)/H of the buffer for even hosts) and
+    /// broadcasts the whole buffer to its host; the ranks of a host need not be consecutive.
     /// Requires: counts has one value per rank, none negative, summing to data.size(), the same
-    /// on every rank. Throws ValueError (this rank's counts), ShapeError (shared memory: on every
-    /// rank) when the ranks' lengths or counts differ, DistributedError as all_reduce.
+    /// on every rank. Throws ValueError (this rank's counts), ShapeError on every rank when the
+    /// ranks' lengths or counts differ (hierarchical: when hosts differ, on the leaders, and the
+    /// group fails), DistributedError as all_reduce.
     template <Reducible T>
     void all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, SyncPoint at = {"all_gather"});
 
@@ -340,9 +344,22 @@ private:
     // stops the host's other ranks at once (the other hosts' leaders at their deadline).
     template <class F>
     void hierarchical(const SyncPoint& at, F&& stages);
+    // The leaders' stage between hosts. A ShapeError there (the hosts' leaders passed other
+    // lengths: their hosts disagree) reaches only the leaders, whose ranks wait for them; so it
+    // fails this group and stops the host's other ranks with the leader's message, where a
+    // ShapeError inside a host (every rank of it sees one) leaves the group usable.
+    template <class F>
+    void between_hosts(F&& stage);
 
     template <Reducible T>
     void hier_all_reduce(int lane, std::span<T> data, ReduceOp op, const SyncPoint& at);
+
+    // The two-level all-gather (see all_gather). The parts are packed host by host (a host's
+    // ranks in rank order) into the lane's scratch buffer: each host's ranks all-gather their
+    // host's block inside it, its leader all-gathers the blocks with the other leaders, unpacks
+    // every part to its place and broadcasts the buffer to the host's ranks.
+    template <Reducible T>
+    void hier_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at);
 
     // The root's host first (inside it), then its leader to the other leaders, then each other
     // host's leader inside its host.
@@ -385,14 +402,29 @@ private:
         std::atomic<std::uint64_t> value{0};    // the last arrival number this rank published
         std::atomic<std::uint64_t> gave_up{0};  // the arrival number it timed out on, if any
     };
-    struct alignas(64) Descriptor {  // what a rank passed to a collective call, for validation
-        std::atomic<std::uint64_t> call{0};
+    // What a rank passed to a collective call, compared across ranks before any data moves:
+    // through the shared window (Descriptor, validate) or in the MPI transport's arrival check.
+    struct Call {
         std::uint64_t length = 0;
-        std::uint32_t type = 0;
-        std::int32_t root = 0;          // the root; −1: all-reduce; gather_root: all-gather
+        std::uint32_t type = 0;         // 1: float, 2: double, 0: none (a barrier)
+        std::int32_t root = -3;         // the root; −1: all-reduce; gather_root: all-gather; barrier_root
         std::uint64_t parts = 0;        // an all-gather's counts (parts_key), else 0
     };
-    static constexpr std::int32_t gather_root = -2;
+    struct alignas(64) Descriptor {
+        std::atomic<std::uint64_t> call{0};
+        Call what;
+    };
+    static constexpr std::int32_t reduce_root = -1, gather_root = -2, barrier_root = -3;
+    template <class T>
+    static Call call_of(std::uint64_t length, std::int32_t root, std::uint64_t parts = 0) {
+        return Call{length, std::is_same_v<T, float> ? 1u : 2u, root, parts};
+    }
+    // "all_gather of float", "broadcast of double from rank 2", "barrier".
+    STRATA_MPI_DECL static std::string describe(const Call& c);
+    // Rank q's call against rank 0's: nothing when they match; else the error every rank
+    // throws, the same on each (another collective, element type or root: a DistributedError,
+    // and the group has failed; another length or other parts: a ShapeError, the group goes on).
+    STRATA_MPI_DECL void refuse_mismatch(int lane, const SyncPoint& at, int q, const Call& zero, const Call& other);
     // The counts of an all-gather in one word (FNV-1a over the values): ranks whose counts
     // differ publish different words.
     static std::uint64_t parts_key(std::span<const std::int64_t> counts) {
@@ -452,15 +484,16 @@ private:
     STRATA_MPI_DECL void check_lane(int lane, const SyncPoint& at) const;
 
     // Publishes this call's arguments; after the first barrier every rank checks them all.
-    STRATA_MPI_DECL void publish(int lane, std::uint64_t length, std::uint32_t type, int root, std::uint64_t parts = 0);
+    STRATA_MPI_DECL void publish(int lane, const Call& call);
     STRATA_MPI_DECL void validate(int lane, const SyncPoint& at);
 
     template <Reducible T>
     void shm_all_reduce(int lane, std::span<T> data, ReduceOp op, const SyncPoint& at);
 
     // Rank q stages its part's elements of each chunk; every rank copies the others' out.
+    // `call`: what the ranks compare (the hierarchical stages pass the whole job's counts).
     template <Reducible T>
-    void shm_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at);
+    void shm_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at, const Call& call);
 
     template <Reducible T>
     // `first_wait`: the deadline of the first arrival (0: the group's timeout); the hierarchical
@@ -478,7 +511,10 @@ private:
 
     // Every rank reports to rank 0; rank 0 answers "go" when all arrived, or names the missing
     // ranks to those that did. Gives the MPI transport the same error messages as shared memory.
-    STRATA_MPI_DECL void arrival_check(int lane, const SyncPoint& at);
+    // `call` (Call{} for a barrier) rides along, and rank 0 compares the ranks' calls as the
+    // shared-memory transport's validate does: a rank that passes another length or other part
+    // sizes gets a typed error on every rank before MPI moves any data.
+    STRATA_MPI_DECL void arrival_check(int lane, const SyncPoint& at, const Call& call);
 
     // Polls a collective's data transfer, posted once every rank had arrived (arrival_check).
     // Past the timeout a rank stopped, died or became unreachable part-way through it: the
@@ -512,7 +548,7 @@ private:
     void mpi_broadcast(int lane, std::span<T> data, int root, const SyncPoint& at);
 
     template <Reducible T>
-    void mpi_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at);
+    void mpi_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at, const Call& call);
 
     ProcessGroupOptions options_;
     int lanes_ = 1;
@@ -529,8 +565,12 @@ private:
     std::vector<Lane> lane_;
     // MPI
     struct ControlBuffers {
-        std::uint64_t mine = 0;
-        std::int64_t answer = 0;
+        // arrival_check: this rank's word (the arrival number, then its Call), rank 0's answer
+        // (0: go; n > 0: n ranks are missing, their ranks follow; −1: rank answer[1]'s call
+        // differs, rank 0's and its Call follow) and, on rank 0, every rank's word.
+        static constexpr int word = 5, answer_words = 10;
+        std::uint64_t mine[word]{};
+        std::int64_t answer[answer_words]{};
         std::vector<std::uint64_t> got;
         std::vector<int> late, late_in;
         std::uint64_t stuck = 0;             // silent_ranks: what this rank sends,
@@ -544,6 +584,8 @@ private:
     std::vector<MPI_Comm> lane_comms_, control_comms_;
     std::vector<std::vector<std::byte>> ring_in_;  // per lane: the chunk a ring step receives (kept by a failed group)
     std::vector<std::vector<int>> gatherv_;         // per lane: MPI_Iallgatherv's counts and displacements (kept likewise)
+    std::vector<std::vector<std::byte>> hier_scratch_;   // per lane: hier_all_gather's packed parts
+    std::vector<std::vector<std::int64_t>> hier_plan_;   // per lane: and where they go
     std::vector<std::uint64_t> seq_;
     std::mutex mpi_mutex_;
     // host layout and the hierarchical transport's stages
@@ -595,11 +637,10 @@ void ProcessGroup::all_gather(int lane, std::span<T> data, std::span<const std::
     check_lane(lane, at);
     STRATA_CHECK(std::int64_t(counts.size()) == size_, ValueError, at.str(), ": ", counts.size(), " part sizes for ", size_,
                  " ranks; all_gather takes one per rank");
-    std::int64_t total = 0, first = 0;
+    std::int64_t total = 0;
     for (int q = 0; q < size_; ++q) {
         const std::int64_t c = counts[std::size_t(q)];
         STRATA_CHECK(c >= 0, ValueError, at.str(), ": rank ", q, "'s part has ", c, " elements");
-        if (q < rank_) first += c;
         total += c;
     }
     STRATA_CHECK(total == std::int64_t(data.size()), ShapeError, at.str(), ": the parts hold ", total, " elements, the buffer ",
@@ -609,15 +650,64 @@ void ProcessGroup::all_gather(int lane, std::span<T> data, std::span<const std::
         return;
     }
     if (transport_ == Transport::SharedMemory) {
-        shm_all_gather(lane, data, counts, at);
+        shm_all_gather(lane, data, counts, at, call_of<T>(data.size(), gather_root, parts_key(counts)));
     } else if (transport_ == Transport::Mpi) {
-        mpi_all_gather(lane, data, counts, at);
-    } else {  // the hierarchical sum of −0-padded parts (see the declaration)
-        const std::int64_t last = first + counts[std::size_t(rank_)];
-        for (std::int64_t i = 0; i < total; ++i)
-            if (i < first || i >= last) data[std::size_t(i)] = -T(0);
-        hier_all_reduce(lane, data, ReduceOp::Sum, at);
+        mpi_all_gather(lane, data, counts, at, call_of<T>(data.size(), gather_root, parts_key(counts)));
+    } else {
+        hier_all_gather(lane, data, counts, at);
     }
+}
+
+template <Reducible T>
+void ProcessGroup::hier_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at) {
+    const int hosts = num_hosts(), h = host_index();
+    // Where each rank's part sits in the buffer (rank order) and in the packed one (host by
+    // host, a host's ranks in rank order); each host's block; this host's ranks' parts.
+    auto& plan = hier_plan_[std::size_t(lane)];
+    plan.assign(std::size_t(3 * size_ + 3 * hosts), 0);
+    std::int64_t* at_data = plan.data();
+    std::int64_t* at_packed = at_data + size_;
+    std::int64_t* inner_counts = at_packed + size_;  // in inner-rank order
+    std::int64_t* host_first = inner_counts + size_;
+    std::int64_t* host_count = host_first + hosts;
+    std::int64_t* filled = host_count + hosts;
+    for (int q = 1; q < size_; ++q) at_data[q] = at_data[q - 1] + counts[std::size_t(q - 1)];
+    for (int q = 0; q < size_; ++q) host_count[host_of_[std::size_t(q)]] += counts[std::size_t(q)];
+    for (int g = 1; g < hosts; ++g) host_first[g] = host_first[g - 1] + host_count[g - 1];
+    std::copy(host_first, host_first + hosts, filled);
+    for (int q = 0, local = 0; q < size_; ++q) {
+        const int g = host_of_[std::size_t(q)];
+        at_packed[q] = filled[g];
+        filled[g] += counts[std::size_t(q)];
+        if (g == h) inner_counts[local++] = counts[std::size_t(q)];
+    }
+    auto& scratch = hier_scratch_[std::size_t(lane)];
+    if (scratch.size() < data.size() * sizeof(T)) scratch.resize(data.size() * sizeof(T));
+    T* packed = reinterpret_cast<T*>(scratch.data());
+    // Both stages compare the whole job's counts (not their own stage's): ranks whose parts
+    // differ are refused even where their host's block or their own part looks the same.
+    const Call call = call_of<T>(data.size(), gather_root, parts_key(counts));
+    hierarchical(at, [&] {
+        detail::copy(packed + at_packed[rank_], data.data() + at_data[rank_], std::size_t(counts[std::size_t(rank_)]));
+        if (inner_->size() > 1)
+            inner_->shm_all_gather(lane, std::span<T>(packed + host_first[h], std::size_t(host_count[h])),
+                                   std::span<const std::int64_t>(inner_counts, std::size_t(inner_->size())), at, call);
+        if (outer_ && outer_->size() > 1) {
+            const auto t0 = clock::now();
+            between_hosts([&] {
+                outer_->mpi_all_gather(lane, std::span<T>(packed, data.size()), std::span<const std::int64_t>(host_count, std::size_t(hosts)),
+                                       at, call);
+            });
+            auto& c = cross_[std::size_t(lane)];
+            ++c.calls;
+            c.bytes += host_count[h] * std::int64_t(sizeof(T));
+            c.seconds += std::chrono::duration<double>(clock::now() - t0).count();
+        }
+        if (outer_ || hosts == 1)  // the leader (or, on one host, every rank): every part to its place
+            for (int q = 0; q < size_; ++q)
+                if (q != rank_) detail::copy(data.data() + at_data[q], packed + at_packed[q], std::size_t(counts[std::size_t(q)]));
+        if (hosts > 1) leader_broadcast(lane, data, at);
+    });
 }
 
 template <class F>
@@ -634,13 +724,24 @@ void ProcessGroup::hierarchical(const SyncPoint& at, F&& stages) {
     }
 }
 
+template <class F>
+void ProcessGroup::between_hosts(F&& stage) {
+    try {
+        stage();
+    } catch (const ShapeError& e) {
+        mark_failed();
+        if (inner_) inner_->abort(std::string("rank ") + std::to_string(rank_) + ": " + e.what());
+        throw;
+    }
+}
+
 template <Reducible T>
 void ProcessGroup::hier_all_reduce(int lane, std::span<T> data, ReduceOp op, const SyncPoint& at) {
     hierarchical(at, [&] {
         inner_->all_reduce(lane, data, ReduceOp::Sum, at);
         if (outer_) {
             const auto t0 = clock::now();
-            outer_->all_reduce(lane, data, ReduceOp::Sum, at);
+            between_hosts([&] { outer_->all_reduce(lane, data, ReduceOp::Sum, at); });
             auto& c = cross_[std::size_t(lane)];
             ++c.calls;
             c.bytes += std::int64_t(data.size() * sizeof(T));
@@ -658,7 +759,7 @@ void ProcessGroup::hier_broadcast(int lane, std::span<T> data, int root, const S
     const bool mine = host_index() == root_host;
     hierarchical(at, [&] {
         if (mine) inner_->broadcast(lane, data, host_local_[std::size_t(root)], at);
-        if (outer_) outer_->broadcast(lane, data, root_host, at);
+        if (outer_) between_hosts([&] { outer_->broadcast(lane, data, root_host, at); });
         if (!mine) leader_broadcast(lane, data, at);
     });
 }
@@ -673,7 +774,7 @@ void ProcessGroup::leader_broadcast(int lane, std::span<T> data, const SyncPoint
 template <Reducible T>
 void ProcessGroup::shm_all_reduce(int lane, std::span<T> data, ReduceOp op, const SyncPoint& at) {
     Lane& ln = lane_state(lane);
-    publish(lane, data.size(), std::is_same_v<T, float> ? 1u : 2u, -1);
+    publish(lane, call_of<T>(data.size(), reduce_root));
     const std::size_t cap = std::max<std::size_t>(1, options_.chunk_bytes / sizeof(T));
     if (data.empty()) {
         arrive_and_wait(lane, ++ln.seq, at);
@@ -721,7 +822,7 @@ void ProcessGroup::shm_all_reduce(int lane, std::span<T> data, ReduceOp op, cons
 template <Reducible T>
 void ProcessGroup::shm_broadcast(int lane, std::span<T> data, int root, const SyncPoint& at, std::chrono::milliseconds first_wait) {
     Lane& ln = lane_state(lane);
-    publish(lane, data.size(), std::is_same_v<T, float> ? 1u : 2u, root);
+    publish(lane, call_of<T>(data.size(), root));
     const std::size_t cap = std::max<std::size_t>(1, options_.chunk_bytes / sizeof(T));
     if (data.empty()) {
         arrive_and_wait(lane, ++ln.seq, at, first_wait);
@@ -745,9 +846,10 @@ void ProcessGroup::shm_broadcast(int lane, std::span<T> data, int root, const Sy
 }
 
 template <Reducible T>
-void ProcessGroup::shm_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at) {
+void ProcessGroup::shm_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at,
+                                  const Call& call) {
     Lane& ln = lane_state(lane);
-    publish(lane, data.size(), std::is_same_v<T, float> ? 1u : 2u, gather_root, parts_key(counts));
+    publish(lane, call);
     if (data.empty()) {
         arrive_and_wait(lane, ++ln.seq, at);
         validate(lane, at);
@@ -784,8 +886,9 @@ void ProcessGroup::shm_all_gather(int lane, std::span<T> data, std::span<const s
 }
 
 template <Reducible T>
-void ProcessGroup::mpi_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at) {
-    arrival_check(lane, at);
+void ProcessGroup::mpi_all_gather(int lane, std::span<T> data, std::span<const std::int64_t> counts, const SyncPoint& at,
+                                  const Call& call) {
+    arrival_check(lane, at, call);
     // MPI's counts and displacements are ints; kept per lane until the next call (a failed
     // transfer may still read them).
     auto& cd = gatherv_[std::size_t(lane)];
@@ -811,7 +914,7 @@ void ProcessGroup::mpi_all_gather(int lane, std::span<T> data, std::span<const s
 
 template <Reducible T>
 void ProcessGroup::mpi_all_reduce(int lane, std::span<T> data, ReduceOp op, const SyncPoint& at) {
-    arrival_check(lane, at);
+    arrival_check(lane, at, call_of<T>(data.size(), reduce_root));
     if (data.size() * sizeof(T) >= options_.ring_min_bytes && std::int64_t(data.size()) >= size_) {
         ring_all_reduce(lane, data, at);
     } else {
@@ -871,7 +974,7 @@ void ProcessGroup::ring_all_reduce(int lane, std::span<T> data, const SyncPoint&
 
 template <Reducible T>
 void ProcessGroup::mpi_broadcast(int lane, std::span<T> data, int root, const SyncPoint& at) {
-    arrival_check(lane, at);
+    arrival_check(lane, at, call_of<T>(data.size(), root));
     MPI_Request req;
     {
         std::unique_lock lock(mpi_mutex_, std::defer_lock);
@@ -886,14 +989,16 @@ STRATA_MPI_TEMPLATE void ProcessGroup::all_reduce<float>(int, std::span<float>, 
 STRATA_MPI_TEMPLATE void ProcessGroup::all_reduce<double>(int, std::span<double>, ReduceOp, SyncPoint);
 STRATA_MPI_TEMPLATE void ProcessGroup::all_gather<float>(int, std::span<float>, std::span<const std::int64_t>, SyncPoint);
 STRATA_MPI_TEMPLATE void ProcessGroup::all_gather<double>(int, std::span<double>, std::span<const std::int64_t>, SyncPoint);
-STRATA_MPI_TEMPLATE void ProcessGroup::shm_all_gather<float>(int, std::span<float>, std::span<const std::int64_t>, const SyncPoint&);
-STRATA_MPI_TEMPLATE void ProcessGroup::shm_all_gather<double>(int, std::span<double>, std::span<const std::int64_t>, const SyncPoint&);
-STRATA_MPI_TEMPLATE void ProcessGroup::mpi_all_gather<float>(int, std::span<float>, std::span<const std::int64_t>, const SyncPoint&);
-STRATA_MPI_TEMPLATE void ProcessGroup::mpi_all_gather<double>(int, std::span<double>, std::span<const std::int64_t>, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::shm_all_gather<float>(int, std::span<float>, std::span<const std::int64_t>, const SyncPoint&, const Call&);
+STRATA_MPI_TEMPLATE void ProcessGroup::shm_all_gather<double>(int, std::span<double>, std::span<const std::int64_t>, const SyncPoint&, const Call&);
+STRATA_MPI_TEMPLATE void ProcessGroup::mpi_all_gather<float>(int, std::span<float>, std::span<const std::int64_t>, const SyncPoint&, const Call&);
+STRATA_MPI_TEMPLATE void ProcessGroup::mpi_all_gather<double>(int, std::span<double>, std::span<const std::int64_t>, const SyncPoint&, const Call&);
 STRATA_MPI_TEMPLATE void ProcessGroup::broadcast<float>(int, std::span<float>, int, SyncPoint);
 STRATA_MPI_TEMPLATE void ProcessGroup::broadcast<double>(int, std::span<double>, int, SyncPoint);
 STRATA_MPI_TEMPLATE void ProcessGroup::hier_all_reduce<float>(int, std::span<float>, ReduceOp, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::hier_all_gather<float>(int, std::span<float>, std::span<const std::int64_t>, const SyncPoint&);
 STRATA_MPI_TEMPLATE void ProcessGroup::hier_all_reduce<double>(int, std::span<double>, ReduceOp, const SyncPoint&);
+STRATA_MPI_TEMPLATE void ProcessGroup::hier_all_gather<double>(int, std::span<double>, std::span<const std::int64_t>, const SyncPoint&);
 STRATA_MPI_TEMPLATE void ProcessGroup::hier_broadcast<float>(int, std::span<float>, int, const SyncPoint&);
 STRATA_MPI_TEMPLATE void ProcessGroup::hier_broadcast<double>(int, std::span<double>, int, const SyncPoint&);
 STRATA_MPI_TEMPLATE void ProcessGroup::leader_broadcast<float>(int, std::span<float>, const SyncPoint&);

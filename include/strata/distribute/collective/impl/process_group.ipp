@@ -446,7 +446,7 @@ STRATA_MPI_DECL void ProcessGroup::barrier(int lane, SyncPoint at) {
         Lane& ln = lane_state(lane);
         arrive_and_wait(lane, ++ln.seq, at);
     } else {
-        arrival_check(lane, at);
+        arrival_check(lane, at, Call{});
     }
 }
 
@@ -712,6 +712,8 @@ STRATA_MPI_DECL void ProcessGroup::open_hierarchy() {
     }
     MPI_Comm_free(&host_comm);
     cross_.assign(std::size_t(lanes_), CrossHostStats{});
+    hier_scratch_.resize(std::size_t(lanes_));
+    hier_plan_.resize(std::size_t(lanes_));
 }
 
 STRATA_MPI_DECL MPI_Comm ProcessGroup::dup(MPI_Comm c, const SyncPoint& at) {
@@ -858,35 +860,41 @@ STRATA_MPI_DECL void ProcessGroup::check_lane(int lane, const SyncPoint& at) con
     if (lane < 0 || lane >= lanes_) throw_error<ValueError>(at.str(), ": lane ", lane, " is outside [0, ", lanes_, ")");
 }
 
-STRATA_MPI_DECL void ProcessGroup::publish(int lane, std::uint64_t length, std::uint32_t type, int root, std::uint64_t parts) {
+STRATA_MPI_DECL void ProcessGroup::publish(int lane, const Call& call) {
     Lane& ln = lane_state(lane);
     ++ln.calls;
     Descriptor& d = *descriptor_ptr(rank_, lane, int(ln.calls & 1));
-    d.length = length;
-    d.type = type;
-    d.root = root;
-    d.parts = parts;
+    d.what = call;
     d.call.store(ln.calls, std::memory_order_release);
+}
+
+STRATA_MPI_DECL std::string ProcessGroup::describe(const Call& c) {
+    if (c.root == barrier_root) return "barrier";
+    const std::string of = c.type == 1 ? " of float" : c.type == 2 ? " of double" : "";
+    if (c.root == reduce_root) return "all_reduce" + of;
+    if (c.root == gather_root) return "all_gather" + of;
+    return "broadcast" + of + " from rank " + std::to_string(c.root);
+}
+
+STRATA_MPI_DECL void ProcessGroup::refuse_mismatch(int lane, const SyncPoint& at, int q, const Call& a, const Call& b) {
+    if (b.type != a.type || b.root != a.root) {
+        mark_failed();
+        throw_error<DistributedError>(where(at, lane), ": rank ", name_of(q), " called ", describe(b), " where rank ", name_of(0),
+                                      " called ", describe(a), "; every rank must make the same collective calls in the same order");
+    }
+    if (b.length != a.length)
+        throw_error<ShapeError>(where(at, lane), ": rank ", name_of(q), " passed ", b.length, " elements but rank ", name_of(0),
+                                " passed ", a.length, "; every rank must pass the same length");
+    if (b.parts != a.parts)
+        throw_error<ShapeError>(where(at, lane), ": rank ", name_of(q), " splits the ", a.length, " elements into other parts than rank ",
+                                name_of(0), "; every rank must pass the same part sizes");
 }
 
 STRATA_MPI_DECL void ProcessGroup::validate(int lane, const SyncPoint& at) {
     const Lane& ln = lane_state(lane);
     const int parity = int(ln.calls & 1);
-    const Descriptor& a = *descriptor_ptr(0, lane, parity);
-    for (int q = 1; q < size_; ++q) {
-        const Descriptor& b = *descriptor_ptr(q, lane, parity);
-        if (b.type != a.type || b.root != a.root) {
-            mark_failed();
-            throw_error<DistributedError>(where(at, lane), ": rank ", q, " called another collective, element type or root than rank 0; "
-                                          "every rank must make the same collective calls in the same order");
-        }
-        if (b.length != a.length)
-            throw_error<ShapeError>(where(at, lane), ": rank ", q, " passed ", b.length, " elements but rank 0 passed ",
-                                    a.length, "; every rank must pass the same length");
-        if (b.parts != a.parts)
-            throw_error<ShapeError>(where(at, lane), ": rank ", q, " splits the ", a.length, " elements into other parts than rank 0; "
-                                    "every rank must pass the same part sizes");
-    }
+    const Call& a = descriptor_ptr(0, lane, parity)->what;
+    for (int q = 1; q < size_; ++q) refuse_mismatch(lane, at, q, a, descriptor_ptr(q, lane, parity)->what);
 }
 
 STRATA_MPI_DECL void ProcessGroup::wait_request(MPI_Request& req, RunningDeadline& deadline, const SyncPoint& at, int lane,
@@ -1008,7 +1016,7 @@ STRATA_MPI_DECL void ProcessGroup::answer_probes(int lane) {
     }
 }
 
-STRATA_MPI_DECL void ProcessGroup::arrival_check(int lane, const SyncPoint& at) {
+STRATA_MPI_DECL void ProcessGroup::arrival_check(int lane, const SyncPoint& at, const Call& call) {
     throw_if_failed(at);
     MPI_Comm c = control_comms_[std::size_t(lane)];
     // The messages' buffers live in the group (and are leaked with it when it fails): a
@@ -1021,13 +1029,24 @@ STRATA_MPI_DECL void ProcessGroup::arrival_check(int lane, const SyncPoint& at) 
         if (provided_ < MPI_THREAD_MULTIPLE) lock.lock();
         f();
     };
+    constexpr int word = ControlBuffers::word, answer_words = ControlBuffers::answer_words;
+    auto pack = [](std::uint64_t* w, std::uint64_t n, const Call& k) {
+        w[0] = n;
+        w[1] = k.length;
+        w[2] = k.type;
+        w[3] = std::uint64_t(std::int64_t(k.root));
+        w[4] = k.parts;
+    };
+    auto unpack = [](const auto* w) {
+        return Call{std::uint64_t(w[1]), std::uint32_t(w[2]), std::int32_t(std::int64_t(w[3])), std::uint64_t(w[4])};
+    };
     if (rank_ != 0) {
-        cb.mine = seq;
-        cb.answer = 0;
+        pack(cb.mine, seq, call);
+        std::fill(std::begin(cb.answer), std::end(cb.answer), 0);
         MPI_Request send, recv;
         locked([&] {
-            MPI_Isend(&cb.mine, 1, MPI_UINT64_T, 0, 1, c, &send);
-            MPI_Irecv(&cb.answer, 1, MPI_INT64_T, 0, 2, c, &recv);
+            MPI_Isend(cb.mine, word, MPI_UINT64_T, 0, 1, c, &send);
+            MPI_Irecv(cb.answer, answer_words, MPI_INT64_T, 0, 2, c, &recv);
         });
         // Rank 0 answers at its own deadline at the latest, and this rank waits twice that.
         // But rank 0 may have come to this collective well after this rank did (a slower step
@@ -1062,10 +1081,12 @@ STRATA_MPI_DECL void ProcessGroup::arrival_check(int lane, const SyncPoint& at) 
         };
         wait_root(recv);
         wait_root(send);
-        if (cb.answer > 0) {  // the number of missing ranks; their ranks follow
-            cb.late_in.assign(std::size_t(cb.answer), 0);
+        if (cb.answer[0] < 0)  // rank answer[1]'s call differs from rank 0's: both follow
+            refuse_mismatch(lane, at, int(cb.answer[1]), unpack(cb.answer + 1), unpack(cb.answer + 5));
+        if (cb.answer[0] > 0) {  // the number of missing ranks; their ranks follow
+            cb.late_in.assign(std::size_t(cb.answer[0]), 0);
             MPI_Request r2;
-            locked([&] { MPI_Irecv(cb.late_in.data(), int(cb.answer), MPI_INT, 0, 3, c, &r2); });
+            locked([&] { MPI_Irecv(cb.late_in.data(), int(cb.answer[0]), MPI_INT, 0, 3, c, &r2); });
             wait_root(r2);
             mark_failed();
             throw_error<DistributedError>(where(at, lane), ": ", ranks_text(cb.late_in), " did not arrive within ",
@@ -1073,10 +1094,11 @@ STRATA_MPI_DECL void ProcessGroup::arrival_check(int lane, const SyncPoint& at) 
         }
         return;
     }
-    cb.got.assign(std::size_t(size_), 0);
+    cb.got.assign(std::size_t(size_) * word, 0);
     std::vector<MPI_Request> reqs(std::size_t(size_), MPI_REQUEST_NULL);
     locked([&] {
-        for (int q = 1; q < size_; ++q) MPI_Irecv(&cb.got[std::size_t(q)], 1, MPI_UINT64_T, q, 1, c, &reqs[std::size_t(q)]);
+        for (int q = 1; q < size_; ++q)
+            MPI_Irecv(cb.got.data() + std::size_t(q) * word, word, MPI_UINT64_T, q, 1, c, &reqs[std::size_t(q)]);
     });
     std::vector<int>& late = cb.late;
     bool warned = false;
@@ -1116,15 +1138,32 @@ STRATA_MPI_DECL void ProcessGroup::arrival_check(int lane, const SyncPoint& at) 
         if (!gone.empty()) late = gone;
         else behind.clear();
     }
-    cb.answer = std::int64_t(late.size());
+    std::fill(std::begin(cb.answer), std::end(cb.answer), 0);
+    cb.answer[0] = std::int64_t(late.size());
+    int differs = 0;  // the first rank whose call is not rank 0's
+    if (late.empty()) {
+        for (int q = 1; q < size_ && differs == 0; ++q) {
+            const Call k = unpack(cb.got.data() + std::size_t(q) * word);
+            if (k.type != call.type || k.root != call.root || k.length != call.length || k.parts != call.parts) differs = q;
+        }
+        if (differs != 0) {
+            std::uint64_t w[word];
+            pack(w, 0, call);
+            cb.answer[0] = -1;
+            cb.answer[1] = differs;
+            for (int i = 1; i < word; ++i) cb.answer[1 + i] = std::int64_t(w[i]);
+            const std::uint64_t* theirs = cb.got.data() + std::size_t(differs) * word;
+            for (int i = 1; i < word; ++i) cb.answer[5 + i] = std::int64_t(theirs[i]);
+        }
+    }
     std::vector<MPI_Request> sends;
     for (int q = 1; q < size_; ++q) {
         if (std::find(late.begin(), late.end(), q) != late.end() || std::find(behind.begin(), behind.end(), q) != behind.end())
             continue;
         MPI_Request s1 = MPI_REQUEST_NULL, s2 = MPI_REQUEST_NULL;
         locked([&] {
-            MPI_Isend(&cb.answer, 1, MPI_INT64_T, q, 2, c, &s1);
-            if (cb.answer > 0) MPI_Isend(late.data(), int(late.size()), MPI_INT, q, 3, c, &s2);
+            MPI_Isend(cb.answer, answer_words, MPI_INT64_T, q, 2, c, &s1);
+            if (cb.answer[0] > 0) MPI_Isend(late.data(), int(late.size()), MPI_INT, q, 3, c, &s2);
         });
         sends.push_back(s1);
         if (s2 != MPI_REQUEST_NULL) sends.push_back(s2);
@@ -1142,6 +1181,7 @@ STRATA_MPI_DECL void ProcessGroup::arrival_check(int lane, const SyncPoint& at) 
     }
     RunningDeadline sent = fresh(options_.timeout);
     for (auto& s : sends) wait_request(s, sent, at, lane, "a rank");
+    if (differs != 0) refuse_mismatch(lane, at, differs, call, unpack(cb.answer + 5));
 }
 
 }  // namespace strata::distribute::collective
